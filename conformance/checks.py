@@ -1,0 +1,524 @@
+"""Pure checks: (contract, capture[, reference]) -> list[Finding].
+
+Every check is a small function with one job; its docstring names the FAULTS.md kind it exists
+for. None imports a path adapter. Tensors in, findings out; nothing is modified.
+
+Slot identity is judged by fingerprint: the per-token cosine similarity between a captured slot
+and every reference boundary B_0..B_L, F for the same tokens (mean over the rows that are not
+excluded by ``norm_bands.exclude_positions``), following REFERENCE.md section 7.3 item 6.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+from conformance.capture import Capture
+from conformance.contract import Contract
+from conformance.findings import Finding
+from conformance.notation import Boundary, all_boundaries
+from conformance.reference import Reference, rms
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def _f(check, status, cap: Capture, slot, expected, observed, message, fault) -> Finding:
+    return Finding(check, status, cap.path, slot, expected, observed, cap.where, message, fault)
+
+
+def _slot_label(i: int) -> str:
+    return f"slot {i}"
+
+
+# --- availability / shape / dtype --------------------------------------------------------------
+
+
+def check_sample_available(c: Contract, cap: Capture) -> list[Finding]:
+    """K11/K13: the path produced the sample (speculators skips a sample whose stored token ids
+    differ from the dataset's, with only a warning; such skips must be zero)."""
+    if cap.unavailable:
+        return [_f("sample_available", "fail", cap, None, "sample loads", cap.unavailable,
+                   f"the loader produced nothing for this sample: {cap.unavailable}", "K13")]
+    return [_f("sample_available", "pass", cap, None, "sample loads", "loaded", "sample loaded", "K13")]
+
+
+def check_slot_count(c: Contract, cap: Capture) -> list[Finding]:
+    """K3/K5: the draft input holds exactly K blocks of target_hidden_size."""
+    d, K, W = c.draft.target_hidden_size, c.num_slots, cap.width
+    n = W / d
+    ok = W % d == 0 and int(n) == K
+    obs = int(n) if W % d == 0 else f"{W}/{d} (not a whole number of slots)"
+    msg = (f"{K} slots of {d}" if ok else
+           f"the draft input holds {obs} slots of {d}; contract says {K}")
+    return [_f("slot_count", "pass" if ok else "fail", cap, "feature", K, obs, msg, "K3")]
+
+
+def check_width(c: Contract, cap: Capture) -> list[Finding]:
+    """K5/K6/K7: concatenated width equals K x target_hidden_size, and each slot is d wide."""
+    want = c.capture.feature_width
+    out = [_f("feature_width", "pass" if cap.width == want else "fail", cap, "feature", want, cap.width,
+              f"feature is {cap.width} wide; contract says {c.num_slots} x {c.draft.target_hidden_size} = {want}",
+              "K5")]
+    if cap.draft_input_width is not None:
+        ok = cap.draft_input_width == want
+        out.append(_f("draft_input_width", "pass" if ok else "fail", cap, "feature", want,
+                      cap.draft_input_width,
+                      f"the draft received a {cap.draft_input_width}-wide input; contract says {want}", "K5"))
+    if cap.verifier_last is not None:
+        vw = int(cap.verifier_last.shape[-1])
+        ok = vw == c.target.hidden_size
+        out.append(_f("verifier_width", "pass" if ok else "fail", cap, "verifier", c.target.hidden_size, vw,
+                      f"verifier slot is {vw} wide; target hidden size is {c.target.hidden_size}", "K6"))
+    return out
+
+
+def check_dtype(c: Contract, cap: Capture) -> list[Finding]:
+    """K12: hidden states carry the contract's dtype; token ids are int64."""
+    want = c.data_dtype
+    got = str(cap.feature.dtype).replace("torch.", "")
+    out = [_f("dtype", "pass" if got == want else "fail", cap, "feature", want, got,
+              f"feature dtype is {got}; contract says {want}", "K12")]
+    if cap.verifier_last is not None:
+        vg = str(cap.verifier_last.dtype).replace("torch.", "")
+        out.append(_f("dtype", "pass" if vg == want else "fail", cap, "verifier", want, vg,
+                      f"verifier dtype is {vg}; contract says {want}", "K12"))
+    disk = cap.provenance.get("on_disk_dtype")
+    if disk is not None:
+        out.append(_f("dtype", "pass" if disk == want else "fail", cap, "on disk", want, disk,
+                      f"hidden states are stored as {disk}; contract says {want}", "K12"))
+    for name in ("token_ids", "draft_input_ids"):
+        t = getattr(cap, name)
+        if t is not None:
+            g = str(t.dtype).replace("torch.", "")
+            out.append(_f("id_dtype", "pass" if t.dtype == torch.int64 else "fail", cap, name, "int64", g,
+                          f"{name} dtype is {g}; expected int64", "K12"))
+    return out
+
+
+def check_finite(c: Contract, cap: Capture) -> list[Finding]:
+    """NaN/Inf rows in any slot (a broken capture or overflow)."""
+    out = []
+    tensors = [("feature", cap.feature)] + ([("verifier", cap.verifier_last)] if cap.verifier_last is not None else [])
+    for name, t in tensors:
+        bad = (~torch.isfinite(t.float())).any(-1) if t.numel() else torch.zeros(0, dtype=torch.bool)
+        rows = bad.nonzero().flatten().tolist()
+        out.append(_f("finite", "fail" if rows else "pass", cap, name, "all finite",
+                      f"non-finite rows {rows[:8]}" if rows else "all finite",
+                      f"{len(rows)} rows hold NaN or Inf" if rows else "all values finite", "K12"))
+    return out
+
+
+def check_row_count(c: Contract, cap: Capture) -> list[Finding]:
+    """K13: one feature row per row index, and every row index is a token of the sequence."""
+    n = int(cap.feature.shape[0])
+    T = int(cap.token_ids.shape[0])
+    problems = []
+    if int(cap.rows.shape[0]) != n:
+        problems.append(f"{n} feature rows but {int(cap.rows.shape[0])} row indices")
+    if n and (int(cap.rows.min()) < 0 or int(cap.rows.max()) >= T):
+        problems.append(f"row indices outside 0..{T - 1}")
+    if cap.verifier_last is not None and int(cap.verifier_last.shape[0]) != n:
+        problems.append(f"{n} feature rows but {int(cap.verifier_last.shape[0])} verifier rows")
+    return [_f("row_count", "fail" if problems else "pass", cap, None, "rows == tokens",
+               "; ".join(problems) or f"{n} rows", "; ".join(problems) or f"{n} rows for {T} tokens", "K13")]
+
+
+def check_token_ids_match(c: Contract, cap: Capture) -> list[Finding]:
+    """K11/K13: the token ids stored beside the hidden states equal the dataset's input ids."""
+    if cap.source_token_ids is None:
+        return []
+    a, b = cap.token_ids, cap.source_token_ids
+    ok = a.shape == b.shape and bool(torch.equal(a.long(), b.long()))
+    obs = "equal" if ok else (f"lengths {a.shape[0]} vs {b.shape[0]}" if a.shape != b.shape else
+                              f"first difference at token {int((a != b).nonzero()[0])}")
+    return [_f("token_ids", "pass" if ok else "fail", cap, None, "stored token_ids == dataset input_ids", obs,
+               "stored token ids match the dataset" if ok else f"stored token ids differ from the dataset ({obs})",
+               "K11")]
+
+
+# --- fingerprints ------------------------------------------------------------------------------
+
+
+def _keep_rows(c: Contract, cap_rows: torch.Tensor) -> torch.Tensor:
+    """Mask over capture rows that are not excluded positions (falls back to all rows)."""
+    excl = torch.tensor(sorted(set(c.norm_bands.exclude_positions)), dtype=torch.long)
+    keep = ~torch.isin(cap_rows, excl) if excl.numel() else torch.ones_like(cap_rows, dtype=torch.bool)
+    return keep if bool(keep.any()) else torch.ones_like(cap_rows, dtype=torch.bool)
+
+
+def similarity_profile(slot: torch.Tensor, rows: torch.Tensor, ref: Reference, keep: torch.Tensor) -> torch.Tensor:
+    """Mean per-token cosine of ``slot`` ([N, d]) with every reference boundary at ``rows``.
+
+    Returns [L+2] float32 ordered B_0..B_L, F (see :func:`conformance.notation.all_boundaries`).
+    """
+    x = slot.float()[keep]
+    r = ref.stack[:, rows[keep]]  # [L+2, n, d]
+    return torch.nn.functional.cosine_similarity(r, x[None].expand_as(r), dim=-1).mean(-1)
+
+
+def identify(slot: torch.Tensor, rows: torch.Tensor, ref: Reference, keep: torch.Tensor) -> tuple[Boundary, float, torch.Tensor]:
+    """The reference boundary a slot matches best: (boundary, cosine, full profile)."""
+    prof = similarity_profile(slot, rows, ref, keep)
+    i = int(prof.argmax())
+    return all_boundaries(ref.num_layers)[i], float(prof[i]), prof
+
+
+def _judge(declared: Boundary, prof: torch.Tensor, L: int, margin: float, min_cos: float) -> tuple[bool, Boundary, float, float]:
+    names = all_boundaries(L)
+    best_i = int(prof.argmax())
+    di = names.index(declared)
+    d_cos = float(prof[di])
+    others = torch.cat([prof[:di], prof[di + 1:]])
+    runner = float(others.max()) if others.numel() else -1.0
+    ok = best_i == di and d_cos - runner >= margin and d_cos >= min_cos
+    return ok, names[best_i], d_cos, runner
+
+
+def _usable(cap: Capture, d: int) -> bool:
+    return cap.feature.shape[0] > 0 and cap.rows.shape[0] == cap.feature.shape[0]
+
+
+def check_slot_identity(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
+    """K1/K2: each aux slot is the declared boundary, by fingerprint against the reference.
+
+    Fails unless the declared boundary has the highest cosine, beats every other boundary by
+    ``gates.slot_identity_margin`` and reaches ``gates.slot_identity_min_cosine``.
+    """
+    d = c.draft.target_hidden_size
+    if not _usable(cap, d):
+        return [_f("slot_identity", "skip", cap, None, None, None, "no rows to fingerprint", "K2")]
+    keep = _keep_rows(c, cap.rows)
+    out = []
+    slots = cap.slots(d)
+    for i, slot in enumerate(slots):
+        declared = c.aux[i] if i < c.num_slots else None
+        if slot.shape[-1] != d:
+            out.append(_f("slot_identity", "skip", cap, _slot_label(i), str(declared), f"{slot.shape[-1]} wide",
+                          f"slot {i} is {slot.shape[-1]} wide, not {d}: cannot fingerprint", "K2"))
+            continue
+        got, cos, prof = identify(slot, cap.rows, ref, keep)
+        if declared is None:
+            out.append(_f("slot_identity", "fail", cap, _slot_label(i), "no slot", str(got),
+                          f"slot {i} is {got.describe(c.L)} (cos {cos:.4f}); the contract declares only "
+                          f"{c.num_slots} slots", "K2"))
+            continue
+        ok, best, d_cos, runner = _judge(declared, prof, c.L, c.gates.slot_identity_margin,
+                                         c.gates.slot_identity_min_cosine)
+        if ok:
+            msg = f"slot {i} is {declared.describe(c.L)} (cos {d_cos:.4f}, next best {runner:.4f})"
+        elif best != declared:
+            msg = f"slot {i} is {best.describe(c.L)} (cos {cos:.4f}); contract says {declared}"
+        else:
+            msg = (f"slot {i} matches {declared} (cos {d_cos:.4f}) but not by the margin "
+                   f"{c.gates.slot_identity_margin} over the next best ({runner:.4f}) or below "
+                   f"min cosine {c.gates.slot_identity_min_cosine}")
+        out.append(_f("slot_identity", "pass" if ok else "fail", cap, _slot_label(i), str(declared), str(best),
+                      msg, "K2"))
+    return out
+
+
+def check_slot_order(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
+    """K2/K13: the slots hold the declared boundaries in the declared (ascending) order; catches
+    blocks that are all present but permuted, which width and band checks cannot see."""
+    d = c.draft.target_hidden_size
+    if not _usable(cap, d) or cap.width % d:
+        return [_f("slot_order", "skip", cap, "feature", None, None, "widths do not split into slots", "K2")]
+    keep = _keep_rows(c, cap.rows)
+    got = [identify(s, cap.rows, ref, keep)[0] for s in cap.slots(d)]
+    want = c.aux
+    ok = got == want
+    if ok:
+        msg = "slots are in the declared order"
+    elif sorted(got, key=Boundary.sort_key) == sorted(want, key=Boundary.sort_key):
+        msg = f"blocks are out of order: {[str(g) for g in got]}; contract says {[str(w) for w in want]}"
+    else:
+        msg = f"slots hold {[str(g) for g in got]}; contract says {[str(w) for w in want]}"
+    return [_f("slot_order", "pass" if ok else "fail", cap, "feature", [str(w) for w in want],
+               [str(g) for g in got], msg, "K2")]
+
+
+def check_no_embedding(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
+    """K2: no slot is the embedding output B_0 unless the contract allows it (the seed incident:
+    a "fix" that captured the embedding made shapes match and meaning wrong)."""
+    if c.capture.allow_embedding:
+        return [_f("no_embedding", "skip", cap, None, None, None, "contract allows B_0", "K2")]
+    d = c.draft.target_hidden_size
+    if not _usable(cap, d):
+        return [_f("no_embedding", "skip", cap, None, None, None, "no rows", "K2")]
+    keep = _keep_rows(c, cap.rows)
+    emb = ref.boundary(Boundary(0))[cap.rows]
+    out = []
+    for i, s in enumerate(cap.slots(d)):
+        if s.shape[-1] != d:
+            continue
+        cos = float(torch.nn.functional.cosine_similarity(s.float()[keep], emb[keep], dim=-1).mean())
+        got, _, _ = identify(s, cap.rows, ref, keep)
+        bad = got.index == 0 and not got.final
+        out.append(_f("no_embedding", "fail" if bad else "pass", cap, _slot_label(i), "not B_0",
+                      f"cos to B_0 {cos:.4f}",
+                      f"slot {i} is B_0 (embedding output, cos {cos:.4f})" if bad else f"slot {i} is not the embedding",
+                      "K2"))
+    return out
+
+
+def check_engine_mapping(c: Contract, cap: Capture) -> list[Finding]:
+    """K1/K2: the boundaries the engine resolved from the draft config equal the contract's."""
+    if cap.engine_boundaries is None:
+        return []
+    want = [str(b) for b in c.aux]
+    ok = list(cap.engine_boundaries) == want
+    return [_f("engine_mapping", "pass" if ok else "fail", cap, None, want, list(cap.engine_boundaries),
+               f"engine ids {cap.engine_ids} -> {list(cap.engine_boundaries)}"
+               + ("" if ok else f"; contract says {want}"), "K1")]
+
+
+def check_fc_ran(c: Contract, cap: Capture) -> list[Finding]:
+    """K5: the draft's fc actually ran on the aux input (SGLang skips fc silently when the input
+    is as wide as the draft's embedding, python/sglang/srt/models/llama_eagle3.py:237-247)."""
+    if cap.fc_ran is None:
+        return []
+    return [_f("fc_ran", "pass" if cap.fc_ran else "fail", cap, "feature", True, cap.fc_ran,
+               "the draft's fc ran on the input" if cap.fc_ran else
+               f"the draft's fc did not run: a {cap.draft_input_width}-wide input skipped it", "K5")]
+
+
+# --- verifier ------------------------------------------------------------------------------------
+
+
+def check_verifier_identity(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
+    """K3/K4: the verifier slot is the declared tensor (B_L or F), at the contract's target offset."""
+    if cap.verifier_last is None:
+        return []
+    if cap.verifier_last.shape[-1] != c.target.hidden_size or not cap.feature.shape[0]:
+        return [_f("verifier_identity", "skip", cap, "verifier", None, None, "verifier slot not usable", "K4")]
+    rows = cap.rows + c.alignment.target
+    valid = rows < ref.stack.shape[1]
+    if not bool(valid.any()):
+        return [_f("verifier_identity", "skip", cap, "verifier", None, None, "no rows", "K4")]
+    keep = _keep_rows(c, rows[valid])
+    declared = c.verifier_last.parsed
+    prof = similarity_profile(cap.verifier_last[valid], rows[valid], ref, keep)
+    ok, best, d_cos, runner = _judge(declared, prof, c.L, c.gates.slot_identity_margin, c.gates.slot_identity_min_cosine)
+    msg = (f"verifier slot is {declared.describe(c.L)} (cos {d_cos:.4f})" if ok else
+           f"verifier slot is {best.describe(c.L)} (cos {float(prof.max()):.4f}); contract says {declared}")
+    return [_f("verifier_identity", "pass" if ok else "fail", cap, "verifier", str(declared), str(best), msg, "K4")]
+
+
+def check_verifier_norm_state(c: Contract, cap: Capture, ref: Reference, tol: float = 0.05) -> list[Finding]:
+    """K4: pre/post final-norm state of the verifier slot. A post-norm tensor y satisfies
+    rms(y / gamma) ~= 1 (REFERENCE.md section 7.3 item 1); a pre-norm B_L does not."""
+    if cap.verifier_last is None or cap.verifier_last.shape[-1] != ref.final_norm_weight.shape[0]:
+        return []
+    y = cap.verifier_last.float()
+    if not y.shape[0]:
+        return []
+    g = ref.effective_gamma()
+    safe = g.abs() > 1e-3
+    per_token = rms(y[:, safe] / g[safe])
+    r = per_token.median().item()
+    # post-norm: every token has rms(y/gamma) = 1 (up to eps and dtype); pre-norm tokens vary
+    is_post = bool(((per_token - 1.0).abs() <= tol).float().mean() >= 0.95)
+    want_post = c.verifier_last.norm == "post"
+    ok = is_post == want_post
+    state = "post-norm" if is_post else "pre-norm"
+    return [_f("verifier_norm_state", "pass" if ok else "fail", cap, "verifier",
+               f"{c.verifier_last.norm}-norm", f"{state} (median rms(y/gamma) = {r:.3f})",
+               f"verifier slot is {state} (rms(y/gamma) = {r:.3f}); contract says {c.verifier_last.norm}-norm",
+               "K4")]
+
+
+# --- norm bands ----------------------------------------------------------------------------------
+
+
+def band_rows(c: Contract, rows: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Mask of rows that are banded: not an excluded position, not a massive activation."""
+    keep = ~torch.isin(rows, torch.tensor(sorted(set(c.norm_bands.exclude_positions)), dtype=torch.long))
+    ratio = c.norm_bands.massive_activation_ratio
+    if ratio and bool(keep.any()):
+        r = rms(x)
+        med = r[keep].median()
+        keep &= r <= ratio * med
+    return keep
+
+
+def check_norm_bands(c: Contract, cap: Capture) -> list[Finding]:
+    """K4/K12 (and K2 where scales differ): per-slot per-token RMS within the contract's band.
+    Uncalibrated bands are reported as skip with observed "uncalibrated", never as pass."""
+    if c.norm_bands.status != "calibrated":
+        return [_f("norm_band", "skip", cap, None, "calibrated bands", "uncalibrated",
+                   "norm bands are uncalibrated: magnitudes are not checked", "K4")]
+    d = c.draft.target_hidden_size
+    out = []
+    named = list(enumerate(cap.slots(d)))
+    targets: list[tuple[str, Boundary, torch.Tensor, torch.Tensor]] = [
+        (_slot_label(i), c.aux[i], s, cap.rows) for i, s in named if i < c.num_slots and s.shape[-1] == d
+    ]
+    if cap.verifier_last is not None:
+        targets.append(("verifier", c.verifier_last.parsed, cap.verifier_last, cap.rows + c.alignment.target))
+    for label, b, x, rows in targets:
+        band = c.band_for(b)
+        if band is None or not x.shape[0]:
+            continue
+        keep = band_rows(c, rows, x)
+        if not bool(keep.any()):
+            out.append(_f("norm_band", "skip", cap, label, [band.lo, band.hi], None, "every row is excluded", "K4"))
+            continue
+        r = rms(x[keep])
+        lo, hi = float(r.min()), float(r.max())
+        outside = ((r < band.lo) | (r > band.hi)).sum().item()
+        ok = outside == 0
+        out.append(_f("norm_band", "pass" if ok else "fail", cap, label, [band.lo, band.hi], [lo, hi],
+                      f"{label} ({b}) per-token RMS in [{lo:.4g}, {hi:.4g}]"
+                      + ("" if ok else f": {outside} rows outside the band [{band.lo:.4g}, {band.hi:.4g}]"),
+                      "K4"))
+    return out
+
+
+# --- alignment -----------------------------------------------------------------------------------
+
+
+def _best_offset(slot: torch.Tensor, rows: torch.Tensor, ref_b: torch.Tensor, offsets=(-1, 0, 1, 2)) -> tuple[Optional[int], dict]:
+    T = ref_b.shape[0]
+    scores = {}
+    for o in offsets:
+        r = rows + o
+        v = (r >= 0) & (r < T)
+        if not bool(v.any()):
+            continue
+        scores[o] = float(torch.nn.functional.cosine_similarity(slot.float()[v], ref_b[r[v]], dim=-1).mean())
+    if not scores:
+        return None, scores
+    return max(scores, key=scores.get), scores
+
+
+def check_feature_alignment(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
+    """K13: feature rows sit at the tokens the path says (fingerprint shift search over -1..+2,
+    using the first slot's declared boundary); catches rows shifted or permuted across requests."""
+    d = c.draft.target_hidden_size
+    if cap.feature.shape[0] < 2 or cap.width < d:
+        return [_f("feature_alignment", "skip", cap, "slot 0", c.alignment.feature, None,
+                   "fewer than 2 rows: a shift cannot be told apart", "K13")]
+    o, scores = _best_offset(cap.slots(d)[0], cap.rows, ref.boundary(c.aux[0]))
+    ok = o == c.alignment.feature
+    return [_f("feature_alignment", "pass" if ok else "fail", cap, "slot 0", c.alignment.feature, o,
+               f"feature row t is the hidden state of token t{o:+d}" + ("" if ok else
+               f"; contract says t{c.alignment.feature:+d} (cosines by offset {scores})"), "K13")]
+
+
+def check_target_alignment(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
+    """K13: the verifier row paired with feature row t is token t + alignment.target."""
+    if cap.verifier_last is None:
+        return []
+    if cap.verifier_last.shape[0] < 2 or cap.verifier_last.shape[-1] != c.target.hidden_size:
+        return [_f("target_alignment", "skip", cap, "verifier", c.alignment.target, None, "fewer than 2 rows", "K13")]
+    o, scores = _best_offset(cap.verifier_last, cap.rows, ref.boundary(c.verifier_last.parsed))
+    ok = o == c.alignment.target
+    return [_f("target_alignment", "pass" if ok else "fail", cap, "verifier", c.alignment.target, o,
+               f"verifier row paired with feature row t is token t{o:+d}" + ("" if ok else
+               f"; contract says t{c.alignment.target:+d}"), "K13")]
+
+
+def _offset_equal(check: str, cap: Capture, label: str, got: torch.Tensor, src: torch.Tensor, offset: int, fault: str) -> list[Finding]:
+    idx = cap.rows + offset
+    v = (idx >= 0) & (idx < src.shape[0])
+    if not bool(v.any()):
+        return [_f(check, "skip", cap, label, offset, None, "no rows inside the sequence at this offset", fault)]
+    bad = (got[v].long() != src[idx[v]].long()).nonzero().flatten()
+    ok = bad.numel() == 0
+    return [_f(check, "pass" if ok else "fail", cap, label, f"row t pairs with source[t{offset:+d}]",
+               "all rows" if ok else f"{bad.numel()} rows differ, first at row {int(bad[0])}",
+               f"{label} of row t is source token t{offset:+d}" if ok else
+               f"{label} does not pair row t with t{offset:+d}: {bad.numel()} of {int(v.sum())} rows differ", fault)]
+
+
+def check_input_token_alignment(c: Contract, cap: Capture) -> list[Finding]:
+    """K13: the draft input id paired with feature row t is token t + alignment.input_token."""
+    if cap.draft_input_ids is None:
+        return []
+    return _offset_equal("input_token_alignment", cap, "input ids", cap.draft_input_ids, cap.token_ids,
+                         c.alignment.input_token, "K13")
+
+
+def check_loss_mask_alignment(c: Contract, cap: Capture) -> list[Finding]:
+    """K13: the loss-mask entry paired with feature row t is the dataset's mask at t + alignment.loss_mask."""
+    if cap.loss_mask is None or cap.source_loss_mask is None:
+        return []
+    return _offset_equal("loss_mask_alignment", cap, "loss mask", cap.loss_mask, cap.source_loss_mask,
+                         c.alignment.loss_mask, "K13")
+
+
+def check_position_alignment(c: Contract, cap: Capture) -> list[Finding]:
+    """K14: row t gets position id t + alignment.position, advancing by one per row."""
+    if cap.position_ids is None or cap.path != "training":
+        return []
+    want = cap.rows + c.alignment.position
+    p = cap.position_ids.long()
+    bad = (p != want).nonzero().flatten()
+    ok = bad.numel() == 0
+    return [_f("position_alignment", "pass" if ok else "fail", cap, None, f"t{c.alignment.position:+d}",
+               "all rows" if ok else f"row {int(bad[0])}: {int(p[bad[0]])} != {int(want[bad[0]])}",
+               "positions are t+%d" % c.alignment.position if ok else
+               f"{bad.numel()} rows have the wrong position id", "K14")]
+
+
+# --- cross-path ----------------------------------------------------------------------------------
+
+
+def check_cross_path(c: Contract, a: Capture, b: Capture) -> list[Finding]:
+    """K13/K9: two paths give the same feature rows for the same tokens (cosine >= the contract's
+    cross_path_min_cosine on every shared token; reports the max abs difference)."""
+    where = f"{a.path} vs {b.path} ({a.where} / {b.where})"
+    if a.width != b.width:
+        return [Finding("cross_path", "fail", f"{a.path}|{b.path}", "feature", a.width, b.width, where,
+                        f"widths differ: {a.width} vs {b.width}", "K5")]
+    if not torch.equal(a.token_ids[: min(len(a.token_ids), len(b.token_ids))],
+                       b.token_ids[: min(len(a.token_ids), len(b.token_ids))]):
+        return [Finding("cross_path", "skip", f"{a.path}|{b.path}", "feature", None, None, where,
+                        "the two captures are not over the same tokens", "K13")]
+    ia = {int(r): i for i, r in enumerate(a.rows)}
+    pairs = [(ia[int(r)], j) for j, r in enumerate(b.rows) if int(r) in ia]
+    if not pairs:
+        return [Finding("cross_path", "skip", f"{a.path}|{b.path}", "feature", None, None, where, "no shared rows", "K13")]
+    ai = torch.tensor([p[0] for p in pairs])
+    bi = torch.tensor([p[1] for p in pairs])
+    d = c.draft.target_hidden_size
+    xa, xb = a.feature[ai].float(), b.feature[bi].float()
+    cos = torch.stack([torch.nn.functional.cosine_similarity(sa, sb, dim=-1)
+                       for sa, sb in zip(xa.split(d, -1), xb.split(d, -1))]).min(0).values
+    worst = float(cos.min())
+    maxabs = float((xa - xb).abs().max())
+    ok = worst >= c.gates.cross_path_min_cosine
+    return [Finding("cross_path", "pass" if ok else "fail", f"{a.path}|{b.path}", "feature",
+                    f"cos >= {c.gates.cross_path_min_cosine}", f"min cos {worst:.5f}, max |diff| {maxabs:.4g}", where,
+                    f"{len(pairs)} shared rows: min per-slot cosine {worst:.5f}, max abs difference {maxabs:.4g}"
+                    + ("" if ok else f" (row {int(ai[cos.argmin()])} of {a.path})"), "K13")]
+
+
+# --- suites --------------------------------------------------------------------------------------
+
+CAPTURE_CHECKS: list[Callable[[Contract, Capture], list[Finding]]] = [
+    check_slot_count, check_width, check_dtype, check_finite, check_row_count, check_token_ids_match,
+    check_engine_mapping, check_fc_ran, check_norm_bands, check_input_token_alignment,
+    check_loss_mask_alignment, check_position_alignment,
+]
+REFERENCE_CHECKS: list[Callable[[Contract, Capture, Reference], list[Finding]]] = [
+    check_slot_identity, check_slot_order, check_no_embedding, check_verifier_identity,
+    check_verifier_norm_state, check_feature_alignment, check_target_alignment,
+]
+
+
+def run_checks(c: Contract, cap: Capture, ref: Optional[Reference]) -> list[Finding]:
+    """All checks on one capture. Without a reference, fingerprint checks are reported as skip."""
+    out = check_sample_available(c, cap)
+    if cap.unavailable:
+        return out
+    for chk in CAPTURE_CHECKS:
+        out += chk(c, cap)
+    if ref is None:
+        out.append(_f("slot_identity", "skip", cap, None, None, None,
+                      "no reference model: slot identity, order and alignment not checked", "K2"))
+        return out
+    for chk in REFERENCE_CHECKS:
+        out += chk(c, cap, ref)
+    return out

@@ -1,0 +1,162 @@
+"""``conformance`` command line.
+
+Exit codes: 0 = conforms, 1 = violations found, 2 = bad input or usage (argparse's own usage
+errors also exit 2). No traceback escapes unless ``--debug`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad input: reported in one line, exit 2."""
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(stderr=False, highlight=False, soft_wrap=True)
+
+
+def _load(path: str):
+    from conformance.contract import ContractError, load_contract
+
+    try:
+        return load_contract(path)
+    except ContractError as e:
+        raise UsageError(str(e)) from None
+
+
+# --- validate --------------------------------------------------------------------------------
+
+
+def cmd_validate(args) -> int:
+    from conformance.contract import ContractError, load_contract
+
+    con = _console()
+    bad = 0
+    for p in args.contracts:
+        try:
+            c = load_contract(p)
+        except ContractError as e:
+            bad += 1
+            for prob in e.problems:
+                con.print(f"[red]{prob.format(e.file)}[/red]")
+            continue
+        bands = c.norm_bands.status
+        con.print(f"[green]ok[/green] {p}: {c.name}: aux {c.capture.boundaries} + verifier "
+                  f"{c.verifier_last.tensor}, width {c.capture.feature_width}, bands {bands}")
+    return EXIT_BAD_INPUT if bad else EXIT_OK
+
+
+# --- check-data ------------------------------------------------------------------------------
+
+
+def cmd_check_data(args) -> int:
+    from conformance import report, runner
+    from conformance.paths.training import TrainingDataError, TrainingLoader
+    from conformance.reference import ReferenceError
+
+    c = _load(args.contract)
+    data = Path(args.data)
+    if not data.is_dir():
+        raise UsageError(f"{data}: no such data directory")
+    ref_dir: Optional[Path] = Path(args.reference) if args.reference else None
+    if ref_dir is None and not args.no_reference:
+        try:
+            ref_dir = runner.resolve_pair(c).target_dir
+        except runner.PairUnavailable:
+            ref_dir = None
+    try:
+        loader = TrainingLoader(data, c.draft.target_hidden_size, c.num_slots, runner._dtype(c.data_dtype))
+    except TrainingDataError as e:
+        raise UsageError(str(e)) from None
+    n = len(loader)
+    if n == 0:
+        raise UsageError(f"{data}: the dataset holds no samples")
+    try:
+        findings = runner.training_findings(c, data, ref_dir, runner.default_batches(n, args.batch_size), loader)
+    except ReferenceError as e:
+        raise UsageError(str(e)) from None
+    extra = {"data": str(data), "samples": str(n),
+             "reference": str(ref_dir) if ref_dir else "none (slot identity not checked)"}
+    if not args.quiet:
+        report.render_table(findings, f"{c.name}: training data ({args.contract})", _console(), extra)
+    if args.json:
+        report.write_json(args.json, args.contract, findings, extra)
+    return EXIT_VIOLATIONS if any(f.status == "fail" for f in findings) else EXIT_OK
+
+
+# --- parser ----------------------------------------------------------------------------------
+
+_EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
+
+
+def register(fn: Callable[[argparse._SubParsersAction], None]) -> Callable:
+    """Register a function that adds a subcommand (used by authoring and fault-matrix modules)."""
+    _EXTRA_COMMANDS.append(fn)
+    return fn
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="conformance", description="EAGLE-3 draft-boundary conformance.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    v = sub.add_parser("validate", help="validate contract files (schema + semantics)")
+    v.add_argument("contracts", nargs="+", metavar="CONTRACT")
+    v.set_defaults(func=cmd_validate)
+
+    d = sub.add_parser("check-data", help="check a speculators 0.9.0 dataset against a contract")
+    d.add_argument("contract", metavar="CONTRACT")
+    d.add_argument("--data", required=True, metavar="DIR", help="speculators 0.9.0 dataset directory")
+    d.add_argument("--reference", metavar="MODEL_DIR",
+                   help="HF-format target directory for slot identity (default: the contract's fixture or target.path)")
+    d.add_argument("--no-reference", action="store_true", help="skip fingerprint checks")
+    d.add_argument("--json", metavar="OUT", help="write findings as JSON")
+    d.add_argument("--batch-size", type=int, default=4, help="samples per loader batch (default 4)")
+    d.add_argument("--quiet", action="store_true", help="no table")
+    d.set_defaults(func=cmd_check_data)
+
+    _load_extra_commands()
+    for fn in _EXTRA_COMMANDS:
+        fn(sub)
+    return p
+
+
+def _load_extra_commands() -> None:
+    import importlib
+
+    for mod in ("conformance.authoring", "conformance.faults"):
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name != mod:
+                raise
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except UsageError as e:
+        print(f"conformance: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a bug or an unforeseen input problem: one line, exit 2
+        if args.debug:
+            raise
+        print(f"conformance: error: {type(e).__name__}: {e} (run with --debug for a traceback)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""Write training data in the speculators 0.9.0 on-disk format from a target's real forward.
+
+Layout (../shared/REFERENCE.md section 5.1; speculators src/speculators/train/data.py
+``ArrowDataset`` and hs_connectors ``FileTransfer``):
+
+- an Arrow ``save_to_disk`` directory with columns ``input_ids``, ``loss_mask``, ``seq_len``,
+  built by speculators' own ``build_speculator_training_dataset`` (pre-tokenized passthrough);
+- ``hidden_states/hs_{i}.safetensors`` with ``hidden_states`` [T, N, H] and ``token_ids`` [T],
+  ``i`` being the Arrow row, slots stacked in the order given (aux ascending, verifier last, as
+  vLLM's connector stores them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from conformance import torch_env
+
+torch_env.prepare()
+import torch  # noqa: E402
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def write_speculators_dataset(
+    out: Path,
+    reference,
+    samples: Sequence[Sequence[int]],
+    *,
+    slots: Sequence[str],
+    dtype: str = "bfloat16",
+    loss_masks: Sequence[Sequence[int]] | None = None,
+) -> Path:
+    """Capture ``slots`` (canonical boundaries, e.g. ["B_2","B_4","B_5","B_8"]) for each sample
+    with ``reference`` (a :class:`conformance.reference.ReferenceModel`) and write the dataset.
+
+    Returns ``out``. Raises ``FileExistsError`` if ``out`` exists (inputs are never overwritten).
+    """
+    from datasets import Dataset
+    from safetensors.torch import save_file
+    from speculators.data_generation.preprocessing import build_speculator_training_dataset
+
+    out = Path(out)
+    if out.exists():
+        raise FileExistsError(f"{out} exists; refusing to overwrite")
+    hs_dir = out / "hidden_states"
+    hs_dir.mkdir(parents=True)
+    masks = list(loss_masks) if loss_masks is not None else [[1] * len(s) for s in samples]
+    rows = {"input_ids": [list(map(int, s)) for s in samples], "loss_mask": [list(map(int, m)) for m in masks]}
+    ds = build_speculator_training_dataset(Dataset.from_dict(rows), processor=None, max_length=10**9, num_proc=1)
+    ds.save_to_disk(str(out))
+    for i, ids in enumerate(rows["input_ids"]):
+        ref = reference.capture(ids)
+        hs = torch.stack([ref.boundary(b) for b in slots], dim=1).to(_DTYPES[dtype]).contiguous()
+        save_file({"hidden_states": hs, "token_ids": torch.tensor(ids, dtype=torch.long)},
+                  str(hs_dir / f"hs_{i}.safetensors"))
+    return out

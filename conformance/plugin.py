@@ -1,0 +1,224 @@
+"""pytest plugin (entry point ``pytest11``): ``pytest -m conformance``.
+
+- Collects every contract YAML under a ``contracts/`` directory (or each ``--contract PATH``) as a
+  test file with one item per path: ``training``, ``sglang-extend``, ``sglang-decode``,
+  ``cross-path``. Items are marked ``conformance``; contracts whose pair is not available locally
+  are skipped with the reason.
+- Registers the markers ``conformance`` and ``gpu`` and the hypothesis profiles ``ci`` (fast,
+  derandomized), ``dev`` and ``gpu``; choose one with ``--hypothesis-profile`` (default ``ci``).
+- Fixtures for hand-written tests: ``conformance_contracts``, ``conformance_reference``,
+  ``conformance_training_captures``.
+- Prints the findings table at the end and writes ``--conformance-json OUT``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", max_examples=8, derandomize=True, deadline=None, database=None,
+    suppress_health_check=list(HealthCheck), print_blob=True,
+)
+settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+settings.register_profile("gpu", max_examples=4, deadline=None, derandomize=True, database=None,
+                          suppress_health_check=list(HealthCheck))
+
+PATHS = ("training", "sglang-extend", "sglang-decode", "cross-path")
+_FINDINGS = pytest.StashKey[dict]()
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("conformance", "EAGLE-3 draft-boundary conformance")
+    g.addoption("--contract", action="append", default=[], metavar="PATH",
+                help="contract YAML to check (repeatable; default: every contract under contracts/)")
+    g.addoption("--conformance-json", metavar="OUT", help="write all findings as JSON")
+    g.addoption("--conformance-paths", default=",".join(PATHS),
+                help=f"comma-separated paths to run (default: {','.join(PATHS)})")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "conformance: the contract conformance suite (pytest -m conformance)")
+    config.addinivalue_line("markers", "gpu: needs a GPU and a real SGLang engine; skipped without one")
+    config.stash[_FINDINGS] = {}
+    if not config.getoption("hypothesis_profile", None):
+        settings.load_profile("ci")
+    extra = [str(Path(p)) for p in config.getoption("--contract")]
+    for p in extra:
+        if p not in config.args:
+            config.args.append(p)
+
+
+def pytest_collect_file(file_path: Path, parent):
+    if file_path.suffix not in (".yaml", ".yml"):
+        return None
+    explicit = {Path(p).resolve() for p in parent.config.getoption("--contract")}
+    if explicit:
+        if file_path.resolve() not in explicit:
+            return None
+    elif file_path.parent.name != "contracts":
+        return None
+    return ContractFile.from_parent(parent, path=file_path)
+
+
+class ConformanceFailure(Exception):
+    def __init__(self, findings):
+        self.findings = findings
+        super().__init__(f"{len(findings)} conformance violations")
+
+
+class ContractFile(pytest.File):
+    def collect(self):
+        from conformance.contract import ContractError, load_contract
+
+        try:
+            contract = load_contract(self.path)
+        except ContractError as e:
+            yield ContractErrorItem.from_parent(self, name="contract", error=e)
+            return
+        wanted = [p.strip() for p in self.config.getoption("--conformance-paths").split(",")]
+        for p in PATHS:
+            if p in wanted:
+                item = PathItem.from_parent(self, name=p, contract=contract, conformance_path=p)
+                item.add_marker(pytest.mark.conformance)
+                yield item
+
+
+class ContractErrorItem(pytest.Item):
+    def __init__(self, *, error, **kw):
+        super().__init__(**kw)
+        self.error = error
+        self.add_marker(pytest.mark.conformance)
+
+    def runtest(self):
+        raise self.error
+
+    def repr_failure(self, excinfo):
+        return str(self.error)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name}::contract"
+
+
+class PathItem(pytest.Item):
+    """One contract on one path, driven by hypothesis."""
+
+    def __init__(self, *, contract, conformance_path: str, **kw):
+        super().__init__(**kw)
+        self.contract = contract
+        self.conformance_path = conformance_path
+
+    def _record(self, findings):
+        store = self.config.stash[_FINDINGS].setdefault((str(self.path), self.contract.name), [])
+        store.extend(findings)
+
+    def runtest(self):
+        from conformance import suite
+        from conformance.runner import PairUnavailable, resolve_pair
+
+        try:
+            pair = resolve_pair(self.contract)
+        except PairUnavailable as e:
+            pytest.skip(f"pair not available locally: {e}")
+        fn = getattr(suite, "run_" + self.conformance_path.replace("-", "_"))
+        findings = fn(self.contract, pair)
+        if isinstance(findings, suite.Skipped):
+            pytest.skip(findings.reason)
+        self._record(findings)
+        bad = [f for f in findings if f.status == "fail"]
+        if bad:
+            raise ConformanceFailure(bad)
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, ConformanceFailure):
+            from conformance.report import summarize
+
+            lines = [f"{self.contract.name} on {self.conformance_path}: violations"]
+            for g in summarize(excinfo.value.findings):
+                ex = g["example"]
+                lines.append(f"  [{ex.fault}] {g['check']} {g['slot'] or ''}: {ex.message} ({ex.where}; "
+                             f"{g['fail']} failing)")
+            return "\n".join(lines)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.contract.name}::{self.conformance_path}"
+
+
+def _sglang_version() -> Optional[str]:
+    try:
+        from importlib.metadata import version
+
+        return version("sglang")
+    except Exception:
+        return None
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    store = config.stash.get(_FINDINGS, {})
+    if not store:
+        return
+    from rich.console import Console
+
+    from conformance.report import render_table, write_json
+
+    console = Console(file=terminalreporter._tw._file, force_terminal=terminalreporter._tw.hasmarkup,
+                      width=max(terminalreporter._tw.fullwidth, 120), soft_wrap=False)
+    terminalreporter.write_sep("=", "conformance report")
+    all_findings = []
+    for (path, name), findings in store.items():
+        render_table(findings, f"{name} ({path})", console, {"sglang": _sglang_version() or "not installed"})
+        all_findings += findings
+    out = config.getoption("--conformance-json")
+    if out:
+        write_json(out, ",".join(n for _, n in store), all_findings)
+
+
+# --- fixtures for hand-written tests -------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def conformance_contracts(pytestconfig):
+    """The contracts named by ``--contract`` (default: every contract under ./contracts)."""
+    from conformance.contract import load_contract
+
+    paths = pytestconfig.getoption("--contract") or sorted(
+        str(p) for p in (Path(pytestconfig.rootpath) / "contracts").glob("*.yaml"))
+    return [load_contract(p) for p in paths]
+
+
+@pytest.fixture(scope="session")
+def conformance_reference():
+    """``f(contract) -> ReferenceModel`` for the contract's local target (skips when unavailable)."""
+    from conformance.reference import load_reference_model
+    from conformance.runner import PairUnavailable, resolve_pair
+
+    def get(contract):
+        try:
+            pair = resolve_pair(contract)
+        except PairUnavailable as e:
+            pytest.skip(str(e))
+        return load_reference_model(pair.target_dir, contract.target.final_norm)
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def conformance_training_captures():
+    """``f(contract, indices) -> list[Capture]`` through the real speculators loader."""
+    from conformance.paths.training import TrainingLoader
+    from conformance.runner import PairUnavailable, _dtype, resolve_pair
+
+    def get(contract, indices):
+        try:
+            pair = resolve_pair(contract)
+        except PairUnavailable as e:
+            pytest.skip(str(e))
+        loader = TrainingLoader(pair.data_dir, contract.draft.target_hidden_size, contract.num_slots,
+                                _dtype(contract.data_dtype))
+        return loader.batch(indices)
+
+    return get

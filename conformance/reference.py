@@ -1,0 +1,162 @@
+"""Reference capture: every boundary B_0..B_L and F from the target's own forward pass.
+
+HF ``output_hidden_states`` returns L+1 tensors with ``hs[k] = B_k`` for k < L and
+``hs[L] = F`` (transformers swaps in ``last_hidden_state``; ../shared/REFERENCE.md section 1),
+so B_L has no HF index: it is taken with a forward pre-hook on the final norm's input. F is the
+final norm's output. Everything is computed in float32 on CPU unless asked otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from conformance import torch_env
+from conformance.notation import Boundary, all_boundaries, boundary_row
+
+torch_env.prepare()
+import torch  # noqa: E402
+
+
+class ReferenceError(Exception):
+    """The reference model directory cannot be used (missing config or weights, bad format)."""
+
+
+@dataclass
+class Reference:
+    """All boundaries of one sequence.
+
+    Attributes:
+        token_ids: [T] int64.
+        stack: [L+2, T, d] float32; rows 0..L are B_0..B_L, row L+1 is F.
+        final_norm_weight: [d] float32 (gamma of the final RMSNorm).
+        final_norm_eps: epsilon of the final norm.
+        final_norm_kind: "rmsnorm" (x*w) or "rmsnorm_one_plus" (x*(1+w)).
+        num_layers: L.
+    """
+
+    token_ids: torch.Tensor
+    stack: torch.Tensor
+    final_norm_weight: torch.Tensor
+    final_norm_eps: float
+    final_norm_kind: str
+    num_layers: int
+
+    def boundary(self, b: Boundary | str) -> torch.Tensor:
+        """[T, d] float32 tensor of boundary ``b``."""
+        b = Boundary.parse(b)
+        return self.stack[boundary_row(b, self.num_layers)]
+
+    @property
+    def names(self) -> list[Boundary]:
+        return all_boundaries(self.num_layers)
+
+    def effective_gamma(self) -> torch.Tensor:
+        """The multiplier the final norm applies after normalising ([d] float32)."""
+        if self.final_norm_kind == "rmsnorm_one_plus":
+            return 1.0 + self.final_norm_weight
+        return self.final_norm_weight
+
+
+class ReferenceModel:
+    """A target model loaded from an HF-format directory, producing :class:`Reference` objects.
+
+    Args:
+        model_dir: directory with ``config.json`` and safetensors weights.
+        final_norm_kind: how to read the final norm's weight (contract ``target.final_norm``).
+
+    Raises:
+        ReferenceError: no config.json, no weights, or weights that do not load.
+    """
+
+    def __init__(self, model_dir: str | Path, final_norm_kind: str = "rmsnorm"):
+        self.model_dir = Path(model_dir)
+        if not (self.model_dir / "config.json").is_file():
+            raise ReferenceError(f"{self.model_dir}: no config.json (not an HF model directory)")
+        if not any(self.model_dir.glob("*.safetensors")):
+            raise ReferenceError(f"{self.model_dir}: no *.safetensors weights")
+        from transformers import AutoModelForCausalLM
+
+        try:
+            self.model = AutoModelForCausalLM.from_pretrained(
+                self.model_dir, dtype=torch.float32, use_safetensors=True
+            ).eval()
+        except Exception as e:  # transformers raises many types; report them as one kind
+            raise ReferenceError(f"{self.model_dir}: cannot load the model: {e}") from None
+        self.final_norm_kind = final_norm_kind
+        self.num_layers = int(self.model.config.num_hidden_layers)
+        self.hidden_size = int(self.model.config.hidden_size)
+        self._norm = self.model.model.norm
+        self._cache: dict[tuple[int, ...], Reference] = {}
+
+    @torch.no_grad()
+    def capture(self, token_ids: torch.Tensor | list[int]) -> Reference:
+        """Run the target on one sequence and return every boundary.
+
+        Args:
+            token_ids: [T] token ids (T >= 1).
+
+        Returns:
+            A :class:`Reference`; results are cached per token sequence.
+        """
+        ids = torch.as_tensor(token_ids, dtype=torch.long).reshape(-1)
+        key = tuple(ids.tolist())
+        if key in self._cache:
+            return self._cache[key]
+        seen: dict[str, torch.Tensor] = {}
+
+        def pre_hook(_mod, args):
+            seen["B_L"] = args[0].detach().float()
+
+        def post_hook(_mod, _args, out):
+            seen["F"] = out.detach().float()
+
+        h1 = self._norm.register_forward_pre_hook(pre_hook)
+        h2 = self._norm.register_forward_hook(post_hook)
+        try:
+            out = self.model(input_ids=ids[None], output_hidden_states=True, use_cache=False)
+        finally:
+            h1.remove()
+            h2.remove()
+        hs = out.hidden_states
+        L = self.num_layers
+        if len(hs) != L + 1:
+            raise ReferenceError(f"expected {L + 1} hidden states from HF, got {len(hs)}")
+        rows = [hs[k][0].float() for k in range(L)] + [seen["B_L"][0], seen["F"][0]]
+        ref = Reference(
+            token_ids=ids,
+            stack=torch.stack(rows),
+            final_norm_weight=self._norm.weight.detach().float().clone(),
+            final_norm_eps=float(getattr(self._norm, "variance_epsilon", getattr(self._norm, "eps", 1e-6))),
+            final_norm_kind=self.final_norm_kind,
+            num_layers=L,
+        )
+        self._cache[key] = ref
+        return ref
+
+    def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """``embed_tokens(token_ids)`` as float32 [T, d]."""
+        with torch.no_grad():
+            return self.model.get_input_embeddings()(torch.as_tensor(token_ids)).float()
+
+
+_MODELS: dict[tuple[str, str], ReferenceModel] = {}
+
+
+def load_reference_model(model_dir: str | Path, final_norm_kind: str = "rmsnorm") -> ReferenceModel:
+    """Process-wide cached :class:`ReferenceModel` (models are immutable once loaded)."""
+    key = (str(Path(model_dir).resolve()), final_norm_kind)
+    if key not in _MODELS:
+        _MODELS[key] = ReferenceModel(model_dir, final_norm_kind)
+    return _MODELS[key]
+
+
+def rms(x: torch.Tensor) -> torch.Tensor:
+    """Per-token RMS over the last dim: sqrt(mean(x**2)), float32 [...]."""
+    x = x.float()
+    return x.pow(2).mean(-1).sqrt()
+
+
+def optional_reference(model_dir: Optional[str | Path], final_norm_kind: str = "rmsnorm") -> Optional[ReferenceModel]:
+    return None if model_dir is None else load_reference_model(model_dir, final_norm_kind)

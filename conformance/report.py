@@ -1,0 +1,71 @@
+"""Reporters: a rich terminal table (one row per check and slot) and the JSON findings file."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from conformance.findings import Finding
+
+_STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
+
+
+def summarize(findings: Iterable[Finding]) -> list[dict[str, Any]]:
+    """Group findings by (path, check, slot): counts per status and the first message of the worst
+    status, with its locator. Order of first appearance is kept."""
+    groups: "OrderedDict[tuple, dict[str, Any]]" = OrderedDict()
+    for f in findings:
+        key = (f.path, f.check, f.slot)
+        g = groups.setdefault(key, {"path": f.path, "check": f.check, "slot": f.slot, "fault": f.fault,
+                                    "pass": 0, "fail": 0, "skip": 0, "example": None})
+        g[f.status] += 1
+        rank = {"fail": 2, "pass": 1, "skip": 0}  # show a failure, else a pass, else why skipped
+        ex = g["example"]
+        if ex is None or rank[f.status] > rank[ex.status]:
+            g["example"] = f
+    out = []
+    for g in groups.values():
+        g["status"] = "fail" if g["fail"] else ("skip" if not g["pass"] else "pass")
+        out.append(g)
+    return out
+
+
+def render_table(findings: list[Finding], title: str, console=None, extra: Optional[dict[str, str]] = None) -> None:
+    """Print the findings as a table: one row per path, check and slot, in words."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    table = Table(title=title, show_lines=False, expand=False)
+    table.add_column("path")
+    table.add_column("check")
+    table.add_column("slot")
+    table.add_column("result")
+    table.add_column("n", justify="right")
+    table.add_column("detail", overflow="fold")
+    for g in summarize(findings):
+        ex: Finding = g["example"]
+        n = f"{g['pass']}/{g['fail']}/{g['skip']}"
+        detail = ex.message
+        if g["status"] == "fail":
+            detail += f"  [dim]({ex.where}; {ex.fault})[/dim]"
+        table.add_row(g["path"], g["check"], g["slot"] or "", f"[{_STYLE[g['status']]}]{g['status']}[/]", n, detail)
+    console.print(table)
+    if extra:
+        for k, v in extra.items():
+            console.print(f"[bold]{k}[/bold]: {v}")
+    nf = sum(1 for f in findings if f.status == "fail")
+    ns = sum(1 for f in findings if f.status == "skip")
+    verdict = "[bold red]VIOLATIONS[/]" if nf else "[bold green]CONFORMS[/]"
+    console.print(f"{verdict}: {len(findings)} findings, {nf} failed, {ns} skipped "
+                  "(n = pass/fail/skip across samples)")
+
+
+def write_json(out: str | Path, contract: str, findings: list[Finding], meta: Optional[dict[str, Any]] = None) -> None:
+    """Write ``{"contract", "findings": [...]}`` (plus ``meta``) to ``out``."""
+    doc: dict[str, Any] = {"contract": contract, "findings": [f.to_json() for f in findings]}
+    if meta:
+        doc["meta"] = meta
+    Path(out).write_text(json.dumps(doc, indent=1))

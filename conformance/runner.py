@@ -1,0 +1,89 @@
+"""Wiring shared by the CLI and the pytest plugin: resolve a contract's local pair, run a path,
+run the checks. Knows every path adapter; the adapters know nothing of each other."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+from conformance.contract import Contract, contract_source
+from conformance.findings import Finding
+
+
+class PairUnavailable(Exception):
+    """The contract's target/draft/data are not available on this machine."""
+
+
+@dataclass(frozen=True)
+class LocalPair:
+    target_dir: Optional[Path]
+    draft_dir: Optional[Path]
+    data_dir: Optional[Path]
+    origin: str
+
+
+def resolve_pair(c: Contract) -> LocalPair:
+    """Where the contract's target, draft and data live on this machine.
+
+    A contract naming a ``fixture`` is built (deterministically, cached); otherwise
+    ``target.path`` / ``draft.path`` are taken relative to the contract file.
+
+    Raises:
+        PairUnavailable: no fixture and no local target path.
+    """
+    if c.fixture:
+        from conformance.fixtures import FixtureError, build_fixture
+
+        try:
+            b = build_fixture(c.fixture)
+        except FixtureError as e:
+            raise PairUnavailable(str(e)) from None
+        return LocalPair(b.target_dir, b.draft_dir, b.data_dir, f"fixture {c.fixture}")
+    src = contract_source(c)
+    base = src.parent if src else Path.cwd()
+
+    def rel(p: Optional[str]) -> Optional[Path]:
+        if not p:
+            return None
+        q = Path(p)
+        return q if q.is_absolute() else (base / q)
+
+    t = rel(c.target.path)
+    if t is None or not t.is_dir():
+        raise PairUnavailable(f"target {c.target.name} is not available locally (no fixture, target.path "
+                              f"{c.target.path!r})")
+    return LocalPair(t, rel(c.draft.path), None, "local paths")
+
+
+def _dtype(name: str):
+    import torch
+
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[name]
+
+
+def training_findings(c: Contract, data_dir: Path, reference_dir: Optional[Path],
+                      batches: Iterable[Sequence[int]], loader=None) -> list[Finding]:
+    """Run the real speculators loader over ``batches`` of sample indices and check every sample.
+
+    Raises:
+        conformance.paths.training.TrainingDataError: the directory is not a dataset at all.
+        conformance.reference.ReferenceError: the reference directory cannot be loaded.
+    """
+    from conformance.checks import run_checks
+    from conformance.paths.training import TrainingLoader
+    from conformance.reference import load_reference_model
+
+    ref_model = load_reference_model(reference_dir, c.target.final_norm) if reference_dir else None
+    loader = loader or TrainingLoader(data_dir, c.draft.target_hidden_size, c.num_slots, _dtype(c.data_dtype))
+    out: list[Finding] = []
+    for batch in batches:
+        for cap in loader.batch(list(batch)):
+            ref = ref_model.capture(cap.token_ids) if (ref_model and not cap.unavailable and len(cap.token_ids)) else None
+            out += run_checks(c, cap, ref)
+    return out
+
+
+def default_batches(n: int, batch_size: int = 4) -> list[list[int]]:
+    """Consecutive batches covering every sample once."""
+    return [list(range(i, min(i + batch_size, n))) for i in range(0, n, batch_size)]

@@ -1,0 +1,40 @@
+"""Process start-up for code that imports torch (and, through it, transformers / SGLang).
+
+PyPI's torchvision wheels are CUDA builds; beside a CPU torch their C++ operator schemas
+(``torchvision::nms``, ``torchvision::qnms``) do not exist, and importing torchvision (which
+transformers does lazily, and ``sglang.srt.configs`` eagerly) fails with "operator
+torchvision::nms does not exist". Defining the two schemas through ``torch.library`` before the
+first import fixes this for the whole process (../shared/REFERENCE.md section 4).
+Call :func:`prepare` once, before importing transformers, speculators or SGLang.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+_done = False
+
+
+def prepare() -> None:
+    """Define torchvision's operator schemas if torchvision is installed and they are missing.
+
+    Idempotent. Also silences tokenizer fork warnings. Raises nothing; an environment without
+    torchvision is left alone.
+    """
+    global _done
+    if _done:
+        return
+    _done = True
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import torch
+
+    if importlib.util.find_spec("torchvision") is None:
+        return
+    for op in ("nms", "qnms"):
+        try:
+            torch.library.define(
+                f"torchvision::{op}", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor"
+            )
+        except RuntimeError:
+            pass  # already defined (a real CPU torchvision, or a second call)
