@@ -93,6 +93,22 @@ def cmd_check_data(args) -> int:
     return EXIT_VIOLATIONS if any(f.status == "fail" for f in findings) else EXIT_OK
 
 
+# --- schema ----------------------------------------------------------------------------------
+
+
+def cmd_schema(args) -> int:
+    from conformance.contract import SCHEMA_PATH, schema_text
+
+    text = schema_text()
+    if args.write:
+        SCHEMA_PATH.parent.mkdir(parents=True, exist_ok=True)
+        SCHEMA_PATH.write_text(text)
+        print(f"wrote {SCHEMA_PATH}")
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
 # --- parser ----------------------------------------------------------------------------------
 
 _EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
@@ -123,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--batch-size", type=int, default=4, help="samples per loader batch (default 4)")
     d.add_argument("--quiet", action="store_true", help="no table")
     d.set_defaults(func=cmd_check_data)
+
+    s = sub.add_parser("schema", help="print the contract JSON Schema generated from the models")
+    s.add_argument("--write", action="store_true", help="write contracts/schema/contract.schema.json")
+    s.set_defaults(func=cmd_schema)
 
     _load_extra_commands()
     for fn in _EXTRA_COMMANDS:

@@ -447,3 +447,23 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
              "set status: calibrated or remove them")
         )
     return out
+
+
+# --- JSON Schema -----------------------------------------------------------------------------
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "contracts" / "schema" / "contract.schema.json"
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of a contract file, generated from the pydantic models (the single source
+    of truth). Checked in at ``contracts/schema/contract.schema.json``; a test fails on drift."""
+    schema = Contract.model_json_schema(mode="validation")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://github.com/eagle3-conformance/contracts/schema/contract.schema.json"
+    return schema
+
+
+def schema_text() -> str:
+    import json
+
+    return json.dumps(json_schema(), indent=2, sort_keys=False) + "\n"
