@@ -208,7 +208,8 @@ def check_slot_identity(c: Contract, cap: Capture, ref: Reference) -> list[Findi
         if ok:
             msg = f"slot {i} is {declared.describe(c.L)} (cos {d_cos:.4f}, next best {runner:.4f})"
         elif best != declared:
-            msg = f"slot {i} is {best.describe(c.L)} (cos {cos:.4f}); contract says {declared}"
+            msg = (f"slot {i} is {best.describe(c.L)}; contract says {declared} "
+                   f"(cos {cos:.4f} to {best}, {d_cos:.4f} to {declared})")
         else:
             msg = (f"slot {i} matches {declared} (cos {d_cos:.4f}) but not by the margin "
                    f"{c.gates.slot_identity_margin} over the next best ({runner:.4f}) or below "
@@ -301,7 +302,7 @@ def check_verifier_identity(c: Contract, cap: Capture, ref: Reference) -> list[F
     prof = similarity_profile(cap.verifier_last[valid], rows[valid], ref, keep)
     ok, best, d_cos, runner = _judge(declared, prof, c.L, c.gates.slot_identity_margin, c.gates.slot_identity_min_cosine)
     msg = (f"verifier slot is {declared.describe(c.L)} (cos {d_cos:.4f})" if ok else
-           f"verifier slot is {best.describe(c.L)} (cos {float(prof.max()):.4f}); contract says {declared}")
+           f"verifier slot is {best.describe(c.L)}; contract says {declared} (cos {float(prof.max()):.4f} to {best})")
     return [_f("verifier_identity", "pass" if ok else "fail", cap, "verifier", str(declared), str(best), msg, "K4")]
 
 

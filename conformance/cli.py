@@ -19,9 +19,13 @@ class UsageError(Exception):
 
 
 def _console():
+    import sys as _sys
+
     from rich.console import Console
 
-    return Console(stderr=False, highlight=False, soft_wrap=True)
+    # piped output (CI logs, files) gets long lines rather than a table wrapped at 80 columns
+    width = None if _sys.stdout.isatty() else 220
+    return Console(stderr=False, highlight=False, soft_wrap=True, width=width)
 
 
 def _load(path: str):

@@ -18,7 +18,7 @@ SGLang facts this module depends on (paths under ``sglang/`` of the installed 0.
 * id source: ``srt/model_executor/model_runner_components/spec_aux_hidden_state.py:185-196``
   reads the DRAFT config's nested ``eagle_config["eagle_aux_hidden_state_layer_ids"]``; any
   exception gives ``None`` (defaults). We call SGLang's own
-  ``resolve_spec_aux_hidden_state_config`` (``:55-81``) on a published ``ServerArgs`` with
+  ``resolve_spec_aux_hidden_state_config`` (``:53-81``, eagle part ``:132-196``) on a published ``ServerArgs`` with
   ``speculative_algorithm="EAGLE3"`` and ``speculative_draft_model_path=draft_dir`` -- it is
   callable standalone, so no key lookup is replicated.
 * applying the ids: ``configure_aux_hidden_state_capture``
@@ -27,14 +27,15 @@ SGLang facts this module depends on (paths under ``sglang/`` of the installed 0.
   calls ``model.set_eagle3_layers_to_capture(ids)``; we call that same function.
 * setter: ``srt/models/llama.py:929-941`` (no ids -> ``[2, L//2, L-3]``; ids -> ``v+1``);
   ``srt/models/deepseek_v2.py:3458-3473`` (+1 only if ``ids[0] == 1``).
-* capture site: ``LlamaModel.forward`` (``srt/models/llama.py:481-490``) passes the capture
+* capture site: ``LlamaModel.forward`` (``srt/models/llama.py:485-494``) passes the capture
   callback to layer i when ``i in layers_to_capture`` -- so the concat is in layer (ascending)
   order whatever the list order, and duplicates collapse; ``_prepare_attention``
   (``srt/layers/layer_boundary/stage.py:407-460``) captures the embedding on the first layer
   (no residual yet) and otherwise ``stream.residual`` after the fused add, i.e. the residual
   stream ENTERING layer i = B_i. Hence ``layers_to_capture`` entry i -> ``"B_i"``.
-* draft fc guard: ``srt/models/llama_eagle3.py`` ``LlamaModel.forward`` runs the pre-fc norms and
-  ``fc`` only if ``spec_info.hidden_states.shape[-1] != embeds.shape[-1]`` (silent skip).
+* draft fc guard: ``srt/models/llama_eagle3.py:237-247`` (and ``kimi_k25_eagle3.py:285-294``)
+  run the pre-fc norms and ``fc`` only if ``spec_info.hidden_states.shape[-1] !=
+  embeds.shape[-1]`` (silent skip).
 * draft extend after prefill: ``srt/speculative/eagle_worker_v2.py:961-1016`` (ids shifted left
   by one, last slot = sampled token; ``EagleDraftExtendInput(hidden_states=target FULL aux,
   num_tokens_per_req=1)``; LAST capture; forward mode stays EXTEND).
@@ -46,13 +47,16 @@ SGLang facts this module depends on (paths under ``sglang/`` of the installed 0.
   accept_lens - 1`` is the row that seeds the next draft step.
 
 Process-wide state: SGLang keeps one published ``ServerArgs``/runtime context and one set of
-distributed groups per process (``srt/runtime_context.py`` ``publish``: "last-publish-wins").
-:meth:`SGLangCPUHarness.close` tears the groups down so the next harness can be built in the
-same process; two harnesses must not be alive at the same time.
+distributed groups per process (``srt/runtime_context.py:1489-1514`` ``publish``:
+"last-publish-wins"). :meth:`SGLangCPUHarness.close` tears the groups down and a new harness can
+then be built in the same process (verified: several build/close cycles in one pytest process).
+Only one harness is alive at a time: building a new one closes the previous one, whose methods
+then raise ``RuntimeError``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -79,6 +83,18 @@ _DRAFT_INPUT_NOTE = "forward_batch.spec_info.hidden_states at draft.model pre-ho
 _ACTIVE: Optional["SGLangCPUHarness"] = None
 
 
+class DraftForwardError(RuntimeError):
+    """The real draft forward raised (e.g. fc got a K'*d-wide input it was not sized for).
+
+    The failure stays loud, as in SGLang; ``captures`` still holds what ENTERED the draft (recorded
+    by the pre-hook before the failure), with ``provenance["draft_error"]`` set.
+    """
+
+    def __init__(self, message: str, captures: list[Capture]) -> None:
+        super().__init__(message)
+        self.captures = captures
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -97,10 +113,36 @@ def sglang_version() -> str:
 
 
 class _NoopPool:
-    """No-op KV / req-to-token pool: the stand-in attention keeps its own per-request cache."""
+    """No-op req-to-token pool (the stand-in attention keeps its own per-request cache)."""
 
     def __getattr__(self, name: str) -> Any:  # any pool method becomes a no-op
         return lambda *a, **k: None
+
+
+class _LatentRecordingPool(_NoopPool):
+    """KV pool stand-in: records MLA latent writes, ignores everything else.
+
+    On CPU, DeepSeek's MHA prefill writes the latent ``[T, 1, kv_lora_rank + rope]`` with
+    ``get_token_to_kv_pool().set_kv_buffer(self.attn_mha, loc, latent_cache, None)``
+    (``models/deepseek_common/attention_forward_methods/forward_mha.py:596-627, CPU branch``) and calls
+    attention with ``save_kv_cache=False``. A later MLA-form verify must attend to that latent,
+    so while the backend is storing we keep it per (layer_id, request).
+    """
+
+    def __init__(self, backend: "_StandInAttention") -> None:
+        self._backend = backend
+
+    def set_kv_buffer(self, layer, loc, cache_k, cache_v, *args, **kwargs):
+        b = self._backend
+        if not b.store or cache_v is not None:
+            return None
+        start = 0
+        for key, n in b.segments:
+            ck = (layer.layer_id, key)
+            new = cache_k[start:start + n].detach().clone()
+            b.latent[ck] = torch.cat([b.latent[ck], new]) if ck in b.latent else new
+            start += n
+        return None
 
 
 class _StandInAttention:
@@ -129,8 +171,9 @@ class _StandInAttention:
     decode_attention_backend_str = "triton"
 
     def __init__(self) -> None:
-        self.token_to_kv_pool = _NoopPool()
+        self.token_to_kv_pool = _LatentRecordingPool(self)
         self.req_to_token_pool = _NoopPool()
+        self.latent: dict[tuple[int, Any], torch.Tensor] = {}
         self.segments: list[tuple[Any, int]] = []
         self.store = False
         self.attend_cache = False
@@ -159,12 +202,17 @@ class _StandInAttention:
         for key, n in segments:
             qs, ks, vs = q[start:start + n], k[start:start + n], v[start:start + n]
             ck = (layer.layer_id, key)
-            if self.attend_cache and ck in self.cache:
+            lat = self.latent.get(ck)
+            if self.attend_cache and lat is not None and hk == 1 and ks.shape[-1] == lat.shape[-1]:
+                # MLA absorbed form (k = [latent|k_pe], v = latent) over an MHA-prefilled prefix
+                kk = torch.cat([lat.to(ks.dtype), ks])
+                vv = torch.cat([lat[..., : vs.shape[-1]].to(vs.dtype), vs])
+            elif self.attend_cache and ck in self.cache:
                 pk, pv = self.cache[ck]
                 kk, vv = torch.cat([pk, ks]), torch.cat([pv, vs])
             else:
                 kk, vv = ks, vs
-            if self.store:
+            if self.store and save_kv_cache:
                 self.cache[ck] = (kk.detach(), vv.detach())
             p = kk.shape[0] - n  # cached prefix length
             mask = torch.ones(n, kk.shape[0], dtype=torch.bool, device=q.device).tril(diagonal=p)
@@ -175,6 +223,23 @@ class _StandInAttention:
             out[start:start + n] = o.transpose(0, 1).to(out.dtype)
             start += n
         return out.reshape(q.shape[0], hq * layer.v_head_dim)
+
+
+@contextlib.contextmanager
+def _cuda_sync_noop():
+    """CPU shim: ``kimi_k25_eagle3.py:404-416`` ``set_embed`` calls ``torch.cuda.empty_cache()``
+    and ``torch.cuda.synchronize()`` unconditionally after swapping the weight; on a CPU torch the
+    latter raises. Both are device housekeeping with no effect on values."""
+    if torch.cuda.is_available():
+        yield
+        return
+    saved = torch.cuda.synchronize, torch.cuda.empty_cache
+    torch.cuda.synchronize = lambda *a, **k: None
+    torch.cuda.empty_cache = lambda *a, **k: None
+    try:
+        yield
+    finally:
+        torch.cuda.synchronize, torch.cuda.empty_cache = saved
 
 
 # --------------------------------------------------------------------------------------------
@@ -281,10 +346,10 @@ class SGLangCPUHarness:
     ) -> None:
         global _ACTIVE
         if _ACTIVE is not None:
-            raise RuntimeError(
-                "another SGLangCPUHarness is alive in this process; close() it first "
-                "(SGLang keeps one runtime context and one set of process groups per process)"
-            )
+            # SGLang keeps one runtime context and one set of process groups per process
+            # (runtime_context.publish is last-publish-wins): the previous harness is closed.
+            _ACTIVE.close()
+        self.closed = False
         t0 = time.perf_counter()
         self.timings: dict[str, float] = {}
         self.target_dir = Path(target_dir)
@@ -377,7 +442,8 @@ class SGLangCPUHarness:
         # eagle_worker_v2.py:353-363 (init_lm_head): EAGLE3 drafts share the target embedding via
         # set_embed (a no-op when target_hidden_size != hidden_size, llama.py:910-916).
         embed, _head = self.target.get_embed_and_head()
-        self.draft.set_embed(embed)
+        with _cuda_sync_noop():
+            self.draft.set_embed(embed)
 
         # Ids: SGLang's own resolver (reads the draft config) and SGLang's own apply step.
         self.spec_aux_config = resolve_spec_aux_hidden_state_config(
@@ -397,10 +463,9 @@ class SGLangCPUHarness:
             is_dspark=False,
         )
         self.resolved_layers_to_capture = list(self.target.model.layers_to_capture)
+        self._resolved_engine_ids = self.engine_ids
         if self._override is not None:
-            # FAULT INJECTION: the real setter again, with patched engine-native ids.
-            self.target.set_eagle3_layers_to_capture(list(self._override))
-            self.engine_ids = list(self._override)
+            self.set_capture_layers_override(self._override)
         self.num_layers = int(self.target_config.hf_config.num_hidden_layers)
         self.target_hidden = int(self.target_config.hf_config.hidden_size)
         self.draft_hidden = int(self.draft_config.hf_config.hidden_size)
@@ -410,6 +475,27 @@ class SGLangCPUHarness:
         self._install_probes()
 
     _override: Optional[list[int]] = None
+
+    def set_capture_layers_override(self, ids: Optional[list[int]]) -> list[int]:
+        """FAULT INJECTION: re-run the real ``target.set_eagle3_layers_to_capture(ids)``.
+
+        ``ids`` are engine-native (the setter's own mapping applies: Llama ``v+1``, so ``-1``
+        reaches the embedding B_0; deepseek_v2 raw unless ``ids[0] == 1``). ``None`` restores
+        what SGLang resolved from the draft config. Returns the model's new ``layers_to_capture``.
+        Order and duplicates are kept in the list the setter writes, but the capture loop
+        (``llama.py:485-494``) visits layers ascending and tests membership, so the concat is
+        ascending and duplicates collapse -- :attr:`captured_boundaries` reports that.
+        """
+        self._check_open()
+        if ids is None:
+            self._override = None
+            self.target.model.layers_to_capture = list(self.resolved_layers_to_capture)
+            self.engine_ids = self._resolved_engine_ids
+        else:
+            self._override = list(ids)
+            self.target.set_eagle3_layers_to_capture(list(ids))
+            self.engine_ids = list(ids)
+        return self.layers_to_capture
 
     # ---------------------------------------------------------------- probes
 
@@ -433,7 +519,7 @@ class SGLangCPUHarness:
                 hidden=fb.spec_info.hidden_states.detach().clone(),
                 input_ids=got["input_ids"].detach().clone(),
                 positions=got["positions"].detach().clone(),
-                mode=str(fb.forward_mode),
+                mode=fb.forward_mode.name,
             )
 
         def fc_hook(mod, args, out):
@@ -528,10 +614,20 @@ class SGLangCPUHarness:
             self.target.capture_aux_hidden_states, self.target.model.layers_to_capture = saved
 
     def _draft_forward(self, fb, segments):
-        """Draft forward with the probes armed; returns (logits output, probe dict, fc calls)."""
+        """Draft forward with the probes armed.
+
+        Returns ``(logits output or None, probe dict, fc calls, exception or None)``. An exception
+        raised inside the draft after the pre-hook fired is returned (the caller re-raises it as
+        :class:`DraftForwardError` after building the captures); one raised before it propagates.
+        """
         self._probe, self._fc_calls = {}, 0
-        out = self._run(self.draft, self.draft_attn, fb, segments)
-        return out, dict(self._probe), self._fc_calls
+        try:
+            out = self._run(self.draft, self.draft_attn, fb, segments)
+        except Exception as exc:  # noqa: BLE001 - re-raised by the caller
+            if not self._probe:
+                raise
+            return None, dict(self._probe), self._fc_calls, exc
+        return out, dict(self._probe), self._fc_calls, None
 
     def _provenance(self, mode: str, **extra) -> dict:
         prov = {
@@ -568,6 +664,7 @@ class SGLangCPUHarness:
         from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
         from sglang.srt.speculative.eagle_info import EagleDraftExtendInput
 
+        self._check_open()
         t0 = time.perf_counter()
         assert batch and all(len(x) >= 1 for x in batch), "every request needs >= 1 token"
         bs, lens = len(batch), [len(x) for x in batch]
@@ -586,7 +683,7 @@ class SGLangCPUHarness:
                 num_tokens_for_logprob_per_req=1,
             ),
         )
-        _dout, probe, fc_calls = self._draft_forward(dfb, segs)
+        _dout, probe, fc_calls, err = self._draft_forward(dfb, segs)
         self.timings["extend"] = time.perf_counter() - t0
 
         caps, start = [], 0
@@ -609,8 +706,11 @@ class SGLangCPUHarness:
                     "EXTEND", draft_mode=probe["mode"], draft_capture_hidden_mode="LAST",
                     sampled_token=int(sampled[i]), fc_calls=fc_calls,
                     target_output_width=int(target_hidden.shape[-1]),
+                    **({"draft_error": repr(err)} if err is not None else {}),
                 ),
             ))
+        if err is not None:
+            raise DraftForwardError(f"SGLang draft forward failed on extend: {err!r}", caps) from err
         return caps
 
     # ---------------------------------------------------------------- decode path
@@ -657,8 +757,9 @@ class SGLangCPUHarness:
         for that request), ``rows`` [n], ``draft_input_ids`` [n], ``position_ids`` [n].
         """
         from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
-        from sglang.srt.speculative.eagle_info import EagleDraftExtendInput, EagleVerifyInput
+        from sglang.srt.speculative.eagle_info import EagleDraftExtendInput
 
+        self._check_open()
         t0 = time.perf_counter()
         bs = len(prefix)
         assert bs == len(draft_tokens) == len(accepted)
@@ -670,6 +771,7 @@ class SGLangCPUHarness:
 
         # 1. target prefill over the prefix (EXTEND, FULL), caching K/V per request
         self.target_attn.cache.clear()
+        self.target_attn.latent.clear()
         keys = [("dec", i) for i in range(bs)]
         fb = self._extend_batch(prefix, [0] * bs, ForwardMode.EXTEND, CaptureHiddenMode.FULL)
         self._target_forward(fb, list(zip(keys, plens)), store=True)
@@ -697,14 +799,15 @@ class SGLangCPUHarness:
                                      CaptureHiddenMode.FULL, spec_info=spec)
             return self._draft_forward(dfb, [(k, n) for k in keys])
 
-        dout, probe, fc_calls = draft_extend(hidden)
+        dout, probe, fc_calls, err = draft_extend(hidden)
         fed = "target FULL aux concat"
         if feed_final_hidden:
             fed = "target post-norm F (no-aux fallback)"
-        if feed_draft_states:
-            dout, probe, fc_calls = draft_extend(dout.hidden_states)
+        if feed_draft_states and err is None:
+            dout, probe, fc_calls, err = draft_extend(dout.hidden_states)
             fed = "draft's own output states (K9)"
         self.target_attn.cache.clear()
+        self.target_attn.latent.clear()
         self.timings["verify"] = time.perf_counter() - t0
 
         caps = []
@@ -728,8 +831,11 @@ class SGLangCPUHarness:
                     select_row=int(select_index[i]) - i * n, fc_calls=fc_calls,
                     draft_fed=fed, target_output_width=int(hidden.shape[-1]),
                     verify_predict=predict[sl].tolist(),
+                    **({"draft_error": repr(err)} if err is not None else {}),
                 ),
             ))
+        if err is not None:
+            raise DraftForwardError(f"SGLang draft forward failed on verify: {err!r}", caps) from err
         return caps
 
     def _verify_batch(self, prefix, draft_tokens):
@@ -786,6 +892,7 @@ class SGLangCPUHarness:
     def close(self) -> None:
         """Remove hooks, tear down SGLang's process groups and runtime context (idempotent)."""
         global _ACTIVE
+        self.closed = True
         for h in getattr(self, "_hooks", []):
             h.remove()
         self._hooks = []
@@ -795,6 +902,10 @@ class SGLangCPUHarness:
         if self._tmpdir:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("SGLangCPUHarness is closed (a newer harness replaced it?)")
 
     def __enter__(self) -> "SGLangCPUHarness":
         return self

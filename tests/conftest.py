@@ -1,0 +1,72 @@
+"""Shared fixtures for the project's own tests: the embedded tiny-llama pair, its contract, the
+reference model and good captures read through the real speculators loader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conformance import torch_env
+
+torch_env.prepare()
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    from conformance.fixtures import build_fixture
+
+    return build_fixture("tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_contract():
+    from conformance.contract import load_contract
+
+    return load_contract(REPO / "contracts" / "tiny-llama.yaml")
+
+
+@pytest.fixture(scope="session")
+def tiny_ref(tiny):
+    from conformance.reference import load_reference_model
+
+    return load_reference_model(tiny.target_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_loader(tiny, tiny_contract):
+    from conformance.paths.training import TrainingLoader
+    import torch
+
+    return TrainingLoader(tiny.data_dir, tiny_contract.draft.target_hidden_size, tiny_contract.num_slots, torch.bfloat16)
+
+
+@pytest.fixture(scope="session")
+def good_caps(tiny_loader):
+    """Captures of every sample with at least 4 tokens, through the real loader, one batch."""
+    idx = [i for i in range(len(tiny_loader)) if len(tiny_loader.dataset_row(i)["input_ids"]) >= 4]
+    return tiny_loader.batch(idx)
+
+
+def contract_with(contract, **changes):
+    """A copy of ``contract`` with dotted-path fields replaced, validated through the model.
+
+    Example: ``contract_with(c, **{"capture.boundaries": ["B_3","B_4","B_5"]})``.
+    """
+    from conformance.contract import Contract
+
+    data = contract.model_dump(mode="json")
+    for dotted, value in changes.items():
+        node = data
+        parts = dotted.split(".")
+        for p in parts[:-1]:
+            node = node[p]
+        node[parts[-1]] = value
+    return Contract.model_validate(data)

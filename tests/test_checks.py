@@ -1,0 +1,247 @@
+"""Every check passes on good captures and fails on the fault it exists for (injected here).
+
+Good captures come from the real speculators loader over the tiny-llama fixture data; faults are
+injected into copies of them, never into the files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from conftest import contract_with
+
+from conformance import checks
+from conformance.notation import Boundary
+
+
+def _status(findings, check, slot=None):
+    got = [f for f in findings if f.check == check and (slot is None or f.slot == slot)]
+    assert got, f"no {check} finding"
+    return {f.status for f in got}
+
+
+def _feature_from(ref, cap, boundaries):
+    """A feature built from reference boundaries at the capture's rows, in bf16 like the data."""
+    return torch.cat([ref.boundary(b)[cap.rows] for b in boundaries], -1).to(torch.bfloat16)
+
+
+@pytest.fixture
+def cap(good_caps):
+    return max(good_caps, key=lambda c: len(c.rows))
+
+
+@pytest.fixture
+def ref(tiny_ref, cap):
+    return tiny_ref.capture(cap.token_ids)
+
+
+def test_good_capture_passes_every_check(tiny_contract, good_caps, tiny_ref):
+    for cap in good_caps:
+        fs = checks.run_checks(tiny_contract, cap, tiny_ref.capture(cap.token_ids))
+        bad = [f for f in fs if f.status == "fail"]
+        assert not bad, bad
+        assert {"slot_identity", "slot_order", "verifier_identity", "feature_alignment"} <= {f.check for f in fs}
+
+
+def test_slot_identity_names_the_embedding(tiny_contract, cap, ref):
+    bad = replace(cap, feature=_feature_from(ref, cap, ["B_0", "B_4", "B_5"]))
+    fs = checks.check_slot_identity(tiny_contract, bad, ref)
+    f0 = next(f for f in fs if f.slot == "slot 0")
+    assert f0.status == "fail"
+    assert f0.observed == "B_0"
+    assert "slot 0 is B_0 (embedding output)" in f0.message and "contract says B_2" in f0.message
+    assert {f.status for f in fs if f.slot != "slot 0"} == {"pass"}
+
+
+def test_slot_identity_catches_off_by_one(tiny_contract, cap, ref):
+    bad = replace(cap, feature=_feature_from(ref, cap, ["B_3", "B_5", "B_6"]))
+    fs = checks.check_slot_identity(tiny_contract, bad, ref)
+    assert [f.observed for f in fs] == ["B_3", "B_5", "B_6"]
+    assert {f.status for f in fs} == {"fail"}
+
+
+def test_slot_identity_margin_gate(tiny_contract, cap, ref):
+    # a blend of B_4 and B_5 matches neither by the margin
+    mix = 0.5 * ref.boundary("B_4")[cap.rows] / ref.boundary("B_4")[cap.rows].norm(dim=-1, keepdim=True) + \
+        0.5 * ref.boundary("B_5")[cap.rows] / ref.boundary("B_5")[cap.rows].norm(dim=-1, keepdim=True)
+    feat = torch.cat([ref.boundary("B_2")[cap.rows], mix, ref.boundary("B_5")[cap.rows]], -1)
+    fs = checks.check_slot_identity(tiny_contract, replace(cap, feature=feat), ref)
+    assert next(f for f in fs if f.slot == "slot 1").status == "fail"
+
+
+def test_slot_order_catches_swapped_blocks(tiny_contract, cap, ref):
+    bad = replace(cap, feature=_feature_from(ref, cap, ["B_2", "B_5", "B_4"]))
+    f = checks.check_slot_order(tiny_contract, bad, ref)[0]
+    assert f.status == "fail" and "out of order" in f.message
+
+
+def test_no_embedding(tiny_contract, cap, ref):
+    bad = replace(cap, feature=_feature_from(ref, cap, ["B_0", "B_4", "B_5"]))
+    fs = checks.check_no_embedding(tiny_contract, bad, ref)
+    assert _status(fs, "no_embedding", "slot 0") == {"fail"}
+    assert _status(checks.check_no_embedding(tiny_contract, cap, ref), "no_embedding") == {"pass"}
+
+
+def test_slot_count_and_width_catch_missing_slot(tiny_contract, cap):
+    bad = replace(cap, feature=cap.feature[:, :128])  # K-1 slots: B_L unreachable style
+    assert _status(checks.check_slot_count(tiny_contract, bad), "slot_count") == {"fail"}
+    assert _status(checks.check_width(tiny_contract, bad), "feature_width") == {"fail"}
+    assert _status(checks.check_slot_count(tiny_contract, cap), "slot_count") == {"pass"}
+
+
+def test_draft_input_width_catches_d_wide_input(tiny_contract, cap, ref):
+    bad = replace(cap, feature=ref.boundary(Boundary(0, final=True))[cap.rows], draft_input_width=64)
+    fs = checks.check_width(tiny_contract, bad)
+    assert _status(fs, "draft_input_width") == {"fail"}
+    assert _status(checks.check_slot_count(tiny_contract, bad), "slot_count") == {"fail"}
+
+
+def test_verifier_width(tiny_contract, cap):
+    bad = replace(cap, verifier_last=cap.verifier_last[:, :48])
+    assert _status(checks.check_width(tiny_contract, bad), "verifier_width") == {"fail"}
+
+
+def test_fc_ran(tiny_contract, cap):
+    assert _status(checks.check_fc_ran(tiny_contract, replace(cap, fc_ran=False, draft_input_width=64)), "fc_ran") == {"fail"}
+    assert _status(checks.check_fc_ran(tiny_contract, replace(cap, fc_ran=True)), "fc_ran") == {"pass"}
+    assert checks.check_fc_ran(tiny_contract, cap) == []  # no draft on the training path
+
+
+def test_engine_mapping(tiny_contract, cap):
+    good = replace(cap, engine_ids=[1, 3, 4], engine_boundaries=["B_2", "B_4", "B_5"])
+    bad = replace(cap, engine_ids=[2, 4, 5], engine_boundaries=["B_2", "B_4", "B_5"][:0] + ["B_3", "B_4", "B_5"])
+    assert _status(checks.check_engine_mapping(tiny_contract, good), "engine_mapping") == {"pass"}
+    assert _status(checks.check_engine_mapping(tiny_contract, bad), "engine_mapping") == {"fail"}
+
+
+def test_dtype(tiny_contract, cap):
+    bad = replace(cap, feature=cap.feature.float(), provenance={**cap.provenance, "on_disk_dtype": "float32"})
+    fs = checks.check_dtype(tiny_contract, bad)
+    assert _status(fs, "dtype", "feature") == {"fail"} and _status(fs, "dtype", "on disk") == {"fail"}
+    ids32 = replace(cap, draft_input_ids=cap.draft_input_ids.int())
+    assert _status(checks.check_dtype(tiny_contract, ids32), "id_dtype", "draft_input_ids") == {"fail"}
+    assert _status(checks.check_dtype(tiny_contract, cap), "dtype") == {"pass"}
+
+
+def test_finite(tiny_contract, cap):
+    f = cap.feature.clone()
+    f[3, 7] = float("nan")
+    fs = checks.check_finite(tiny_contract, replace(cap, feature=f))
+    bad = next(x for x in fs if x.slot == "feature")
+    assert bad.status == "fail" and "[3]" in bad.observed
+
+
+def test_row_count(tiny_contract, cap):
+    bad = replace(cap, feature=cap.feature[:-1])
+    assert _status(checks.check_row_count(tiny_contract, bad), "row_count") == {"fail"}
+    assert _status(checks.check_row_count(tiny_contract, cap), "row_count") == {"pass"}
+
+
+def test_token_ids_match(tiny_contract, cap):
+    src = cap.token_ids.clone()
+    src[2] += 1
+    assert _status(checks.check_token_ids_match(tiny_contract, replace(cap, source_token_ids=src)), "token_ids") == {"fail"}
+
+
+def test_sample_available(tiny_contract, cap):
+    assert _status(checks.run_checks(tiny_contract, replace(cap, unavailable="token ids mismatch"), None),
+                   "sample_available") == {"fail"}
+
+
+def test_verifier_identity_and_norm_state_catch_F(tiny_contract, cap, ref):
+    F = ref.boundary("F")[cap.rows + 1].to(torch.bfloat16)
+    bad = replace(cap, verifier_last=F)
+    f = checks.check_verifier_identity(tiny_contract, bad, ref)[0]
+    assert f.status == "fail" and f.observed == "F"
+    n = checks.check_verifier_norm_state(tiny_contract, bad, ref)[0]
+    assert n.status == "fail" and "post-norm" in n.observed
+    # a contract that declares F post-norm accepts it, and rejects B_L
+    cF = contract_with(tiny_contract, **{"verifier_last.tensor": "F", "verifier_last.norm": "post"})
+    assert checks.check_verifier_norm_state(cF, bad, ref)[0].status == "pass"
+    assert checks.check_verifier_identity(cF, bad, ref)[0].status == "pass"
+    assert checks.check_verifier_norm_state(cF, cap, ref)[0].status == "fail"
+
+
+def test_norm_state_sees_hidden_without_residual(tiny_contract, cap, ref):
+    # K4: a slot captured without the residual is not B_k: identity must not pass it as B_2
+    no_resid = (ref.boundary("B_3") - ref.boundary("B_2"))[cap.rows]
+    feat = torch.cat([no_resid, ref.boundary("B_4")[cap.rows], ref.boundary("B_5")[cap.rows]], -1)
+    fs = checks.check_slot_identity(tiny_contract, replace(cap, feature=feat), ref)
+    assert next(f for f in fs if f.slot == "slot 0").status == "fail"
+
+
+def _calibrated(contract, ref, cap, kappa=1.5):
+    bands = []
+    for b in contract.aux + [contract.verifier_last.parsed]:
+        rows = cap.rows[1:] + (1 if b == contract.verifier_last.parsed else 0)
+        r = ref.boundary(b)[rows].pow(2).mean(-1).sqrt()
+        bands.append({"slot": str(b), "lo": float(r.min()) / kappa, "hi": float(r.max()) * kappa})
+    return contract_with(contract, **{"norm_bands.status": "calibrated", "norm_bands.bands": bands})
+
+
+def test_norm_bands(tiny_contract, cap, ref):
+    c = _calibrated(tiny_contract, ref, cap)
+    assert _status(checks.check_norm_bands(c, cap), "norm_band") == {"pass"}
+    scaled = cap.feature.clone()
+    scaled[:, 64:128] *= 20  # slot 1 out of scale (an FP8 dump read without its scales, K12)
+    fs = checks.check_norm_bands(c, replace(cap, feature=scaled))
+    assert _status(fs, "norm_band", "slot 1") == {"fail"}
+    assert _status(fs, "norm_band", "slot 0") == {"pass"}
+
+
+def test_uncalibrated_bands_are_reported_not_passed(tiny_contract, cap):
+    fs = checks.check_norm_bands(tiny_contract, cap)
+    assert [f.status for f in fs] == ["skip"] and fs[0].observed == "uncalibrated"
+
+
+def test_feature_alignment_catches_shifted_rows(tiny_contract, cap, ref):
+    shifted = torch.cat([ref.boundary(b)[(cap.rows + 1).clamp(max=len(cap.token_ids) - 1)]
+                         for b in tiny_contract.aux], -1).to(torch.bfloat16)
+    f = checks.check_feature_alignment(tiny_contract, replace(cap, feature=shifted), ref)[0]
+    assert f.status == "fail" and f.observed == 1
+    assert checks.check_feature_alignment(tiny_contract, cap, ref)[0].status == "pass"
+
+
+def test_target_alignment_catches_unshifted_verifier(tiny_contract, cap, ref):
+    unshifted = ref.boundary("B_8")[cap.rows].to(torch.bfloat16)
+    f = checks.check_target_alignment(tiny_contract, replace(cap, verifier_last=unshifted), ref)[0]
+    assert f.status == "fail" and f.observed == 0
+
+
+def test_input_token_and_loss_mask_alignment(tiny_contract, cap):
+    bad = replace(cap, draft_input_ids=cap.token_ids[cap.rows])
+    assert _status(checks.check_input_token_alignment(tiny_contract, bad), "input_token_alignment") == {"fail"}
+    mask = cap.source_loss_mask.clone()
+    mask[: len(mask) // 2] = 0
+    mask[len(mask) // 2:] = 1
+    good = replace(cap, source_loss_mask=mask, loss_mask=mask[cap.rows + 1])
+    bad = replace(cap, source_loss_mask=mask, loss_mask=mask[cap.rows])
+    assert _status(checks.check_loss_mask_alignment(tiny_contract, good), "loss_mask_alignment") == {"pass"}
+    assert _status(checks.check_loss_mask_alignment(tiny_contract, bad), "loss_mask_alignment") == {"fail"}
+
+
+def test_position_alignment(tiny_contract, cap):
+    assert _status(checks.check_position_alignment(tiny_contract, replace(cap, position_ids=cap.rows)),
+                   "position_alignment") == {"fail"}
+    frozen = torch.full_like(cap.position_ids, 1)  # positions not advanced
+    assert _status(checks.check_position_alignment(tiny_contract, replace(cap, position_ids=frozen)),
+                   "position_alignment") == {"fail"}
+
+
+def test_cross_path(tiny_contract, cap):
+    other = replace(cap, path="sglang-extend")
+    assert checks.check_cross_path(tiny_contract, cap, other)[0].status == "pass"
+    f = cap.feature.clone()
+    f[2] = -f[2]
+    assert checks.check_cross_path(tiny_contract, cap, replace(other, feature=f))[0].status == "fail"
+    narrow = replace(other, feature=cap.feature[:, :64])
+    assert checks.check_cross_path(tiny_contract, cap, narrow)[0].status == "fail"
+
+
+def test_checks_do_not_modify_inputs(tiny_contract, cap, ref):
+    before = (cap.feature.clone(), cap.verifier_last.clone(), ref.stack.clone())
+    checks.run_checks(tiny_contract, cap, ref)
+    assert torch.equal(before[0], cap.feature) and torch.equal(before[1], cap.verifier_last)
+    assert torch.equal(before[2], ref.stack)

@@ -1,0 +1,140 @@
+"""The `conformance` CLI (exit codes, JSON) and the pytest plugin (`pytest -m conformance`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from conformance.cli import main
+from conformance.datagen import write_speculators_dataset
+from conformance.fixtures import sample_token_ids
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = REPO / "contracts" / "tiny-llama.yaml"
+
+pytest_plugins = ["pytester"]
+
+
+def _tree_hash(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def seed_incident_data(tmp_path_factory, tiny, tiny_ref):
+    out = tmp_path_factory.mktemp("seed") / "data"
+    samples = sample_token_ids(tiny.spec, 4, 3, 16, seed=11)
+    return write_speculators_dataset(out, tiny_ref, samples, slots=["B_0", "B_2", "B_4", "B_5"])
+
+
+def test_validate_ok_and_bad(tmp_path, capsys):
+    assert main(["validate", str(TINY)]) == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(TINY.read_text().replace("feature_width: 192", "feature_width: 100"))
+    assert main(["validate", str(bad)]) == 2
+    out = capsys.readouterr().out
+    assert f"{bad}:" in out and "feature_width" in out
+
+
+def test_check_data_conforming(tiny, tmp_path, capsys):
+    before = _tree_hash(tiny.data_dir)
+    out = tmp_path / "r.json"
+    assert main(["check-data", str(TINY), "--data", str(tiny.data_dir), "--reference", str(tiny.target_dir),
+                 "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["contract"] == str(TINY)
+    assert {f["status"] for f in doc["findings"]} <= {"pass", "skip"}
+    assert set(doc["findings"][0]) >= {"check", "status", "path", "slot", "expected", "observed", "where"}
+    assert "CONFORMS" in capsys.readouterr().out
+    assert _tree_hash(tiny.data_dir) == before  # inputs are read-only
+
+
+def test_check_data_seed_incident_exit_1(seed_incident_data, tiny, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    rc = main(["check-data", str(TINY), "--data", str(seed_incident_data), "--reference", str(tiny.target_dir),
+               "--json", str(out)])
+    assert rc == 1
+    text = capsys.readouterr().out
+    assert "slot 0 is B_0 (embedding output); contract says B_2" in text
+    doc = json.loads(out.read_text())
+    assert any(f["check"] == "slot_identity" and f["slot"] == "slot 0" and f["status"] == "fail"
+               for f in doc["findings"])
+
+
+def test_check_data_without_reference_says_so(seed_incident_data, capsys):
+    rc = main(["check-data", str(TINY), "--data", str(seed_incident_data), "--no-reference"])
+    assert rc == 0  # shapes are all right: without a reference nothing can see the wrong meaning
+    assert "slot identity not checked" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args,words", [
+    (["check-data", str(TINY), "--data", "/nonexistent"], "no such data directory"),
+    (["check-data", "/nonexistent.yaml", "--data", "/tmp"], "cannot read contract"),
+    (["check-data", str(TINY), "--data", "/tmp"], "not a speculators Arrow dataset"),
+])
+def test_bad_input_exit_2_one_line(args, words, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+def test_usage_error_exit_2():
+    with pytest.raises(SystemExit) as e:
+        main(["check-data"])
+    assert e.value.code == 2
+
+
+def test_reference_dir_without_weights_exit_2(tiny, tmp_path, capsys):
+    empty = tmp_path / "model"
+    empty.mkdir()
+    (empty / "config.json").write_text((tiny.target_dir / "config.json").read_text())
+    assert main(["check-data", str(TINY), "--data", str(tiny.data_dir), "--reference", str(empty)]) == 2
+    assert "no *.safetensors" in capsys.readouterr().err
+
+
+# --- plugin --------------------------------------------------------------------------------------
+
+
+def test_plugin_runs_contract_suite(pytester, tmp_path):
+    res = pytester.runpytest("-m", "conformance", "--contract", str(TINY), "-p", "no:cacheprovider",
+                             "--conformance-paths", "training", "--conformance-json", str(tmp_path / "f.json"))
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines(["*conformance report*", "*slot_identity*slot 0*pass*", "*CONFORMS*"])
+    assert json.loads((tmp_path / "f.json").read_text())["findings"]
+
+
+def test_plugin_fails_on_a_contract_the_data_violates(pytester, tmp_path):
+    # the fixture data holds [B_2, B_4, B_5, B_8]; this contract claims [B_3, B_4, B_5]
+    text = TINY.read_text().replace("boundaries: [B_2, B_4, B_5]", "boundaries: [B_3, B_4, B_5]").replace(
+        "values: [1, 3, 4]", "values: [2, 3, 4]").replace("schema/contract", str(REPO / "contracts/schema/contract"))
+    c = tmp_path / "contracts" / "wrong.yaml"
+    c.parent.mkdir()
+    c.write_text(text)
+    res = pytester.runpytest("-m", "conformance", "--contract", str(c), "-p", "no:cacheprovider",
+                             "--conformance-paths", "training")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*slot 0 is B_2 (entering layer 2); contract says B_3*"])
+
+
+def test_plugin_reports_broken_contract_as_failure(pytester, tmp_path):
+    c = tmp_path / "contracts" / "broken.yaml"
+    c.parent.mkdir()
+    c.write_text(TINY.read_text().replace("feature_width: 192", "feature_width: 7"))
+    res = pytester.runpytest("-m", "conformance", "--contract", str(c), "-p", "no:cacheprovider")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*broken.yaml:*capture.feature_width*"])
+
+
+def test_plain_pytest_does_not_run_the_conformance_suite(pytester):
+    pytester.makeini("[pytest]\naddopts = -m 'not conformance and not gpu'\n")
+    d = pytester.mkdir("contracts")
+    (d / "tiny.yaml").write_text(TINY.read_text())
+    res = pytester.runpytest("-p", "no:cacheprovider")
+    res.assert_outcomes()  # collected and deselected, none run
