@@ -75,7 +75,8 @@ def check_width(c: Contract, cap: Capture) -> list[Finding]:
 
 def check_dtype(c: Contract, cap: Capture) -> list[Finding]:
     """K12: hidden states carry the contract's dtype; token ids are int64."""
-    want = c.data_dtype
+    # on disk / in the training batch: data_dtype; on a serving path: the target's dtype
+    want = c.data_dtype if cap.path.startswith("training") else c.target.dtype
     got = str(cap.feature.dtype).replace("torch.", "")
     out = [_f("dtype", "pass" if got == want else "fail", cap, "feature", want, got,
               f"feature dtype is {got}; contract says {want}", "K12")]
@@ -85,8 +86,8 @@ def check_dtype(c: Contract, cap: Capture) -> list[Finding]:
                       f"verifier dtype is {vg}; contract says {want}", "K12"))
     disk = cap.provenance.get("on_disk_dtype")
     if disk is not None:
-        out.append(_f("dtype", "pass" if disk == want else "fail", cap, "on disk", want, disk,
-                      f"hidden states are stored as {disk}; contract says {want}", "K12"))
+        out.append(_f("dtype", "pass" if disk == c.data_dtype else "fail", cap, "on disk", c.data_dtype, disk,
+                      f"hidden states are stored as {disk}; contract says {c.data_dtype}", "K12"))
     for name in ("token_ids", "draft_input_ids"):
         t = getattr(cap, name)
         if t is not None:
@@ -141,10 +142,15 @@ def check_token_ids_match(c: Contract, cap: Capture) -> list[Finding]:
 
 
 def _keep_rows(c: Contract, cap_rows: torch.Tensor) -> torch.Tensor:
-    """Mask over capture rows that are not excluded positions (falls back to all rows)."""
+    """Mask over capture rows that are not excluded positions (``norm_bands.exclude_positions``:
+    position 0 carries massive activations that make every boundary look alike)."""
     excl = torch.tensor(sorted(set(c.norm_bands.exclude_positions)), dtype=torch.long)
-    keep = ~torch.isin(cap_rows, excl) if excl.numel() else torch.ones_like(cap_rows, dtype=torch.bool)
-    return keep if bool(keep.any()) else torch.ones_like(cap_rows, dtype=torch.bool)
+    return ~torch.isin(cap_rows, excl) if excl.numel() else torch.ones_like(cap_rows, dtype=torch.bool)
+
+
+def _no_rows(check: str, cap: Capture, slot, fault: str) -> list[Finding]:
+    return [_f(check, "skip", cap, slot, None, None,
+               "every row is at an excluded position (e.g. only the start token): cannot fingerprint", fault)]
 
 
 def similarity_profile(slot: torch.Tensor, rows: torch.Tensor, ref: Reference, keep: torch.Tensor) -> torch.Tensor:
@@ -189,6 +195,8 @@ def check_slot_identity(c: Contract, cap: Capture, ref: Reference) -> list[Findi
     if not _usable(cap, d):
         return [_f("slot_identity", "skip", cap, None, None, None, "no rows to fingerprint", "K2")]
     keep = _keep_rows(c, cap.rows)
+    if not bool(keep.any()):
+        return _no_rows("slot_identity", cap, None, "K2")
     out = []
     slots = cap.slots(d)
     for i, slot in enumerate(slots):
@@ -226,6 +234,8 @@ def check_slot_order(c: Contract, cap: Capture, ref: Reference) -> list[Finding]
     if not _usable(cap, d) or cap.width % d:
         return [_f("slot_order", "skip", cap, "feature", None, None, "widths do not split into slots", "K2")]
     keep = _keep_rows(c, cap.rows)
+    if not bool(keep.any()):
+        return _no_rows("slot_order", cap, "feature", "K2")
     got = [identify(s, cap.rows, ref, keep)[0] for s in cap.slots(d)]
     want = c.aux
     ok = got == want
@@ -248,6 +258,8 @@ def check_no_embedding(c: Contract, cap: Capture, ref: Reference) -> list[Findin
     if not _usable(cap, d):
         return [_f("no_embedding", "skip", cap, None, None, None, "no rows", "K2")]
     keep = _keep_rows(c, cap.rows)
+    if not bool(keep.any()):
+        return _no_rows("no_embedding", cap, None, "K2")
     emb = ref.boundary(Boundary(0))[cap.rows]
     out = []
     for i, s in enumerate(cap.slots(d)):
@@ -284,6 +296,19 @@ def check_fc_ran(c: Contract, cap: Capture) -> list[Finding]:
                f"the draft's fc did not run: a {cap.draft_input_width}-wide input skipped it", "K5")]
 
 
+def check_fc_shape(c: Contract, cap: Capture) -> list[Finding]:
+    """K6: the draft's fc is [draft hidden, K x target_hidden_size] (sized from the target width,
+    not the draft width; python/sglang/srt/models/llama_eagle3.py:151-167)."""
+    fin, fout = cap.provenance.get("fc_in_features"), cap.provenance.get("fc_out_features")
+    if fin is None:
+        return []
+    want = (c.capture.feature_width, c.draft.hidden_size)
+    ok = (fin, fout) == want
+    return [_f("fc_shape", "pass" if ok else "fail", cap, "fc", f"in {want[0]}, out {want[1]}",
+               f"in {fin}, out {fout}",
+               f"draft fc maps {fin} -> {fout}" + ("" if ok else f"; contract says {want[0]} -> {want[1]}"), "K6")]
+
+
 # --- verifier ------------------------------------------------------------------------------------
 
 
@@ -298,6 +323,8 @@ def check_verifier_identity(c: Contract, cap: Capture, ref: Reference) -> list[F
     if not bool(valid.any()):
         return [_f("verifier_identity", "skip", cap, "verifier", None, None, "no rows", "K4")]
     keep = _keep_rows(c, rows[valid])
+    if not bool(keep.any()):
+        return _no_rows("verifier_identity", cap, "verifier", "K4")
     declared = c.verifier_last.parsed
     prof = similarity_profile(cap.verifier_last[valid], rows[valid], ref, keep)
     ok, best, d_cos, runner = _judge(declared, prof, c.L, c.gates.slot_identity_margin, c.gates.slot_identity_min_cosine)
@@ -437,6 +464,17 @@ def check_input_token_alignment(c: Contract, cap: Capture) -> list[Finding]:
     """K13: the draft input id paired with feature row t is token t + alignment.input_token."""
     if cap.draft_input_ids is None:
         return []
+    accepted = cap.provenance.get("accepted")
+    if accepted is not None:
+        # after verify only accepted rows pair with a known next token: row j < accepted-1 pairs
+        # with draft token j+1; the last accepted row pairs with the bonus (sampled) token
+        from dataclasses import replace as _replace
+
+        k = max(int(accepted) - 1, 0)
+        if k == 0:
+            return [_f("input_token_alignment", "skip", cap, "input ids", c.alignment.input_token, None,
+                       "only the bonus token was accepted: no row pairs with a known token", "K13")]
+        cap = _replace(cap, rows=cap.rows[:k], draft_input_ids=cap.draft_input_ids[:k])
     return _offset_equal("input_token_alignment", cap, "input ids", cap.draft_input_ids, cap.token_ids,
                          c.alignment.input_token, "K13")
 
@@ -450,17 +488,21 @@ def check_loss_mask_alignment(c: Contract, cap: Capture) -> list[Finding]:
 
 
 def check_position_alignment(c: Contract, cap: Capture) -> list[Finding]:
-    """K14: row t gets position id t + alignment.position, advancing by one per row."""
-    if cap.position_ids is None or cap.path != "training":
+    """K14: row t gets position id t + offset, advancing by one per row. The offset is
+    ``alignment.position`` on the training path (speculators' shift_batch starts positions at 1)
+    and ``alignment.serving_position`` on SGLang paths (the draft reuses the target's positions)."""
+    if cap.position_ids is None or not cap.position_ids.numel():
         return []
-    want = cap.rows + c.alignment.position
+    off = c.alignment.position if cap.path.startswith("training") else c.alignment.serving_position
+    want = cap.rows + off
     p = cap.position_ids.long()
     bad = (p != want).nonzero().flatten()
     ok = bad.numel() == 0
-    return [_f("position_alignment", "pass" if ok else "fail", cap, None, f"t{c.alignment.position:+d}",
+    return [_f("position_alignment", "pass" if ok else "fail", cap, None, f"t{off:+d}",
                "all rows" if ok else f"row {int(bad[0])}: {int(p[bad[0]])} != {int(want[bad[0]])}",
-               "positions are t+%d" % c.alignment.position if ok else
-               f"{bad.numel()} rows have the wrong position id", "K14")]
+               f"positions are t{off:+d}" if ok else
+               f"{bad.numel()} rows have the wrong position id (first: row {int(bad[0])} has "
+               f"{int(p[bad[0]])}, expected {int(want[bad[0]])})", "K14")]
 
 
 # --- cross-path ----------------------------------------------------------------------------------
@@ -500,7 +542,7 @@ def check_cross_path(c: Contract, a: Capture, b: Capture) -> list[Finding]:
 
 CAPTURE_CHECKS: list[Callable[[Contract, Capture], list[Finding]]] = [
     check_slot_count, check_width, check_dtype, check_finite, check_row_count, check_token_ids_match,
-    check_engine_mapping, check_fc_ran, check_norm_bands, check_input_token_alignment,
+    check_engine_mapping, check_fc_ran, check_fc_shape, check_norm_bands, check_input_token_alignment,
     check_loss_mask_alignment, check_position_alignment,
 ]
 REFERENCE_CHECKS: list[Callable[[Contract, Capture, Reference], list[Finding]]] = [

@@ -137,7 +137,12 @@ class Alignment(_Strict):
     input_token: int = Field(1, description="Offset of the draft input token paired with row t.")
     target: int = Field(1, description="Offset of the verifier state row paired with row t.")
     loss_mask: int = Field(1, description="Offset of the loss-mask entry paired with row t.")
-    position: int = Field(1, description="Position id given to row t, minus t.")
+    position: int = Field(1, description="Position id given to row t, minus t (training).")
+    serving_position: int = Field(
+        0,
+        description="Position id SGLang gives the draft for row t, minus t (the draft extend "
+        "reuses the target's positions: python/sglang/srt/speculative/eagle_worker_v2.py).",
+    )
 
 
 class NormBand(_Strict):

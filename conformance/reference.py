@@ -135,6 +135,12 @@ class ReferenceModel:
         self._cache[key] = ref
         return ref
 
+    @torch.no_grad()
+    def greedy_next(self, token_ids: list[int]) -> int:
+        """The target's greedy next token after ``token_ids`` (argmax of the last row's logits)."""
+        ids = torch.as_tensor(token_ids, dtype=torch.long).reshape(1, -1)
+        return int(self.model(input_ids=ids, use_cache=False).logits[0, -1].argmax())
+
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
         """``embed_tokens(token_ids)`` as float32 [T, d]."""
         with torch.no_grad():

@@ -68,16 +68,132 @@ def run_training(c: Contract, pair: LocalPair):
     return findings + _drive(body)
 
 
+_HARNESS: dict = {}
+
+
+def sglang_harness(c: Contract, pair: LocalPair):
+    """The process-wide SGLang CPU harness for this pair (SGLang keeps one runtime per process,
+    so building another pair's harness closes the previous one)."""
+    from conformance.paths.sglang_cpu import SGLangCPUHarness
+
+    key = (str(pair.target_dir), str(pair.draft_dir), c.target.dtype)
+    h = _HARNESS.get("h")
+    if h is None or h.closed or _HARNESS.get("key") != key:
+        h = SGLangCPUHarness(pair.target_dir, pair.draft_dir, dtype=_dtype(c.target.dtype))
+        _HARNESS.update(h=h, key=key)
+    return h
+
+
+def _sglang_ready(pair: LocalPair):
+    import importlib.util
+
+    if importlib.util.find_spec("sglang") is None:
+        return Skipped("SGLang is not installed in this environment")
+    if pair.draft_dir is None or not (pair.draft_dir / "config.json").is_file():
+        return Skipped("no local draft config for this pair")
+    return None
+
+
+def _start_token(c: Contract):
+    return 1 if c.fixture else None
+
+
+def _ref_model(c: Contract, pair: LocalPair):
+    from conformance.reference import load_reference_model
+
+    return load_reference_model(pair.target_dir, c.target.final_norm)
+
+
+def _check_all(c, caps, ref_model):
+    from conformance.checks import run_checks
+
+    out = []
+    for cap in caps:
+        out += run_checks(c, cap, ref_model.capture(cap.token_ids))
+    return out
+
+
 def run_sglang_extend(c: Contract, pair: LocalPair):
-    """SGLang extend (prefill) path; see :mod:`conformance.paths.sglang_cpu`."""
-    return Skipped("SGLang extend path not wired yet")
+    """SGLang extend (prefill) path: hypothesis draws batches of prompts (batch 1..3, lengths
+    1..24); SGLang's real target runs EXTEND with FULL capture and its real draft class receives
+    the aux concat. Every request is checked against the reference on the same tokens."""
+    not_ready = _sglang_ready(pair)
+    if not_ready:
+        return not_ready
+    h = sglang_harness(c, pair)
+    ref_model = _ref_model(c, pair)
+
+    def body(data):
+        batch = data.draw(strategies.prompt_batches(c.target.vocab_size, start_token=_start_token(c)), label="batch")
+        return _check_all(c, h.extend(batch), ref_model)
+
+    return _drive(body)
+
+
+def consistent_drafts(ref_model, prefix: list[int], n: int, accepted: int, filler: list[int]) -> list[int]:
+    """Draft tokens for one verify step that the target really accepts ``accepted`` of: token 0
+    is the bonus token, tokens 1..accepted-1 are the target's greedy continuation, the rest are
+    ``filler`` ids changed where they would happen to be accepted."""
+    seq = list(prefix) + [filler[0]]
+    drafts = [filler[0]]
+    for j in range(1, n):
+        g = ref_model.greedy_next(seq)
+        t = g if j < accepted else (filler[j] if filler[j] != g else (filler[j] + 1) % ref_model.model.config.vocab_size)
+        drafts.append(t)
+        seq.append(t)
+    return drafts
 
 
 def run_sglang_decode(c: Contract, pair: LocalPair):
-    """SGLang decode (target verify -> draft extend) path; see :mod:`conformance.paths.sglang_cpu`."""
-    return Skipped("SGLang decode path not wired yet")
+    """SGLang decode path: target verify (TARGET_VERIFY, FULL capture) over hypothesis-drawn
+    batches, draft-token counts and accepted counts, then the draft extend after verify with the
+    verify rows. Draft tokens are made consistent with the target so that accepted rows pair
+    with real next tokens."""
+    not_ready = _sglang_ready(pair)
+    if not_ready:
+        return not_ready
+    h = sglang_harness(c, pair)
+    ref_model = _ref_model(c, pair)
+
+    def body(data):
+        prefixes, fillers, accepted = data.draw(strategies.verify_layouts(c.target.vocab_size), label="verify")
+        n = len(fillers[0])
+        drafts = [consistent_drafts(ref_model, p, n, a, f) for p, f, a in zip(prefixes, fillers, accepted)]
+        return _check_all(c, h.verify(prefixes, drafts, accepted), ref_model)
+
+    return _drive(body)
 
 
 def run_cross_path(c: Contract, pair: LocalPair):
-    """Training features vs SGLang extend capture on the same tokens."""
-    return Skipped("cross-path agreement not wired yet")
+    """The same token ids through the training loader, SGLang extend and SGLang verify agree row
+    by row (min per-slot cosine >= gates.cross_path_min_cosine; max abs difference reported)."""
+    from conformance.checks import check_cross_path
+    from conformance.paths.training import TrainingLoader
+
+    not_ready = _sglang_ready(pair)
+    if not_ready:
+        return not_ready
+    h = sglang_harness(c, pair)
+    out: list[Finding] = []
+    if pair.data_dir is not None:
+        loader = TrainingLoader(pair.data_dir, c.draft.target_hidden_size, c.num_slots, _dtype(c.data_dtype))
+        idx = [i for i in range(len(loader)) if len(loader.dataset_row(i)["input_ids"]) >= 2][:4]
+        train = loader.batch(idx)
+        ext = h.extend([cap.token_ids.tolist() for cap in train])
+        for a, b in zip(train, ext):
+            out += check_cross_path(c, a, b)
+
+    def body(data):
+        batch = data.draw(strategies.prompt_batches(c.target.vocab_size, start_token=_start_token(c), min_len=3), label="batch")
+        n = data.draw(st.integers(1, 3), label="draft tokens")
+        n = min(n, min(len(x) for x in batch) - 1)
+        ext = h.extend(batch)
+        prefixes = [x[:-n] for x in batch]
+        drafts = [x[-n:] for x in batch]
+        dec = h.verify(prefixes, drafts, [1] * len(batch))
+        fs = []
+        for a, b in zip(ext, dec):
+            fs += check_cross_path(c, a, b)
+        return fs
+
+    return out + _drive(body)

@@ -641,6 +641,8 @@ class SGLangCPUHarness:
             "target_class": type(self.target).__name__,
             "draft_class": type(self.draft).__name__,
             "draft_weights": self.draft_weights,
+            "fc_in_features": int(self.draft.model.fc.weight.shape[1]),
+            "fc_out_features": int(self.draft.model.fc.weight.shape[0]),
             "draft_input_probe": _DRAFT_INPUT_NOTE,
             "attention": "stand-in causal SDPA (conformance.paths.sglang_cpu._StandInAttention)",
         }
