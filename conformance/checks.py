@@ -565,3 +565,19 @@ def run_checks(c: Contract, cap: Capture, ref: Optional[Reference]) -> list[Find
     for chk in REFERENCE_CHECKS:
         out += chk(c, cap, ref)
     return out
+
+
+def check_engine_version(c: Contract, installed: Optional[str]) -> list[Finding]:
+    """K1/K2 version awareness: id rules change between SGLang releases (deepseek_v2's first-id
+    rule arrived in 0.5.13; REFERENCE.md section 3.2), so a contract lists the SGLang versions
+    it was validated with. An unlisted installed version is reported (skip), never passed."""
+    listed = c.engines.sglang_validated
+    where = f"sglang {installed or 'not installed'}"
+    if not listed:
+        return [Finding("engine_version", "skip", "sglang", None, "validated versions listed", installed, where,
+                        f"the contract lists no validated SGLang version; installed: {installed}", "K1")]
+    ok = installed in listed
+    return [Finding("engine_version", "pass" if ok else "skip", "sglang", None, listed, installed, where,
+                    f"SGLang {installed} is one of the validated versions {listed}" if ok else
+                    f"SGLang {installed} is not among the validated versions {listed}: id rules may differ",
+                    "K1")]

@@ -86,7 +86,7 @@ def build_fixture(name_or_dir: str | Path, out_root: Path | None = None) -> Buil
     tmp.mkdir(parents=True)
     model = build_target(spec)
     model.save_pretrained(tmp / "target", safe_serialization=True)
-    write_draft(spec, tmp / "draft")
+    write_draft(spec, tmp / "draft", tmp / "target")
     from conformance.datagen import write_speculators_dataset
     from conformance.reference import ReferenceModel
 
@@ -218,7 +218,7 @@ def _layer_output(model, ids, k):
 # --- draft -------------------------------------------------------------------------------------
 
 
-def write_draft(spec: dict[str, Any], out: Path) -> None:
+def write_draft(spec: dict[str, Any], out: Path, target_dir: Path | None = None) -> None:
     """Write the draft ``config.json`` (SGLang style: ids nested under ``eagle_config``).
 
     No weights are written: the SGLang path seeds the draft's weights deterministically, since
@@ -226,4 +226,7 @@ def write_draft(spec: dict[str, Any], out: Path) -> None:
     """
     out.mkdir(parents=True, exist_ok=True)
     cfg = dict(spec["draft"])
+    for key, val in list(cfg.items()):
+        if val == "from_target":  # e.g. rope_parameters as transformers wrote them for the target
+            cfg[key] = json.loads((target_dir / "config.json").read_text())[key]
     (out / "config.json").write_text(json.dumps(cfg, indent=2))

@@ -120,6 +120,8 @@ def run_sglang_extend(c: Contract, pair: LocalPair):
     not_ready = _sglang_ready(pair)
     if not_ready:
         return not_ready
+    from conformance.checks import check_engine_version
+
     h = sglang_harness(c, pair)
     ref_model = _ref_model(c, pair)
 
@@ -127,7 +129,7 @@ def run_sglang_extend(c: Contract, pair: LocalPair):
         batch = data.draw(strategies.prompt_batches(c.target.vocab_size, start_token=_start_token(c)), label="batch")
         return _check_all(c, h.extend(batch), ref_model)
 
-    return _drive(body)
+    return check_engine_version(c, h.sglang_version) + _drive(body)
 
 
 def consistent_drafts(ref_model, prefix: list[int], n: int, accepted: int, filler: list[int]) -> list[int]:
