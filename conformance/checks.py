@@ -581,3 +581,20 @@ def check_engine_version(c: Contract, installed: Optional[str]) -> list[Finding]
                     f"SGLang {installed} is one of the validated versions {listed}" if ok else
                     f"SGLang {installed} is not among the validated versions {listed}: id rules may differ",
                     "K1")]
+
+
+def check_accept_length(c: Contract, avg_accept_length: Optional[float]) -> list[Finding]:
+    """Release gate on a GPU runner: ``avg_spec_accept_length`` >= ``gates.min_accept_length``.
+    Acceptance is the only symptom most field reports had (FAULTS.md); it gates, it does not
+    diagnose."""
+    floor = c.gates.min_accept_length
+    where = "sglang.Engine server info"
+    if floor is None:
+        return [Finding("accept_length", "skip", "sglang-engine", None, None, avg_accept_length, where,
+                        "the contract sets no gates.min_accept_length: acceptance not gated", "")]
+    if avg_accept_length is None:
+        return [Finding("accept_length", "fail", "sglang-engine", None, floor, None, where,
+                        "the engine reported no avg_spec_accept_length", "")]
+    ok = avg_accept_length >= floor
+    return [Finding("accept_length", "pass" if ok else "fail", "sglang-engine", None, floor, avg_accept_length,
+                    where, f"avg_spec_accept_length {avg_accept_length:.3f} (floor {floor})", "")]

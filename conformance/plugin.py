@@ -27,7 +27,7 @@ settings.register_profile("dev", max_examples=60, deadline=None, suppress_health
 settings.register_profile("gpu", max_examples=4, deadline=None, derandomize=True, database=None,
                           suppress_health_check=list(HealthCheck))
 
-PATHS = ("training", "sglang-extend", "sglang-decode", "cross-path")
+PATHS = ("training", "sglang-extend", "sglang-decode", "cross-path", "sglang-engine")
 _FINDINGS = pytest.StashKey[dict]()
 
 
@@ -84,6 +84,8 @@ class ContractFile(pytest.File):
             if p in wanted:
                 item = PathItem.from_parent(self, name=p, contract=contract, conformance_path=p)
                 item.add_marker(pytest.mark.conformance)
+                if p == "sglang-engine":
+                    item.add_marker(pytest.mark.gpu)
                 yield item
 
 

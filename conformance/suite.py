@@ -199,3 +199,28 @@ def run_cross_path(c: Contract, pair: LocalPair):
         return fs
 
     return out + _drive(body)
+
+
+def run_sglang_engine(c: Contract, pair: LocalPair):
+    """GPU runner path: a real ``sglang.Engine`` (EAGLE3, hidden-state return) on hypothesis-drawn
+    prompts; checks prefill and decode widths, per-block identity (prefill) and norm bands, and
+    gates on ``avg_spec_accept_length >= gates.min_accept_length``. Skipped without a GPU."""
+    from conformance.checks import (check_accept_length, check_norm_bands, check_slot_count, check_width,
+                                    run_checks)
+    from conformance.paths.sglang_engine import gpu_available, run_engine
+
+    ok, why = gpu_available()
+    if not ok:
+        return Skipped(f"GPU engine path: {why}")
+    from hypothesis import find
+
+    prompts = find(strategies.prompt_batches(c.target.vocab_size, max_batch=4, start_token=_start_token(c),
+                                             min_len=4), lambda b: len(b) >= 2)
+    res = run_engine(pair.target_dir, pair.draft_dir, prompts, dtype=c.target.dtype)
+    ref_model = _ref_model(c, pair)
+    out: list[Finding] = []
+    for cap in res.prefill:
+        out += run_checks(c, cap, ref_model.capture(cap.token_ids))
+    for cap in res.decode:
+        out += check_slot_count(c, cap) + check_width(c, cap) + check_norm_bands(c, cap)
+    return out + check_accept_length(c, res.avg_accept_length)

@@ -138,3 +138,22 @@ def test_plain_pytest_does_not_run_the_conformance_suite(pytester):
     (d / "tiny.yaml").write_text(TINY.read_text())
     res = pytester.runpytest("-p", "no:cacheprovider")
     res.assert_outcomes()  # collected and deselected, none run
+
+
+def test_gpu_engine_path_skips_cleanly_without_a_gpu(pytester):
+    res = pytester.runpytest("-m", "conformance", "--contract", str(TINY), "-p", "no:cacheprovider",
+                             "--conformance-paths", "sglang-engine", "-rs")
+    res.assert_outcomes(skipped=1)
+    res.stdout.fnmatch_lines(["*GPU engine path: no CUDA device*"])
+
+
+def test_accept_length_gate():
+    from conformance.checks import check_accept_length
+    from conformance.contract import load_contract
+    from conftest import contract_with
+
+    c = contract_with(load_contract(TINY), **{"gates.min_accept_length": 2.0})
+    assert check_accept_length(c, 2.4)[0].status == "pass"
+    assert check_accept_length(c, 1.0)[0].status == "fail"
+    assert check_accept_length(c, None)[0].status == "fail"
+    assert check_accept_length(load_contract(TINY), 1.0)[0].status == "skip"
