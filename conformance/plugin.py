@@ -124,7 +124,7 @@ class PathItem(pytest.Item):
         try:
             pair = resolve_pair(self.contract)
         except PairUnavailable as e:
-            pytest.skip(f"pair not available locally: {e}")
+            pytest.skip(f"pair not available locally: {e}; norm bands {self.contract.norm_bands.status}")
         fn = getattr(suite, "run_" + self.conformance_path.replace("-", "_"))
         findings = fn(self.contract, pair)
         if isinstance(findings, suite.Skipped):
