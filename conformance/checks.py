@@ -231,7 +231,7 @@ def check_slot_order(c: Contract, cap: Capture, ref: Reference) -> list[Finding]
     """K2/K13: the slots hold the declared boundaries in the declared (ascending) order; catches
     blocks that are all present but permuted, which width and band checks cannot see."""
     d = c.draft.target_hidden_size
-    if not _usable(cap, d) or cap.width % d:
+    if not _usable(cap, d) or cap.width % d or cap.width == 0:
         return [_f("slot_order", "skip", cap, "feature", None, None, "widths do not split into slots", "K2")]
     keep = _keep_rows(c, cap.rows)
     if not bool(keep.any()):
@@ -345,6 +345,19 @@ def check_verifier_norm_state(c: Contract, cap: Capture, ref: Reference, tol: fl
     safe = g.abs() > 1e-3
     per_token = rms(y[:, safe] / g[safe])
     r = per_token.median().item()
+    # The identity separates F from B_L only if the target's own B_L does not satisfy it too: on
+    # a target whose pre-norm tokens all have rms(x/gamma) ~ 1 the magnitudes cannot tell (a
+    # false positive found by the kill matrix); verifier_identity then decides by fingerprint.
+    last = Boundary(ref.num_layers)
+    rows = cap.rows + c.alignment.target
+    rows = rows[(rows >= 0) & (rows < ref.stack.shape[1])]
+    if rows.numel():
+        pre = rms(ref.boundary(last)[rows][:, safe] / g[safe])
+        if bool(((pre - 1.0).abs() <= tol).float().mean() >= 0.95):
+            return [_f("verifier_norm_state", "skip", cap, "verifier", f"{c.verifier_last.norm}-norm",
+                       f"median rms(y/gamma) = {r:.3f}",
+                       f"this target's own {last} has rms(x/gamma) ~ 1 on these tokens: pre- and post-norm "
+                       "cannot be told apart by magnitude (verifier_identity decides)", "K4")]
     # post-norm: every token has rms(y/gamma) = 1 (up to eps and dtype); pre-norm tokens vary
     is_post = bool(((per_token - 1.0).abs() <= tol).float().mean() >= 0.95)
     want_post = c.verifier_last.norm == "post"
@@ -388,6 +401,10 @@ def check_norm_bands(c: Contract, cap: Capture) -> list[Finding]:
         band = c.band_for(b)
         if band is None or not x.shape[0]:
             continue
+        if x.shape[0] != rows.shape[0]:  # malformed capture: row_count reports it
+            out.append(_f("norm_band", "skip", cap, label, [band.lo, band.hi], None,
+                          f"{x.shape[0]} rows but {rows.shape[0]} row indices: cannot band", "K4"))
+            continue
         keep = band_rows(c, rows, x)
         if not bool(keep.any()):
             out.append(_f("norm_band", "skip", cap, label, [band.lo, band.hi], None, "every row is excluded", "K4"))
@@ -424,7 +441,7 @@ def check_feature_alignment(c: Contract, cap: Capture, ref: Reference) -> list[F
     """K13: feature rows sit at the tokens the path says (fingerprint shift search over -1..+2,
     using the first slot's declared boundary); catches rows shifted or permuted across requests."""
     d = c.draft.target_hidden_size
-    if cap.feature.shape[0] < 2 or cap.width < d:
+    if cap.feature.shape[0] < 2 or cap.width < d or cap.rows.shape[0] != cap.feature.shape[0]:
         return [_f("feature_alignment", "skip", cap, "slot 0", c.alignment.feature, None,
                    "fewer than 2 rows: a shift cannot be told apart", "K13")]
     o, scores = _best_offset(cap.slots(d)[0], cap.rows, ref.boundary(c.aux[0]))
@@ -598,3 +615,171 @@ def check_accept_length(c: Contract, avg_accept_length: Optional[float]) -> list
     ok = avg_accept_length >= floor
     return [Finding("accept_length", "pass" if ok else "fail", "sglang-engine", None, floor, avg_accept_length,
                     where, f"avg_spec_accept_length {avg_accept_length:.3f} (floor {floor})", "")]
+
+
+# --- kill-matrix additions: per-row fingerprint, tensor dtypes, vocab mapping, golden tokens ------
+
+
+def check_row_fingerprint(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
+    """K13: every non-excluded feature row, slot by slot, is the declared boundary of the token the
+    path claims (per-row cosine >= ``gates.slot_identity_min_cosine``). Catches rows moved across
+    requests or documents even when most rows are right (the mean in slot_identity can hide a few).
+
+    Inputs: ``cap.feature`` [N, K*d], ``cap.rows`` [N] int64 into ``ref.stack`` [L+2, T, d] float32.
+    """
+    d = c.draft.target_hidden_size
+    if not _usable(cap, d) or cap.width != c.capture.feature_width:
+        return [_f("row_fingerprint", "skip", cap, "feature", None, None, "widths do not split into the declared slots", "K13")]
+    if int(cap.rows.min()) < 0 or int(cap.rows.max()) >= ref.stack.shape[1]:
+        return [_f("row_fingerprint", "skip", cap, "feature", None, None, "row indices outside the sequence", "K13")]
+    keep = _keep_rows(c, cap.rows)
+    if not bool(keep.any()):
+        return _no_rows("row_fingerprint", cap, "feature", "K13")
+    gate = c.gates.slot_identity_min_cosine
+    worst, worst_at = 2.0, None
+    bad_rows: set[int] = set()
+    for i, s in enumerate(cap.slots(d)):
+        r = ref.boundary(c.aux[i])[cap.rows[keep]]
+        cos = torch.nn.functional.cosine_similarity(s.float()[keep], r, dim=-1)
+        j = int(cos.argmin())
+        if float(cos[j]) < worst:
+            worst, worst_at = float(cos[j]), (i, int(cap.rows[keep][j]))
+        bad_rows |= set(cap.rows[keep][cos < gate].tolist())
+    ok = not bad_rows
+    msg = (f"every row is its token's declared boundary (min cosine {worst:.4f})" if ok else
+           f"{len(bad_rows)} rows are not the declared boundary of the token the path claims (worst: slot "
+           f"{worst_at[0]} at token {worst_at[1]}, cosine {worst:.4f} < {gate})")
+    return [_f("row_fingerprint", "pass" if ok else "fail", cap, "feature", f"per-row cos >= {gate}",
+               f"min cos {worst:.4f}" + ("" if ok else f", rows {sorted(bad_rows)[:8]}"), msg, "K13")]
+
+
+def check_tensor_dtypes(c: Contract, cap: Capture) -> list[Finding]:
+    """K12: per-tensor dtypes declared in ``contract.dtypes`` (hidden, input ids, positions).
+
+    ``dtypes.hidden`` null defers to :func:`check_dtype` (data_dtype / target.dtype)."""
+    out = []
+    want_h = c.dtypes.hidden
+    if want_h is not None:
+        got = str(cap.feature.dtype).replace("torch.", "")
+        out.append(_f("tensor_dtype", "pass" if got == want_h else "fail", cap, "feature", want_h, got,
+                      f"feature dtype is {got}; contract dtypes.hidden says {want_h}", "K12"))
+    for name, want in (("draft_input_ids", c.dtypes.input_ids), ("position_ids", c.dtypes.positions)):
+        t = getattr(cap, name)
+        if t is None:
+            continue
+        got = str(t.dtype).replace("torch.", "")
+        out.append(_f("tensor_dtype", "pass" if got == want else "fail", cap, name, want, got,
+                      f"{name} dtype is {got}; contract says {want}", "K12"))
+    return out
+
+
+def mapping_sha256(target_ids: torch.Tensor) -> str:
+    """sha256 of int64 little-endian bytes of the absolute target ids ([draft_size] int64)."""
+    import hashlib
+
+    import numpy as np
+
+    return hashlib.sha256(np.ascontiguousarray(target_ids.to(torch.int64).numpy()).astype("<i8").tobytes()).hexdigest()
+
+
+def check_vocab_mapping(c: Contract, d2t: Optional[torch.Tensor], t2d: Optional[torch.Tensor],
+                        path: str = "training", where: str = "vocab mapping") -> list[Finding]:
+    """K10: the draft-to-target vocab mapping as loaded on one path obeys the contract.
+
+    Args:
+        d2t: [draft_size] int64 offsets (target id = i + d2t[i]) as the path holds them, or None
+            when the path has no mapping (missing file / no ``d2t`` in the checkpoint).
+        t2d: [vocab] bool mask of target ids in the draft vocab, or None (SGLang ignores it).
+
+    Invariants (speculators src/speculators/train/vocab_mapping.py): d2t int64 of length
+    ``vocab.draft_size``; ``arange + d2t`` strictly increasing and inside [0, vocab); equal to
+    ``t2d.nonzero()``; ``t2d.sum() == draft_size``; ``mapping_sha256`` when declared.
+    Skips when the contract declares no ``vocab`` section.
+    """
+    def f(check, ok, expected, observed, msg):
+        return Finding(check, "pass" if ok else "fail", path, "vocab", expected, observed, where, msg, "K10")
+
+    v = c.vocab
+    if v is None:
+        return [Finding("vocab_mapping", "skip", path, "vocab", None, None, where,
+                        "the contract declares no vocab mapping", "K10")]
+    out: list[Finding] = []
+    if d2t is None:
+        ok = not v.d2t_present
+        return [f("vocab_mapping", ok, "d2t present" if v.d2t_present else "no d2t", "absent",
+                  "no d2t mapping on this path" + ("" if ok else "; contract says it is present (an identity "
+                                                    "mapping would be used silently)"))]
+    problems = []
+    if d2t.dtype != torch.int64:
+        problems.append(f"d2t dtype {str(d2t.dtype).replace('torch.', '')}, expected int64")
+    if d2t.dim() != 1 or d2t.shape[0] != v.draft_size:
+        problems.append(f"d2t shape {list(d2t.shape)}, expected [{v.draft_size}]")
+    ids = None
+    if not problems:
+        ids = d2t.long() if v.d2t_convention == "absolute" else torch.arange(v.draft_size) + d2t.long()
+        if ids.numel() > 1 and not bool((ids[1:] > ids[:-1]).all()):
+            problems.append("target ids (i + d2t[i]) are not strictly increasing")
+        if int(ids.min()) < 0 or int(ids.max()) >= v.size:
+            problems.append(f"target ids outside [0, {v.size})")
+    if t2d is None:
+        if v.t2d_present and path == "training":
+            problems.append("t2d is missing")
+    else:
+        if t2d.dim() != 1 or t2d.shape[0] != v.size:
+            problems.append(f"t2d shape {list(t2d.shape)}, expected [{v.size}]")
+        elif int(t2d.bool().sum()) != v.draft_size:
+            problems.append(f"t2d.sum() = {int(t2d.bool().sum())}, expected {v.draft_size}")
+        elif ids is not None and not torch.equal(ids, t2d.bool().nonzero().flatten()):
+            bad = int((ids != t2d.bool().nonzero().flatten()).nonzero()[0])
+            problems.append(f"i + d2t[i] differs from t2d.nonzero() (first at draft id {bad})")
+    if v.mapping_sha256 and ids is not None and not problems:
+        got = mapping_sha256(ids)
+        if got != v.mapping_sha256:
+            problems.append(f"mapping sha256 {got[:12]}.. != contract {v.mapping_sha256[:12]}..")
+    ok = not problems
+    return [f("vocab_mapping", ok, "mapping obeys the contract", "; ".join(problems) or "ok",
+              "vocab mapping obeys the contract" if ok else "vocab mapping: " + "; ".join(problems))]
+
+
+def check_chat_template(c: Contract, template: Optional[str], path: str = "training",
+                        where: str = "chat template") -> list[Finding]:
+    """K11: the chat template this path renders with hashes to ``tokenizer.chat_template_sha256``."""
+    import hashlib
+
+    t = c.tokenizer
+    if t is None or t.chat_template_sha256 is None:
+        return [Finding("chat_template", "skip", path, None, None, None, where, "no template hash declared", "K11")]
+    got = hashlib.sha256((template or "").encode("utf-8")).hexdigest()
+    ok = got == t.chat_template_sha256
+    return [Finding("chat_template", "pass" if ok else "fail", path, None, t.chat_template_sha256[:12], got[:12], where,
+                    "chat template matches the contract" if ok else
+                    "chat template differs from the contract's (sha256 mismatch)", "K11")]
+
+
+def check_golden_tokens(c: Contract, training_ids: Optional[list[int]], serving_ids: Optional[list[int]],
+                        path: str = "training", where: str = "golden conversation") -> list[Finding]:
+    """K11: the golden conversation tokenizes to ``tokenizer.golden.ids`` on the training side and
+    on the serving side (each given as a list of int token ids, or None when that side is not run
+    on this path); both sides must also agree with each other."""
+    t = c.tokenizer
+    if t is None or t.golden is None:
+        return [Finding("golden_tokens", "skip", path, None, None, None, where, "no golden conversation declared", "K11")]
+    want = list(t.golden.ids)
+    out = []
+    for side, got in (("training", training_ids), ("serving", serving_ids)):
+        if got is None:
+            continue
+        got = [int(x) for x in got]
+        ok = got == want
+        if ok:
+            msg = f"{side} ids equal the golden ids ({len(want)} tokens)"
+        else:
+            k = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+            msg = (f"{side} tokenization differs from the golden ids at token {k} "
+                   f"({len(got)} vs {len(want)} tokens; got {got[k:k + 4]}, golden {want[k:k + 4]})")
+        out.append(Finding("golden_tokens", "pass" if ok else "fail", path, side, len(want), len(got), where, msg, "K11"))
+    return out
+
+
+REFERENCE_CHECKS.append(check_row_fingerprint)
+CAPTURE_CHECKS.append(check_tensor_dtypes)

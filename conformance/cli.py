@@ -62,39 +62,11 @@ def cmd_validate(args) -> int:
 # --- check-data ------------------------------------------------------------------------------
 
 
-def cmd_check_data(args) -> int:
-    from conformance import report, runner
-    from conformance.paths.training import TrainingDataError, TrainingLoader
-    from conformance.reference import ReferenceError
+def _cmd_check_data_scan(args) -> int:
+    """check-data through the streaming scanner (conformance.scan)."""
+    from conformance.scan import cmd_check_data as scan_check_data
 
-    c = _load(args.contract)
-    data = Path(args.data)
-    if not data.is_dir():
-        raise UsageError(f"{data}: no such data directory")
-    ref_dir: Optional[Path] = Path(args.reference) if args.reference else None
-    if ref_dir is None and not args.no_reference:
-        try:
-            ref_dir = runner.resolve_pair(c).target_dir
-        except runner.PairUnavailable:
-            ref_dir = None
-    try:
-        loader = TrainingLoader(data, c.draft.target_hidden_size, c.num_slots, runner._dtype(c.data_dtype))
-    except TrainingDataError as e:
-        raise UsageError(str(e)) from None
-    n = len(loader)
-    if n == 0:
-        raise UsageError(f"{data}: the dataset holds no samples")
-    try:
-        findings = runner.training_findings(c, data, ref_dir, runner.default_batches(n, args.batch_size), loader)
-    except ReferenceError as e:
-        raise UsageError(str(e)) from None
-    extra = {"data": str(data), "samples": str(n),
-             "reference": str(ref_dir) if ref_dir else "none (slot identity not checked)"}
-    if not args.quiet:
-        report.render_table(findings, f"{c.name}: training data ({args.contract})", _console(), extra)
-    if args.json:
-        report.write_json(args.json, args.contract, findings, extra)
-    return EXIT_VIOLATIONS if any(f.status == "fail" for f in findings) else EXIT_OK
+    return scan_check_data(args)
 
 
 # --- schema ----------------------------------------------------------------------------------
@@ -141,8 +113,16 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no-reference", action="store_true", help="skip fingerprint checks")
     d.add_argument("--json", metavar="OUT", help="write findings as JSON")
     d.add_argument("--batch-size", type=int, default=4, help="samples per loader batch (default 4)")
-    d.add_argument("--quiet", action="store_true", help="no table")
-    d.set_defaults(func=cmd_check_data)
+    d.add_argument("--quiet", action="store_true", help="no table, no progress bar")
+    d.add_argument("--sample", type=int, default=32, metavar="N",
+                   help="samples (seeded, over the whole dataset) run through the speculators loader and "
+                        "fingerprinted; the cheap checks run on every row of every sample (default 32; -1: all)")
+    d.add_argument("--seed", type=int, default=0, help="seed of the fingerprint sample (default 0)")
+    d.add_argument("--shard", default="0/1", metavar="i/N",
+                   help="scan only the samples s with s %% N == i (default 0/1: all)")
+    d.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="processes to split the shard over on this machine (default 1)")
+    d.set_defaults(func=_cmd_check_data_scan)
 
     s = sub.add_parser("schema", help="print the contract JSON Schema generated from the models")
     s.add_argument("--write", action="store_true", help="write contracts/schema/contract.schema.json")
@@ -157,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _load_extra_commands() -> None:
     import importlib
 
-    for mod in ("conformance.authoring", "conformance.faults"):
+    for mod in ("conformance.authoring", "conformance.faults", "conformance.merge", "conformance.cli_offline"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as e:
@@ -178,9 +158,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     except Exception as e:  # a bug or an unforeseen input problem: one line, exit 2
         if args.debug:
             raise
-        print(f"conformance: error: {type(e).__name__}: {e} (run with --debug for a traceback)", file=sys.stderr)
+        msg = " ".join(str(e).split())[:500]
+        print(f"conformance: internal error (a bug in conformance, or an input it does not recognise): "
+              f"{type(e).__name__}: {msg} (run with --debug for a traceback)", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m conformance.cli` runs this file as __main__; extra commands register with the
+    # importable conformance.cli module, so run that module's main.
+    from conformance.cli import main as _main
+
+    sys.exit(_main())

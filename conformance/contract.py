@@ -195,6 +195,77 @@ class Engines(_Strict):
     )
 
 
+# --- vocab mapping / tokenizer / dtypes / positions (K10, K11, K12, K14) ---------------------
+
+
+class VocabMapping(_Strict):
+    """The draft-to-target vocabulary mapping (K10).
+
+    speculators 0.9.0 (src/speculators/train/vocab_mapping.py) writes ``d2t`` as an int64
+    *offset* of length ``draft_size`` (target id = i + d2t[i]) and ``t2d`` as a bool mask over the
+    target vocab, saved beside the data as ``d2t-{N}.npy`` / ``t2d-{N}.npy`` (train/cli.py:387-393).
+    SGLang turns d2t into ``hot_token_id = d2t + arange`` and ignores t2d (llama_eagle3.py:350-352).
+    """
+
+    size: int = Field(gt=0, description="Target vocab size (= target.vocab_size).")
+    draft_size: int = Field(gt=0, description="Draft vocab size (= draft.draft_vocab_size).")
+    d2t_present: bool = Field(True, description="The mapping must exist (checkpoint and data).")
+    t2d_present: bool = Field(True, description="The bool target mask t2d must exist beside d2t.")
+    d2t_convention: Literal["offset", "absolute"] = Field(
+        "offset", description="offset: target id = i + d2t[i] (speculators, SGLang, vLLM); absolute: "
+        "target id = d2t[i]."
+    )
+    mapping_sha256: Optional[str] = Field(
+        None, description="sha256 of the int64 little-endian bytes of the absolute target ids "
+        "(arange(draft_size) + d2t); checked wherever the mapping is loaded."
+    )
+
+
+class GoldenConversation(_Strict):
+    """A fixed conversation and the token ids both sides must produce for it (K11)."""
+
+    messages: list[dict[str, str]] = Field(
+        min_length=1, description="[{role, content}, ...] rendered through the chat template."
+    )
+    ids: list[int] = Field(min_length=1, description="The ids the serving engine produces for it.")
+
+
+class TokenizerSpec(_Strict):
+    """Tokenizer and chat template shared by training and serving (K11)."""
+
+    chat_template_sha256: Optional[str] = Field(
+        None, description="sha256 of the chat template text (UTF-8) both sides must use."
+    )
+    add_bos: Optional[bool] = Field(None, description="Whether a BOS token starts every sequence.")
+    enable_thinking: Optional[bool] = Field(None, description="Template thinking flag, if any.")
+    golden: Optional[GoldenConversation] = None
+
+
+class TensorDtypes(_Strict):
+    """dtype of each tensor at the draft boundary (K12). ``hidden: null`` means data_dtype on the
+    training path and target.dtype on serving paths (what check_dtype already asserts)."""
+
+    hidden: Optional[Literal["float32", "bfloat16", "float16"]] = None
+    input_ids: Literal["int64", "int32"] = "int64"
+    positions: Literal["int64", "int32"] = "int64"
+
+
+class Positions(_Strict):
+    """Position ids the draft sees (K14). Row offsets live in ``alignment.position`` (training)
+    and ``alignment.serving_position`` (serving)."""
+
+    advance_per_row: int = Field(1, description="Position increment between consecutive rows.")
+    per_document_restart: bool = Field(
+        True, description="Packed training batches restart positions per document (speculators "
+        "CollateFn)."
+    )
+    ttt_step_offset: int = Field(1, description="Extra position offset per TTT step (speculators).")
+    draft_max_position_embeddings: Optional[int] = Field(None, gt=0)
+    serving_max_len: Optional[int] = Field(
+        None, gt=0, description="Longest sequence served; must not exceed the draft's window."
+    )
+
+
 class Contract(_Strict):
     """One target/draft pair's contract (the YAML file's root)."""
 
@@ -220,6 +291,14 @@ class Contract(_Strict):
     data_dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "bfloat16", description="dtype of hidden states on disk and at the draft input."
     )
+    vocab: Optional[VocabMapping] = Field(
+        None, description="Vocab mapping (d2t/t2d); null: not declared (mapping checks skip)."
+    )
+    tokenizer: Optional[TokenizerSpec] = Field(
+        None, description="Tokenizer / chat template; null: not declared (golden checks skip)."
+    )
+    dtypes: TensorDtypes = Field(default_factory=TensorDtypes)
+    positions: Positions = Field(default_factory=Positions)
 
     # -- derived -----------------------------------------------------------------------------
     @property
@@ -260,7 +339,8 @@ class Problem:
             if self.column is not None:
                 where += f":{self.column}"
         key = ".".join(str(p) for p in self.loc) or "<root>"
-        return f"{where}: {key}: {self.message}"
+        msg = " ".join(str(self.message).split())  # always one line
+        return f"{where}: {key}: {msg}"
 
 
 class ContractError(Exception):
@@ -277,7 +357,7 @@ def _line_map(node: yaml.Node, path: tuple = ()) -> dict[tuple, tuple[int, int]]
     out: dict[tuple, tuple[int, int]] = {path: (node.start_mark.line + 1, node.start_mark.column + 1)}
     if isinstance(node, yaml.MappingNode):
         for k, v in node.value:
-            key = k.value
+            key = _key_name(k)
             out[path + (key,)] = (k.start_mark.line + 1, k.start_mark.column + 1)
             for sub, pos in _line_map(v, path + (key,)).items():
                 if sub != path + (key,):
@@ -298,29 +378,121 @@ def _locate(lines: dict[tuple, tuple[int, int]], loc: tuple) -> tuple[Optional[i
         loc = loc[:-1]
 
 
+MAX_CONTRACT_BYTES = 256 * 1024  # a contract is a few KiB; anything near this is not one
+MAX_NESTING = 16  # far deeper than any contract key path
+
+
+def _mark(m) -> tuple[Optional[int], Optional[int]]:
+    return (m.line + 1, m.column + 1) if m is not None else (None, None)
+
+
+def _prescan(text: str) -> list[Problem]:
+    """Event-level guards, run before anything is composed or constructed.
+
+    - nesting deeper than :data:`MAX_NESTING` (PyYAML composes recursively: a deep document would
+      otherwise end in RecursionError);
+    - aliases of collections (anchors on scalars are fine): expanding them can grow a few lines into
+      billions of nodes ("billion laughs"), and ``&a [*a]`` is a cycle. A contract never needs one.
+    """
+    depth = 0
+    collection_anchors: set[str] = set()
+    problems: list[Problem] = []
+    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if ev.anchor:
+                collection_anchors.add(ev.anchor)
+            if depth > MAX_NESTING:
+                problems.append(Problem((), f"nested more than {MAX_NESTING} levels deep; no contract key is that deep",
+                                        *_mark(ev.start_mark)))
+                return problems
+        elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+        elif isinstance(ev, yaml.AliasEvent) and ev.anchor in collection_anchors:
+            problems.append(Problem((), f"alias *{ev.anchor} repeats a whole mapping or list; write it out "
+                                    "(aliases of collections are refused: they can expand without bound)",
+                                    *_mark(ev.start_mark)))
+    return problems
+
+
+def _key_name(k: yaml.Node) -> Any:
+    return k.value if isinstance(k, yaml.ScalarNode) else f"<{k.tag.rsplit(':', 1)[-1]} key>"
+
+
+def _duplicate_keys(node: yaml.Node, path: tuple = ()) -> list[Problem]:
+    """Keys given twice in one mapping. PyYAML silently keeps the last; both lines are reported."""
+    out: list[Problem] = []
+    stack = [(node, path)]
+    while stack:
+        n, p = stack.pop()
+        if isinstance(n, yaml.MappingNode):
+            seen: dict[tuple, yaml.Node] = {}
+            for k, v in n.value:
+                if isinstance(k, yaml.ScalarNode):
+                    ident = (k.tag, k.value)
+                    if ident in seen:
+                        first = seen[ident].start_mark.line + 1
+                        out.append(Problem(p + (k.value,),
+                                           f"duplicate key {k.value!r}: given at line {first} and again at line "
+                                           f"{k.start_mark.line + 1} (YAML would silently keep only the last)",
+                                           *_mark(k.start_mark)))
+                    else:
+                        seen[ident] = k
+                stack.append((v, p + (_key_name(k),)))
+        elif isinstance(n, yaml.SequenceNode):
+            stack.extend((v, p + (i,)) for i, v in enumerate(n.value))
+    return sorted(out, key=lambda q: (q.line or 0, q.column or 0))
+
+
+def _yaml_problem(e: yaml.YAMLError, text: str) -> Problem:
+    if isinstance(e, yaml.reader.ReaderError):  # a character YAML does not allow (NUL, other controls)
+        pos = e.position
+        line = text.count("\n", 0, pos) + 1
+        col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        ch = e.character if isinstance(e.character, str) else chr(e.character)
+        return Problem((), f"malformed YAML: character {ord(ch):#06x} is not allowed in YAML text", line, col)
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    msg = f"{getattr(e, 'problem', None) or e}"
+    ctx = getattr(e, "context", None)
+    if ctx:
+        msg = f"{ctx}: {msg}"
+    return Problem((), f"malformed YAML: {msg}", *_mark(mark))
+
+
+_KINDS = {list: "a list", str: "a single string", int: "a number", float: "a number", bool: "a boolean"}
+
+
 def parse_contract(text: str, file: str = "<string>") -> Contract:
     """Parse and validate contract YAML text.
 
     Raises:
-        ContractError: malformed YAML (with line:column), schema violations and unknown keys (all
-            listed at once, each with its line), or semantic inconsistencies.
+        ContractError: malformed YAML (with line:column), a document that is not a mapping, keys
+            given twice (both lines), over-deep nesting or aliased collections, schema violations
+            and unknown keys (all listed at once, each with its line), or semantic inconsistencies.
     """
+    if len(text) > MAX_CONTRACT_BYTES:
+        raise ContractError(file, [Problem((), f"{len(text)} characters; a contract is at most "
+                                               f"{MAX_CONTRACT_BYTES} (is this a contract file?)")])
     try:
+        pre = _prescan(text)
+        if pre:
+            raise ContractError(file, pre)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        msg = f"{getattr(e, 'problem', None) or e}"
-        ctx = getattr(e, "context", None)
-        if ctx:
-            msg = f"{ctx}: {msg}"
-        raise ContractError(
-            file,
-            [Problem((), f"malformed YAML: {msg}", mark.line + 1 if mark else None,
-                     mark.column + 1 if mark else None)],
-        ) from None
-    if node is None or not isinstance(data, dict):
-        raise ContractError(file, [Problem((), "a contract must be a YAML mapping", 1, 1)])
+        raise ContractError(file, [_yaml_problem(e, text)]) from None
+    except RecursionError:  # not reachable after _prescan; kept so no traceback can escape
+        raise ContractError(file, [Problem((), "nested too deeply to read")]) from None
+    if node is None:
+        raise ContractError(file, [Problem((), "the file holds no YAML document (empty or only comments); "
+                                               "a contract is a mapping", 1, 1)])
+    if not isinstance(data, dict):
+        kind = _KINDS.get(type(data), f"a {type(data).__name__}")
+        raise ContractError(file, [Problem((), f"the document is {kind}; a contract must be a YAML mapping "
+                                               "(key: value lines)", *_mark(node.start_mark))])
+    dups = _duplicate_keys(node)
+    if dups:
+        raise ContractError(file, dups)
     lines = _line_map(node)
     try:
         contract = Contract.model_validate(data)
@@ -351,9 +523,19 @@ def load_contract(path: str | Path) -> Contract:
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ContractError(str(p), [Problem((), f"cannot read contract: {e}")]) from None
+        if p.is_file() and p.stat().st_size > MAX_CONTRACT_BYTES * 4:
+            raise ContractError(str(p), [Problem((), f"{p.stat().st_size} bytes; a contract is at most "
+                                                     f"{MAX_CONTRACT_BYTES} (is this a contract file?)")])
+        raw = p.read_bytes()
+    except OSError as e:
+        raise ContractError(str(p), [Problem((), f"cannot read contract: {e.strerror or e}")]) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        raise ContractError(str(p), [Problem((), f"not UTF-8 text: byte 0x{raw[e.start]:02x} cannot be decoded "
+                                                 f"({e.reason})", line, col)]) from None
     c = parse_contract(text, str(p))
     object.__setattr__(c, "_source", p)  # frozen model: remember where it came from
     return c
@@ -425,6 +607,13 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
                 (("draft", "layer_ids", "values"),
                  f"{len(ids.values)} ids written but {K} aux boundaries declared")
             )
+        if ids.values:
+            dup = sorted({v for v in ids.values if ids.values.count(v) > 1})
+            if dup:
+                out.append((("draft", "layer_ids", "values"), f"duplicate layer ids {dup}: each aux slot needs its own layer"))
+            for i, lid in enumerate(ids.values):
+                if lid > L:
+                    out.append((("draft", "layer_ids", "values", i), f"layer id {lid} is beyond the target's L={L} layers"))
     nb = c.norm_bands
     seen = set()
     declared = set(aux) | {v}
@@ -451,6 +640,30 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
              "bands are listed but status is 'uncalibrated': uncalibrated bands cannot gate; "
              "set status: calibrated or remove them")
         )
+    for i, pos in enumerate(nb.exclude_positions):
+        if pos < 0:
+            out.append((("norm_bands", "exclude_positions", i), f"position {pos} is negative; positions start at 0"))
+    g = c.gates
+    if g.slot_identity_margin >= 2:
+        out.append((("gates", "slot_identity_margin"),
+                    f"{g.slot_identity_margin} can never be met: two cosines differ by less than 2"))
+    if g.min_accept_length is not None and nb.status != "calibrated":
+        out.append(
+            (("gates", "min_accept_length"),
+             "an accept-length floor is set but norm_bands.status is 'uncalibrated': the GPU gate would "
+             "rest on magnitudes nobody checked; calibrate the bands or set min_accept_length: null")
+        )
+    if c.vocab is not None:
+        if c.vocab.size != c.target.vocab_size:
+            out.append((("vocab", "size"), f"{c.vocab.size} != target.vocab_size {c.target.vocab_size}"))
+        if c.vocab.draft_size != c.draft.draft_vocab_size:
+            out.append((("vocab", "draft_size"),
+                        f"{c.vocab.draft_size} != draft.draft_vocab_size {c.draft.draft_vocab_size}"))
+    pz = c.positions
+    if (pz.draft_max_position_embeddings is not None and pz.serving_max_len is not None
+            and pz.serving_max_len > pz.draft_max_position_embeddings):
+        out.append((("positions", "serving_max_len"),
+                    f"{pz.serving_max_len} > draft_max_position_embeddings {pz.draft_max_position_embeddings}"))
     return out
 
 

@@ -101,6 +101,14 @@ class ReferenceModel:
             A :class:`Reference`; results are cached per token sequence.
         """
         ids = torch.as_tensor(token_ids, dtype=torch.long).reshape(-1)
+        if not ids.numel():
+            raise ReferenceError("no tokens: the reference forward needs T >= 1")
+        vocab = int(self.model.get_input_embeddings().weight.shape[0])
+        bad = ((ids < 0) | (ids >= vocab)).nonzero().flatten()
+        if bad.numel():
+            j = int(bad[0])
+            raise ReferenceError(f"token id {int(ids[j])} at token {j} is outside the reference model's "
+                                 f"vocabulary ({vocab}); {bad.numel()} such ids")
         key = tuple(ids.tolist())
         if key in self._cache:
             return self._cache[key]

@@ -70,7 +70,6 @@ def training_findings(c: Contract, data_dir: Path, reference_dir: Optional[Path]
         conformance.paths.training.TrainingDataError: the directory is not a dataset at all.
         conformance.reference.ReferenceError: the reference directory cannot be loaded.
     """
-    from conformance.checks import run_checks
     from conformance.paths.training import TrainingLoader
     from conformance.reference import load_reference_model
 
@@ -79,9 +78,37 @@ def training_findings(c: Contract, data_dir: Path, reference_dir: Optional[Path]
     out: list[Finding] = []
     for batch in batches:
         for cap in loader.batch(list(batch)):
-            ref = ref_model.capture(cap.token_ids) if (ref_model and not cap.unavailable and len(cap.token_ids)) else None
-            out += run_checks(c, cap, ref)
+            out += sample_findings(c, cap, ref_model)
     return out
+
+
+def sample_findings(c: Contract, cap, ref_model=None) -> list[Finding]:
+    """Every check on one capture, robust to bad samples: an empty or one-token sample, token ids
+    outside the vocabulary, a reference forward that fails, NaN/Inf rows (fingerprints are judged
+    on the finite rows; ``check_finite`` still reports the others). Never raises for bad data."""
+    from conformance import datacheck
+    from conformance.checks import run_checks
+    from conformance.reference import ReferenceError
+
+    out = datacheck.sample_length_findings(cap)
+    bad_ids = datacheck.token_range_findings(cap, c.target.vocab_size)
+    out += bad_ids
+    ref = None
+    if ref_model is not None and not cap.unavailable and len(cap.token_ids) and not bad_ids:
+        try:
+            ref = ref_model.capture(cap.token_ids)
+        except ReferenceError as e:
+            out.append(Finding("reference", "fail", cap.path, None, "reference forward runs", str(e), cap.where,
+                               f"{cap.where}: the reference forward failed: {e}", "K11"))
+    if ref is None:
+        return out + run_checks(c, cap, None)
+    clean = datacheck.finite_rows(cap)
+    if clean is cap:
+        return out + run_checks(c, cap, ref)
+    from conformance.checks import check_finite
+
+    fs = run_checks(c, clean if clean is not None else cap, ref if clean is not None else None)
+    return out + [f for f in fs if f.check != "finite"] + check_finite(c, cap)
 
 
 def default_batches(n: int, batch_size: int = 4) -> list[list[int]]:

@@ -68,18 +68,40 @@ class TrainingLoader:
         """``ArrowDataset[i]``, with exceptions and warnings turned into an unavailable reason."""
         from speculators.train.recovery import SampleUnavailable
 
+        name = f"hidden_states/hs_{i}.safetensors"
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             try:
                 item = self.dataset[i]
             except Exception as e:  # a corrupt shard raises from safetensors
-                return None, f"hs_{i}.safetensors could not be read: {type(e).__name__}: {e}"
+                msg = " ".join(str(e).split())[:300]
+                return None, f"{name} could not be read: {type(e).__name__}: {msg}"
         if isinstance(item, SampleUnavailable):
             reason = item.reason or "; ".join(str(x.message) for x in w) or "sample unavailable"
-            if not (self.data_dir / "hidden_states" / f"hs_{i}.safetensors").exists():
-                reason = f"hidden_states/hs_{i}.safetensors is missing"
+            if not (self.data_dir / name).exists():
+                reason = f"{name} is missing"
+            elif "token ids" in reason.lower():
+                reason = self._token_mismatch(i, name) or f"{name}: {reason}"
             return None, reason
         return item, None
+
+    def _token_mismatch(self, i: int, name: str) -> Optional[str]:
+        """Describe how the shard's ``token_ids`` differ from Arrow row ``i`` (read-only)."""
+        try:
+            from safetensors import safe_open
+
+            with safe_open(str(self.data_dir / name), framework="pt") as f:
+                tok = f.get_tensor("token_ids").long()
+            src = torch.as_tensor(self.dataset_row(i)["input_ids"]).reshape(-1).long()
+        except Exception:
+            return None
+        if tok.dim() != 1:
+            return f"{name}: token_ids is {list(tok.shape)}, expected [T] (Arrow row {i} holds {src.shape[0]} tokens)"
+        if tok.shape != src.shape:
+            return f"{name}: token_ids hold {tok.shape[0]} tokens but Arrow row {i} holds {src.shape[0]}"
+        j = int((tok != src).nonzero()[0]) if bool((tok != src).any()) else -1
+        return (f"{name}: token_ids differ from Arrow row {i} input_ids at token {j} "
+                f"({int(tok[j])} vs {int(src[j])}); speculators skips such a sample")
 
     def batch(self, indices: Sequence[int], max_len: Optional[int] = None) -> list:
         """Load ``indices`` as one packed training batch and split it into per-sample captures.
@@ -91,20 +113,29 @@ class TrainingLoader:
         Returns:
             One :class:`Capture` per index, in order; unavailable samples carry ``unavailable``.
         """
-        from speculators.models.eagle3.data import shift_batch
-        from speculators.train.data import CollateFn
-
         from conformance.capture import Capture
 
         raw = [self._item(i) for i in indices]
         items = [it for it, _ in raw]
-        lens = [int(it["input_ids"].shape[0]) - 1 for it in items if it is not None]
-        total = max(sum(max(n, 0) for n in lens), 1)
-        max_len = max_len or total
-        collate = CollateFn(max_len, hidden_size=self.d, num_target_layers=self.K, dtype=self.dtype,
-                            preprocess=shift_batch)
-        # CollateFn consumes the items; hand it shallow copies so the raw ones stay readable
-        batch = collate([dict(it) if it is not None else None for it in items])
+        try:
+            batch = self._collate(items, max_len)
+        except Exception as e:
+            if max_len is None and sum(it is not None for it in items) > 1:
+                # CollateFn sizes its buffers from the first sample: one shard of another shape (a
+                # wrong slot count, width or rank) makes the whole packed batch raise. Collate each
+                # sample alone: every other sample is still checked, the odd one on its own shape.
+                out = []
+                for i in indices:
+                    out += self.batch([i])
+                return out
+            if len(indices) != 1 or items[0] is None:
+                raise
+            msg = " ".join(str(e).split())[:300]
+            raw = [(None, f"hidden_states/hs_{indices[0]}.safetensors: {self._shape_words(items[0])} cannot be "
+                          f"collated as {self.K} aux slots + verifier of width {self.d} "
+                          f"({type(e).__name__}: {msg})")]
+            items = [None]
+            batch = self._collate(items, max_len)
         doc = batch["document_ids"][0]
         out = []
         j = 0  # document index among available samples
@@ -138,6 +169,21 @@ class TrainingLoader:
                             "loader": "speculators.train.data.ArrowDataset + CollateFn(shift_batch)"},
             ))
         return out
+
+    def _collate(self, items: list, max_len: Optional[int]):
+        from speculators.models.eagle3.data import shift_batch
+        from speculators.train.data import CollateFn
+
+        lens = [int(it["input_ids"].shape[0]) - 1 for it in items if it is not None]
+        total = max(sum(max(n, 0) for n in lens), 1)
+        collate = CollateFn(max_len or total, hidden_size=self.d, num_target_layers=self.K, dtype=self.dtype,
+                            preprocess=shift_batch)
+        # CollateFn consumes the items; hand it shallow copies so the raw ones stay readable
+        return collate([dict(it) if it is not None else None for it in items])
+
+    @staticmethod
+    def _shape_words(item: dict) -> str:
+        return ", ".join(f"{k} {list(v.shape)}" for k, v in item.items() if hasattr(v, "shape"))
 
     def iter_batches(self, batches: Iterable[Sequence[int]]):
         for b in batches:

@@ -1,0 +1,298 @@
+"""Side-by-side throughput of `conformance check-data` against raw reads and speculators' loader.
+
+Run on demand (not collected by pytest):
+
+    python benchmarks/bench_check_data.py [--out /tmp/bench_check_data] [--gb 3.5] [--json results.json]
+
+It writes synthetic datasets of realistic shape in the speculators 0.9.0 on-disk format (an Arrow
+``save_to_disk`` directory with input_ids / loss_mask / seq_len, plus
+``hidden_states/hs_{i}.safetensors`` holding ``hidden_states`` [T, 4, H] bf16 and ``token_ids``
+[T] int64), one with H = 4096 (Llama-3-8B width) and one with H = 7168 (DeepSeek-V3 width),
+T up to 4096, random values scaled per slot, and a contract with calibrated norm bands for each.
+Then, for each dataset, each reader runs in its own subprocess:
+
+- ``raw``: ``safetensors.torch.load_file`` of every file, every tensor touched (one element per
+  4 KiB page, so every byte is read from disk);
+- ``speculators``: ``speculators.train.data.ArrowDataset(max_len, datapath, on_missing="raise")``
+  iterated ``ds[i]`` (hidden_states and verifier_last_hidden_states touched page by page);
+- ``check-data``: ``conformance check-data CONTRACT --data DIR --no-reference --sample 0``
+  (cheap checks on every row and slot, norm bands on; no fingerprints); and the same with
+  ``--workers 2``.
+
+Each is measured with a cold page cache (``sync; echo 3 > /proc/sys/vm/drop_caches`` before
+every run; needs root, reported when unavailable) and again warm. Reported: GB/s (file bytes /
+wall seconds of the read loop, imports excluded), samples/s, ratio to raw, and peak RSS
+(``ru_maxrss`` of the subprocess) against the target "largest shard + 512 MB". Results are
+printed as a table and written as JSON. The data is deleted afterwards unless ``--keep``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+SLOT_SCALE = [0.5, 1.0, 2.0, 4.0]  # per-slot RMS of the synthetic data (aux slots, then verifier)
+LAYERS = {4096: 32, 7168: 61}
+
+
+# --- dataset -----------------------------------------------------------------------------------
+
+
+def contract_yaml(H: int, L: int) -> str:
+    aux = [2, L // 2, L - 3]
+    bands = "\n".join(f"    - {{slot: B_{b}, lo: {s * 0.5}, hi: {s * 2.0}}}"
+                      for b, s in zip(aux + [L], SLOT_SCALE))
+    return f"""schema_version: 1
+name: bench-h{H}
+description: synthetic benchmark data (random values, realistic shapes)
+target: {{name: synthetic/h{H}, architecture: LlamaForCausalLM, num_hidden_layers: {L}, hidden_size: {H},
+         vocab_size: 128256, dtype: bfloat16, final_norm: rmsnorm}}
+draft:
+  name: synthetic/draft
+  architecture: Eagle3Speculator
+  hidden_size: {H}
+  target_hidden_size: {H}
+  draft_vocab_size: 32000
+  layer_ids: {{values: null, location: absent}}
+capture: {{boundaries: [B_{aux[0]}, B_{aux[1]}, B_{aux[2]}], feature_width: {3 * H}}}
+verifier_last: {{tensor: B_{L}, norm: pre}}
+norm_bands:
+  status: calibrated
+  exclude_positions: [0]
+  bands:
+{bands}
+data_dtype: bfloat16
+"""
+
+
+def build_dataset(root: Path, H: int, budget_bytes: int, seed: int) -> dict:
+    import torch
+    from datasets import Dataset
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(seed)
+    hs_dir = root / "hidden_states"
+    hs_dir.mkdir(parents=True)
+    rows = {"input_ids": [], "loss_mask": [], "seq_len": []}
+    total, i, largest = 0, 0, 0
+    scale = torch.tensor(SLOT_SCALE).view(1, 4, 1)
+    while total < budget_bytes:
+        T = 4096 if i == 0 else int(torch.randint(256, 4097, (1,), generator=g))
+        ids = torch.randint(0, 128256, (T,), generator=g)
+        hs = (torch.randn(T, 4, H, generator=g) * scale).to(torch.bfloat16)
+        p = hs_dir / f"hs_{i}.safetensors"
+        save_file({"hidden_states": hs, "token_ids": ids}, str(p))
+        size = p.stat().st_size
+        total += size
+        largest = max(largest, size)
+        rows["input_ids"].append(ids.tolist())
+        rows["loss_mask"].append([0] * (T // 4) + [1] * (T - T // 4))
+        rows["seq_len"].append(T)
+        i += 1
+    Dataset.from_dict(rows).with_format("torch").save_to_disk(str(root))  # as speculators writes it
+    (root.parent / f"{root.name}.yaml").write_text(contract_yaml(H, LAYERS[H]))
+    return {"dir": str(root), "contract": str(root.parent / f"{root.name}.yaml"), "H": H, "samples": i,
+            "bytes": total, "largest_shard_bytes": largest}
+
+
+# --- children (one measurement each, in a fresh process) -----------------------------------------
+
+
+def _touch(t) -> int:
+    import torch
+
+    if t.dim() == 0 or t.numel() == 0:
+        return 0
+    if t.is_contiguous():
+        return int(t.reshape(-1).view(torch.uint8)[::4096].sum())
+    per_page = max(4096 // t.element_size(), 1)  # [T, W] strided view: one element per page
+    return int(t[..., ::per_page].float().sum().isfinite())
+
+
+def child(kind: str, data: str, contract: str, out_json: str) -> None:
+    sys.path.insert(0, str(HERE.parent.parent))
+    from conformance import torch_env
+
+    torch_env.prepare()
+    import datasets  # noqa: F401  (imports are not I/O: loaded before the clock starts)
+    import safetensors.torch  # noqa: F401
+    import torch  # noqa: F401
+
+    files = sorted((Path(data) / "hidden_states").glob("hs_*.safetensors"),
+                   key=lambda p: int(p.stem.split("_")[1]))
+    nbytes = sum(p.stat().st_size for p in files)
+    if kind == "speculators":
+        from speculators.train.data import ArrowDataset
+    if kind.startswith("check-data"):
+        from conformance import scan  # noqa: F401
+        from conformance.cli import build_parser, main
+
+        build_parser()  # import the extra command modules
+    rss0 = vm_hwm_mb()
+    t0 = time.perf_counter()
+    if kind == "raw":
+        from safetensors.torch import load_file
+
+        for p in files:
+            for t in load_file(str(p)).values():
+                _touch(t)
+        n, rc = len(files), 0
+    elif kind == "speculators":
+        ds = ArrowDataset(1 << 30, data, on_missing="raise")
+        for i in range(len(ds)):
+            item = ds[i]
+            _touch(item["hidden_states"])
+            _touch(item["verifier_last_hidden_states"])
+        n, rc = len(ds), 0
+    else:
+        workers = kind.split(":")[1] if ":" in kind else "1"
+        rc = main(["check-data", contract, "--data", data, "--no-reference", "--sample", "0", "--quiet",
+                   "--workers", workers, "--json", out_json + ".report.json"])
+        n = len(files)
+    dt = time.perf_counter() - t0
+    workers_peak = 0.0
+    if kind.startswith("check-data"):
+        workers_peak = float(json.loads(Path(out_json + ".report.json").read_text())["meta"]["peak_rss_mb"] or 0)
+    Path(out_json).write_text(json.dumps({"kind": kind, "seconds": dt, "bytes": nbytes, "samples": n, "rc": rc,
+                                          "maxrss_mb": vm_hwm_mb(), "maxrss_after_imports_mb": rss0,
+                                          "maxrss_workers_mb": workers_peak if ":" in kind else 0.0}))
+
+
+def vm_hwm_mb() -> float:
+    """Peak RSS of this process (VmHWM; ru_maxrss would include the forking parent's peak)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# --- driver --------------------------------------------------------------------------------------
+
+
+def drop_caches() -> bool:
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def run_child(kind: str, ds: dict, tmp: Path) -> dict:
+    out = tmp / f"child-{kind.replace(':', '')}-{ds['H']}.json"
+    subprocess.run([sys.executable, str(HERE), "--child", kind, ds["dir"], ds["contract"], str(out)], check=True)
+    r = json.loads(out.read_text())
+    r["gb_per_s"] = r["bytes"] / 1e9 / r["seconds"]
+    r["samples_per_s"] = r["samples"] / r["seconds"]
+    return r
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {platform.system()} {platform.release()}"
+
+
+KINDS = ["raw", "speculators", "check-data", "check-data:2"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="/tmp/bench_check_data", help="scratch directory (deleted unless --keep)")
+    ap.add_argument("--gb", type=float, default=3.5, help="total dataset size in GB over both widths")
+    ap.add_argument("--widths", default="4096,7168", help="hidden sizes H, comma-separated")
+    ap.add_argument("--json", default=None, help="results file (default OUT/results.json)")
+    ap.add_argument("--keep", action="store_true", help="keep the synthetic data")
+    ap.add_argument("--child", nargs=4, metavar=("KIND", "DATA", "CONTRACT", "OUT"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        child(*a.child)
+        return 0
+    out = Path(a.out)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    widths = [int(x) for x in a.widths.split(",")]
+    results = {"machine": machine(), "torch_threads": None, "datasets": [], "runs": []}
+    try:
+        sys.path.insert(0, str(HERE.parent.parent))
+        from conformance import torch_env
+
+        torch_env.prepare()
+        import torch
+
+        results["torch_threads"] = torch.get_num_threads()
+        for k, H in enumerate(widths):
+            t = time.perf_counter()
+            ds = build_dataset(out / f"h{H}", H, int(a.gb * 1e9 / len(widths)), seed=k)
+            print(f"built h{H}: {ds['samples']} samples, {ds['bytes'] / 1e9:.2f} GB, largest shard "
+                  f"{ds['largest_shard_bytes'] / 1e6:.0f} MB ({time.perf_counter() - t:.0f} s)", flush=True)
+            results["datasets"].append(ds)
+        cold_ok = drop_caches()
+        results["cold_cache"] = cold_ok
+        modes = (["cold"] if cold_ok else []) + ["warm"]
+        for mode in modes:
+            for ds in results["datasets"]:
+                if mode == "warm":
+                    run_child("raw", ds, out)  # bring every file into the page cache
+                for kind in KINDS:
+                    if mode == "cold":
+                        drop_caches()
+                    r = run_child(kind, ds, out)
+                    r.update(mode=mode, H=ds["H"], largest_shard_mb=ds["largest_shard_bytes"] / 1e6)
+                    results["runs"].append(r)
+                    print(f"  {mode} h{ds['H']} {kind:14s} {r['gb_per_s']:.2f} GB/s  rss {r['maxrss_mb']:.0f} MB",
+                          flush=True)
+        for r in results["runs"]:
+            raw = next(x for x in results["runs"] if x["mode"] == r["mode"] and x["H"] == r["H"] and x["kind"] == "raw")
+            r["ratio_to_raw"] = r["gb_per_s"] / raw["gb_per_s"]
+            rss = max(r["maxrss_mb"], r["maxrss_workers_mb"])
+            r["rss_target_mb"] = r["largest_shard_mb"] + 512
+            r["rss_ok"] = rss <= r["rss_target_mb"]
+        print_table(results)
+        dest = Path(a.json) if a.json else out / "results.json"
+        dest.write_text(json.dumps(results, indent=1))
+        print(f"results: {dest}")
+    finally:
+        if not a.keep:
+            for ds in results["datasets"]:
+                shutil.rmtree(ds["dir"], ignore_errors=True)
+    return 0
+
+
+def print_table(results: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"check-data throughput ({results['machine']}; cache "
+                    f"{'cold (drop_caches) and warm' if results.get('cold_cache') else 'warm only'})")
+    for col in ("cache", "H", "reader", "GB", "s", "GB/s", "samples/s", "x raw", "peak RSS MB",
+                "target MB", "RSS ok"):
+        t.add_column(col, justify="right" if col not in ("cache", "reader") else "left")
+    for r in results["runs"]:
+        rss = max(r["maxrss_mb"], r["maxrss_workers_mb"])
+        t.add_row(r["mode"], str(r["H"]), r["kind"], f"{r['bytes'] / 1e9:.2f}", f"{r['seconds']:.2f}",
+                  f"{r['gb_per_s']:.2f}", f"{r['samples_per_s']:.1f}", f"{r['ratio_to_raw']:.2f}",
+                  f"{rss:.0f}", f"{r['rss_target_mb']:.0f}", "yes" if r["rss_ok"] else "NO")
+    Console().print(t)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""``conformance check-offline``: check offline hidden-state files (legacy speculators ``.pt``,
+SpecForge ``.ckpt``) against a contract. Registered through :func:`conformance.cli.register`.
+
+Files are read only through ``torch.load(weights_only=True)`` (see
+:mod:`conformance.paths.offline_files`); a pickle that would run code is refused and reported.
+Exit codes as everywhere: 0 conforms, 1 violations, 2 bad input (no file matched, no file could
+be read, or the reference could not be loaded).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+from conformance.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, UsageError, _console, _load, register
+
+
+def cmd_check_offline(args) -> int:
+    from conformance import report, runner
+    from conformance.findings import Finding
+    from conformance.paths.offline_files import OfflineFilesError, find_files, offline_findings
+    from conformance.reference import ReferenceError, load_reference_model
+
+    c = _load(args.contract)
+    try:
+        files = find_files(args.files)
+    except OfflineFilesError as e:
+        raise UsageError(str(e)) from None
+    ref_dir: Optional[Path] = Path(args.reference) if args.reference else None
+    if ref_dir is None and not args.no_reference:
+        try:
+            ref_dir = runner.resolve_pair(c).target_dir
+        except runner.PairUnavailable:
+            ref_dir = None
+    findings: list[Finding] = []
+    bad_reference = None
+    if ref_dir is not None:
+        try:
+            load_reference_model(ref_dir, c.target.final_norm)
+        except ReferenceError as e:
+            bad_reference = str(e)
+            findings.append(Finding("reference", "fail", "data", None, "a loadable HF target directory",
+                                    bad_reference, str(ref_dir),
+                                    f"reference not usable: {bad_reference}; slot identity not checked", "K2"))
+            ref_dir = None
+    findings += offline_findings(c, files, ref_dir)
+    extra = {"files": str(args.files), "samples": str(len(files)),
+             "reference": str(ref_dir) if ref_dir else "none (slot identity not checked)",
+             "loader": "torch.load(weights_only=True)"}
+    if not args.quiet:
+        report.render_table(findings, f"{c.name}: offline files ({args.contract})", _console(), extra)
+    if args.json:
+        report.write_json(args.json, args.contract, findings, extra)
+    if bad_reference:
+        print(f"conformance: error: {bad_reference}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    avail = [f for f in findings if f.check == "sample_available"]
+    if avail and all(f.status == "fail" for f in avail):
+        print(f"conformance: error: {args.files}: none of the {len(files)} files could be read", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_VIOLATIONS if any(f.status == "fail" for f in findings) else EXIT_OK
+
+
+@register
+def _add(sub) -> None:
+    p = sub.add_parser("check-offline",
+                       help="check legacy speculators .pt / SpecForge .ckpt hidden-state files against a contract")
+    p.add_argument("contract", metavar="CONTRACT")
+    p.add_argument("--files", required=True, metavar="DIR_OR_GLOB",
+                   help="a directory (searched recursively for *.pt / *.ckpt), one file, or a glob")
+    p.add_argument("--reference", metavar="MODEL_DIR",
+                   help="HF-format target directory for slot identity (default: the contract's fixture or target.path)")
+    p.add_argument("--no-reference", action="store_true", help="skip fingerprint checks")
+    p.add_argument("--json", metavar="OUT", help="write findings as JSON")
+    p.add_argument("--quiet", action="store_true", help="no table")
+    p.set_defaults(func=cmd_check_offline)

@@ -1,0 +1,167 @@
+"""Merge JSON reports of sharded runs: ``conformance merge-reports OUT.json IN1.json IN2.json ...``.
+
+A report is the document :func:`conformance.report.write_json` writes:
+``{"contract": ..., "findings": [{"check", "status", "path", "slot", "expected", "observed",
+"where", "message", "fault"}, ...], "meta": {...}}``. Parts must be of the same contract: the
+``meta.contract_sha256`` of every part when all parts carry one (so the same file under
+different paths on different machines merges), else the ``contract`` strings. Findings are
+concatenated in input order; ``meta`` is combined (shards listed, sample counts and bytes summed,
+per-slot statistics combined, fingerprint indices united, missing shards named).
+
+Exit codes: 0 no finding failed, 1 some finding failed, 2 bad input (unreadable or malformed
+part, different contracts or datasets, the same shard given twice).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from conformance.cli import EXIT_OK, EXIT_VIOLATIONS, UsageError, register
+
+_FINDING_KEYS = ("check", "status", "path", "slot", "expected", "observed", "where")
+
+
+class MergeError(Exception):
+    """The parts cannot be merged (unreadable, malformed, different contracts or datasets)."""
+
+
+def load_report(path: str | Path) -> dict[str, Any]:
+    """Read one JSON report.
+
+    Raises:
+        MergeError: unreadable, not JSON, or not of the report shape.
+    """
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise MergeError(f"{p}: cannot read: {e}") from None
+    except json.JSONDecodeError as e:
+        raise MergeError(f"{p}:{e.lineno}:{e.colno}: not JSON: {e.msg}") from None
+    if not isinstance(doc, dict) or "contract" not in doc or not isinstance(doc.get("findings"), list):
+        raise MergeError(f"{p}: not a conformance report (needs 'contract' and a 'findings' list)")
+    for k, f in enumerate(doc["findings"]):
+        if not isinstance(f, dict) or any(key not in f for key in _FINDING_KEYS):
+            raise MergeError(f"{p}: findings[{k}] lacks one of {list(_FINDING_KEYS)}")
+        if f["status"] not in ("pass", "fail", "skip"):
+            raise MergeError(f"{p}: findings[{k}] has status {f['status']!r}")
+    if not isinstance(doc.get("meta", {}), dict):
+        raise MergeError(f"{p}: 'meta' must be an object")
+    return doc
+
+
+def _identity(doc: dict[str, Any]) -> Any:
+    return doc.get("meta", {}).get("contract_sha256")
+
+
+def merge_docs(docs: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """Merge report documents (as loaded by :func:`load_report`) into one.
+
+    Raises:
+        MergeError: different contracts, different dataset sizes, or a shard given twice.
+    """
+    if not docs:
+        raise MergeError("no reports to merge")
+    ids = [_identity(d) for d in docs]
+    if all(ids):
+        if len(set(ids)) > 1:
+            odd = next(k for k, x in enumerate(ids) if x != ids[0])
+            raise MergeError(f"{names[odd]} is a report of contract {docs[odd]['contract']!r} "
+                             f"(sha256 {ids[odd][:12]}), {names[0]} of {docs[0]['contract']!r} "
+                             f"(sha256 {ids[0][:12]}): not the same contract")
+    else:
+        cs = [d["contract"] for d in docs]
+        if len(set(cs)) > 1:
+            odd = next(k for k, x in enumerate(cs) if x != cs[0])
+            raise MergeError(f"{names[odd]} is a report of contract {cs[odd]!r}, {names[0]} of {cs[0]!r}")
+    metas = [d.get("meta", {}) for d in docs]
+    sizes = {str(m["samples"]) for m in metas if "samples" in m}
+    if len(sizes) > 1:
+        raise MergeError(f"the parts describe datasets of different sizes {sorted(sizes)}: not one dataset")
+    shards = [m.get("shard") for m in metas]
+    seen: dict[str, str] = {}
+    for name, s in zip(names, shards):
+        if s is None:
+            continue
+        if s in seen:
+            raise MergeError(f"shard {s} is in both {seen[s]} and {name}: its findings would count twice")
+        seen[s] = name
+    findings = [f for d in docs for f in d["findings"]]
+    meta: dict[str, Any] = {"merged_from": list(names), "parts": len(docs)}
+    for key in ("contract_name", "contract_sha256", "sharding", "reference"):
+        vals = {json.dumps(m.get(key)) for m in metas if key in m}
+        if len(vals) == 1:
+            meta[key] = json.loads(vals.pop())
+    datas = sorted({str(m["data"]) for m in metas if "data" in m})
+    if datas:
+        meta["data"] = datas[0] if len(datas) == 1 else datas
+    if sizes:
+        n = sizes.pop()
+        meta["samples"] = int(n) if n.isdigit() else n
+    if any(s is not None for s in shards):
+        meta["shards"] = [s for s in shards if s is not None]
+        counts = {int(s.split("/")[1]) for s in meta["shards"]}
+        if len(counts) == 1:
+            N = counts.pop()
+            have = {int(s.split("/")[0]) for s in meta["shards"]}
+            missing = [f"{i}/{N}" for i in range(N) if i not in have]
+            meta["shards_missing"] = missing
+            meta["complete"] = not missing
+    for key in ("shard_samples", "bytes"):
+        if any(key in m for m in metas):
+            meta[key] = sum(int(m.get(key, 0)) for m in metas)
+    secs = [float(m["seconds"]) for m in metas if "seconds" in m]
+    if secs:
+        meta["seconds_max"] = max(secs)
+        meta["seconds_sum"] = round(sum(secs), 3)
+    fs = [m["fingerprint_sample"] for m in metas if isinstance(m.get("fingerprint_sample"), dict)]
+    if fs:
+        meta["fingerprint_sample"] = {k: fs[0][k] for k in ("size", "seed", "batch_size") if k in fs[0]}
+        meta["fingerprint_sample"]["indices"] = sorted({i for f in fs for i in f.get("indices", [])})
+    stats = [m["slot_stats"] for m in metas if isinstance(m.get("slot_stats"), dict)]
+    if stats:
+        from conformance.scan import merge_slot_stats
+
+        meta["slot_stats"] = merge_slot_stats(stats)
+    scopes = [m["scope"] for m in metas if isinstance(m.get("scope"), dict)]
+    if scopes:
+        meta["scope"] = {k: sorted({s[k] for s in scopes if k in s}) for k in scopes[0]}
+    return {"contract": docs[0]["contract"], "findings": findings, "meta": meta}
+
+
+def merge_reports(out: str | Path, inputs: list[str | Path]) -> dict[str, Any]:
+    """Merge the reports ``inputs`` and write the result to ``out``. Returns the merged document.
+
+    Raises:
+        MergeError: see :func:`load_report` and :func:`merge_docs`; ``out`` is not written.
+    """
+    docs = [load_report(p) for p in inputs]
+    merged = merge_docs(docs, [str(p) for p in inputs])
+    Path(out).write_text(json.dumps(merged, indent=1))
+    return merged
+
+
+def cmd_merge_reports(args) -> int:
+    """``conformance merge-reports``: exit 0 if no finding failed, 1 if one did, 2 bad input."""
+    try:
+        merged = merge_reports(args.out, args.inputs)
+    except MergeError as e:
+        raise UsageError(str(e)) from None
+    nf = sum(1 for f in merged["findings"] if f["status"] == "fail")
+    if not args.quiet:
+        m = merged["meta"]
+        missing = m.get("shards_missing")
+        print(f"merged {len(args.inputs)} reports into {args.out}: {len(merged['findings'])} findings, {nf} failed"
+              + (f"; shards missing: {missing}" if missing else ""))
+    return EXIT_VIOLATIONS if nf else EXIT_OK
+
+
+@register
+def _add_merge_reports(sub) -> None:
+    p = sub.add_parser("merge-reports", help="merge JSON reports of sharded check-data runs")
+    p.add_argument("out", metavar="OUT.json", help="merged report to write")
+    p.add_argument("inputs", nargs="+", metavar="IN.json", help="reports to merge (same contract)")
+    p.add_argument("--quiet", action="store_true", help="no summary line")
+    p.set_defaults(func=cmd_merge_reports)

@@ -1,0 +1,731 @@
+"""Streaming scan of a speculators 0.9.0 dataset: cheap checks on every row, fingerprints on a sample.
+
+``conformance check-data`` runs here. For every sample ``i`` of its shard the scanner
+
+- memory-maps ``hidden_states/hs_{i}.safetensors`` with ``safetensors.safe_open`` (framework
+  "pt"; nothing is read until touched) and reads the Arrow ``input_ids`` row (``datasets
+  .load_from_disk``, zero-copy from the Arrow table);
+- builds a :class:`conformance.capture.Capture` of *views* of the on-disk tensors (path
+  :data:`DISK_PATH`; ``feature = hs[:, :-1].flatten(1)``, ``verifier_last = hs[:, -1]``, exactly
+  speculators' routing; ``rows = arange(len(token_ids))``, the on-disk bookkeeping "row t is
+  token t") and runs the pure checks of :data:`conformance.checks.CAPTURE_CHECKS` on it: slot
+  count, widths, dtypes, row count (rows == tokens), stored token ids vs the Arrow input ids;
+- streams the hidden states once, in float32 row blocks of about :data:`BLOCK_ELEMS` elements,
+  reducing every row of every slot to its RMS ``sqrt(mean(x**2))`` (float32 [T, N]). The two
+  data-touching checks, :func:`conformance.checks.check_finite` and
+  :func:`conformance.checks.check_norm_bands`, are row-wise functions of that RMS (a row's RMS is
+  non-finite iff the row holds NaN/Inf; bands are defined on it), so they run unchanged on a
+  *reduced* Capture whose slots are the per-row RMS (one column per slot; the norm-band check is
+  given the contract with ``target_hidden_size = 1`` so each column is one slot). Verdicts,
+  row numbers and messages are the checks' own. A row whose float32 sum of squares overflows
+  (|x| > 1.8e19 while finite) is recomputed in float64, so overflow is never reported as NaN.
+
+Only one sample's tensors are mapped at a time; a background thread reads the next
+:data:`PREFETCH` files sequentially into the page cache so disk reads overlap the arithmetic.
+
+Slot identity (fingerprints against the reference model's forward) runs only on a seeded sample
+of the dataset (``--sample N``, ``--seed``), and those samples go through the real speculators
+loader (:class:`conformance.paths.training.TrainingLoader`: ``ArrowDataset`` + ``CollateFn``
+with ``shift_batch``), findings on path ``"training"``. The report's ``meta.scope`` says which
+checks ran on every row and which on the sample.
+
+Sharding is by sample index modulo the shard count: shard ``i/N`` owns the samples ``s`` with
+``s % N == i``. ``workers=W`` splits a shard ``i/N`` into sub-shards ``i + w*N`` of ``N*W``
+(w = 0..W-1), one spawned process each. The fingerprint sample is drawn over the whole dataset
+and cut into loader batches of ``batch_size`` consecutive sampled indices; a batch belongs to
+the shard owning its first index. So shards ``0/N .. N-1/N`` together produce exactly the
+findings of one unsharded run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from conformance import torch_env
+
+torch_env.prepare()
+import torch  # noqa: E402
+
+from conformance.capture import Capture  # noqa: E402
+from conformance.contract import Contract, contract_source  # noqa: E402
+from conformance.findings import Finding  # noqa: E402
+
+DISK_PATH = "training-disk"
+"""Finding path of the all-rows scan (tensors as stored on disk for training)."""
+
+LOADER_PATH = "training"
+"""Finding path of the sampled samples (through speculators' own loader)."""
+
+BLOCK_ELEMS = 1 << 21
+"""Elements per float32 row block of the RMS pass (8 MiB of float32)."""
+
+PREFETCH = 2
+"""How many shard files the prefetch thread may read ahead of the scan."""
+
+SHARDING = "modulo: shard i/N owns the samples s with s % N == i"
+
+DISK_CHECKS = ("sample_available", "slot_count", "feature_width", "verifier_width", "dtype", "id_dtype",
+               "finite", "row_count", "token_ids", "norm_band")
+
+
+class ScanError(Exception):
+    """The dataset cannot be scanned at all (not a dataset, no samples, a worker died)."""
+
+
+# --- shard arithmetic --------------------------------------------------------------------------
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """Parse ``"i/N"`` into ``(i, N)``.
+
+    Raises:
+        ValueError: not of the form i/N with 0 <= i < N.
+    """
+    try:
+        a, b = text.split("/")
+        i, n = int(a), int(b)
+    except ValueError:
+        raise ValueError(f"shard must be i/N (e.g. 0/4), got {text!r}") from None
+    if n < 1 or not 0 <= i < n:
+        raise ValueError(f"shard {text!r}: need 0 <= i < N and N >= 1")
+    return i, n
+
+
+def shard_indices(n: int, shard: tuple[int, int]) -> range:
+    """Sample indices of shard ``(i, N)`` among ``n`` samples: ``range(i, n, N)``."""
+    i, count = shard
+    return range(i, n, count)
+
+
+def fingerprint_sample(n: int, size: int, seed: int) -> list[int]:
+    """The seeded fingerprint sample: ``min(size, n)`` distinct indices of ``range(n)``, sorted.
+    ``size < 0`` means every sample."""
+    if size < 0 or size >= n:
+        return list(range(n))
+    return sorted(random.Random(seed).sample(range(n), size))
+
+
+def loader_batches(sample: list[int], batch_size: int, shard: tuple[int, int]) -> list[list[int]]:
+    """The loader batches of ``sample`` (consecutive groups of ``batch_size``) owned by ``shard``
+    (the shard that owns a batch's first index)."""
+    bs = max(int(batch_size), 1)
+    batches = [sample[k:k + bs] for k in range(0, len(sample), bs)]
+    return [b for b in batches if b[0] % shard[1] == shard[0]]
+
+
+# --- per-row reduction -------------------------------------------------------------------------
+
+
+def slot_rms(hs: torch.Tensor, block_elems: int = BLOCK_ELEMS, buf: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Per-row per-slot RMS of stored hidden states, streamed in float32 row blocks.
+
+    Args:
+        hs: [T, N, H] tensor of any float dtype (bf16, fp16, fp32, fp8); typically a
+            memory-mapped view, read once.
+        block_elems: elements per float32 block (memory used is 4 bytes x this).
+        buf: optional reusable float32 scratch of at least one block ([B, N, H]).
+
+    Returns:
+        [T, N] float32: ``sqrt(mean(x**2))`` over H for each row and slot; NaN or Inf exactly
+        where the row/slot holds a NaN or Inf (finite rows that overflow float32 are recomputed
+        in float64).
+    """
+    T, N, H = hs.shape
+    out = torch.empty(T, N, dtype=torch.float32)
+    if T == 0:
+        return out
+    if H == 0:
+        return out.zero_()
+    rows = max(1, block_elems // max(N * H, 1))
+    if hs.dtype != torch.float32 and (buf is None or buf.shape[0] < min(rows, T) or buf.shape[1:] != (N, H)):
+        buf = torch.empty(min(rows, T), N, H, dtype=torch.float32)
+    for a in range(0, T, rows):
+        b = min(a + rows, T)
+        x = hs[a:b]
+        if x.dtype != torch.float32:
+            xf = buf[: b - a]
+            xf.copy_(x)
+            x = xf
+        torch.linalg.vector_norm(x, dim=-1, out=out[a:b])
+    out.mul_(1.0 / math.sqrt(H))
+    bad = (~torch.isfinite(out)).nonzero()
+    for t, k in bad.tolist():  # rare: NaN/Inf rows, or float32 overflow of the sum of squares
+        x = hs[t, k]
+        if bool(torch.isfinite(x).all()):
+            out[t, k] = float(x.double().pow(2).mean().sqrt())
+    return out
+
+
+def _reduced_contract(c: Contract) -> Contract:
+    """The contract as seen by checks run on per-row RMS columns: each slot is 1 wide."""
+    return c.model_copy(update={"draft": c.draft.model_copy(update={"target_hidden_size": 1})})
+
+
+def _slot_label(k: int, n: int) -> str:
+    return "verifier" if k == n - 1 else f"slot {k}"
+
+
+# --- Arrow ids ---------------------------------------------------------------------------------
+
+
+class _ArrowIds:
+    """Row -> int64 ``input_ids`` tensor, read zero-copy from the Arrow table."""
+
+    def __init__(self, ds):
+        self.ds = ds
+        self.col = None
+        if getattr(ds, "_indices", None) is None:
+            col = ds.data.table.column("input_ids")
+            self.col = col
+            self.starts = []
+            s = 0
+            for ch in col.chunks:
+                self.starts.append(s)
+                s += len(ch)
+
+    def __call__(self, i: int) -> torch.Tensor:
+        if self.col is None:
+            return torch.as_tensor(self.ds[i]["input_ids"]).long()
+        import bisect
+
+        k = bisect.bisect_right(self.starts, i) - 1
+        v = self.col.chunk(k)[i - self.starts[k]].values
+        return torch.from_numpy(v.to_numpy(zero_copy_only=False).astype("int64", copy=True))
+
+
+class _Prefetcher:
+    """A daemon thread that reads upcoming shard files sequentially (large ``readinto`` calls,
+    GIL released) so they are in the page cache before the memory-mapped pass faults on them.
+    Stays at most ``ahead`` files ahead of the consumer; reads nothing into Python objects."""
+
+    def __init__(self, paths: list[Path], ahead: int = PREFETCH, chunk: int = 8 << 20):
+        import threading
+
+        self.paths = paths
+        self.ahead = ahead
+        self.chunk = chunk
+        self.current = 0
+        self.cv = threading.Condition()
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, name="conformance-prefetch", daemon=True)
+        if ahead > 0 and paths:
+            self.thread.start()
+
+    def _run(self) -> None:
+        buf = bytearray(self.chunk)
+        view = memoryview(buf)
+        for j, p in enumerate(self.paths):
+            with self.cv:
+                while not self.stop and j > self.current + self.ahead:
+                    self.cv.wait()
+                if self.stop:
+                    return
+                if j < self.current:
+                    continue  # the consumer is already past it
+            try:
+                with open(p, "rb", buffering=0) as f:
+                    while f.readinto(view):
+                        if self.stop:
+                            return
+            except OSError:
+                continue  # the scan reports unreadable files itself
+
+    def advance(self, i: int) -> None:
+        """The consumer now works on file ``i``."""
+        with self.cv:
+            self.current = i
+            self.cv.notify()
+
+    def close(self) -> None:
+        with self.cv:
+            self.stop = True
+            self.cv.notify()
+
+
+# --- one part (a shard, in this process) -------------------------------------------------------
+
+
+@dataclass
+class PartSpec:
+    """Everything one scanning process needs (picklable for spawn)."""
+
+    contract: dict[str, Any]
+    data_dir: str
+    shard: tuple[int, int]
+    sample: int = 32
+    seed: int = 0
+    reference_dir: Optional[str] = None
+    batch_size: int = 4
+    block_elems: int = BLOCK_ELEMS
+
+
+@dataclass
+class _Stats:
+    rows: int = 0
+    finite_rows: int = 0
+    rms_sum: float = 0.0
+    rms_min: float = math.inf
+    rms_max: float = -math.inf
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rows": self.rows, "finite_rows": self.finite_rows, "rms_sum": self.rms_sum,
+                "rms_min": None if self.finite_rows == 0 else self.rms_min,
+                "rms_max": None if self.finite_rows == 0 else self.rms_max}
+
+
+def merge_slot_stats(parts: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Combine per-slot RMS statistics of several parts (rows, finite_rows, rms_sum summed; min,
+    max combined; ``rms_mean`` = rms_sum / finite_rows recomputed)."""
+    out: dict[str, dict[str, Any]] = {}
+    for p in parts:
+        for label, s in p.items():
+            o = out.setdefault(label, {"rows": 0, "finite_rows": 0, "rms_sum": 0.0, "rms_min": None, "rms_max": None})
+            o["rows"] += int(s["rows"])
+            o["finite_rows"] += int(s["finite_rows"])
+            o["rms_sum"] += float(s["rms_sum"])
+            for k, fn in (("rms_min", min), ("rms_max", max)):
+                if s.get(k) is not None:
+                    o[k] = s[k] if o[k] is None else fn(o[k], s[k])
+    for o in out.values():
+        o["rms_mean"] = o["rms_sum"] / o["finite_rows"] if o["finite_rows"] else None
+    return out
+
+
+def _disk_findings(c: Contract, rc: Contract, i: int, hs_path: Path, src_ids: torch.Tensor,
+                   stats: dict[str, _Stats], block_elems: int, buf_holder: list) -> tuple[list[Finding], int]:
+    """All-rows checks of sample ``i``. Returns (findings, bytes read)."""
+    from safetensors import safe_open
+
+    from conformance import checks
+
+    where = f"sample {i}"
+    empty = torch.zeros(0, c.capture.feature_width)
+    norow = torch.zeros(0, dtype=torch.long)
+
+    def unavailable(reason: str) -> list[Finding]:
+        cap = Capture(DISK_PATH, where, src_ids, empty, norow, source_token_ids=src_ids, unavailable=reason)
+        return checks.check_sample_available(c, cap)
+
+    if not hs_path.is_file():
+        return unavailable(f"hidden_states/{hs_path.name} is missing"), 0
+    nbytes = hs_path.stat().st_size
+    try:
+        with safe_open(str(hs_path), framework="pt") as f:
+            keys = set(f.keys())
+            missing = {"hidden_states", "token_ids"} - keys
+            if missing:
+                return unavailable(f"{hs_path.name} has no {sorted(missing)}"), nbytes
+            hs = f.get_tensor("hidden_states")
+            tok = f.get_tensor("token_ids")
+    except Exception as e:  # safetensors raises SafetensorError / OSError on a corrupt file
+        return unavailable(f"{hs_path.name} could not be read: {type(e).__name__}: {e}"), nbytes
+    if hs.ndim != 3:
+        return unavailable(f"{hs_path.name}: hidden_states is {list(hs.shape)}, expected [T, N, H]"), nbytes
+    T, N, H = hs.shape
+    tok = tok.reshape(-1)
+    cap = Capture(DISK_PATH, where, token_ids=tok, feature=hs[:, :-1].flatten(1),
+                  rows=torch.arange(int(tok.shape[0]), dtype=torch.long),
+                  verifier_last=hs[:, -1] if N else None, source_token_ids=src_ids,
+                  provenance={"sample": i, "file": str(hs_path)})
+    # one streamed pass over the data: per-row per-slot RMS, float32 [T, N]
+    buf = buf_holder[0] if buf_holder else None
+    rows_per_block = max(1, block_elems // max(N * H, 1))
+    if hs.dtype != torch.float32 and N * H and (buf is None or buf.shape[1:] != (N, H) or buf.shape[0] < min(rows_per_block, T)):
+        buf = torch.empty(max(1, min(rows_per_block, T)), N, H, dtype=torch.float32)
+        buf_holder[:] = [buf]
+    r = slot_rms(hs, block_elems, buf) if N else torch.zeros(T, 0)
+    reduced = Capture(DISK_PATH, where, token_ids=tok, feature=r[:, :-1] if N else r,
+                      rows=torch.arange(T, dtype=torch.long), verifier_last=r[:, -1:] if N else None,
+                      provenance=cap.provenance)
+    from conformance import datacheck
+
+    out = checks.check_sample_available(c, cap)
+    out += datacheck.sample_length_findings(cap) + datacheck.token_range_findings(cap, c.target.vocab_size)
+    for chk in checks.CAPTURE_CHECKS:
+        if chk is checks.check_finite:
+            out += chk(c, reduced)
+        elif chk is checks.check_norm_bands:
+            if c.norm_bands.status != "calibrated":
+                out += chk(c, cap)  # a skip; reads no data
+            elif H == c.draft.target_hidden_size:
+                out += chk(rc, reduced)
+        else:
+            out += chk(c, cap)
+    fin = torch.isfinite(r)
+    for k in range(N):
+        s = stats.setdefault(_slot_label(k, N), _Stats())
+        col, ok = r[:, k], fin[:, k]
+        s.rows += T
+        nf = int(ok.sum())
+        s.finite_rows += nf
+        if nf:
+            v = col[ok]
+            s.rms_sum += float(v.double().sum())
+            s.rms_min = min(s.rms_min, float(v.min()))
+            s.rms_max = max(s.rms_max, float(v.max()))
+    del cap, reduced, hs, tok
+    return out, nbytes
+
+
+def scan_part(spec: PartSpec, on_progress: Optional[Callable[[int, int], None]] = None) -> dict[str, Any]:
+    """Scan one shard in this process.
+
+    Args:
+        spec: what to scan (contract as a dict, data directory, shard, sample, reference).
+        on_progress: called with (samples done, bytes read) increments after each sample.
+
+    Returns:
+        A JSON-able dict: ``groups`` ([[sample, order, [finding json...]], ...]), ``slot_stats``,
+        ``samples`` (dataset size), ``shard_samples``, ``bytes``, ``seconds``,
+        ``fingerprint_samples`` (the sampled indices this part ran through the loader).
+
+    Raises:
+        ScanError: the directory is not a speculators Arrow dataset or holds no samples.
+        conformance.reference.ReferenceError: the reference model cannot be loaded.
+    """
+    from datasets import load_from_disk
+
+    t0 = time.perf_counter()
+    c = Contract.model_validate(spec.contract)
+    rc = _reduced_contract(c)
+    data = Path(spec.data_dir)
+    try:
+        ds = load_from_disk(str(data))
+    except Exception as e:  # datasets raises FileNotFoundError / ValueError / pyarrow errors
+        raise ScanError(f"{data}: not a speculators Arrow dataset: {e}") from None
+    n = len(ds)
+    if n == 0:
+        raise ScanError(f"{data}: the dataset holds no samples")
+    ids = _ArrowIds(ds)
+    hs_dir = data / "hidden_states"
+    mine = list(shard_indices(n, spec.shard))
+    sample = fingerprint_sample(n, spec.sample, spec.seed)
+    batches = {b[0]: b for b in loader_batches(sample, spec.batch_size, spec.shard)}
+    pre = _Prefetcher([hs_dir / f"hs_{j}.safetensors" for j in mine])
+    try:
+        res = _scan_loop(spec, c, rc, data, hs_dir, ids, mine, batches, pre, on_progress, t0, n)
+    finally:
+        pre.close()
+    if spec.shard[0] == 0:  # dataset-level findings (files vs rows), once over all shards
+        from conformance import datacheck
+
+        res["groups"].insert(0, [-1, 0, [f.to_json() for f in datacheck.dataset_findings(data, n)]])
+    return res
+
+
+def _scan_loop(spec, c, rc, data, hs_dir, ids, mine, batches, pre, on_progress, t0, n) -> dict[str, Any]:
+    stats: dict[str, _Stats] = {}
+    groups: list[list[Any]] = []
+    total = 0
+    buf_holder: list = []
+    loader = ref_model = None
+    for pos, i in enumerate(mine):
+        pre.advance(pos)
+        found, nbytes = _disk_findings(c, rc, i, hs_dir / f"hs_{i}.safetensors", ids(i), stats,
+                                       spec.block_elems, buf_holder)
+        groups.append([i, 0, [f.to_json() for f in found]])
+        if i in batches:
+            from conformance.paths.training import TrainingLoader
+            from conformance.reference import load_reference_model
+            from conformance.runner import _dtype, sample_findings
+
+            if loader is None:
+                loader = TrainingLoader(data, c.draft.target_hidden_size, c.num_slots, _dtype(c.data_dtype))
+                if spec.reference_dir:
+                    ref_model = load_reference_model(spec.reference_dir, c.target.final_norm)
+            lf: list[Finding] = []
+            for cap in loader.batch(batches[i]):
+                lf += sample_findings(c, cap, ref_model)
+            groups.append([i, 1, [f.to_json() for f in lf]])
+        total += nbytes
+        if on_progress:
+            on_progress(1, nbytes)
+    return {"groups": groups, "slot_stats": {k: v.to_json() for k, v in stats.items()}, "samples": n,
+            "shard_samples": len(mine), "bytes": total, "seconds": time.perf_counter() - t0,
+            "fingerprint_samples": sorted(j for b in batches.values() for j in b), "peak_rss_mb": peak_rss_mb()}
+
+
+def peak_rss_mb() -> Optional[float]:
+    """Peak resident set of this process in MB (``VmHWM``, Linux), None where unavailable."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+# --- fan-out -----------------------------------------------------------------------------------
+
+
+def _worker_main(spec: PartSpec, wid: int, q) -> None:  # runs in a spawned process
+    pending = [0, 0]
+    last = [time.monotonic()]
+
+    def prog(ns: int, nb: int) -> None:
+        pending[0] += ns
+        pending[1] += nb
+        now = time.monotonic()
+        if now - last[0] > 0.2:
+            q.put(("progress", wid, pending[0], pending[1]))
+            pending[:] = [0, 0]
+            last[0] = now
+
+    try:
+        res = scan_part(spec, prog)
+        q.put(("progress", wid, pending[0], pending[1]))
+        q.put(("done", wid, res))
+    except BaseException as e:  # report, never hang the parent
+        q.put(("error", wid, f"{type(e).__name__}: {e}"))
+
+
+def _run_workers(specs: list[PartSpec], on_progress) -> list[dict[str, Any]]:
+    import multiprocessing as mp
+    import queue as _queue
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_worker_main, args=(s, w, q), daemon=True) for w, s in enumerate(specs)]
+    for p in procs:
+        p.start()
+    results: dict[int, dict[str, Any]] = {}
+    try:
+        while len(results) < len(procs):
+            try:
+                msg = q.get(timeout=0.5)
+            except _queue.Empty:
+                dead = [w for w, p in enumerate(procs) if not p.is_alive() and w not in results]
+                if dead:
+                    try:  # a worker may have exited right after queueing its result
+                        msg = q.get(timeout=2.0)
+                    except _queue.Empty:
+                        raise ScanError(f"worker {dead[0]} exited with code {procs[dead[0]].exitcode} "
+                                        "without a result") from None
+                else:
+                    continue
+            kind, wid = msg[0], msg[1]
+            if kind == "progress":
+                if on_progress:
+                    on_progress(msg[2], msg[3])
+            elif kind == "done":
+                results[wid] = msg[2]
+            else:
+                raise ScanError(f"worker {wid} failed: {msg[2]}")
+    finally:
+        for p in procs:
+            if p.is_alive() and len(results) < len(procs):
+                p.terminate()
+            p.join(timeout=10)
+    return [results[w] for w in range(len(procs))]
+
+
+# --- public entry ------------------------------------------------------------------------------
+
+
+@dataclass
+class ScanResult:
+    """Findings and report metadata of a scan.
+
+    Attributes:
+        findings: disk findings (path :data:`DISK_PATH`, every sample of the shard) and loader
+            findings (path :data:`LOADER_PATH`, the fingerprint sample), ordered by sample.
+        meta: JSON-able report metadata (data, samples, shard, scope, slot_stats, bytes, ...).
+    """
+
+    findings: list[Finding]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def contract_digest(c: Contract) -> str:
+    """sha256 of the contract file's bytes (of its canonical JSON when it has no file)."""
+    src = contract_source(c)
+    if src is not None and Path(src).is_file():
+        return hashlib.sha256(Path(src).read_bytes()).hexdigest()
+    return hashlib.sha256(c.model_dump_json().encode()).hexdigest()
+
+
+def scan(c: Contract, data_dir: str | Path, *, shard: tuple[int, int] = (0, 1), workers: int = 1,
+         sample: int = 32, seed: int = 0, reference_dir: Optional[str | Path] = None, batch_size: int = 4,
+         progress: bool = False, block_elems: int = BLOCK_ELEMS) -> ScanResult:
+    """Scan shard ``shard`` of a speculators 0.9.0 dataset against contract ``c``.
+
+    Args:
+        c: the contract.
+        data_dir: Arrow ``save_to_disk`` directory with ``hidden_states/hs_{i}.safetensors``.
+        shard: ``(i, N)``: this run covers samples ``s % N == i`` (see :func:`shard_indices`).
+        workers: processes (spawned) to split the shard over; 1 scans in this process.
+        sample: fingerprint sample size over the whole dataset (``-1``: all; 0: none).
+        seed: seed of the fingerprint sample.
+        reference_dir: HF target directory for fingerprints; None: fingerprints are skipped.
+        batch_size: loader batch size for the sampled samples (CollateFn packing).
+        progress: show a rich progress bar (samples/s, GB/s) on stderr.
+        block_elems: elements per float32 block of the RMS pass.
+
+    Returns:
+        A :class:`ScanResult`.
+
+    Raises:
+        ScanError: not a dataset, no samples, or a worker failed.
+        ValueError: ``workers < 1``.
+        conformance.reference.ReferenceError: the reference model cannot be loaded (1 worker).
+    """
+    if workers < 1:
+        raise ValueError("workers must be >= 1")
+    i, count = shard
+    base = PartSpec(contract=c.model_dump(mode="json"), data_dir=str(data_dir), shard=shard, sample=sample,
+                    seed=seed, reference_dir=str(reference_dir) if reference_dir else None,
+                    batch_size=batch_size, block_elems=block_elems)
+    specs = [base] if workers == 1 else [
+        PartSpec(**{**base.__dict__, "shard": (i + w * count, count * workers)}) for w in range(workers)]
+    t0 = time.perf_counter()
+    with _Progress(progress, _count_hint(data_dir, shard) if progress else None) as bar:
+        if workers == 1:
+            parts = [scan_part(specs[0], bar.advance)]
+        else:
+            parts = _run_workers(specs, bar.advance)
+    seconds = time.perf_counter() - t0
+    groups = sorted((g for p in parts for g in p["groups"]), key=lambda g: (g[0], g[1]))
+    findings = [Finding(**d) for g in groups for d in g[2]]
+    n = parts[0]["samples"]
+    nbytes = sum(p["bytes"] for p in parts)
+    fps = sorted(j for p in parts for j in p["fingerprint_samples"])
+    meta = {
+        "data": str(data_dir),
+        "samples": n,
+        "shard": f"{i}/{count}",
+        "sharding": SHARDING,
+        "shard_samples": sum(p["shard_samples"] for p in parts),
+        "workers": workers,
+        "reference": str(reference_dir) if reference_dir else "none (slot identity not checked)",
+        "fingerprint_sample": {"size": sample, "seed": seed, "batch_size": batch_size, "indices": fps},
+        "scope": {
+            DISK_PATH: ("every row and slot of every sample in this shard (hidden_states/hs_{i}.safetensors "
+                        "and the Arrow input_ids): " + ", ".join(DISK_CHECKS)
+                        + ("" if c.norm_bands.status == "calibrated" else " (norm bands uncalibrated: skipped)")),
+            LOADER_PATH: (f"only the {len(fps)} sampled samples in this shard (seed {seed}), through "
+                          "speculators ArrowDataset + CollateFn(shift_batch): capture checks, shift alignment"
+                          + (" and fingerprints (slot identity, order, verifier, alignment) against the reference"
+                             if reference_dir else "; no reference: fingerprints skipped")),
+        },
+        "slot_stats": merge_slot_stats([p["slot_stats"] for p in parts]),
+        "bytes": nbytes,
+        "seconds": round(seconds, 3),
+        "peak_rss_mb": max((p["peak_rss_mb"] for p in parts if p.get("peak_rss_mb") is not None), default=None),
+        "contract_name": c.name,
+        "contract_sha256": contract_digest(c),
+    }
+    return ScanResult(findings, meta)
+
+
+def _count_hint(data_dir, shard) -> Optional[int]:
+    """Number of samples in the shard, for the progress bar (None if unknown)."""
+    try:
+        from datasets import load_from_disk
+
+        return len(shard_indices(len(load_from_disk(str(data_dir))), shard))
+    except Exception:  # the scan itself reports an unreadable dataset
+        return None
+
+
+class _Progress:
+    """A rich progress bar with samples/s and GB/s on stderr; a no-op when disabled."""
+
+    def __init__(self, enabled: bool, total: Optional[int]):
+        self.enabled = enabled
+        self.total = total
+        self.done = 0
+        self.nbytes = 0
+        self.t0 = time.perf_counter()
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+                TimeRemainingColumn
+
+            self.p = Progress(TextColumn("check-data"), BarColumn(), MofNCompleteColumn(),
+                              TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                              console=Console(stderr=True), transient=False)
+            self.p.start()
+            self.task = self.p.add_task("scan", total=self.total, rate="")
+        return self
+
+    def advance(self, ns: int, nb: int) -> None:
+        self.done += ns
+        self.nbytes += nb
+        if self.enabled:
+            dt = max(time.perf_counter() - self.t0, 1e-9)
+            self.p.update(self.task, advance=ns,
+                          rate=f"{self.done / dt:.1f} samples/s  {self.nbytes / dt / 1e9:.2f} GB/s")
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.p.stop()
+        return False
+
+
+# --- CLI ---------------------------------------------------------------------------------------
+
+
+def cmd_check_data(args) -> int:
+    """``conformance check-data``: scan a dataset; exit 0 conforms, 1 violations, 2 bad input."""
+    from conformance import report, runner
+    from conformance.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, UsageError, _console, _load
+    from conformance.reference import ReferenceError
+
+    c = _load(args.contract)
+    data = Path(args.data)
+    if not data.is_dir():
+        raise UsageError(f"{data}: no such data directory")
+    try:
+        shard = parse_shard(getattr(args, "shard", None) or "0/1")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    workers = int(getattr(args, "workers", 1) or 1)
+    if workers < 1:
+        raise UsageError("--workers must be >= 1")
+    ref_dir: Optional[Path] = Path(args.reference) if args.reference else None
+    if ref_dir is None and not args.no_reference:
+        try:
+            ref_dir = runner.resolve_pair(c).target_dir
+        except runner.PairUnavailable:
+            ref_dir = None
+    if ref_dir is not None and workers > 1:
+        from conformance.reference import load_reference_model
+
+        try:  # fail fast, in this process, with a one-line error
+            load_reference_model(ref_dir, c.target.final_norm)
+        except ReferenceError as e:
+            raise UsageError(str(e)) from None
+    progress = not args.quiet and sys.stderr.isatty()
+    try:
+        res = scan(c, data, shard=shard, workers=workers, sample=int(getattr(args, "sample", 32)),
+                   seed=int(getattr(args, "seed", 0)), reference_dir=ref_dir, batch_size=args.batch_size,
+                   progress=progress)
+    except (ScanError, ReferenceError) as e:
+        raise UsageError(str(e)) from None
+    findings = res.findings
+    if not args.quiet:
+        m = res.meta
+        extra = {"data": m["data"], "samples": f"{m['shard_samples']} of {m['samples']} (shard {m['shard']}, "
+                 f"{SHARDING})", "reference": m["reference"]}
+        extra.update({f"scope {k}": v for k, v in m["scope"].items()})
+        extra["read"] = (f"{m['bytes'] / 1e9:.3f} GB in {m['seconds']:.2f} s "
+                         f"({m['bytes'] / 1e9 / max(m['seconds'], 1e-9):.2f} GB/s)")
+        report.render_table(findings, f"{c.name}: training data ({args.contract})", _console(), extra)
+    if args.json:
+        report.write_json(args.json, args.contract, findings, res.meta)
+    avail = [f for f in findings if f.check == "sample_available" and f.path == DISK_PATH]
+    if avail and all(f.status == "fail" for f in avail) and shard == (0, 1):
+        print(f"conformance: error: {data}: none of the {len(avail)} samples could be read", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_VIOLATIONS if any(f.status == "fail" for f in findings) else EXIT_OK

@@ -1,0 +1,363 @@
+"""Bad input of every kind: a one-line error with file and line (contracts), a finding naming the
+file and sample (data), a full report despite broken files, and inputs never modified."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from conformance import datacheck, runner
+from conformance.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = REPO / "contracts" / "tiny-llama.yaml"
+T = TINY.read_text()
+
+
+def _hash(*roots: Path) -> str:
+    h = hashlib.sha256()
+    for root in roots:
+        for p in sorted([root] if root.is_file() else root.rglob("*")):
+            if p.is_file():
+                h.update(str(p).encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+# --- contracts ----------------------------------------------------------------------------------
+
+def _sub(old: str, new: str) -> bytes:
+    assert old in T, old
+    return T.replace(old, new, 1).encode()
+
+
+def _uncalibrated(extra: str = "", gates_extra: str = "") -> bytes:
+    """The tiny contract with its norm_bands section replaced by an uncalibrated one (+ ``extra``)."""
+    import re
+
+    text = re.sub(r"(?ms)^norm_bands:\n.*?(?=^gates:)",
+                  "norm_bands:\n  status: uncalibrated\n  exclude_positions: [0]\n" + extra, T)
+    assert "status: uncalibrated" in text and "gates:" in text
+    if gates_extra:
+        text = text.replace("gates:\n", "gates:\n" + gates_extra, 1)
+    return text.encode()
+
+
+def _line_of(data: bytes, marker: bytes, nth: int = 1) -> int:
+    """1-based line of the nth line containing ``marker`` (contracts change; lines are not hard-coded)."""
+    hits = [i + 1 for i, ln in enumerate(data.split(b"\n")) if marker in ln]
+    return hits[nth - 1]
+
+
+CONTRACT_CASES = [
+    # name, file bytes, (marker of the reported line or a line number, column or None), words
+    ("empty", b"", (1, 1), "no YAML document"),
+    ("comments", b"# only a comment\n", (1, 1), "no YAML document"),
+    ("list", b"- a\n- b\n", (1, 1), "the document is a list"),
+    ("scalar", b"just words\n", (1, 1), "a single string"),
+    ("malformed", _sub("  hidden_size: 64\n  vocab", "  hidden_size: [64\n  vocab"), (b"vocab_size: 512", None),
+     "malformed YAML"),
+    ("not_utf8", T.encode().replace(b"vocab_size: 512", b"vocab_size: \xff512", 1), (b"\xff512", 15), "not UTF-8"),
+    ("nul", _sub("name: tiny-llama-eagle3", "name: tiny\x00"), (b"\x00", 11), "0x0000"),
+    ("dup_key", _sub("  vocab_size: 512\n", "  vocab_size: 512\n  vocab_size: 256\n"), (b"vocab_size: 256", 3),
+     "and again at line"),
+    ("deep", b"a: " + b"[" * 5000 + b"]" * 5000, (1, None), "nested more than"),
+    ("alias_bomb", b"a: &a [x, x, x]\nb: &b [*a, *a, *a]\nc: [*b, *b, *b]\n", (2, 8), "alias *a"),
+    ("alias_cycle", b"a: &a [*a]\n", (1, 8), "alias *a"),
+    ("two_docs", (T + "---\nname: x\n").encode(), (b"---", 1), "single document"),
+    ("id_beyond_L", _sub("boundaries: [B_2, B_4, B_5]", "boundaries: [B_2, B_4, B_9]"), (b"B_9", None), "beyond B_8"),
+    ("dup_layer_ids", _sub("values: [1, 3, 4]", "values: [1, 1, 4]"), (b"values: [1, 1, 4]", None),
+     "duplicate layer ids"),
+    ("layer_id_beyond_L", _sub("values: [1, 3, 4]", "values: [1, 3, 40]"), (b"values: [1, 3, 40]", None),
+     "layer id 40 is beyond"),
+    ("K0", _sub("boundaries: [B_2, B_4, B_5]", "boundaries: []"), (b"boundaries: []", None), "at least 1"),
+    ("widths", _sub("feature_width: 192", "feature_width: 190"), (b"feature_width: 190", None),
+     "K x target_hidden_size"),
+    ("uncalibrated_gate", _uncalibrated("  bands: [{slot: B_2, lo: 0.1, hi: 1.0}]\n"),
+     (b"status: uncalibrated", None), "cannot gate"),
+    ("accept_floor_uncalibrated", _uncalibrated(gates_extra="  min_accept_length: 2.5\n"),
+     (b"min_accept_length", None), "accept-length floor"),
+    ("impossible_margin", _sub("slot_identity_margin: 0.02", "slot_identity_margin: 2.5"),
+     (b"slot_identity_margin", None), "can never be met"),
+    ("unknown_key", _sub("  final_norm: rmsnorm", "  final_norm: rmsnorm\n  colour: blue"), (b"colour", 3),
+     "unknown key"),
+]
+
+
+@pytest.mark.parametrize("name,data,pos,words", CONTRACT_CASES, ids=[c[0] for c in CONTRACT_CASES])
+def test_bad_contract_exit_2_with_file_line_column(name, data, pos, words, tmp_path, capsys):
+    p = tmp_path / f"{name}.yaml"
+    p.write_bytes(data)
+    before = _hash(p)
+    assert main(["validate", str(p)]) == 2
+    out = capsys.readouterr()
+    assert "Traceback" not in out.out + out.err
+    lines = [ln for ln in out.out.splitlines() if ln.strip()]
+    hit = [ln for ln in lines if words in ln]
+    assert hit, lines
+    marker, col = pos
+    line = marker if isinstance(marker, int) else _line_of(data, marker)
+    prefix = f"{p}:{line}:" + (f"{col}:" if col else "")
+    assert any(ln.startswith(prefix) for ln in hit), (prefix, hit)
+    if name == "dup_key":  # both lines named
+        first = _line_of(data, b"vocab_size: 512")
+        assert f"given at line {first} and again at line {line}" in hit[0]
+    assert _hash(p) == before
+
+
+def test_all_schema_problems_listed_at_once(tmp_path, capsys):
+    p = tmp_path / "many.yaml"
+    p.write_text(T.replace("  final_norm: rmsnorm", "  final_norm: rmsnorm\n  colour: blue")
+                 .replace("  num_hidden_layers: 8", "  num_hidden_layers: eight")
+                 .replace("  pre_fc_norm: none", "  pre_fc_norm: sometimes"))
+    assert main(["validate", str(p)]) == 2
+    out = capsys.readouterr().out
+    for key in ("target.colour", "target.num_hidden_layers", "draft.pre_fc_norm"):
+        assert any(key in ln and ln.startswith(f"{p}:") for ln in out.splitlines()), key
+
+
+def test_huge_and_missing_contract(tmp_path, capsys):
+    p = tmp_path / "huge.yaml"
+    p.write_bytes(b"a: " + b"x" * 3_000_000)
+    assert main(["validate", str(p), str(tmp_path / "missing.yaml"), str(tmp_path)]) == 2
+    out = capsys.readouterr().out
+    assert "a contract is at most" in out and "No such file" in out and "Is a directory" in out
+
+
+def test_internal_errors_say_so(monkeypatch, capsys):
+    import conformance.contract as contract
+
+    def boom(path):
+        raise RuntimeError("simulated\nbug")
+
+    monkeypatch.setattr(contract, "load_contract", boom)
+    assert main(["validate", str(TINY)]) == 2
+    err = capsys.readouterr().err
+    assert "internal error" in err and "simulated bug" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+# --- datasets -----------------------------------------------------------------------------------
+
+
+def test_shard_file_findings_pure():
+    names = ["hs_0.safetensors", "hs_2.safetensors", "hs_3.safetensors", "hs_01.safetensors", "notes.txt"]
+    fs = datacheck.shard_file_findings(names, 3)
+    assert all(f.path == "data" and f.status == "fail" for f in fs)
+    by = {f.where: f.message for f in fs}
+    assert "hs_3.safetensors has no Arrow row: index 3 >= 3" in by["hidden_states/hs_3.safetensors"]
+    assert "stray" in by["hidden_states/notes.txt"] and "stray" in by["hidden_states/hs_01.safetensors"]
+    assert "1 of 3 shards are missing" in by["hidden_states"] and "hs_1.safetensors" in by["hidden_states"]
+    ok = datacheck.shard_file_findings([f"hs_{i}.safetensors" for i in range(4)], 4)
+    assert [f.status for f in ok] == ["pass"]
+    assert datacheck.shard_file_findings([], 2)[0].observed == "2 missing"
+
+
+@pytest.fixture()
+def data(tiny, tmp_path):
+    d = tmp_path / "data"
+    shutil.copytree(tiny.data_dir, d)
+    return d
+
+
+def _shard(d: Path, i: int) -> Path:
+    return d / "hidden_states" / f"hs_{i}.safetensors"
+
+
+def _check(d, tiny, tmp_path, capsys, *extra):
+    out = tmp_path / "r.json"
+    rc = main(["check-data", str(TINY), "--data", str(d), "--reference", str(tiny.target_dir), "--quiet",
+               "--json", str(out), *extra])
+    cap = capsys.readouterr()
+    assert "Traceback" not in cap.err
+    fs = json.loads(out.read_text())["findings"] if out.exists() else []
+    return rc, fs, cap.err
+
+
+def _truncate(p: Path):
+    b = p.read_bytes()
+    p.write_bytes(b[: len(b) // 2])
+
+
+def _tamper_tokens(p: Path):
+    from safetensors.torch import load_file, save_file
+
+    t = load_file(p)
+    t["token_ids"] = t["token_ids"].clone()
+    t["token_ids"][2] += 1
+    save_file(t, p)
+
+
+def _nan(p: Path):
+    from safetensors.torch import load_file, save_file
+
+    t = load_file(p)
+    h = t["hidden_states"].clone()
+    h[3, 1, 5] = float("nan")
+    h[4, 3, 0] = float("inf")
+    t["hidden_states"] = h
+    save_file(t, p)
+
+
+@pytest.mark.parametrize("mutate,check,words", [
+    (lambda d: _shard(d, 3).unlink(), "sample_available", "hidden_states/hs_3.safetensors is missing"),
+    (lambda d: _truncate(_shard(d, 3)), "sample_available", "hs_3.safetensors could not be read"),
+    (lambda d: _shard(d, 3).write_bytes(bytes(range(200))), "sample_available", "hs_3.safetensors could not be read"),
+    (lambda d: _shard(d, 3).write_bytes(b""), "sample_available", "hs_3.safetensors could not be read"),
+    (lambda d: _tamper_tokens(_shard(d, 3)), "sample_available", "hs_3.safetensors"),
+    (lambda d: _nan(_shard(d, 3)), "finite", "NaN or Inf"),
+], ids=["missing", "truncated", "garbage", "empty_file", "token_mismatch", "nan_inf"])
+def test_broken_shard_is_one_finding_and_the_scan_goes_on(mutate, check, words, data, tiny, tmp_path, capsys):
+    mutate(data)
+    before = _hash(data)
+    rc, fs, err = _check(data, tiny, tmp_path, capsys)
+    assert rc == 1, err
+    bad = [f for f in fs if f["check"] == check and f["status"] == "fail"]
+    assert bad and all(f["where"].startswith("sample 3") for f in bad), bad
+    assert any(words in f["message"] or words in str(f["observed"]) for f in bad), bad
+    assert all("\n" not in f["message"] for f in fs)
+    # every other sample was still checked
+    ok = {f["where"].split(" (")[0] for f in fs if f["check"] == "sample_available" and f["status"] == "pass"}
+    assert {f"sample {i}" for i in range(12) if i != 3} <= ok
+    assert _hash(data) == before
+
+
+@pytest.mark.parametrize("mutate,words", [
+    (lambda d: _truncate(d / "data-00000-of-00001.arrow"), "not a speculators Arrow dataset"),
+    (lambda d: (d / "data-00000-of-00001.arrow").write_bytes(b"\0" * 64), "not a speculators Arrow dataset"),
+    (lambda d: (d / "state.json").unlink(), "not a speculators Arrow dataset"),
+], ids=["arrow_truncated", "arrow_zeroed", "no_state"])
+def test_unreadable_dataset_exit_2_one_line(mutate, words, data, tiny, tmp_path, capsys):
+    mutate(data)
+    rc, _, err = _check(data, tiny, tmp_path, capsys)
+    assert rc == 2 and words in err and str(data) in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_missing_data_directory_exit_2(tiny, tmp_path, capsys):
+    rc, _, err = _check(tmp_path / "nope", tiny, tmp_path, capsys)
+    assert rc == 2 and "no such data directory" in err
+
+
+def test_reference_without_weights_exit_2(data, tiny, tmp_path, capsys):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text((tiny.target_dir / "config.json").read_text())
+    rc, _, err = _check(data, tiny, tmp_path, capsys, "--reference", str(model))
+    assert rc == 2 and str(model) in err and "no *.safetensors" in err
+
+
+def _check_data(d, tiny, out):
+    """The real `conformance check-data` (streaming scanner), in-process."""
+    return main(["check-data", str(TINY), "--data", str(d), "--reference", str(tiny.target_dir),
+                 "--json", str(out), "--quiet"])
+
+
+@pytest.mark.parametrize("mutate,where,words", [
+    (lambda d: shutil.copy(_shard(d, 1), _shard(d, 12)), "hidden_states/hs_12.safetensors", "has no Arrow row"),
+    (lambda d: (d / "hidden_states" / "notes.txt").write_text("x"), "hidden_states/notes.txt", "stray"),
+    (lambda d: _shard(d, 5).unlink(), "hidden_states", "1 of 12 shards are missing"),
+], ids=["extra_shard", "stray_file", "missing_shard"])
+def test_dataset_level_shard_findings_in_check_data(mutate, where, words, data, tiny, tmp_path, capsys):
+    """`conformance check-data` reports shard files as dataset-level findings, path "data"."""
+    mutate(data)
+    out = tmp_path / "r.json"
+    assert _check_data(data, tiny, out) == 1
+    fs = json.loads(out.read_text())["findings"]
+    hit = [f for f in fs if f["check"] == "shard_files" and f["status"] == "fail"]
+    assert len(hit) == 1 and hit[0]["path"] == "data" and hit[0]["where"] == where and words in hit[0]["message"]
+
+
+def test_check_data_with_every_shard_missing_exit_2(data, tiny, tmp_path, capsys):
+    shutil.rmtree(data / "hidden_states")
+    out = tmp_path / "r.json"
+    assert _check_data(data, tiny, out) == 2
+    assert "none of the 12 samples could be read" in capsys.readouterr().err
+    fs = json.loads(out.read_text())["findings"]  # the full report is still written
+    # every sample is reported on the all-rows disk scan (and again by the sampled loader pass)
+    assert sum(f["check"] == "sample_available" and f["status"] == "fail" and f["path"] == "training-disk"
+               for f in fs) == 12
+    assert any(f["check"] == "shard_files" and "is missing" in f["message"] for f in fs)
+
+
+# --- sample-level robustness (runner.training_findings) -----------------------------------------
+
+
+def _write(d: Path, ref, samples, *, tamper=None):
+    from datasets import Dataset
+    from safetensors.torch import save_file
+
+    rows = {"input_ids": samples, "loss_mask": [[1] * len(s) for s in samples], "seq_len": [len(s) for s in samples]}
+    ds = Dataset.from_dict(rows)
+    ds.set_format("torch")
+    ds.save_to_disk(str(d))
+    (d / "hidden_states").mkdir()
+    for i, ids in enumerate(samples):
+        ok = ids and all(0 <= x < 512 for x in ids)
+        r = ref.capture(ids) if ok else None
+        hs = (torch.stack([r.boundary(b) for b in ["B_2", "B_4", "B_5", "B_8"]], 1) if ok
+              else torch.zeros(len(ids), 4, 64)).bfloat16().contiguous()
+        if tamper and i in tamper:
+            hs = tamper[i](hs).contiguous()
+        save_file({"hidden_states": hs, "token_ids": torch.tensor(ids, dtype=torch.long)},
+                  str(d / "hidden_states" / f"hs_{i}.safetensors"))
+    return d
+
+
+def test_empty_one_token_and_out_of_vocab_samples(tmp_path, tiny, tiny_ref, tiny_contract):
+    d = _write(tmp_path / "d", tiny_ref, [[1, 5, 6, 7, 8], [], [1], [1, 600, 7, 8], [1, 9, 10, 11]])
+    fs = runner.training_findings(tiny_contract, d, tiny.target_dir, [[0, 1, 2, 3, 4]])
+    by = {(f.check, f.where.split(" (")[0]): f for f in fs}
+    assert by[("sample_length", "sample 1")].status == "fail" and "T = 0" in by[("sample_length", "sample 1")].message
+    assert by[("sample_length", "sample 2")].status == "skip"
+    tr = by[("token_range", "sample 3")]
+    assert tr.status == "fail" and "token id 600 at token 1" in tr.message
+    # the other samples were fingerprinted
+    assert sum(f.check == "slot_identity" and f.status == "pass" for f in fs) == 6
+
+
+def test_nan_rows_do_not_fake_a_slot_identity(tmp_path, tiny, tiny_ref, tiny_contract):
+    def nan(hs):
+        hs = hs.clone()
+        hs[2, 0, :] = float("nan")
+        return hs
+
+    d = _write(tmp_path / "d", tiny_ref, [[1, 5, 6, 7, 8, 9, 10]], tamper={0: nan})
+    fs = runner.training_findings(tiny_contract, d, tiny.target_dir, [[0]])
+    assert any(f.check == "finite" and f.status == "fail" for f in fs)
+    ident = [f for f in fs if f.check == "slot_identity"]
+    assert ident and all(f.status == "pass" for f in ident), [f.message for f in ident]
+
+
+def test_one_odd_shaped_shard_does_not_sink_its_batch(tmp_path, tiny, tiny_ref, tiny_contract):
+    d = _write(tmp_path / "d", tiny_ref, [[1, 5, 6, 7, 8], [1, 9, 10, 11, 12], [1, 13, 14, 15]],
+               tamper={1: lambda hs: hs[:, 1:]})  # 3 slots stored instead of 4
+    fs = runner.training_findings(tiny_contract, d, tiny.target_dir, [[0, 1, 2]])
+    sc = {f.where.split(" (")[0]: f.status for f in fs if f.check == "slot_count"}
+    assert sc == {"sample 0": "pass", "sample 1": "fail", "sample 2": "pass"}
+
+
+def test_inputs_are_never_modified(data, tiny, tiny_ref, tmp_path, capsys):
+    """Hash every input (contract, data dir, reference dir) before and after every command."""
+    from conformance.fixtures import sample_token_ids
+
+    off = tmp_path / "offline"
+    off.mkdir()
+    r = tiny_ref.capture(sample_token_ids(tiny.spec, 1, 6, 10, seed=2)[0])
+    torch.save({"input_ids": r.token_ids, "loss_mask": torch.ones(len(r.token_ids)),
+                "hidden_states": [r.boundary(b).bfloat16() for b in ["B_2", "B_4", "B_5", "B_8"]]}, off / "s.pt")
+    _nan(_shard(data, 2))
+    roots = (TINY, data, tiny.target_dir, off)
+    before = _hash(*roots)
+    assert main(["validate", str(TINY)]) == 0
+    assert main(["check-data", str(TINY), "--data", str(data), "--reference", str(tiny.target_dir), "--quiet"]) == 1
+    assert _check_data(data, tiny, tmp_path / "r.json") == 1
+    assert main(["check-offline", str(TINY), "--files", str(off), "--reference", str(tiny.target_dir),
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    assert _hash(*roots) == before

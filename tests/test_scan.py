@@ -1,0 +1,254 @@
+"""The streaming scanner (conformance.scan), sharding, workers and merge-reports.
+
+Correctness only: performance is measured by benchmarks/bench_check_data.py, never here.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from conformance import checks, report
+from conformance.capture import Capture
+from conformance.cli import main
+from conformance.scan import (DISK_PATH, LOADER_PATH, _reduced_contract, fingerprint_sample, parse_shard,
+                              scan, shard_indices, slot_rms)
+from conformance.reference import rms
+
+from conftest import contract_with
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = REPO / "contracts" / "tiny-llama.yaml"
+
+
+def _key(f) -> str:
+    return json.dumps(f.to_json() if hasattr(f, "to_json") else f, sort_keys=True)
+
+
+def _write(tmp_path: Path, name: str, res) -> Path:
+    p = tmp_path / name
+    report.write_json(p, str(TINY), res.findings, res.meta)
+    return p
+
+
+def _sample_of(where: str) -> int:
+    return int(where.split()[1])
+
+
+@pytest.fixture(scope="module")
+def unsharded(tiny, tiny_contract):
+    return scan(tiny_contract, tiny.data_dir, sample=5, seed=3, reference_dir=tiny.target_dir, batch_size=2)
+
+
+@pytest.fixture(scope="module")
+def nan_data(tiny, tmp_path_factory):
+    """A copy of the tiny dataset with NaN in one row of one slot of a sample outside the
+    fingerprint sample (sample=2, seed=0)."""
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path_factory.mktemp("nan") / "data"
+    shutil.copytree(tiny.data_dir, out)
+    sampled = set(fingerprint_sample(12, 2, 0))
+    victim = next(i for i in range(12) if i not in sampled and i % 2 == 0 and
+                  load_file(str(out / "hidden_states" / f"hs_{i}.safetensors"))["hidden_states"].shape[0] >= 5)
+    f = out / "hidden_states" / f"hs_{victim}.safetensors"
+    d = load_file(str(f))
+    d["hidden_states"][3, 1, 7] = float("nan")  # row 3, aux slot 1
+    save_file(d, str(f))
+    return out, victim
+
+
+# --- the scan on the fixture -----------------------------------------------------------------
+
+
+def test_scan_fixture_conforms_with_scope(unsharded, tiny):
+    fs = unsharded.findings
+    assert fs and not [f for f in fs if f.status == "fail"]
+    disk = [f for f in fs if f.path == DISK_PATH]
+    # every sample got the all-rows checks, finiteness on both tensors
+    finite = [f for f in disk if f.check == "finite"]
+    assert sorted(_sample_of(f.where) for f in finite) == sorted(list(range(12)) * 2)
+    assert {f.check for f in disk} >= {"slot_count", "feature_width", "verifier_width", "dtype", "row_count",
+                                       "token_ids", "finite", "sample_available"}
+    # fingerprints only on the seeded sample, through the real loader
+    idx = unsharded.meta["fingerprint_sample"]["indices"]
+    assert idx == fingerprint_sample(12, 5, 3) and len(idx) == 5
+    ident = {_sample_of(f.where) for f in fs if f.path == LOADER_PATH and f.check == "slot_identity"}
+    assert ident == set(idx)
+    assert any(f.check == "slot_identity" and f.status == "pass" for f in fs)
+    assert any(f.check == "position_alignment" and f.status == "pass" for f in fs)  # shift_batch ran
+    scope = unsharded.meta["scope"]
+    assert "every row" in scope[DISK_PATH] and "finite" in scope[DISK_PATH]
+    assert "sampled" in scope[LOADER_PATH] and "fingerprints" in scope[LOADER_PATH]
+    st = unsharded.meta["slot_stats"]
+    assert set(st) == {"slot 0", "slot 1", "slot 2", "verifier"}
+    assert st["slot 0"]["rows"] == sum(len(tiny_row) for tiny_row in _ids(tiny))
+    assert st["verifier"]["rms_mean"] > st["slot 0"]["rms_mean"] > 0  # residual grows with depth
+
+
+def _ids(tiny):
+    from datasets import load_from_disk
+
+    return load_from_disk(str(tiny.data_dir))["input_ids"]
+
+
+def test_shards_cover_every_sample_once_and_merge_equals_unsharded(unsharded, tiny, tiny_contract, tmp_path):
+    parts = [scan(tiny_contract, tiny.data_dir, shard=(i, 3), sample=5, seed=3, reference_dir=tiny.target_dir,
+                  batch_size=2) for i in range(3)]
+    covered = [_sample_of(f.where) for p in parts for f in p.findings
+               if f.path == DISK_PATH and f.check == "sample_available"]
+    assert sorted(covered) == list(range(12))  # each sample exactly once
+    for i, p in enumerate(parts):
+        assert {_sample_of(f.where) for f in p.findings if f.path == DISK_PATH} == set(range(i, 12, 3))
+        assert p.meta["shard"] == f"{i}/3"
+    files = [_write(tmp_path, f"part-{i}.json", p) for i, p in enumerate(parts)]
+    out = tmp_path / "merged.json"
+    assert main(["merge-reports", str(out), *map(str, files)]) == 0
+    merged = json.loads(out.read_text())
+    whole = json.loads(_write(tmp_path, "whole.json", unsharded).read_text())
+    assert Counter(map(_key, merged["findings"])) == Counter(map(_key, whole["findings"]))
+    assert merged["meta"]["complete"] is True and merged["meta"]["shards_missing"] == []
+    assert merged["meta"]["fingerprint_sample"]["indices"] == whole["meta"]["fingerprint_sample"]["indices"]
+    assert merged["meta"]["slot_stats"]["verifier"]["rows"] == whole["meta"]["slot_stats"]["verifier"]["rows"]
+    assert merged["meta"]["slot_stats"]["slot 1"]["rms_max"] == whole["meta"]["slot_stats"]["slot 1"]["rms_max"]
+
+
+def test_workers_2_same_findings_as_1(tiny, tiny_contract):
+    # sample=0 keeps the spawned workers from importing speculators (slow); the sampled loader
+    # path per sub-shard is covered in-process by the sharding test above
+    one = scan(tiny_contract, tiny.data_dir, sample=0)
+    two = scan(tiny_contract, tiny.data_dir, sample=0, workers=2)
+    assert [_key(f) for f in two.findings] == [_key(f) for f in one.findings]
+    assert two.meta["workers"] == 2 and two.meta["shard_samples"] == one.meta["shard_samples"] == 12
+    assert two.meta["fingerprint_sample"] == one.meta["fingerprint_sample"]
+
+
+# --- corrupted data --------------------------------------------------------------------------
+
+
+def test_nan_row_caught_outside_the_fingerprint_sample(nan_data, tiny_contract, tmp_path, capsys):
+    data, victim = nan_data
+    res = scan(tiny_contract, data, sample=2, seed=0)
+    assert victim not in res.meta["fingerprint_sample"]["indices"]
+    bad = [f for f in res.findings if f.status == "fail"]
+    assert [(f.path, f.check, f.slot, f.where) for f in bad] == [(DISK_PATH, "finite", "feature", f"sample {victim}")]
+    assert bad[0].observed == "non-finite rows [3]"
+    assert res.meta["slot_stats"]["slot 1"]["finite_rows"] == res.meta["slot_stats"]["slot 1"]["rows"] - 1
+    # the CLI exits 1 and names the sample
+    out = tmp_path / "r.json"
+    assert main(["check-data", str(TINY), "--data", str(data), "--no-reference", "--sample", "2",
+                 "--json", str(out)]) == 1
+    assert f"sample {victim}" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert any(f["check"] == "finite" and f["status"] == "fail" for f in doc["findings"])
+
+
+def test_slot_rms_matches_reference_rms_nan_and_overflow():
+    g = torch.Generator().manual_seed(0)
+    hs = (torch.randn(37, 4, 64, generator=g) * 3).to(torch.bfloat16)
+    hs[5, 2, 9] = float("nan")
+    hs[6, 0, 1] = float("inf")
+    hs[7, 3, :] = 1e30  # finite in bf16, overflows a float32 sum of squares
+    for block in (1, 64 * 4 * 3, 1 << 20):  # one row per block, a few rows, everything at once
+        r = slot_rms(hs, block_elems=block)
+        want = rms(hs)
+        fin = torch.isfinite(want)
+        assert torch.equal(torch.isfinite(r), torch.tensor([[not (t == 5 and k == 2) and not (t == 6 and k == 0)
+                                                              for k in range(4)] for t in range(37)]))
+        assert torch.allclose(r[fin], want[fin], rtol=1e-5)
+        assert r[7, 3] == pytest.approx(1e30, rel=1e-2)
+
+
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_reduced_capture_gives_the_checks_own_verdicts(tiny, tiny_contract, calibrated):
+    """check_finite and check_norm_bands on the per-row RMS capture agree with the same checks on
+    the full tensors (statuses, row numbers, band extremes)."""
+    from safetensors.torch import load_file
+
+    c = tiny_contract
+    if calibrated:
+        c = contract_with(c, **{"norm_bands.status": "calibrated", "norm_bands.massive_activation_ratio": 4.0,
+                                "norm_bands.bands": [{"slot": s, "lo": 0.1, "hi": 0.9} for s in
+                                                     ["B_2", "B_4", "B_5", "B_8"]]})
+    rc = _reduced_contract(c)
+    seen = Counter()
+    for i in range(12):
+        hs = load_file(str(tiny.data_dir / "hidden_states" / f"hs_{i}.safetensors"))["hidden_states"]
+        if i == 4:
+            hs[2, 0, 3] = float("nan")
+        T = hs.shape[0]
+        rows = torch.arange(T)
+        full = Capture(DISK_PATH, f"sample {i}", torch.zeros(T, dtype=torch.long), hs[:, :-1].flatten(1), rows,
+                       verifier_last=hs[:, -1])
+        r = slot_rms(hs)
+        red = Capture(DISK_PATH, f"sample {i}", torch.zeros(T, dtype=torch.long), r[:, :-1], rows,
+                      verifier_last=r[:, -1:])
+        for chk in (checks.check_finite, checks.check_norm_bands):
+            a, b = chk(c, full), chk(rc if chk is checks.check_norm_bands else c, red)
+            assert [(f.check, f.status, f.slot) for f in a] == [(f.check, f.status, f.slot) for f in b]
+            for fa, fb in zip(a, b):
+                seen[fa.status] += 1
+                if isinstance(fa.observed, list):
+                    assert fb.observed == pytest.approx(fa.observed, rel=1e-4)
+                else:
+                    assert fa.observed == fb.observed
+    assert seen["fail"] and seen["pass"]  # both verdicts were exercised
+
+
+# --- merge-reports and CLI -------------------------------------------------------------------
+
+
+def test_merge_refuses_different_contracts_exit_2(tiny, tiny_contract, tmp_path, capsys):
+    other = tmp_path / "other.yaml"
+    other.write_text(TINY.read_text().replace("name: tiny-llama-eagle3", "name: tiny-llama-other"))
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    base = ["--data", str(tiny.data_dir), "--no-reference", "--sample", "0", "--quiet"]
+    assert main(["check-data", str(TINY), *base, "--shard", "0/2", "--json", str(a)]) == 0
+    assert main(["check-data", str(other), *base, "--shard", "1/2", "--json", str(b)]) == 0
+    out = tmp_path / "m.json"
+    assert main(["merge-reports", str(out), str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert "not the same contract" in err and "Traceback" not in err
+    assert not out.exists()
+    # the same shard twice would count its findings twice
+    assert main(["merge-reports", str(out), str(a), str(a)]) == 2
+    assert main(["merge-reports", str(out), str(tmp_path / "missing.json")]) == 2
+
+
+def test_merge_exit_1_when_a_part_failed(nan_data, tiny, tmp_path, capsys):
+    data, victim = nan_data
+    bad, good = tmp_path / "bad.json", tmp_path / "good.json"
+    base = ["--no-reference", "--sample", "0", "--quiet"]
+    assert main(["check-data", str(TINY), "--data", str(data), *base, "--shard", f"{victim % 2}/2",
+                 "--json", str(bad)]) == 1
+    assert main(["check-data", str(TINY), "--data", str(tiny.data_dir), *base, "--shard", f"{1 - victim % 2}/2",
+                 "--json", str(good)]) == 0
+    out = tmp_path / "m.json"
+    assert main(["merge-reports", str(out), str(good), str(bad)]) == 1
+    merged = json.loads(out.read_text())
+    assert [f["where"] for f in merged["findings"] if f["status"] == "fail"] == [f"sample {victim}"]
+    assert merged["meta"]["complete"] is True
+    assert main(["merge-reports", str(tmp_path / "m2.json"), str(good)]) == 0
+    assert "shards missing" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("shard", ["3/3", "1", "a/b", "-1/2"])
+def test_bad_shard_exit_2(tiny, shard, capsys):
+    assert main(["check-data", str(TINY), "--data", str(tiny.data_dir), "--no-reference", f"--shard={shard}"]) == 2
+    assert "shard" in capsys.readouterr().err
+
+
+def test_shard_arithmetic():
+    assert parse_shard("2/5") == (2, 5)
+    n = 23
+    got = sorted(j for i in range(4) for j in shard_indices(n, (i, 4)))
+    assert got == list(range(n))
+    # workers split shard i/N into sub-shards i + w*N of N*W: same samples
+    sub = sorted(j for w in range(3) for j in shard_indices(n, (1 + w * 4, 12)))
+    assert sub == list(shard_indices(n, (1, 4)))
+    assert fingerprint_sample(10, -1, 0) == list(range(10)) and fingerprint_sample(10, 0, 0) == []
