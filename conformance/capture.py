@@ -40,6 +40,9 @@ class Capture:
         engine_boundaries: the same ids translated to canonical boundaries (strings).
         source_token_ids: [T] int64 or None; the token ids the dataset row declares (training
             path), to be compared with ``token_ids`` (the ids stored beside the hidden states).
+        verifier_offset: token offset of verifier row i relative to ``rows[i]`` as the path's own
+            bookkeeping says: None for a shifted training batch (the contract's
+            ``alignment.target`` applies), 0 for unshifted on-disk rows (y_t beside g_t).
         unavailable: why the path produced nothing for this sample (e.g. the loader skipped it);
             None when the sample loaded. Checks report an unavailable sample as a failure.
         provenance: free-form facts (engine, version, files, sample index).
@@ -60,6 +63,7 @@ class Capture:
     engine_ids: Optional[list[int]] = None
     engine_boundaries: Optional[list[str]] = None
     source_token_ids: Optional[torch.Tensor] = None
+    verifier_offset: Optional[int] = None
     unavailable: Optional[str] = None
     provenance: dict[str, Any] = field(default_factory=dict)
 

@@ -31,6 +31,13 @@ def _slot_label(i: int) -> str:
     return f"slot {i}"
 
 
+def verifier_rows(c: Contract, cap: Capture) -> torch.Tensor:
+    """Token index of each verifier row: ``rows + alignment.target`` for a shifted batch (the
+    contract's pairing), ``rows + cap.verifier_offset`` where the path says otherwise."""
+    off = c.alignment.target if cap.verifier_offset is None else cap.verifier_offset
+    return cap.rows + off
+
+
 # --- availability / shape / dtype --------------------------------------------------------------
 
 
@@ -318,7 +325,7 @@ def check_verifier_identity(c: Contract, cap: Capture, ref: Reference) -> list[F
         return []
     if cap.verifier_last.shape[-1] != c.target.hidden_size or not cap.feature.shape[0]:
         return [_f("verifier_identity", "skip", cap, "verifier", None, None, "verifier slot not usable", "K4")]
-    rows = cap.rows + c.alignment.target
+    rows = verifier_rows(c, cap)
     valid = rows < ref.stack.shape[1]
     if not bool(valid.any()):
         return [_f("verifier_identity", "skip", cap, "verifier", None, None, "no rows", "K4")]
@@ -349,7 +356,7 @@ def check_verifier_norm_state(c: Contract, cap: Capture, ref: Reference, tol: fl
     # a target whose pre-norm tokens all have rms(x/gamma) ~ 1 the magnitudes cannot tell (a
     # false positive found by the kill matrix); verifier_identity then decides by fingerprint.
     last = Boundary(ref.num_layers)
-    rows = cap.rows + c.alignment.target
+    rows = verifier_rows(c, cap)
     rows = rows[(rows >= 0) & (rows < ref.stack.shape[1])]
     if rows.numel():
         pre = rms(ref.boundary(last)[rows][:, safe] / g[safe])
@@ -396,7 +403,7 @@ def check_norm_bands(c: Contract, cap: Capture) -> list[Finding]:
         (_slot_label(i), c.aux[i], s, cap.rows) for i, s in named if i < c.num_slots and s.shape[-1] == d
     ]
     if cap.verifier_last is not None:
-        targets.append(("verifier", c.verifier_last.parsed, cap.verifier_last, cap.rows + c.alignment.target))
+        targets.append(("verifier", c.verifier_last.parsed, cap.verifier_last, verifier_rows(c, cap)))
     for label, b, x, rows in targets:
         band = c.band_for(b)
         if band is None or not x.shape[0]:
@@ -445,6 +452,10 @@ def check_feature_alignment(c: Contract, cap: Capture, ref: Reference) -> list[F
         return [_f("feature_alignment", "skip", cap, "slot 0", c.alignment.feature, None,
                    "fewer than 2 rows: a shift cannot be told apart", "K13")]
     o, scores = _best_offset(cap.slots(d)[0], cap.rows, ref.boundary(c.aux[0]))
+    if o is not None and scores[o] < c.gates.slot_identity_min_cosine:
+        return [_f("feature_alignment", "skip", cap, "slot 0", c.alignment.feature, None,
+                   f"slot 0 is not {c.aux[0]} at any offset (best cos {scores[o]:.4f}): it holds another "
+                   "tensor, so its alignment cannot be judged (slot_identity reports what it is)", "K13")]
     ok = o == c.alignment.feature
     return [_f("feature_alignment", "pass" if ok else "fail", cap, "slot 0", c.alignment.feature, o,
                f"feature row t is the hidden state of token t{o:+d}" + ("" if ok else
@@ -458,6 +469,10 @@ def check_target_alignment(c: Contract, cap: Capture, ref: Reference) -> list[Fi
     if cap.verifier_last.shape[0] < 2 or cap.verifier_last.shape[-1] != c.target.hidden_size:
         return [_f("target_alignment", "skip", cap, "verifier", c.alignment.target, None, "fewer than 2 rows", "K13")]
     o, scores = _best_offset(cap.verifier_last, cap.rows, ref.boundary(c.verifier_last.parsed))
+    if o is not None and scores[o] < c.gates.slot_identity_min_cosine:
+        return [_f("target_alignment", "skip", cap, "verifier", c.alignment.target, None,
+                   f"the verifier slot is not {c.verifier_last.tensor} at any offset (best cos {scores[o]:.4f}): "
+                   "it holds another tensor (verifier_identity reports what it is)", "K13")]
     ok = o == c.alignment.target
     return [_f("target_alignment", "pass" if ok else "fail", cap, "verifier", c.alignment.target, o,
                f"verifier row paired with feature row t is token t{o:+d}" + ("" if ok else

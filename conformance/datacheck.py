@@ -6,7 +6,7 @@ stopping the run:
 
 - :func:`shard_file_findings`: the files in ``hidden_states/`` against the number of Arrow rows
   (speculators 0.9.0 names shard ``i`` ``hs_{i}.safetensors``, ``i`` being the Arrow row;
-  ../shared/REFERENCE.md section 5.1). Extra shards (``i >= rows``), stray files and missing
+  docs/REFERENCE.md section 5.1). Extra shards (``i >= rows``), stray files and missing
   shards are dataset-level findings with path ``"data"``.
 - :func:`sample_length_findings`, :func:`token_range_findings`: a sample with no tokens, one
   with a single token (nothing survives the one-token shift), token ids outside the target

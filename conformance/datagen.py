@@ -1,6 +1,6 @@
 """Write training data in the speculators 0.9.0 on-disk format from a target's real forward.
 
-Layout (../shared/REFERENCE.md section 5.1; speculators src/speculators/train/data.py
+Layout (docs/REFERENCE.md section 5.1; speculators src/speculators/train/data.py
 ``ArrowDataset`` and hs_connectors ``FileTransfer``):
 
 - an Arrow ``save_to_disk`` directory with columns ``input_ids``, ``loss_mask``, ``seq_len``,

@@ -1,7 +1,7 @@
 """Translation rules between canonical boundaries (``B_k``) and each tool's layer-id integers.
 
 A contract stores boundaries; every tool's integers are derived from them here, and read back
-through the same rules (../shared/REFERENCE.md sections 2.1-2.3, 3.2, 5.3, 6).
+through the same rules (docs/REFERENCE.md sections 2.1-2.3, 3.2, 5.3, 6).
 
 SGLang: the rule is *asked of the installed SGLang's own code*. The target model class is found
 through SGLang's model registry (``sglang/srt/models/registry.py`` ``ModelRegistry``; every

@@ -2,7 +2,7 @@
 
 ``B_k`` (k = 0..L) is the residual stream *entering* decoder layer k: ``B_0`` is the embedding
 output, ``B_L`` the last layer's output before the final norm. ``F = final_norm(B_L)`` is what
-``lm_head`` consumes. Source of the convention: ../shared/REFERENCE.md section 1.
+``lm_head`` consumes. Source of the convention: docs/REFERENCE.md section 1.
 
 Engine and tool ids are translated to and from boundaries here and are never compared raw.
 Where an engine is installed, the translation asks the engine's own code (see

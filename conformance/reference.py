@@ -1,7 +1,7 @@
 """Reference capture: every boundary B_0..B_L and F from the target's own forward pass.
 
 HF ``output_hidden_states`` returns L+1 tensors with ``hs[k] = B_k`` for k < L and
-``hs[L] = F`` (transformers swaps in ``last_hidden_state``; ../shared/REFERENCE.md section 1),
+``hs[L] = F`` (transformers swaps in ``last_hidden_state``; docs/REFERENCE.md section 1),
 so B_L has no HF index: it is taken with a forward pre-hook on the final norm's input. F is the
 final norm's output. Everything is computed in float32 on CPU unless asked otherwise.
 """

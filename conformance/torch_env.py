@@ -4,7 +4,7 @@ PyPI's torchvision wheels are CUDA builds; beside a CPU torch their C++ operator
 (``torchvision::nms``, ``torchvision::qnms``) do not exist, and importing torchvision (which
 transformers does lazily, and ``sglang.srt.configs`` eagerly) fails with "operator
 torchvision::nms does not exist". Defining the two schemas through ``torch.library`` before the
-first import fixes this for the whole process (../shared/REFERENCE.md section 4).
+first import fixes this for the whole process (docs/REFERENCE.md section 4).
 Call :func:`prepare` once, before importing transformers, speculators or SGLang.
 """
 
@@ -29,6 +29,17 @@ def prepare() -> None:
         return
     _done = True
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # library progress bars and advisories would interleave with the report
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    import logging
+    import warnings
+
+    for name in ("sglang", "datasets", "transformers", "speculators", "httpx"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module=r"(sglang|transformers|datasets|triton|requests)(\..*)?$")
     import torch
 
     threads = os.environ.get("CONFORMANCE_TORCH_THREADS", "1")

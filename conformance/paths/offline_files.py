@@ -7,7 +7,7 @@ torch's restricted unpickler before anything runs. A refused file becomes an una
 :class:`conformance.capture.Capture` (reported as a failed ``sample_available`` finding); it is
 never retried with ``weights_only=False``. Files are opened read-only and never written.
 
-Formats (../shared/REFERENCE.md sections 5.1 and 6):
+Formats (docs/REFERENCE.md sections 5.1 and 6):
 
 - **legacy speculators** (0.3/0.4, one ``.pt`` per sample; path ``"training-legacy"``): a dict
   with ``input_ids`` [T], ``hidden_states`` a list of N [T, H] tensors (aux slots, the verifier

@@ -57,6 +57,7 @@ then raise ``RuntimeError``.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shutil
@@ -427,10 +428,13 @@ class SGLangCPUHarness:
             sa, model_path=str(self.draft_dir), is_draft_model=True
         )
         dev = DeviceConfig("cpu")
-        self.target = get_model(
-            model_config=self.target_config, load_config=LoadConfig(load_format="auto"),
-            device_config=dev,
-        ).eval()
+        # SGLang's loader draws a tqdm bar on rank 0 (model_loader/weight_utils.py:1369); it
+        # would interleave with the report
+        with contextlib.redirect_stderr(io.StringIO()):
+            self.target = get_model(
+                model_config=self.target_config, load_config=LoadConfig(load_format="auto"),
+                device_config=dev,
+            ).eval()
         has_weights = any(self.draft_dir.glob("*.safetensors")) or any(self.draft_dir.glob("*.bin"))
         torch.manual_seed(0)
         self.draft = get_model(

@@ -1,6 +1,6 @@
 """GPU runner path: a real ``sglang.Engine`` with EAGLE3 speculation and hidden-state return.
 
-Black-box hooks used (../shared/REFERENCE.md section 8):
+Black-box hooks used (docs/REFERENCE.md section 8):
 
 - ``Engine(..., enable_return_hidden_states=True)`` and ``generate(..., return_hidden_states=True)``:
   ``meta_info["hidden_states"][0]`` is the prefill block ([T, K*d] under EAGLE3) and later entries
