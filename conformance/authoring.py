@@ -6,7 +6,7 @@
   :mod:`conformance.engine_ids`). Ambiguous mappings are refused (exit 2) with the reason.
 - ``calibrate`` measures per-slot per-token RMS (``sqrt(mean(x**2))`` over the hidden dim, in the
   units of the stored tensor) and writes norm bands ``[p0.1/kappa, p99.9*kappa]``
-  (../shared/REFERENCE.md section 7.3) into a copy of the contract, keeping its comments and key
+  (docs/REFERENCE.md section 7.3) into a copy of the contract, keeping its comments and key
   order (ruamel.yaml round trip). It never writes the input unless ``--in-place`` is given.
 - ``translate`` prints the integers and the config key each tool needs to capture the contract's
   boundaries, with the release the rule holds for.
@@ -19,10 +19,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from conformance.cli import EXIT_OK, UsageError, register
+from conformance.cli import EXIT_OK, EXIT_VIOLATIONS, UsageError, register
 
 SCHEMA_HEADER = "yaml-language-server: $schema="
 
@@ -698,6 +699,47 @@ def write_bands(contract_text: str, bands: dict, kappa: float, source: str, out_
     return text
 
 
+IDENTITY_SAMPLE = 32
+"""Samples (seeded, like check-data's fingerprint sample) whose slots calibrate verifies first."""
+
+
+def identity_problems(c, data_dir: Path, ref_model, sample: int = IDENTITY_SAMPLE) -> list[str]:
+    """Slot-identity and verifier-identity failures of a seeded sample of ``data_dir`` against
+    ``ref_model`` (the checks of :func:`conformance.runner.training_findings`), one line per wrong
+    slot: ``"DATA: sample 0: slot 0 is B_0 (embedding output); contract says B_2 (...) (wrong in
+    12 of 12 samples checked)"``. Empty when every slot is what the contract declares.
+
+    Raises:
+        UsageError: not a dataset.
+    """
+    from conformance.paths.training import TrainingDataError, TrainingLoader
+    from conformance.runner import _dtype, default_batches, training_findings
+    from conformance.scan import fingerprint_sample
+
+    try:
+        loader = TrainingLoader(data_dir, c.draft.target_hidden_size, c.num_slots, _dtype(c.data_dtype))
+    except TrainingDataError as e:
+        raise UsageError(str(e)) from None
+    n = len(loader)
+    idx = fingerprint_sample(n, sample, 0)
+    batches = [idx[k:k + 4] for k in range(0, len(idx), 4)] if idx else default_batches(0)
+    fs = training_findings(c, data_dir, None, batches, loader=loader, ref_model=ref_model)
+    judged: dict = {}
+    wrong: dict = {}
+    for f in fs:
+        if f.check not in ("slot_identity", "verifier_identity") or f.status == "skip":
+            continue
+        judged[f.slot] = judged.get(f.slot, 0) + 1
+        if f.status == "fail":
+            wrong.setdefault(f.slot, []).append(f)
+    out = []
+    for slot, bad in wrong.items():
+        first = bad[0]
+        out.append(f"{data_dir}: {first.where.split(' (')[0]}: {first.message} "
+                   f"(wrong in {len(bad)} of {judged[slot]} samples checked)")
+    return out
+
+
 def cmd_calibrate(args) -> int:
     from conformance.cli import _console, _load
 
@@ -722,34 +764,42 @@ def cmd_calibrate(args) -> int:
 
     from conformance.reference import ReferenceError, load_reference_model
 
+    from conformance.cli import check_data_dir, check_output, resolve_reference
+
+    data = check_data_dir(args.data) if args.data else None
     ref_model = None
     ref_origin = None
-    if args.reference:
-        ref_dir = Path(args.reference)
-        ref_origin = str(ref_dir)
-    else:
-        from conformance import runner
-
-        try:
-            ref_dir = runner.resolve_pair(c).target_dir
-            ref_origin = f"{ref_dir} ({runner.resolve_pair(c).origin})"
-        except runner.PairUnavailable:
-            ref_dir = None
+    ref_dir = resolve_reference(c, args)
+    if ref_dir is not None:
+        ref_origin = str(ref_dir) if args.reference else f"{ref_dir} (from {args.contract})"
+    if out is not None:
+        check_output(out, "-o" if args.output else "--in-place", input_dirs=(data, ref_dir), need_parent=False)
     if ref_dir is not None:
         try:
-            ref_model = load_reference_model(ref_dir, c.target.final_norm)
+            ref_model = load_reference_model(ref_dir, c.target)
         except ReferenceError as e:
             raise UsageError(str(e)) from None
         if ref_model.num_layers != c.L or ref_model.hidden_size != c.target.hidden_size:
             raise UsageError(f"{ref_dir}: reference has L={ref_model.num_layers}, d={ref_model.hidden_size}; "
                              f"the contract says L={c.L}, d={c.target.hidden_size}")
+    if data is not None:
+        if ref_model is not None:
+            wrong = identity_problems(c, data, ref_model)
+            if wrong:
+                for line in wrong:
+                    print(f"conformance: error: {line}", file=sys.stderr)
+                print(f"conformance: calibrate refused: the slots of {data} are not the boundaries "
+                      f"{args.contract} declares, so their norms would calibrate the wrong layers; no file written",
+                      file=sys.stderr)
+                return EXIT_VIOLATIONS
+        else:
+            console.print(f"[yellow]warning: slot identity not verified: no reference model (give --reference "
+                          f"MODEL_DIR); the bands describe whatever {data} holds in each slot, which may not be "
+                          f"the boundaries the contract declares[/yellow]")
 
     kappa = float(args.safety_factor)
     prompts = None
-    if args.data:
-        data = Path(args.data)
-        if not data.is_dir():
-            raise UsageError(f"{data}: no such data directory")
+    if data is not None:
         per_slot, prompts, n = collect_data_rms(c, data)
         source = f"speculators 0.9.0 data {data} ({n} samples, real loader)"
     else:
@@ -854,7 +904,11 @@ def _add_commands(sub) -> None:
     c = sub.add_parser("calibrate", help="measure norm bands on real data and write them into a contract")
     c.add_argument("contract", metavar="CONTRACT")
     c.add_argument("--data", metavar="DIR", help="speculators 0.9.0 dataset (bands from the real loader)")
-    c.add_argument("--reference", metavar="MODEL_DIR", help="HF target dir (profile; bands when no --data)")
+    c.add_argument("--reference", metavar="MODEL_DIR",
+                   help="HF target dir: slot identity of --data is verified first; norm profile; bands when no "
+                        "--data (default: the contract's fixture or target.path)")
+    c.add_argument("--no-reference", action="store_true",
+                   help="calibrate from --data without a reference (slot identity not verified)")
     c.add_argument("--safety-factor", type=float, default=1.5, metavar="KAPPA",
                    help="band = [p0.1/kappa, p99.9*kappa] (default 1.5)")
     c.add_argument("--plot", metavar="FILE.png", help="save the norm profile as a PNG")

@@ -37,6 +37,82 @@ def _load(path: str):
         raise UsageError(str(e)) from None
 
 
+def _inside(p: Path, d: Path) -> bool:
+    return p == d or d in p.parents
+
+
+def check_output(out: str | Path, flag: str, *, inputs: tuple = (), input_dirs: tuple = (),
+                 need_parent: bool = True) -> Path:
+    """Refuse an output path that would overwrite an input or cannot be written, before any work.
+
+    Args:
+        out: the path given for ``flag``.
+        flag: the option or argument name, for the message (``--json``, ``OUT``).
+        inputs: input files (contract, reports) ``out`` must not be.
+        input_dirs: input directories (dataset, reference model) ``out`` must not lie in.
+        need_parent: refuse when ``out``'s parent directory does not exist (False: the caller
+            creates it).
+
+    Raises:
+        UsageError: ``out`` is an input, lies inside an input directory, is a directory, or its
+            parent directory does not exist.
+    """
+    o = Path(out)
+    r = o.resolve()
+    for f in inputs:
+        if f is not None and Path(f).resolve() == r:
+            raise UsageError(f"{flag} {o}: is the input {f}; refusing to overwrite it")
+    for d in input_dirs:
+        if d is not None and _inside(r, Path(d).resolve()):
+            raise UsageError(f"{flag} {o}: lies inside the input directory {d}; refusing to write there")
+    if o.is_dir():
+        raise UsageError(f"{flag} {o}: is a directory; give a file name")
+    if need_parent and not r.parent.is_dir():
+        raise UsageError(f"{flag} {o}: parent directory {o.parent} does not exist")
+    return o
+
+
+def check_data_dir(data: str | Path, flag: str = "--data") -> Path:
+    """``data`` as an existing directory.
+
+    Raises:
+        UsageError: it does not exist, or is not a directory.
+    """
+    d = Path(data)
+    if not d.exists():
+        raise UsageError(f"{d}: no such data directory")
+    if not d.is_dir():
+        raise UsageError(f"{flag} {d}: is not a directory (give the dataset directory)")
+    return d
+
+
+def resolve_reference(c, args) -> "Optional[Path]":
+    """The reference directory of a command with ``--reference`` / ``--no-reference``.
+
+    ``--reference`` wins; ``--no-reference`` means none; otherwise the contract's fixture or
+    target.path, or None when the contract names neither.
+
+    Raises:
+        UsageError: both flags given, or the contract names a fixture / target.path that cannot
+            be resolved (bad input, never a silent run without slot identity).
+    """
+    from conformance import runner
+
+    ref = getattr(args, "reference", None)
+    no_ref = bool(getattr(args, "no_reference", False))
+    if ref and no_ref:
+        raise UsageError("--reference and --no-reference contradict each other; give one")
+    if ref:
+        return Path(ref)
+    if no_ref:
+        return None
+    try:
+        return runner.contract_reference(c)
+    except runner.PairUnavailable as e:
+        raise UsageError(f"{getattr(args, 'contract', 'contract')}: {e}; pass --reference MODEL_DIR, or "
+                         "--no-reference to skip slot identity") from None
+
+
 # --- validate --------------------------------------------------------------------------------
 
 

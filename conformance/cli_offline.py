@@ -13,11 +13,12 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from conformance.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, UsageError, _console, _load, register
+from conformance.cli import (EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, UsageError, _console, _load, check_output,
+                             register, resolve_reference)
 
 
 def cmd_check_offline(args) -> int:
-    from conformance import report, runner
+    from conformance import report
     from conformance.findings import Finding
     from conformance.paths.offline_files import OfflineFilesError, find_files, offline_findings
     from conformance.reference import ReferenceError, load_reference_model
@@ -27,17 +28,15 @@ def cmd_check_offline(args) -> int:
         files = find_files(args.files)
     except OfflineFilesError as e:
         raise UsageError(str(e)) from None
-    ref_dir: Optional[Path] = Path(args.reference) if args.reference else None
-    if ref_dir is None and not args.no_reference:
-        try:
-            ref_dir = runner.resolve_pair(c).target_dir
-        except runner.PairUnavailable:
-            ref_dir = None
+    ref_dir: Optional[Path] = resolve_reference(c, args)
+    if args.json:
+        check_output(args.json, "--json", inputs=(args.contract, *files),
+                     input_dirs=(ref_dir, *_file_roots(args.files)))
     findings: list[Finding] = []
     bad_reference = None
     if ref_dir is not None:
         try:
-            load_reference_model(ref_dir, c.target.final_norm)
+            load_reference_model(ref_dir, c.target)
         except ReferenceError as e:
             bad_reference = str(e)
             findings.append(Finding("reference", "fail", "data", None, "a loadable HF target directory",
@@ -60,6 +59,12 @@ def cmd_check_offline(args) -> int:
         print(f"conformance: error: {args.files}: none of the {len(files)} files could be read", file=sys.stderr)
         return EXIT_BAD_INPUT
     return EXIT_VIOLATIONS if any(f.status == "fail" for f in findings) else EXIT_OK
+
+
+def _file_roots(spec: str) -> list[Path]:
+    """The directory ``--files`` names, when it names one (a file or glob: none)."""
+    p = Path(spec)
+    return [p] if p.is_dir() else []
 
 
 @register

@@ -8,8 +8,13 @@ different paths on different machines merges), else the ``contract`` strings. Fi
 concatenated in input order; ``meta`` is combined (shards listed, sample counts and bytes summed,
 per-slot statistics combined, fingerprint indices united, missing shards named).
 
-Exit codes: 0 no finding failed, 1 some finding failed, 2 bad input (unreadable or malformed
-part, different contracts or datasets, the same shard given twice).
+Missing shards (of i/N, some i absent) add a failed finding ``shards_complete`` on path
+``"data"``: a crashed or forgotten shard task must not look like a pass. ``--allow-missing``
+records it as a skip instead.
+
+Exit codes: 0 no finding failed, 1 some finding failed (missing shards included), 2 bad input
+(unreadable or malformed part, different contracts or datasets, the same shard given twice,
+OUT being one of the inputs).
 """
 
 from __future__ import annotations
@@ -56,8 +61,9 @@ def _identity(doc: dict[str, Any]) -> Any:
     return doc.get("meta", {}).get("contract_sha256")
 
 
-def merge_docs(docs: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
-    """Merge report documents (as loaded by :func:`load_report`) into one.
+def merge_docs(docs: list[dict[str, Any]], names: list[str], allow_missing: bool = False) -> dict[str, Any]:
+    """Merge report documents (as loaded by :func:`load_report`) into one. Missing shards add a
+    ``shards_complete`` finding: status fail, or skip with ``allow_missing``.
 
     Raises:
         MergeError: different contracts, different dataset sizes, or a shard given twice.
@@ -109,6 +115,16 @@ def merge_docs(docs: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
             missing = [f"{i}/{N}" for i in range(N) if i not in have]
             meta["shards_missing"] = missing
             meta["complete"] = not missing
+            if missing:
+                findings.append({
+                    "check": "shards_complete", "status": "skip" if allow_missing else "fail", "path": "data",
+                    "slot": None, "expected": [f"{i}/{N}" for i in range(N)], "observed": meta["shards"],
+                    "where": f"shards {', '.join(missing)}",
+                    "message": (f"{len(missing)} of {N} shards missing from the merge ({', '.join(missing)}): "
+                                "their samples were not checked"
+                                + ("; accepted with --allow-missing" if allow_missing
+                                   else "; a crashed or forgotten shard task (pass --allow-missing to accept)")),
+                    "fault": ""})
     for key in ("shard_samples", "bytes"):
         if any(key in m for m in metas):
             meta[key] = sum(int(m.get(key, 0)) for m in metas)
@@ -128,25 +144,34 @@ def merge_docs(docs: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
     scopes = [m["scope"] for m in metas if isinstance(m.get("scope"), dict)]
     if scopes:
         meta["scope"] = {k: sorted({s[k] for s in scopes if k in s}) for k in scopes[0]}
+    from conformance.report import slot_identity_checked, verdict
+
+    reasons = sorted({str((m.get("slot_identity") or {}).get("reason")) for m in metas
+                      if (m.get("slot_identity") or {}).get("reason")})
+    meta["slot_identity_checked"] = slot_identity_checked(findings)
+    meta["verdict"] = verdict(findings, "; ".join(reasons) or None)[1]
     return {"contract": docs[0]["contract"], "findings": findings, "meta": meta}
 
 
-def merge_reports(out: str | Path, inputs: list[str | Path]) -> dict[str, Any]:
+def merge_reports(out: str | Path, inputs: list[str | Path], allow_missing: bool = False) -> dict[str, Any]:
     """Merge the reports ``inputs`` and write the result to ``out``. Returns the merged document.
 
     Raises:
         MergeError: see :func:`load_report` and :func:`merge_docs`; ``out`` is not written.
     """
     docs = [load_report(p) for p in inputs]
-    merged = merge_docs(docs, [str(p) for p in inputs])
+    merged = merge_docs(docs, [str(p) for p in inputs], allow_missing)
     Path(out).write_text(json.dumps(merged, indent=1))
     return merged
 
 
 def cmd_merge_reports(args) -> int:
     """``conformance merge-reports``: exit 0 if no finding failed, 1 if one did, 2 bad input."""
+    from conformance.cli import check_output
+
+    check_output(args.out, "OUT", inputs=tuple(args.inputs))
     try:
-        merged = merge_reports(args.out, args.inputs)
+        merged = merge_reports(args.out, args.inputs, allow_missing=args.allow_missing)
     except MergeError as e:
         raise UsageError(str(e)) from None
     nf = sum(1 for f in merged["findings"] if f["status"] == "fail")
@@ -163,5 +188,7 @@ def _add_merge_reports(sub) -> None:
     p = sub.add_parser("merge-reports", help="merge JSON reports of sharded check-data runs")
     p.add_argument("out", metavar="OUT.json", help="merged report to write")
     p.add_argument("inputs", nargs="+", metavar="IN.json", help="reports to merge (same contract)")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="missing shards are a skip, not a failure (default: exit 1 when a shard is missing)")
     p.add_argument("--quiet", action="store_true", help="no summary line")
     p.set_defaults(func=cmd_merge_reports)

@@ -203,7 +203,7 @@ def conformance_reference():
             pair = resolve_pair(contract)
         except PairUnavailable as e:
             pytest.skip(str(e))
-        return load_reference_model(pair.target_dir, contract.target.final_norm)
+        return load_reference_model(pair.target_dir, contract.target)
 
     return get
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from conformance import torch_env
 from conformance.notation import Boundary, all_boundaries, boundary_row
@@ -158,12 +158,32 @@ class ReferenceModel:
 _MODELS: dict[tuple[str, str], ReferenceModel] = {}
 
 
-def load_reference_model(model_dir: str | Path, final_norm_kind: str = "rmsnorm") -> ReferenceModel:
-    """Process-wide cached :class:`ReferenceModel` (models are immutable once loaded)."""
-    key = (str(Path(model_dir).resolve()), final_norm_kind)
+def load_reference_model(model_dir: str | Path, target: Any = "rmsnorm") -> ReferenceModel:
+    """Process-wide cached :class:`ReferenceModel` (models are immutable once loaded).
+
+    Args:
+        model_dir: HF-format target directory.
+        target: the contract's ``target`` section (its ``final_norm`` is used, and the model's
+            layer count, hidden size and vocabulary size must match it), or just a final-norm
+            kind string.
+
+    Raises:
+        ReferenceError: the directory cannot be loaded, or its model is not the contract's target.
+    """
+    kind = target if isinstance(target, str) else target.final_norm
+    key = (str(Path(model_dir).resolve()), kind)
     if key not in _MODELS:
-        _MODELS[key] = ReferenceModel(model_dir, final_norm_kind)
-    return _MODELS[key]
+        _MODELS[key] = ReferenceModel(model_dir, kind)
+    model = _MODELS[key]
+    if not isinstance(target, str):
+        cfg = model.model.config
+        got = {"num_hidden_layers": model.num_layers, "hidden_size": model.hidden_size,
+               "vocab_size": int(getattr(cfg, "vocab_size", target.vocab_size))}
+        bad = [f"{k} {v} != contract target.{k} {getattr(target, k)}" for k, v in got.items()
+               if v != getattr(target, k)]
+        if bad:
+            raise ReferenceError(f"{model_dir}: this reference model is not the contract's target: " + "; ".join(bad))
+    return model
 
 
 def rms(x: torch.Tensor) -> torch.Tensor:
@@ -172,5 +192,3 @@ def rms(x: torch.Tensor) -> torch.Tensor:
     return x.pow(2).mean(-1).sqrt()
 
 
-def optional_reference(model_dir: Optional[str | Path], final_norm_kind: str = "rmsnorm") -> Optional[ReferenceModel]:
-    return None if model_dir is None else load_reference_model(model_dir, final_norm_kind)

@@ -32,8 +32,33 @@ def summarize(findings: Iterable[Finding]) -> list[dict[str, Any]]:
     return out
 
 
-def render_table(findings: list[Finding], title: str, console=None, extra: Optional[dict[str, str]] = None) -> None:
-    """Print the findings as a table: one row per path, check and slot, in words."""
+def _get(f, key: str):
+    return f.get(key) if isinstance(f, dict) else getattr(f, key)
+
+
+def slot_identity_checked(findings: Iterable) -> bool:
+    """Whether any ``slot_identity`` finding passed or failed (findings or their JSON dicts):
+    without one, slot identity, order and alignment were not judged at all."""
+    return any(_get(f, "check") == "slot_identity" and _get(f, "status") in ("pass", "fail") for f in findings)
+
+
+def verdict(findings: list, unchecked_reason: Optional[str] = None) -> tuple[str, str]:
+    """The final verdict: ``(kind, text)``, kind one of ``"violations"``, ``"conforms"``,
+    ``"conforms on shapes only"`` (nothing failed, but no slot identity was judged; the text
+    names ``unchecked_reason``, default "no reference model")."""
+    if any(_get(f, "status") == "fail" for f in findings):
+        return "violations", "VIOLATIONS"
+    if slot_identity_checked(findings):
+        return "conforms", "CONFORMS"
+    return ("conforms on shapes only", "CONFORMS ON SHAPES ONLY: slot identity, order and alignment were not "
+            f"checked ({unchecked_reason or 'no reference model'})")
+
+
+def render_table(findings: list[Finding], title: str, console=None, extra: Optional[dict[str, str]] = None,
+                 unchecked_reason: Optional[str] = None) -> None:
+    """Print the findings as a table: one row per path, check and slot, in words. The verdict
+    reads "CONFORMS ON SHAPES ONLY" (with ``unchecked_reason``) when nothing failed but no slot
+    identity was judged."""
     from rich.console import Console
     from rich.table import Table
 
@@ -58,14 +83,21 @@ def render_table(findings: list[Finding], title: str, console=None, extra: Optio
             console.print(f"[bold]{k}[/bold]: {v}")
     nf = sum(1 for f in findings if f.status == "fail")
     ns = sum(1 for f in findings if f.status == "skip")
-    verdict = "[bold red]VIOLATIONS[/]" if nf else "[bold green]CONFORMS[/]"
-    console.print(f"{verdict}: {len(findings)} findings, {nf} failed, {ns} skipped "
+    kind, text = verdict(findings, unchecked_reason)
+    style = {"violations": "bold red", "conforms": "bold green"}.get(kind, "bold yellow")
+    sep = ": " if kind != "conforms on shapes only" else ". "
+    console.print(f"[{style}]{text}[/]{sep}{len(findings)} findings, {nf} failed, {ns} skipped "
                   "(n = pass/fail/skip across samples)")
 
 
-def write_json(out: str | Path, contract: str, findings: list[Finding], meta: Optional[dict[str, Any]] = None) -> None:
-    """Write ``{"contract", "findings": [...]}`` (plus ``meta``) to ``out``."""
+def write_json(out: str | Path, contract: str, findings: list[Finding], meta: Optional[dict[str, Any]] = None,
+               unchecked_reason: Optional[str] = None) -> None:
+    """Write ``{"contract", "findings": [...], "meta": {...}}`` to ``out``. ``meta`` gains
+    ``slot_identity_checked`` (bool) and ``verdict`` (the text :func:`render_table` ends with)."""
     doc: dict[str, Any] = {"contract": contract, "findings": [f.to_json() for f in findings]}
-    if meta:
-        doc["meta"] = meta
+    meta = dict(meta or {})
+    reason = unchecked_reason or (meta.get("slot_identity") or {}).get("reason")
+    meta["slot_identity_checked"] = slot_identity_checked(findings)
+    meta["verdict"] = verdict(findings, reason)[1]
+    doc["meta"] = meta
     Path(out).write_text(json.dumps(doc, indent=1))

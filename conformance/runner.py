@@ -38,7 +38,8 @@ def resolve_pair(c: Contract) -> LocalPair:
         try:
             b = build_fixture(c.fixture)
         except FixtureError as e:
-            raise PairUnavailable(str(e)) from None
+            what = "not found" if "no such fixture" in str(e) else "cannot be built"
+            raise PairUnavailable(f"fixture {c.fixture!r} {what} ({e})") from None
         return LocalPair(b.target_dir, b.draft_dir, b.data_dir, f"fixture {c.fixture}")
     src = contract_source(c)
     base = src.parent if src else Path.cwd()
@@ -50,10 +51,25 @@ def resolve_pair(c: Contract) -> LocalPair:
         return q if q.is_absolute() else (base / q)
 
     t = rel(c.target.path)
-    if t is None or not t.is_dir():
-        raise PairUnavailable(f"target {c.target.name} is not available locally (no fixture, target.path "
-                              f"{c.target.path!r})")
+    if t is None:
+        raise PairUnavailable(f"target {c.target.name} is not available locally (no fixture, no target.path)")
+    if not t.is_dir():
+        raise PairUnavailable(f"target.path {c.target.path!r} of {src or 'the contract'} is not a directory "
+                              f"(resolved to {t})")
     return LocalPair(t, rel(c.draft.path), None, "local paths")
+
+
+def contract_reference(c: Contract) -> Optional[Path]:
+    """The reference target directory the contract itself names (its ``fixture``, else its
+    ``target.path``), or None when it names neither.
+
+    Raises:
+        PairUnavailable: the contract names a fixture or a target.path that cannot be resolved;
+            callers treat that as bad input, never as "no reference".
+    """
+    if not c.fixture and not c.target.path:
+        return None
+    return resolve_pair(c).target_dir
 
 
 def _dtype(name: str):
@@ -63,8 +79,10 @@ def _dtype(name: str):
 
 
 def training_findings(c: Contract, data_dir: Path, reference_dir: Optional[Path],
-                      batches: Iterable[Sequence[int]], loader=None) -> list[Finding]:
+                      batches: Iterable[Sequence[int]], loader=None, ref_model=None) -> list[Finding]:
     """Run the real speculators loader over ``batches`` of sample indices and check every sample.
+
+    ``ref_model`` (an already loaded reference) is used instead of loading ``reference_dir``.
 
     Raises:
         conformance.paths.training.TrainingDataError: the directory is not a dataset at all.
@@ -73,7 +91,8 @@ def training_findings(c: Contract, data_dir: Path, reference_dir: Optional[Path]
     from conformance.paths.training import TrainingLoader
     from conformance.reference import load_reference_model
 
-    ref_model = load_reference_model(reference_dir, c.target.final_norm) if reference_dir else None
+    if ref_model is None and reference_dir:
+        ref_model = load_reference_model(reference_dir, c.target)
     loader = loader or TrainingLoader(data_dir, c.draft.target_hidden_size, c.num_slots, _dtype(c.data_dtype))
     out: list[Finding] = []
     for batch in batches:

@@ -333,7 +333,7 @@ def _disk_findings(c: Contract, rc: Contract, i: int, hs_path: Path, src_ids: to
     tok = tok.reshape(-1)
     cap = Capture(DISK_PATH, where, token_ids=tok, feature=hs[:, :-1].flatten(1),
                   rows=torch.arange(int(tok.shape[0]), dtype=torch.long),
-                  verifier_last=hs[:, -1] if N else None, source_token_ids=src_ids,
+                  verifier_last=hs[:, -1] if N else None, verifier_offset=0, source_token_ids=src_ids,
                   provenance={"sample": i, "file": str(hs_path)})
     # one streamed pass over the data: per-row per-slot RMS, float32 [T, N]
     buf = buf_holder[0] if buf_holder else None
@@ -343,7 +343,7 @@ def _disk_findings(c: Contract, rc: Contract, i: int, hs_path: Path, src_ids: to
         buf_holder[:] = [buf]
     r = slot_rms(hs, block_elems, buf) if N else torch.zeros(T, 0)
     reduced = Capture(DISK_PATH, where, token_ids=tok, feature=r[:, :-1] if N else r,
-                      rows=torch.arange(T, dtype=torch.long), verifier_last=r[:, -1:] if N else None,
+                      rows=torch.arange(T, dtype=torch.long), verifier_last=r[:, -1:] if N else None, verifier_offset=0,
                       provenance=cap.provenance)
     from conformance import datacheck
 
@@ -440,7 +440,7 @@ def _scan_loop(spec, c, rc, data, hs_dir, ids, mine, batches, pre, on_progress, 
             if loader is None:
                 loader = TrainingLoader(data, c.draft.target_hidden_size, c.num_slots, _dtype(c.data_dtype))
                 if spec.reference_dir:
-                    ref_model = load_reference_model(spec.reference_dir, c.target.final_norm)
+                    ref_model = load_reference_model(spec.reference_dir, c.target)
             lf: list[Finding] = []
             for cap in loader.batch(batches[i]):
                 lf += sample_findings(c, cap, ref_model)
@@ -598,6 +598,16 @@ def scan(c: Contract, data_dir: str | Path, *, shard: tuple[int, int] = (0, 1), 
     n = parts[0]["samples"]
     nbytes = sum(p["bytes"] for p in parts)
     fps = sorted(j for p in parts for j in p["fingerprint_samples"])
+    from conformance import report
+
+    if not reference_dir:
+        unchecked = "no reference model"
+    elif not fps:
+        unchecked = ("no sample was fingerprinted (--sample 0)" if sample == 0
+                     else "no fingerprinted sample in this shard")
+    else:
+        unchecked = "every fingerprint was skipped"
+    checked = report.slot_identity_checked(findings)
     meta = {
         "data": str(data_dir),
         "samples": n,
@@ -622,8 +632,21 @@ def scan(c: Contract, data_dir: str | Path, *, shard: tuple[int, int] = (0, 1), 
         "peak_rss_mb": max((p["peak_rss_mb"] for p in parts if p.get("peak_rss_mb") is not None), default=None),
         "contract_name": c.name,
         "contract_sha256": contract_digest(c),
+        "slot_identity": {"checked": checked, "reason": None if checked else unchecked},
     }
     return ScanResult(findings, meta)
+
+
+def human_bytes(n: float) -> str:
+    """``n`` bytes in decimal human units: ``512 B``, ``3.2 KB``, ``41.0 MB``, ``1.25 GB``, ``2.00 TB``."""
+    n = float(n)
+    if n < 1e3:
+        return f"{n:.0f} B"
+    for unit, scale in (("KB", 1e3), ("MB", 1e6), ("GB", 1e9)):
+        if n < scale * 1e3:
+            v = n / scale
+            return f"{v:.{2 if v < 10 else 1}f} {unit}"
+    return f"{n / 1e12:.2f} TB"
 
 
 def _count_hint(data_dir, shard) -> Optional[int]:
@@ -665,7 +688,7 @@ class _Progress:
         if self.enabled:
             dt = max(time.perf_counter() - self.t0, 1e-9)
             self.p.update(self.task, advance=ns,
-                          rate=f"{self.done / dt:.1f} samples/s  {self.nbytes / dt / 1e9:.2f} GB/s")
+                          rate=f"{self.done / dt:.1f} samples/s  {human_bytes(self.nbytes / dt)}/s")
 
     def __exit__(self, *exc):
         if self.enabled:
@@ -678,37 +701,38 @@ class _Progress:
 
 def cmd_check_data(args) -> int:
     """``conformance check-data``: scan a dataset; exit 0 conforms, 1 violations, 2 bad input."""
-    from conformance import report, runner
-    from conformance.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, UsageError, _console, _load
+    from conformance import report
+    from conformance.cli import (EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, UsageError, _console, _load,
+                                 check_data_dir, check_output, resolve_reference)
     from conformance.reference import ReferenceError
 
     c = _load(args.contract)
-    data = Path(args.data)
-    if not data.is_dir():
-        raise UsageError(f"{data}: no such data directory")
+    data = check_data_dir(args.data)
     try:
         shard = parse_shard(getattr(args, "shard", None) or "0/1")
     except ValueError as e:
         raise UsageError(str(e)) from None
-    workers = int(getattr(args, "workers", 1) or 1)
+    workers = int(getattr(args, "workers", 1))
     if workers < 1:
-        raise UsageError("--workers must be >= 1")
-    ref_dir: Optional[Path] = Path(args.reference) if args.reference else None
-    if ref_dir is None and not args.no_reference:
-        try:
-            ref_dir = runner.resolve_pair(c).target_dir
-        except runner.PairUnavailable:
-            ref_dir = None
+        raise UsageError(f"--workers {workers}: must be >= 1")
+    sample = int(getattr(args, "sample", 32))
+    if sample < -1:
+        raise UsageError(f"--sample {sample}: must be >= 0, or -1 for every sample")
+    if int(args.batch_size) < 1:
+        raise UsageError(f"--batch-size {args.batch_size}: must be >= 1")
+    ref_dir = resolve_reference(c, args)
+    if args.json:
+        check_output(args.json, "--json", inputs=(args.contract,), input_dirs=(data, ref_dir))
     if ref_dir is not None and workers > 1:
         from conformance.reference import load_reference_model
 
         try:  # fail fast, in this process, with a one-line error
-            load_reference_model(ref_dir, c.target.final_norm)
+            load_reference_model(ref_dir, c.target)
         except ReferenceError as e:
             raise UsageError(str(e)) from None
     progress = not args.quiet and sys.stderr.isatty()
     try:
-        res = scan(c, data, shard=shard, workers=workers, sample=int(getattr(args, "sample", 32)),
+        res = scan(c, data, shard=shard, workers=workers, sample=sample,
                    seed=int(getattr(args, "seed", 0)), reference_dir=ref_dir, batch_size=args.batch_size,
                    progress=progress)
     except (ScanError, ReferenceError) as e:
@@ -719,9 +743,10 @@ def cmd_check_data(args) -> int:
         extra = {"data": m["data"], "samples": f"{m['shard_samples']} of {m['samples']} (shard {m['shard']}, "
                  f"{SHARDING})", "reference": m["reference"]}
         extra.update({f"scope {k}": v for k, v in m["scope"].items()})
-        extra["read"] = (f"{m['bytes'] / 1e9:.3f} GB in {m['seconds']:.2f} s "
-                         f"({m['bytes'] / 1e9 / max(m['seconds'], 1e-9):.2f} GB/s)")
-        report.render_table(findings, f"{c.name}: training data ({args.contract})", _console(), extra)
+        extra["read"] = (f"{human_bytes(m['bytes'])} in {m['seconds']:.2f} s "
+                         f"({human_bytes(m['bytes'] / max(m['seconds'], 1e-9))}/s)")
+        report.render_table(findings, f"{c.name}: training data ({args.contract})", _console(), extra,
+                            unchecked_reason=m["slot_identity"]["reason"])
     if args.json:
         report.write_json(args.json, args.contract, findings, res.meta)
     avail = [f for f in findings if f.check == "sample_available" and f.path == DISK_PATH]

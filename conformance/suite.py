@@ -101,7 +101,7 @@ def _start_token(c: Contract):
 def _ref_model(c: Contract, pair: LocalPair):
     from conformance.reference import load_reference_model
 
-    return load_reference_model(pair.target_dir, c.target.final_norm)
+    return load_reference_model(pair.target_dir, c.target)
 
 
 def _check_all(c, caps, ref_model):

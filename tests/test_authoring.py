@@ -371,6 +371,58 @@ def test_calibrate_never_writes_input_without_in_place(tiny, tmp_path, capsys):
     assert _sha(src) != h and load_contract(src).norm_bands.status == "calibrated"
 
 
+@pytest.fixture(scope="module")
+def mislabelled(tiny, tmp_path_factory):
+    """Data whose slots really are [B_0, B_2, B_4, B_5], labelled as the contract's [B_2, B_4, B_5, B_8]."""
+    from conformance.datagen import write_speculators_dataset
+    from conformance.fixtures import sample_token_ids
+    from conformance.reference import ReferenceModel
+
+    out = tmp_path_factory.mktemp("mislabelled") / "data"
+    samples = sample_token_ids(tiny.spec, 4, 3, 16, seed=11)
+    return write_speculators_dataset(out, ReferenceModel(tiny.target_dir), samples, slots=["B_0", "B_2", "B_4", "B_5"])
+
+
+@pytest.mark.parametrize("with_reference", [True, False], ids=["--reference", "contract_fixture"])
+def test_calibrate_refuses_data_whose_slots_are_other_layers(with_reference, mislabelled, tiny, tmp_path, capsys):
+    src = tmp_path / "c.yaml"
+    shutil.copy(REPO / "contracts" / "tiny-llama.yaml", src)  # names fixture tiny-llama: a reference
+    h = _sha(src)
+    out = tmp_path / "calibrated.yaml"
+    extra = ["--reference", str(tiny.target_dir)] if with_reference else []
+    rc = main(["calibrate", str(src), "--data", str(mislabelled), "-o", str(out), *extra])
+    cap = capsys.readouterr()
+    assert rc == 1, cap.err
+    lines = [ln for ln in cap.err.splitlines() if "contract says" in ln]
+    assert any("slot 0 is B_0 (embedding output); contract says B_2" in ln for ln in lines), cap.err
+    assert any("slot 1 is B_2" in ln and "contract says B_4" in ln for ln in lines)
+    assert any("verifier slot is B_5" in ln and "contract says B_8" in ln for ln in lines)
+    assert len(lines) == 4 and all(str(mislabelled) in ln and "sample" in ln for ln in lines)  # one per wrong slot
+    assert "band B_" not in cap.out  # refused before computing bands
+    assert not out.exists() and _sha(src) == h
+    assert main(["calibrate", str(src), "--data", str(mislabelled), "--in-place", *extra]) == 1
+    assert _sha(src) == h
+
+
+def test_calibrate_without_reference_warns_slot_identity_not_verified(mislabelled, tmp_path, capsys):
+    src = tmp_path / "c.yaml"
+    shutil.copy(REPO / "contracts" / "tiny-llama.yaml", src)
+    assert main(["calibrate", str(src), "--data", str(mislabelled), "--no-reference"]) == 0
+    assert "slot identity not verified" in capsys.readouterr().out
+    bad = tmp_path / "nope.yaml"
+    bad.write_text(src.read_text().replace("fixture: tiny-llama", "fixture: nope"))
+    assert main(["calibrate", str(bad), "--data", str(mislabelled)]) == 2
+    assert "fixture 'nope' not found" in capsys.readouterr().err
+
+
+def test_calibrate_output_never_inside_the_data(tiny, tmp_path, capsys):
+    data = tmp_path / "data"
+    shutil.copytree(tiny.data_dir, data)
+    assert main(["calibrate", str(REPO / "contracts" / "tiny-llama.yaml"), "--data", str(data), "--no-reference",
+                 "-o", str(data / "c.yaml")]) == 2
+    assert "inside the input directory" in capsys.readouterr().err and not (data / "c.yaml").exists()
+
+
 def test_calibrate_bad_input(tmp_path, capsys):
     rc = main(["calibrate", str(REPO / "contracts" / "tiny-llama.yaml"), "--data", str(tmp_path / "nope")])
     err = capsys.readouterr().err

@@ -361,3 +361,134 @@ def test_inputs_are_never_modified(data, tiny, tiny_ref, tmp_path, capsys):
                  "--quiet"]) == 0
     capsys.readouterr()
     assert _hash(*roots) == before
+
+
+# --- a contract's own reference that cannot be resolved is bad input, never a silent downgrade ----
+
+
+@pytest.mark.parametrize("old,new,words", [
+    ("fixture: tiny-llama", "fixture: nope", "fixture 'nope' not found"),
+    ("fixture: tiny-llama\n", "", "target.path './no-such-model'"),
+], ids=["unknown_fixture", "missing_target_path"])
+def test_unresolvable_contract_reference_exit_2(old, new, words, tiny, tmp_path, capsys):
+    text = T.replace(old, new)
+    if not new:
+        text = text.replace("  name: fixtures/tiny-llama\n", "  name: fixtures/tiny-llama\n  path: ./no-such-model\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    out = tmp_path / "r.json"
+    rc = main(["check-data", str(bad), "--data", str(tiny.data_dir), "--json", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and words in err and str(bad) in err, err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()  # refused before scanning
+    # explicit --no-reference (or --reference) is the way to run such a contract
+    assert main(["check-data", str(bad), "--data", str(tiny.data_dir), "--no-reference", "--sample", "0",
+                 "--quiet"]) == 0
+    files = tmp_path / "s.pt"
+    torch.save({"input_ids": torch.tensor([1, 5, 6]), "loss_mask": torch.ones(3),
+                "hidden_states": [torch.zeros(3, 64, dtype=torch.bfloat16)] * 4}, files)
+    assert main(["check-offline", str(bad), "--files", str(files), "--quiet"]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_contract_without_fixture_or_target_path_runs_without_reference(tiny, tmp_path, capsys):
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(T.replace("fixture: tiny-llama\n", ""))
+    out = tmp_path / "r.json"
+    assert main(["check-data", str(bare), "--data", str(tiny.data_dir), "--sample", "2", "--json", str(out)]) == 0
+    assert "slot identity not checked" in capsys.readouterr().out
+    assert json.loads(out.read_text())["meta"]["slot_identity_checked"] is False
+
+
+# --- --json / OUT never overwrites an input and is checked before the scan -----------------------
+
+
+def _json_target(case: str, tmp_path: Path, data: Path, tiny) -> tuple[Path, str]:
+    if case == "contract":
+        return tmp_path / "c.yaml", "is the input"
+    if case == "data_file":
+        return data / "state.json", "inside the input directory"
+    if case == "data_new_file":
+        return data / "hidden_states" / "report.json", "inside the input directory"
+    if case == "reference":
+        return tiny.target_dir / "r.json", "inside the input directory"
+    if case == "no_parent":
+        return tmp_path / "no" / "such" / "r.json", "does not exist"
+    return tmp_path, "is a directory"
+
+
+@pytest.mark.parametrize("case", ["contract", "data_file", "data_new_file", "reference", "no_parent", "directory"])
+def test_check_data_json_guard_exit_2_before_scanning(case, data, tiny, tmp_path, capsys, monkeypatch):
+    from conformance import scan as scan_mod
+
+    contract = tmp_path / "c.yaml"
+    shutil.copy(TINY, contract)
+    out, words = _json_target(case, tmp_path, data, tiny)
+    roots = (contract, data, tiny.target_dir)
+    before = _hash(*roots)
+
+    def no_scan(*a, **k):
+        raise AssertionError("scanned despite a bad --json")
+
+    monkeypatch.setattr(scan_mod, "scan", no_scan)
+    rc = main(["check-data", str(contract), "--data", str(data), "--reference", str(tiny.target_dir),
+               "--json", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and words in err and "--json" in err and "internal error" not in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert _hash(*roots) == before
+
+
+def test_check_offline_and_merge_never_overwrite_inputs(tiny, tmp_path, capsys):
+    contract = tmp_path / "c.yaml"
+    shutil.copy(TINY, contract)
+    off = tmp_path / "off"
+    off.mkdir()
+    torch.save({"input_ids": torch.tensor([1, 5, 6]), "loss_mask": torch.ones(3),
+                "hidden_states": [torch.zeros(3, 64, dtype=torch.bfloat16)] * 4}, off / "s.pt")
+    before = _hash(contract, off)
+    for out in (contract, off / "s.pt", off / "r.json"):
+        assert main(["check-offline", str(contract), "--files", str(off), "--no-reference", "--quiet",
+                     "--json", str(out)]) == 2
+    assert _hash(contract, off) == before
+    a = tmp_path / "a.json"
+    assert main(["check-data", str(contract), "--data", str(tiny.data_dir), "--no-reference", "--sample", "0",
+                 "--quiet", "--json", str(a)]) == 0
+    ha = _hash(a)
+    assert main(["merge-reports", str(a), str(a)]) == 2
+    assert main(["merge-reports", str(tmp_path / "nodir" / "m.json"), str(a)]) == 2
+    err = capsys.readouterr().err
+    assert "is the input" in err and "does not exist" in err and "Traceback" not in err
+    assert _hash(a) == ha
+
+
+# --- arguments that used to be accepted silently ----------------------------------------------------
+
+
+@pytest.mark.parametrize("extra,words", [
+    (["--sample", "-5"], "--sample -5"),
+    (["--batch-size", "0"], "--batch-size 0"),
+    (["--workers", "0"], "--workers 0"),
+    (["--shard", "1/0"], "shard"),
+    (["--shard", "x"], "shard"),
+    (["--no-reference", "--reference", "/x"], "--no-reference"),
+], ids=["sample_negative", "batch_size_0", "workers_0", "shard_n0", "shard_malformed", "both_reference_flags"])
+def test_bad_arguments_exit_2_one_line(extra, words, tiny, capsys):
+    assert main(["check-data", str(TINY), "--data", str(tiny.data_dir), "--quiet", *extra]) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1 and "internal error" not in err, err
+
+
+def test_sample_minus_one_still_means_all(tiny, tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["check-data", str(TINY), "--data", str(tiny.data_dir), "--no-reference", "--sample", "-1",
+                 "--quiet", "--json", str(out)]) == 0
+    assert len(json.loads(out.read_text())["meta"]["fingerprint_sample"]["indices"]) == 12
+
+
+def test_data_that_is_a_file_says_not_a_directory(tiny, capsys):
+    assert main(["check-data", str(TINY), "--data", str(TINY), "--no-reference"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a directory" in err and "no such data directory" not in err
+    assert main(["calibrate", str(TINY), "--data", str(TINY), "--no-reference"]) == 2
+    assert "is not a directory" in capsys.readouterr().err

@@ -233,8 +233,38 @@ def test_merge_exit_1_when_a_part_failed(nan_data, tiny, tmp_path, capsys):
     merged = json.loads(out.read_text())
     assert [f["where"] for f in merged["findings"] if f["status"] == "fail"] == [f"sample {victim}"]
     assert merged["meta"]["complete"] is True
-    assert main(["merge-reports", str(tmp_path / "m2.json"), str(good)]) == 0
+    # a missing shard (a crashed task) is a failure, not a pass, unless explicitly allowed
+    assert main(["merge-reports", str(tmp_path / "m2.json"), str(good)]) == 1
     assert "shards missing" in capsys.readouterr().out
+    assert main(["merge-reports", str(tmp_path / "m3.json"), str(good), "--allow-missing"]) == 0
+
+
+def test_merge_missing_shard_is_a_failed_finding(tiny, tmp_path, capsys):
+    a = tmp_path / "a.json"
+    base = ["--data", str(tiny.data_dir), "--no-reference", "--sample", "0", "--quiet"]
+    assert main(["check-data", str(TINY), *base, "--shard", "0/3", "--json", str(a)]) == 0
+    out = tmp_path / "m.json"
+    assert main(["merge-reports", str(out), str(a), "--quiet"]) == 1
+    merged = json.loads(out.read_text())
+    miss = [f for f in merged["findings"] if f["check"] == "shards_complete"]
+    assert len(miss) == 1 and miss[0]["status"] == "fail" and miss[0]["path"] == "data"
+    assert "1/3" in miss[0]["message"] and "2/3" in miss[0]["message"] and "\n" not in miss[0]["message"]
+    assert merged["meta"]["shards_missing"] == ["1/3", "2/3"] and merged["meta"]["complete"] is False
+    assert main(["merge-reports", str(out), str(a), "--quiet", "--allow-missing"]) == 0
+    merged = json.loads(out.read_text())
+    assert [f["status"] for f in merged["findings"] if f["check"] == "shards_complete"] == ["skip"]
+
+
+def test_read_summary_uses_human_units(tiny, capsys):
+    from conformance.scan import human_bytes
+
+    assert human_bytes(0) == "0 B" and human_bytes(512) == "512 B"
+    assert human_bytes(17_234) == "17.2 KB" and human_bytes(3_400_000) == "3.40 MB"
+    assert human_bytes(1.25e9) == "1.25 GB" and human_bytes(2e12) == "2.00 TB"
+    assert main(["check-data", str(TINY), "--data", str(tiny.data_dir), "--no-reference", "--sample", "0"]) == 0
+    read = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("read:"))
+    assert "0.000 GB" not in read and "0.00 GB/s" not in read
+    assert " KB in " in read and "/s)" in read, read
 
 
 @pytest.mark.parametrize("shard", ["3/3", "1", "a/b", "-1/2"])

@@ -210,7 +210,7 @@ def offline_findings(contract, files: list[Path], reference_dir: Optional[Path] 
     from conformance.reference import load_reference_model
     from conformance.runner import sample_findings
 
-    ref_model = load_reference_model(reference_dir, contract.target.final_norm) if reference_dir else None
+    ref_model = load_reference_model(reference_dir, contract.target) if reference_dir else None
     out = []
     for i, f in enumerate(files):
         out += sample_findings(contract, load_capture(f, contract, i), ref_model)
