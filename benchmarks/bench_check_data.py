@@ -291,7 +291,7 @@ def print_table(results: dict) -> None:
         t.add_row(r["mode"], str(r["H"]), r["kind"], f"{r['bytes'] / 1e9:.2f}", f"{r['seconds']:.2f}",
                   f"{r['gb_per_s']:.2f}", f"{r['samples_per_s']:.1f}", f"{r['ratio_to_raw']:.2f}",
                   f"{rss:.0f}", f"{r['rss_target_mb']:.0f}", "yes" if r["rss_ok"] else "NO")
-    Console().print(t)
+    Console(width=None if sys.stdout.isatty() else 160).print(t)
 
 
 if __name__ == "__main__":
