@@ -59,9 +59,19 @@ def pytest_collect_file(file_path: Path, parent):
     if explicit:
         if file_path.resolve() not in explicit:
             return None
-    elif file_path.parent.name != "contracts":
+    elif file_path.parent.name != "contracts" or not _looks_like_contract(file_path):
         return None
     return ContractFile.from_parent(parent, path=file_path)
+
+
+def _looks_like_contract(path: Path) -> bool:
+    """A YAML file under contracts/ is collected only if it says it is a contract (its schema
+    header or a ``schema_version`` key), so unrelated YAML in a user's project is left alone."""
+    try:
+        head = path.read_text(encoding="utf-8", errors="replace")[:4096]
+    except OSError:
+        return False
+    return "contract.schema.json" in head or "\nschema_version:" in "\n" + head
 
 
 class ConformanceFailure(Exception):

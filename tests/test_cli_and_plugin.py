@@ -220,3 +220,12 @@ def test_reference_of_another_target_is_bad_input(tiny, tmp_path, capsys):
     rc = main(["check-data", str(TINY), "--data", str(tiny.data_dir), "--reference", str(wide.target_dir), "--quiet"])
     assert rc == 2
     assert "hidden_size 96 != contract target.hidden_size 64" in capsys.readouterr().err
+
+
+def test_plugin_leaves_unrelated_yaml_alone(pytester):
+    pytester.makeini("[pytest]\n")
+    d = pytester.mkdir("contracts")
+    (d / "deploy.yaml").write_text("replicas: 3\nimage: nginx\n")
+    res = pytester.runpytest("-m", "conformance", "-p", "no:cacheprovider")
+    res.assert_outcomes()
+    assert "deploy.yaml" not in res.stdout.str()
