@@ -43,7 +43,9 @@ def _read_config(arg: str, role: str) -> tuple[dict[str, Any], Path, Optional[Pa
     if p.is_dir():
         f, d = p / "config.json", p
     else:
-        f, d = p, None
+        # a config.json next to its weights names the model directory too (target.path / draft.path)
+        f = p
+        d = p.parent if p.name == "config.json" and any(p.parent.glob("*.safetensors")) else None
     if not f.is_file():
         raise UsageError(f"{f}: no such {role} config.json")
     try:
@@ -436,7 +438,11 @@ def _write_new(out: Path, text: str, force: bool) -> None:
 
 
 def cmd_init(args) -> int:
-    out = Path(args.output)
+    from conformance.cli import check_output
+
+    inputs = [Path(a) / "config.json" if Path(a).is_dir() else Path(a) for a in (args.target, args.draft)]
+    dirs = [Path(a) if Path(a).is_dir() else Path(a).parent for a in (args.target, args.draft)]
+    out = check_output(args.output, "-o", inputs=tuple(inputs), input_dirs=tuple(dirs), need_parent=False)
     doc = derive_contract(args.target, args.draft, engine=args.engine, verifier=args.verifier,
                           name=args.name, allow_embedding=args.allow_embedding, out_file=out)
     text = dump_contract(doc, out)
@@ -774,6 +780,10 @@ def cmd_calibrate(args) -> int:
         ref_origin = str(ref_dir) if args.reference else f"{ref_dir} (from {args.contract})"
     if out is not None:
         check_output(out, "-o" if args.output else "--in-place", input_dirs=(data, ref_dir), need_parent=False)
+    if args.plot:
+        if Path(args.plot).suffix.lower() not in (".png", ".svg", ".pdf"):
+            raise UsageError(f"--plot {args.plot}: give a .png (or .svg / .pdf) file name")
+        check_output(args.plot, "--plot", inputs=(args.contract,), input_dirs=(data, ref_dir))
     if ref_dir is not None:
         try:
             ref_model = load_reference_model(ref_dir, c.target)

@@ -27,6 +27,11 @@ def _f(check, status, cap: Capture, slot, expected, observed, message, fault) ->
     return Finding(check, status, cap.path, slot, expected, observed, cap.where, message, fault)
 
 
+#: below this best cosine a slot is reported as matching no boundary rather than as "being" the
+#: nearest one (a wrong reference model or a tensor that is not a boundary at all)
+NO_MATCH_COSINE = 0.5
+
+
 def _slot_label(i: int) -> str:
     return f"slot {i}"
 
@@ -222,6 +227,10 @@ def check_slot_identity(c: Contract, cap: Capture, ref: Reference) -> list[Findi
                                          c.gates.slot_identity_min_cosine)
         if ok:
             msg = f"slot {i} is {declared.describe(c.L)} (cos {d_cos:.4f}, next best {runner:.4f})"
+        elif cos < NO_MATCH_COSINE:
+            msg = (f"slot {i} matches no boundary of the reference (best: {best}, cos {cos:.4f}); contract says "
+                   f"{declared}: a reference of another checkpoint, or a tensor that is no residual-stream boundary")
+            best = "none"
         elif best != declared:
             msg = (f"slot {i} is {best.describe(c.L)}; contract says {declared} "
                    f"(cos {cos:.4f} to {best}, {d_cos:.4f} to {declared})")
@@ -459,7 +468,8 @@ def check_feature_alignment(c: Contract, cap: Capture, ref: Reference) -> list[F
     ok = o == c.alignment.feature
     return [_f("feature_alignment", "pass" if ok else "fail", cap, "slot 0", c.alignment.feature, o,
                f"feature row t is the hidden state of token t{o:+d}" + ("" if ok else
-               f"; contract says t{c.alignment.feature:+d} (cosines by offset {scores})"), "K13")]
+               f"; contract says t{c.alignment.feature:+d} (cosines by offset "
+               f"{ {k: round(v, 4) for k, v in scores.items()} })"), "K13")]
 
 
 def check_target_alignment(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:

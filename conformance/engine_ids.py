@@ -233,10 +233,18 @@ def _installed_rule(architecture: str, version: str) -> SGLangRule:
                       captures_final, apply)
 
 
+#: the newest SGLang release whose per-file id rules REFERENCE.md records
+_NEWEST_KNOWN = (0, 5, 23)
+
+
 def _known_rule(architecture: str, version: str, installed: SGLangRule) -> SGLangRule:
     """A rule for a release that is not installed, from REFERENCE.md's per-release facts."""
     vk = _vkey(version)
     file = installed.model_file
+    if vk > _NEWEST_KNOWN:
+        raise TranslationError(f"sglang {version} is newer than {'.'.join(map(str, _NEWEST_KNOWN))}, the newest "
+                               f"release whose id rules are recorded (REFERENCE.md 3.2), and it is not installed "
+                               f"(installed: {installed.version}): install it so that its own setter can be asked")
 
     def default(L: int) -> list[int]:
         return [2, L // 2, L - 3]

@@ -46,6 +46,14 @@ def pytest_configure(config):
     config.stash[_FINDINGS] = {}
     if not config.getoption("hypothesis_profile", None):
         settings.load_profile("ci")
+    out = config.getoption("--conformance-json")
+    if out:
+        o = Path(out).resolve()
+        contracts = {Path(p).resolve() for p in config.getoption("--contract")}
+        if o in contracts or (o.suffix in (".yaml", ".yml") and o.exists()):
+            raise pytest.UsageError(f"--conformance-json {out}: is a contract; refusing to overwrite it")
+        if o.is_dir() or not o.parent.is_dir():
+            raise pytest.UsageError(f"--conformance-json {out}: not a writable file path")
     extra = [str(Path(p)) for p in config.getoption("--contract")]
     for p in extra:
         if p not in config.args:
@@ -72,6 +80,10 @@ def _looks_like_contract(path: Path) -> bool:
     except OSError:
         return False
     return "contract.schema.json" in head or "\nschema_version:" in "\n" + head
+
+
+class ConformanceSetupError(Exception):
+    """The contract names a fixture or target.path that cannot be found or built."""
 
 
 class ConformanceFailure(Exception):
@@ -134,6 +146,9 @@ class PathItem(pytest.Item):
         try:
             pair = resolve_pair(self.contract)
         except PairUnavailable as e:
+            if self.contract.fixture or self.contract.target.path:
+                # the contract names where its pair lives: not finding it is an error, not a skip
+                raise ConformanceSetupError(f"{self.path}: {e}") from None
             pytest.skip(f"pair not available locally: {e}; norm bands {self.contract.norm_bands.status}")
         fn = getattr(suite, "run_" + self.conformance_path.replace("-", "_"))
         findings = fn(self.contract, pair)
@@ -154,6 +169,8 @@ class PathItem(pytest.Item):
                 lines.append(f"  [{ex.fault}] {g['check']} {g['slot'] or ''}: {ex.message} ({ex.where}; "
                              f"{g['fail']} failing)")
             return "\n".join(lines)
+        if isinstance(excinfo.value, ConformanceSetupError):
+            return str(excinfo.value)
         return super().repr_failure(excinfo)
 
     def reportinfo(self):

@@ -181,6 +181,9 @@ def load_reference_model(model_dir: str | Path, target: Any = "rmsnorm") -> Refe
                "vocab_size": int(getattr(cfg, "vocab_size", target.vocab_size))}
         bad = [f"{k} {v} != contract target.{k} {getattr(target, k)}" for k, v in got.items()
                if v != getattr(target, k)]
+        archs = list(getattr(cfg, "architectures", None) or [])
+        if archs and target.architecture not in archs:
+            bad.append(f"architecture {archs[0]} != contract target.architecture {target.architecture}")
         if bad:
             raise ReferenceError(f"{model_dir}: this reference model is not the contract's target: " + "; ".join(bad))
     return model

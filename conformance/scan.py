@@ -747,6 +747,10 @@ def cmd_check_data(args) -> int:
                          f"({human_bytes(m['bytes'] / max(m['seconds'], 1e-9))}/s)")
         report.render_table(findings, f"{c.name}: training data ({args.contract})", _console(), extra,
                             unchecked_reason=m["slot_identity"]["reason"])
+    else:  # --quiet: no table, but still the one-line verdict
+        nf = sum(f.status == "fail" for f in findings)
+        print(f"{report.verdict(findings, res.meta['slot_identity']['reason'])[1]}: {len(findings)} findings, "
+              f"{nf} failed")
     if args.json:
         report.write_json(args.json, args.contract, findings, res.meta)
     avail = [f for f in findings if f.check == "sample_available" and f.path == DISK_PATH]

@@ -54,7 +54,8 @@ def run_training(c: Contract, pair: LocalPair):
     from conformance.paths.training import TrainingLoader
 
     if pair.data_dir is None:
-        return Skipped("no training data for this pair")
+        return Skipped("no training data for this pair under pytest (embedded fixtures only): check a "
+                       "dataset with `conformance check-data CONTRACT --data DIR`")
     loader = TrainingLoader(pair.data_dir, c.draft.target_hidden_size, c.num_slots, _dtype(c.data_dtype))
     n = len(loader)
     findings = training_findings(c, pair.data_dir, pair.target_dir, default_batches(n), loader)

@@ -473,3 +473,12 @@ def test_public_contract_ids_translate_to_its_boundaries(path):
 def test_public_pairs_present():
     names = {p.stem for p in PUBLIC}
     assert len(names) >= 9, names
+
+
+def test_init_refuses_an_unknown_future_sglang_release(tiny, tmp_path, capsys):
+    from conformance.cli import main
+
+    rc = main(["init", "--target", str(tiny.target_dir), "--draft", str(tiny.draft_dir), "--engine", "sglang==9.9.9",
+               "-o", str(tmp_path / "c.yaml")])
+    assert rc == 2 and "newer than 0.5.23" in capsys.readouterr().err
+    assert not (tmp_path / "c.yaml").exists()

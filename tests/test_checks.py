@@ -245,3 +245,12 @@ def test_checks_do_not_modify_inputs(tiny_contract, cap, ref):
     checks.run_checks(tiny_contract, cap, ref)
     assert torch.equal(before[0], cap.feature) and torch.equal(before[1], cap.verifier_last)
     assert torch.equal(before[2], ref.stack)
+
+
+def test_slot_identity_says_no_match_for_a_foreign_tensor(tiny_contract, cap, ref):
+    g = torch.Generator().manual_seed(0)
+    foreign = torch.randn(cap.feature.shape[0], 64, generator=g)
+    feat = torch.cat([foreign, ref.boundary("B_4")[cap.rows], ref.boundary("B_5")[cap.rows]], -1)
+    f0 = checks.check_slot_identity(tiny_contract, replace(cap, feature=feat), ref)[0]
+    assert f0.status == "fail" and f0.observed == "none"
+    assert "matches no boundary of the reference" in f0.message

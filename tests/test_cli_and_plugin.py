@@ -229,3 +229,65 @@ def test_plugin_leaves_unrelated_yaml_alone(pytester):
     res = pytester.runpytest("-m", "conformance", "-p", "no:cacheprovider")
     res.assert_outcomes()
     assert "deploy.yaml" not in res.stdout.str()
+
+
+# --- regressions from the second user test --------------------------------------------------------
+
+
+def test_init_refuses_to_write_over_its_inputs_even_with_force(tiny, tmp_path, capsys):
+    import shutil
+
+    t, d = tmp_path / "target", tmp_path / "draft"
+    shutil.copytree(tiny.target_dir, t)
+    shutil.copytree(tiny.draft_dir, d)
+    before = (t / "config.json").read_bytes()
+    rc = main(["init", "--target", str(t / "config.json"), "--draft", str(d), "--engine", "sglang==0.5.23",
+               "-o", str(t / "config.json"), "--force"])
+    assert rc == 2 and "refusing" in capsys.readouterr().err
+    assert (t / "config.json").read_bytes() == before
+
+
+def test_init_from_config_paths_records_the_model_dirs(tiny, tmp_path):
+    from conformance.contract import load_contract
+
+    out = tmp_path / "c.yaml"
+    assert main(["init", "--target", str(tiny.target_dir / "config.json"), "--draft",
+                 str(tiny.draft_dir / "config.json"), "--engine", "sglang==0.5.23", "-o", str(out)]) == 0
+    c = load_contract(out)
+    assert (out.parent / c.target.path).resolve() == tiny.target_dir.resolve()
+
+
+def test_calibrate_plot_must_not_land_in_the_data(tiny, tmp_path, capsys):
+    assert main(["calibrate", str(TINY), "--data", str(tiny.data_dir), "--plot",
+                 str(tiny.data_dir / "p.png")]) == 2
+    assert not (tiny.data_dir / "p.png").exists()
+    assert main(["calibrate", str(TINY), "--data", str(tiny.data_dir), "--plot", str(tmp_path / "p.yaml")]) == 2
+    assert "give a .png" in capsys.readouterr().err
+
+
+def test_reference_of_another_architecture_is_bad_input(tiny, capsys):
+    from conformance.fixtures import build_fixture
+
+    ds = build_fixture("tiny-deepseek")  # same L, d and vocab as tiny-llama, another model
+    rc = main(["check-data", str(TINY), "--data", str(tiny.data_dir), "--reference", str(ds.target_dir), "--quiet"])
+    assert rc == 2
+    assert "architecture DeepseekV3ForCausalLM != contract target.architecture LlamaForCausalLM" in capsys.readouterr().err
+
+
+def test_plugin_json_must_not_overwrite_the_contract(pytester, tmp_path):
+    c = tmp_path / "c.yaml"
+    c.write_text(TINY.read_text())
+    res = pytester.runpytest("-m", "conformance", "--contract", str(c), "--conformance-json", str(c),
+                             "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert c.read_text() == TINY.read_text()
+
+
+def test_plugin_fails_on_a_misspelled_fixture(pytester, tmp_path):
+    c = tmp_path / "contracts" / "typo.yaml"
+    c.parent.mkdir()
+    c.write_text(TINY.read_text().replace("fixture: tiny-llama", "fixture: tiny-lama"))
+    res = pytester.runpytest("-m", "conformance", "--contract", str(c), "-p", "no:cacheprovider",
+                             "--conformance-paths", "training")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*tiny-lama*not found*"])
