@@ -43,6 +43,11 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "conformance: the contract conformance suite (pytest -m conformance)")
     config.addinivalue_line("markers", "gpu: needs a GPU and a real SGLang engine; skipped without one")
+    # import-time noise of the engines on a CPU machine (their own modules only)
+    for f in ("ignore::UserWarning:sglang", "ignore::DeprecationWarning:sglang",
+              "ignore:MultiPlatformOp is deprecated:DeprecationWarning",
+              "ignore::DeprecationWarning:torch.jit", "ignore::Warning:requests"):
+        config.addinivalue_line("filterwarnings", f)
     config.stash[_FINDINGS] = {}
     if not config.getoption("hypothesis_profile", None):
         settings.load_profile("ci")
