@@ -188,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="HF-format target directory for slot identity (default: the contract's fixture or target.path)")
     d.add_argument("--no-reference", action="store_true", help="skip fingerprint checks")
     d.add_argument("--json", metavar="OUT", help="write findings as JSON")
+    d.add_argument("--json-passes", choices=("all", "counts"), default="all",
+                   help="all: every finding (default); counts: passing findings folded into one entry per "
+                        "path, check and slot with a count (failures and skips stay in full)")
     d.add_argument("--batch-size", type=int, default=4, help="samples per loader batch (default 4)")
     d.add_argument("--quiet", action="store_true", help="no table, no progress bar")
     d.add_argument("--sample", type=int, default=32, metavar="N",

@@ -90,12 +90,36 @@ def render_table(findings: list[Finding], title: str, console=None, extra: Optio
                   "(n = pass/fail/skip across samples)")
 
 
+def _pass_counts(findings: list[Finding]) -> list[dict[str, Any]]:
+    """Failing and skipped findings in full; passing ones folded into one entry per (path, check,
+    slot) with ``count`` and the first pass's message."""
+    out: list[dict[str, Any]] = []
+    groups: "OrderedDict[tuple, dict[str, Any]]" = OrderedDict()
+    for f in findings:
+        if f.status != "pass":
+            out.append(f.to_json())
+            continue
+        key = (f.path, f.check, f.slot)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = {**f.to_json(), "count": 0}
+        g["count"] += 1
+    for g in groups.values():
+        g["where"] = g["observed"] = f"{g['count']} passing (folded)"
+    return list(groups.values()) + out
+
+
 def write_json(out: str | Path, contract: str, findings: list[Finding], meta: Optional[dict[str, Any]] = None,
-               unchecked_reason: Optional[str] = None) -> None:
+               unchecked_reason: Optional[str] = None, passes: str = "all") -> None:
     """Write ``{"contract", "findings": [...], "meta": {...}}`` to ``out``. ``meta`` gains
-    ``slot_identity_checked`` (bool) and ``verdict`` (the text :func:`render_table` ends with)."""
-    doc: dict[str, Any] = {"contract": contract, "findings": [f.to_json() for f in findings]}
+    ``slot_identity_checked`` (bool) and ``verdict`` (the text :func:`render_table` ends with).
+
+    ``passes="counts"`` folds passing findings into one entry per (path, check, slot) with a
+    ``count`` (for datasets of 10^5+ samples); failures and skips are always written in full."""
+    items = [f.to_json() for f in findings] if passes == "all" else _pass_counts(findings)
+    doc: dict[str, Any] = {"contract": contract, "findings": items}
     meta = dict(meta or {})
+    meta["json_passes"] = passes
     reason = unchecked_reason or (meta.get("slot_identity") or {}).get("reason")
     meta["slot_identity_checked"] = slot_identity_checked(findings)
     meta["verdict"] = verdict(findings, reason)[1]

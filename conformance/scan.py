@@ -752,7 +752,8 @@ def cmd_check_data(args) -> int:
         print(f"{report.verdict(findings, res.meta['slot_identity']['reason'])[1]}: {len(findings)} findings, "
               f"{nf} failed")
     if args.json:
-        report.write_json(args.json, args.contract, findings, res.meta)
+        report.write_json(args.json, args.contract, findings, res.meta,
+                          passes=getattr(args, "json_passes", "all"))
     avail = [f for f in findings if f.check == "sample_available" and f.path == DISK_PATH]
     if avail and all(f.status == "fail" for f in avail) and shard == (0, 1):
         print(f"conformance: error: {data}: none of the {len(avail)} samples could be read", file=sys.stderr)

@@ -282,3 +282,35 @@ def test_shard_arithmetic():
     sub = sorted(j for w in range(3) for j in shard_indices(n, (1 + w * 4, 12)))
     assert sub == list(shard_indices(n, (1, 4)))
     assert fingerprint_sample(10, -1, 0) == list(range(10)) and fingerprint_sample(10, 0, 0) == []
+
+
+def test_json_passes_counts_folds_passes_and_keeps_failures(tmp_path):
+    """For datasets of 10^5+ samples: passes folded per (path, check, slot) with a count, every
+    failure kept in full, and merge-reports still reads the file."""
+    import json as _json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from conformance.cli import main
+    from conformance.fixtures import build_fixture
+
+    fx = build_fixture("tiny-llama")
+    data = tmp_path / "data"
+    shutil.copytree(fx.data_dir, data)
+    p = data / "hidden_states" / "hs_3.safetensors"
+    d = load_file(p)
+    d["hidden_states"] = d["hidden_states"].clone()
+    d["hidden_states"][1, 0, 0] = float("nan")
+    save_file(d, p)
+    full, folded = tmp_path / "full.json", tmp_path / "folded.json"
+    contract = str(Path(__file__).resolve().parent.parent / "contracts" / "tiny-llama.yaml")
+    base = ["check-data", contract, "--data", str(data), "--no-reference", "--quiet"]
+    assert main(base + ["--json", str(full)]) == 1
+    assert main(base + ["--json", str(folded), "--json-passes", "counts"]) == 1
+    a, b = _json.loads(full.read_text())["findings"], _json.loads(folded.read_text())["findings"]
+    assert [f for f in a if f["status"] != "pass"] == [f for f in b if f["status"] != "pass"]
+    passes = [f for f in b if f["status"] == "pass"]
+    assert sum(f["count"] for f in passes) == sum(f["status"] == "pass" for f in a)
+    assert len({(f["path"], f["check"], f["slot"]) for f in passes}) == len(passes) < len(a)
+    assert main(["merge-reports", str(tmp_path / "m.json"), str(folded)]) == 1
