@@ -398,29 +398,44 @@ def derive_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = 
     return doc
 
 
-def dump_contract(doc, out_file: Path) -> str:
-    """YAML text of ``doc`` with the schema line (relative to ``out_file``) on top; validated.
+def _contract_yaml():
+    """The ruamel round-trip writer both init and calibrate use (same indent and width)."""
+    from ruamel.yaml import YAML
+
+    y = YAML()
+    y.preserve_quotes = True
+    y.indent(mapping=2, sequence=4, offset=2)
+    y.width = 110
+    return y
+
+
+def _render(y, doc, out_file: Path, what: str) -> str:
+    """Dump ``doc`` with the schema line (relative to ``out_file``) on top and validate it.
 
     Raises:
-        UsageError: the text does not validate (a bug in the derivation; the problems are listed).
+        UsageError: the text does not validate; ``what`` names whose contract it was.
     """
     import io
 
-    from ruamel.yaml import YAML
-
     from conformance.contract import ContractError, parse_contract
 
-    y = YAML()
-    y.indent(mapping=2, sequence=4, offset=2)
-    y.width = 110
     buf = io.StringIO()
     y.dump(doc, buf)
     text = f"# {SCHEMA_HEADER}{schema_ref(out_file)}\n" + _strip_schema_line(buf.getvalue())
     try:
         parse_contract(text, str(out_file))
     except ContractError as e:
-        raise UsageError(f"derived contract does not validate: {e}") from None
+        raise UsageError(f"{what} contract does not validate: {e}") from None
     return text
+
+
+def dump_contract(doc, out_file: Path) -> str:
+    """YAML text of ``doc`` with the schema line (relative to ``out_file``) on top; validated.
+
+    Raises:
+        UsageError: the text does not validate (a bug in the derivation; the problems are listed).
+    """
+    return _render(_contract_yaml(), doc, out_file, "derived")
 
 
 def _strip_schema_line(text: str) -> str:
@@ -655,15 +670,9 @@ def write_bands(contract_text: str, bands: dict, kappa: float, source: str, out_
     Raises:
         UsageError: the result does not validate.
     """
-    import io
-
-    from ruamel.yaml import YAML
     from ruamel.yaml.comments import CommentedMap
 
-    y = YAML()
-    y.preserve_quotes = True
-    y.indent(mapping=2, sequence=4, offset=2)
-    y.width = 110
+    y = _contract_yaml()
     doc = y.load(contract_text)
     nb = doc.get("norm_bands")
     if nb is None:
@@ -693,16 +702,7 @@ def write_bands(contract_text: str, bands: dict, kappa: float, source: str, out_
     put("bands", blist)
     put("safety_factor", kappa)
     put("source", source)
-    buf = io.StringIO()
-    y.dump(doc, buf)
-    text = f"# {SCHEMA_HEADER}{schema_ref(out_file)}\n" + _strip_schema_line(buf.getvalue())
-    from conformance.contract import ContractError, parse_contract
-
-    try:
-        parse_contract(text, str(out_file))
-    except ContractError as e:
-        raise UsageError(f"calibrated contract does not validate: {e}") from None
-    return text
+    return _render(y, doc, out_file, "calibrated")
 
 
 IDENTITY_SAMPLE = 32

@@ -95,6 +95,14 @@ def _sglang_ready(pair: LocalPair):
     return None
 
 
+def _sglang_setup(c: Contract, pair: LocalPair):
+    """``(harness, reference model)`` for an SGLang path, or :class:`Skipped` when it cannot run."""
+    not_ready = _sglang_ready(pair)
+    if not_ready:
+        return not_ready
+    return sglang_harness(c, pair), _ref_model(c, pair)
+
+
 def _start_token(c: Contract):
     return 1 if c.fixture else None
 
@@ -118,13 +126,12 @@ def run_sglang_extend(c: Contract, pair: LocalPair):
     """SGLang extend (prefill) path: hypothesis draws batches of prompts (batch 1..3, lengths
     1..24); SGLang's real target runs EXTEND with FULL capture and its real draft class receives
     the aux concat. Every request is checked against the reference on the same tokens."""
-    not_ready = _sglang_ready(pair)
-    if not_ready:
-        return not_ready
+    ready = _sglang_setup(c, pair)
+    if isinstance(ready, Skipped):
+        return ready
     from conformance.checks import check_engine_version
 
-    h = sglang_harness(c, pair)
-    ref_model = _ref_model(c, pair)
+    h, ref_model = ready
 
     def body(data):
         batch = data.draw(strategies.prompt_batches(c.target.vocab_size, start_token=_start_token(c)), label="batch")
@@ -152,11 +159,10 @@ def run_sglang_decode(c: Contract, pair: LocalPair):
     batches, draft-token counts and accepted counts, then the draft extend after verify with the
     verify rows. Draft tokens are made consistent with the target so that accepted rows pair
     with real next tokens."""
-    not_ready = _sglang_ready(pair)
-    if not_ready:
-        return not_ready
-    h = sglang_harness(c, pair)
-    ref_model = _ref_model(c, pair)
+    ready = _sglang_setup(c, pair)
+    if isinstance(ready, Skipped):
+        return ready
+    h, ref_model = ready
 
     def body(data):
         prefixes, fillers, accepted = data.draw(strategies.verify_layouts(c.target.vocab_size), label="verify")
@@ -206,8 +212,7 @@ def run_sglang_engine(c: Contract, pair: LocalPair):
     """GPU runner path: a real ``sglang.Engine`` (EAGLE3, hidden-state return) on hypothesis-drawn
     prompts; checks prefill and decode widths, per-block identity (prefill) and norm bands, and
     gates on ``avg_spec_accept_length >= gates.min_accept_length``. Skipped without a GPU."""
-    from conformance.checks import (check_accept_length, check_norm_bands, check_slot_count, check_width,
-                                    run_checks)
+    from conformance.checks import check_accept_length, check_norm_bands, check_slot_count, check_width
     from conformance.paths.sglang_engine import gpu_available, run_engine
 
     ok, why = gpu_available()
@@ -219,9 +224,7 @@ def run_sglang_engine(c: Contract, pair: LocalPair):
                                              min_len=4), lambda b: len(b) >= 2)
     res = run_engine(pair.target_dir, pair.draft_dir, prompts, dtype=c.target.dtype)
     ref_model = _ref_model(c, pair)
-    out: list[Finding] = []
-    for cap in res.prefill:
-        out += run_checks(c, cap, ref_model.capture(cap.token_ids))
+    out = _check_all(c, res.prefill, ref_model)
     for cap in res.decode:
         out += check_slot_count(c, cap) + check_width(c, cap) + check_norm_bands(c, cap)
     return out + check_accept_length(c, res.avg_accept_length)
