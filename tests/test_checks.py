@@ -254,3 +254,21 @@ def test_slot_identity_says_no_match_for_a_foreign_tensor(tiny_contract, cap, re
     f0 = checks.check_slot_identity(tiny_contract, replace(cap, feature=feat), ref)[0]
     assert f0.status == "fail" and f0.observed == "none"
     assert "matches no boundary of the reference" in f0.message
+
+
+def test_fc_shape_catches_fc_sized_from_the_draft_width(tiny_contract, cap):
+    good = replace(cap, provenance={**cap.provenance, "fc_in_features": 192, "fc_out_features": 64})
+    assert _status(checks.check_fc_shape(tiny_contract, good), "fc_shape") == {"pass"}
+    # K6: 3 x draft width instead of 3 x target width (here the contract's target is 96 wide)
+    wide = contract_with(tiny_contract, **{"target.hidden_size": 96, "draft.target_hidden_size": 96,
+                                           "capture.feature_width": 288})
+    assert _status(checks.check_fc_shape(wide, good), "fc_shape") == {"fail"}
+    assert checks.check_fc_shape(tiny_contract, cap) == []  # no draft on the training path
+
+
+def test_engine_version_never_passes_an_unlisted_release(tiny_contract):
+    assert checks.check_engine_version(tiny_contract, "0.5.23")[0].status == "pass"
+    f = checks.check_engine_version(tiny_contract, "0.5.12")[0]
+    assert f.status == "skip" and "not among the validated versions" in f.message
+    none = contract_with(tiny_contract, **{"engines.sglang_validated": []})
+    assert checks.check_engine_version(none, "0.5.23")[0].status == "skip"
