@@ -223,6 +223,10 @@ def test_matrix_report_has_no_miss(tmp_path, capsys):
         if c["status"] == "caught":
             assert c["checks"], c
     assert "kill matrix" in printed
+    # the grid is what it was before the restructuring (issue #11; tests/test_identity.py)
+    from test_identity import _load, kill_matrix_grid
+
+    assert kill_matrix_grid(doc) == _load("kill_matrix.json")
 
 
 def test_counts_report():
