@@ -1,4 +1,4 @@
-"""Training-loader path: what speculators 0.9.0 hands its EAGLE-3 draft during training.
+"""speculators 0.9.0's own training loader: what it hands its EAGLE-3 draft during training.
 
 Runs the real loader stack on a dataset directory in the speculators 0.9.0 on-disk format:
 ``speculators.train.data.ArrowDataset`` (reads ``hidden_states/hs_{i}.safetensors`` and routes
@@ -10,6 +10,8 @@ packed batch is split back into documents with its ``document_ids``; each docume
 :class:`conformance.capture.Capture`.
 
 Nothing here re-implements the loader: the routing, shift and packing are speculators' own.
+Used by the ``training`` and ``cross-path`` paths, ``check-data``'s fingerprint sample,
+``calibrate`` and the kill matrix.
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ torch_env.prepare()
 import torch  # noqa: E402
 
 PATH = "training"
+"""The ``Capture.path`` of what this loader hands the draft."""
+
+
+def default_batches(n: int, batch_size: int = 4) -> list[list[int]]:
+    """Consecutive batches covering every sample once (``[[0, 1, 2, 3], [4, ...], ...]``)."""
+    return [list(range(i, min(i + batch_size, n))) for i in range(0, n, batch_size)]
 
 
 class TrainingDataError(Exception):

@@ -648,7 +648,7 @@ class SGLangCPUHarness:
             "fc_in_features": int(self.draft.model.fc.weight.shape[1]),
             "fc_out_features": int(self.draft.model.fc.weight.shape[0]),
             "draft_input_probe": _DRAFT_INPUT_NOTE,
-            "attention": "stand-in causal SDPA (conformance.paths.sglang_cpu._StandInAttention)",
+            "attention": "stand-in causal SDPA (conformance.tools.sglang_cpu._StandInAttention)",
         }
         prov.update(extra)
         return prov
@@ -918,3 +918,22 @@ class SGLangCPUHarness:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# --------------------------------------------------------------------------------------------
+# One harness per process
+# --------------------------------------------------------------------------------------------
+
+_SHARED: dict = {}
+
+
+def shared_harness(target_dir: str | Path, draft_dir: str | Path, dtype: torch.dtype = torch.float32) -> SGLangCPUHarness:
+    """The process-wide harness for this pair and dtype, built on first use. SGLang keeps one
+    runtime per process, so asking for another pair closes the previous harness and builds the
+    new one; paths of the same pair (extend, decode, cross-path) share it."""
+    key = (str(target_dir), str(draft_dir), str(dtype))
+    h = _SHARED.get("h")
+    if h is None or h.closed or _SHARED.get("key") != key:
+        h = SGLangCPUHarness(target_dir, draft_dir, dtype=dtype)
+        _SHARED.update(h=h, key=key)
+    return h
