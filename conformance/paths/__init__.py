@@ -1,0 +1,45 @@
+"""The path registry: every path the pytest plugin, the kill matrix and the reports know, in
+report order. Each path is one module here defining ``PATH``, a :class:`~conformance.paths.base.Path`
+(name, needs, prepare / first / observe); no path module imports another, nor any check.
+
+Adding a path: write ``conformance/paths/<module>.py`` and its tests, and add one line to
+``_MODULES`` below. The plugin then collects it for every contract (``--conformance-paths``).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from conformance.paths.base import Draw, Needs, Observation, Path, Skipped
+
+__all__ = ["REGISTRY", "Draw", "Needs", "Observation", "Path", "Skipped", "get", "names"]
+
+_MODULES = (
+    "training",       # speculators 0.9.0 ArrowDataset -> CollateFn(shift_batch)
+    "sglang_extend",  # SGLang's target (EXTEND, FULL capture) -> its EAGLE-3 draft class
+    "sglang_decode",  # SGLang target verify -> draft extend after verify
+    "cross_path",     # the same tokens through the loader, extend and verify, row by row
+    "sglang_engine",  # a real sglang.Engine on a GPU
+)
+
+REGISTRY: dict[str, Path] = {}
+for _m in _MODULES:
+    _p = importlib.import_module(f"{__name__}.{_m}").PATH
+    REGISTRY[_p.name] = _p
+
+
+def names() -> tuple[str, ...]:
+    """The registered path names, in report order."""
+    return tuple(REGISTRY)
+
+
+def get(name: str) -> Path:
+    """The path called ``name``.
+
+    Raises:
+        KeyError: no such path (the message lists the registered ones).
+    """
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"no path {name!r}; registered: {', '.join(REGISTRY)}") from None
