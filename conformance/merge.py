@@ -1,4 +1,5 @@
-"""Merge JSON reports of sharded runs: ``conformance merge-reports OUT.json IN1.json IN2.json ...``.
+"""Merge JSON reports of sharded runs (``conformance merge-reports OUT.json IN1.json IN2.json ...``,
+:mod:`conformance.cli.merge_reports`).
 
 A report is the document :func:`conformance.report.write_json` writes:
 ``{"contract": ..., "findings": [{"check", "status", "path", "slot", "expected", "observed",
@@ -12,9 +13,8 @@ Missing shards (of i/N, some i absent) add a failed finding ``shards_complete`` 
 ``"data"``: a crashed or forgotten shard task must not look like a pass. ``--allow-missing``
 records it as a skip instead.
 
-Exit codes: 0 no finding failed, 1 some finding failed (missing shards included), 2 bad input
-(unreadable or malformed part, different contracts or datasets, the same shard given twice,
-OUT being one of the inputs).
+Parts that cannot be merged (unreadable or malformed, different contracts or datasets, the same
+shard given twice) raise :class:`MergeError`, a :class:`conformance.errors.DataError`.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conformance.cli import EXIT_OK, EXIT_VIOLATIONS, UsageError, register
+from conformance.errors import DataError
 
 _FINDING_KEYS = ("check", "status", "path", "slot", "expected", "observed", "where")
 
 
-class MergeError(Exception):
+class MergeError(DataError):
     """The parts cannot be merged (unreadable, malformed, different contracts or datasets)."""
 
 
@@ -163,32 +163,3 @@ def merge_reports(out: str | Path, inputs: list[str | Path], allow_missing: bool
     merged = merge_docs(docs, [str(p) for p in inputs], allow_missing)
     Path(out).write_text(json.dumps(merged, indent=1))
     return merged
-
-
-def cmd_merge_reports(args) -> int:
-    """``conformance merge-reports``: exit 0 if no finding failed, 1 if one did, 2 bad input."""
-    from conformance.cli import check_output
-
-    check_output(args.out, "OUT", inputs=tuple(args.inputs))
-    try:
-        merged = merge_reports(args.out, args.inputs, allow_missing=args.allow_missing)
-    except MergeError as e:
-        raise UsageError(str(e)) from None
-    nf = sum(1 for f in merged["findings"] if f["status"] == "fail")
-    if not args.quiet:
-        m = merged["meta"]
-        missing = m.get("shards_missing")
-        print(f"merged {len(args.inputs)} reports into {args.out}: {len(merged['findings'])} findings, {nf} failed"
-              + (f"; shards missing: {missing}" if missing else ""))
-    return EXIT_VIOLATIONS if nf else EXIT_OK
-
-
-@register
-def _add_merge_reports(sub) -> None:
-    p = sub.add_parser("merge-reports", help="merge JSON reports of sharded check-data runs")
-    p.add_argument("out", metavar="OUT.json", help="merged report to write")
-    p.add_argument("inputs", nargs="+", metavar="IN.json", help="reports to merge (same contract)")
-    p.add_argument("--allow-missing", action="store_true",
-                   help="missing shards are a skip, not a failure (default: exit 1 when a shard is missing)")
-    p.add_argument("--quiet", action="store_true", help="no summary line")
-    p.set_defaults(func=cmd_merge_reports)

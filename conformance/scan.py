@@ -1,6 +1,7 @@
 """Streaming scan of a speculators 0.9.0 dataset: cheap checks on every row, fingerprints on a sample.
 
-``conformance check-data`` runs here. For every sample ``i`` of its shard the scanner
+``conformance check-data`` runs here (its arguments and output: :mod:`conformance.cli.check_data`).
+For every sample ``i`` of its shard the scanner
 
 - memory-maps ``hidden_states/hs_{i}.safetensors`` with ``safetensors.safe_open`` (framework
   "pt"; nothing is read until touched) and reads the Arrow ``input_ids`` row (``datasets
@@ -25,7 +26,7 @@ Only one sample's tensors are mapped at a time; a background thread reads the ne
 
 Slot identity (fingerprints against the reference model's forward) runs only on a seeded sample
 of the dataset (``--sample N``, ``--seed``), and those samples go through the real speculators
-loader (:class:`conformance.paths.training.TrainingLoader`: ``ArrowDataset`` + ``CollateFn``
+loader (:class:`conformance.tools.speculators_loader.TrainingLoader`: ``ArrowDataset`` + ``CollateFn``
 with ``shift_batch``), findings on path ``"training"``. The report's ``meta.scope`` says which
 checks ran on every row and which on the sample.
 
@@ -41,9 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import random
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +55,7 @@ import torch  # noqa: E402
 
 from conformance.capture import Capture  # noqa: E402
 from conformance.contract import Contract, contract_source  # noqa: E402
+from conformance.errors import DataError  # noqa: E402
 from conformance.findings import Finding  # noqa: E402
 
 DISK_PATH = "training-disk"
@@ -76,7 +76,7 @@ DISK_CHECKS = ("sample_available", "slot_count", "feature_width", "verifier_widt
                "finite", "row_count", "token_ids", "norm_band")
 
 
-class ScanError(Exception):
+class ScanError(DataError):
     """The dataset cannot be scanned at all (not a dataset, no samples, a worker died)."""
 
 
@@ -433,12 +433,13 @@ def _scan_loop(spec, c, rc, data, hs_dir, ids, mine, batches, pre, on_progress, 
                                        spec.block_elems, buf_holder)
         groups.append([i, 0, [f.to_json() for f in found]])
         if i in batches:
-            from conformance.paths.training import TrainingLoader
+            from conformance.assess import sample_findings
+            from conformance.pairs import torch_dtype
             from conformance.reference import load_reference_model
-            from conformance.runner import _dtype, sample_findings
+            from conformance.tools.speculators_loader import TrainingLoader
 
             if loader is None:
-                loader = TrainingLoader(data, c.draft.target_hidden_size, c.num_slots, _dtype(c.data_dtype))
+                loader = TrainingLoader(data, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype))
                 if spec.reference_dir:
                     ref_model = load_reference_model(spec.reference_dir, c.target)
             lf: list[Finding] = []
@@ -694,68 +695,3 @@ class _Progress:
         if self.enabled:
             self.p.stop()
         return False
-
-
-# --- CLI ---------------------------------------------------------------------------------------
-
-
-def cmd_check_data(args) -> int:
-    """``conformance check-data``: scan a dataset; exit 0 conforms, 1 violations, 2 bad input."""
-    from conformance import report
-    from conformance.cli import (EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, UsageError, _console, _load,
-                                 check_data_dir, check_output, resolve_reference)
-    from conformance.reference import ReferenceError
-
-    c = _load(args.contract)
-    data = check_data_dir(args.data)
-    try:
-        shard = parse_shard(getattr(args, "shard", None) or "0/1")
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    workers = int(getattr(args, "workers", 1))
-    if workers < 1:
-        raise UsageError(f"--workers {workers}: must be >= 1")
-    sample = int(getattr(args, "sample", 32))
-    if sample < -1:
-        raise UsageError(f"--sample {sample}: must be >= 0, or -1 for every sample")
-    if int(args.batch_size) < 1:
-        raise UsageError(f"--batch-size {args.batch_size}: must be >= 1")
-    ref_dir = resolve_reference(c, args)
-    if args.json:
-        check_output(args.json, "--json", inputs=(args.contract,), input_dirs=(data, ref_dir))
-    if ref_dir is not None and workers > 1:
-        from conformance.reference import load_reference_model
-
-        try:  # fail fast, in this process, with a one-line error
-            load_reference_model(ref_dir, c.target)
-        except ReferenceError as e:
-            raise UsageError(str(e)) from None
-    progress = not args.quiet and sys.stderr.isatty()
-    try:
-        res = scan(c, data, shard=shard, workers=workers, sample=sample,
-                   seed=int(getattr(args, "seed", 0)), reference_dir=ref_dir, batch_size=args.batch_size,
-                   progress=progress)
-    except (ScanError, ReferenceError) as e:
-        raise UsageError(str(e)) from None
-    findings = res.findings
-    if not args.quiet:
-        m = res.meta
-        extra = {"data": m["data"], "samples": f"{m['shard_samples']} of {m['samples']} (shard {m['shard']}, "
-                 f"{SHARDING})", "reference": m["reference"]}
-        extra.update({f"scope {k}": v for k, v in m["scope"].items()})
-        extra["read"] = (f"{human_bytes(m['bytes'])} in {m['seconds']:.2f} s "
-                         f"({human_bytes(m['bytes'] / max(m['seconds'], 1e-9))}/s)")
-        report.render_table(findings, f"{c.name}: training data ({args.contract})", _console(), extra,
-                            unchecked_reason=m["slot_identity"]["reason"])
-    else:  # --quiet: no table, but still the one-line verdict
-        nf = sum(f.status == "fail" for f in findings)
-        print(f"{report.verdict(findings, res.meta['slot_identity']['reason'])[1]}: {len(findings)} findings, "
-              f"{nf} failed")
-    if args.json:
-        report.write_json(args.json, args.contract, findings, res.meta,
-                          passes=getattr(args, "json_passes", "all"))
-    avail = [f for f in findings if f.check == "sample_available" and f.path == DISK_PATH]
-    if avail and all(f.status == "fail" for f in avail) and shard == (0, 1):
-        print(f"conformance: error: {data}: none of the {len(avail)} samples could be read", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    return EXIT_VIOLATIONS if any(f.status == "fail" for f in findings) else EXIT_OK
