@@ -34,6 +34,7 @@ settings.register_profile("gpu", max_examples=4, deadline=None, derandomize=True
                           suppress_health_check=list(HealthCheck))
 
 PATHS = registered_paths.names()
+"""The registered paths when the plugin was loaded (the default of ``--conformance-paths``)."""
 _FINDINGS = pytest.StashKey[dict]()
 
 
@@ -113,7 +114,7 @@ class ContractFile(pytest.File):
             yield ContractErrorItem.from_parent(self, name="contract", error=e)
             return
         wanted = [p.strip() for p in self.config.getoption("--conformance-paths").split(",")]
-        for p in PATHS:
+        for p in registered_paths.names():
             if p in wanted:
                 item = PathItem.from_parent(self, name=p, contract=contract, conformance_path=p)
                 item.add_marker(pytest.mark.conformance)
