@@ -596,46 +596,61 @@ def scan(c: Contract, data_dir: str | Path, *, shard: tuple[int, int] = (0, 1), 
     seconds = time.perf_counter() - t0
     groups = sorted((g for p in parts for g in p["groups"]), key=lambda g: (g[0], g[1]))
     findings = [Finding(**d) for g in groups for d in g[2]]
-    n = parts[0]["samples"]
-    nbytes = sum(p["bytes"] for p in parts)
-    fps = sorted(j for p in parts for j in p["fingerprint_samples"])
+    meta = _scan_meta(c, data_dir, parts, findings, seconds, shard=shard, workers=workers, sample=sample, seed=seed,
+                      reference_dir=reference_dir, batch_size=batch_size)
+    return ScanResult(findings, meta)
+
+
+def _unchecked_reason(reference_dir, fps: list[int], sample: int) -> str:
+    """Why slot identity was not judged, in words (when no fingerprint passed or failed)."""
+    if not reference_dir:
+        return "no reference model"
+    if not fps:
+        return "no sample was fingerprinted (--sample 0)" if sample == 0 else "no fingerprinted sample in this shard"
+    return "every fingerprint was skipped"
+
+
+def _scope(c: Contract, fps: list[int], seed: int, reference_dir) -> dict[str, str]:
+    """Which checks ran on every row (disk path) and which on the sample (loader path)."""
+    return {
+        DISK_PATH: ("every row and slot of every sample in this shard (hidden_states/hs_{i}.safetensors "
+                    "and the Arrow input_ids): " + ", ".join(DISK_CHECKS)
+                    + ("" if c.norm_bands.status == "calibrated" else " (norm bands uncalibrated: skipped)")),
+        LOADER_PATH: (f"only the {len(fps)} sampled samples in this shard (seed {seed}), through "
+                      "speculators ArrowDataset + CollateFn(shift_batch): capture checks, shift alignment"
+                      + (" and fingerprints (slot identity, order, verifier, alignment) against the reference"
+                         if reference_dir else "; no reference: fingerprints skipped")),
+    }
+
+
+def _scan_meta(c: Contract, data_dir, parts: list[dict[str, Any]], findings: list[Finding], seconds: float, *,
+               shard: tuple[int, int], workers: int, sample: int, seed: int, reference_dir,
+               batch_size: int) -> dict[str, Any]:
+    """The report metadata of a scan from its parts (see :class:`ScanResult`)."""
     from conformance import report
 
-    if not reference_dir:
-        unchecked = "no reference model"
-    elif not fps:
-        unchecked = ("no sample was fingerprinted (--sample 0)" if sample == 0
-                     else "no fingerprinted sample in this shard")
-    else:
-        unchecked = "every fingerprint was skipped"
+    i, count = shard
+    fps = sorted(j for p in parts for j in p["fingerprint_samples"])
     checked = report.slot_identity_checked(findings)
-    meta = {
+    return {
         "data": str(data_dir),
-        "samples": n,
+        "samples": parts[0]["samples"],
         "shard": f"{i}/{count}",
         "sharding": SHARDING,
         "shard_samples": sum(p["shard_samples"] for p in parts),
         "workers": workers,
         "reference": str(reference_dir) if reference_dir else "none (slot identity not checked)",
         "fingerprint_sample": {"size": sample, "seed": seed, "batch_size": batch_size, "indices": fps},
-        "scope": {
-            DISK_PATH: ("every row and slot of every sample in this shard (hidden_states/hs_{i}.safetensors "
-                        "and the Arrow input_ids): " + ", ".join(DISK_CHECKS)
-                        + ("" if c.norm_bands.status == "calibrated" else " (norm bands uncalibrated: skipped)")),
-            LOADER_PATH: (f"only the {len(fps)} sampled samples in this shard (seed {seed}), through "
-                          "speculators ArrowDataset + CollateFn(shift_batch): capture checks, shift alignment"
-                          + (" and fingerprints (slot identity, order, verifier, alignment) against the reference"
-                             if reference_dir else "; no reference: fingerprints skipped")),
-        },
+        "scope": _scope(c, fps, seed, reference_dir),
         "slot_stats": merge_slot_stats([p["slot_stats"] for p in parts]),
-        "bytes": nbytes,
+        "bytes": sum(p["bytes"] for p in parts),
         "seconds": round(seconds, 3),
         "peak_rss_mb": max((p["peak_rss_mb"] for p in parts if p.get("peak_rss_mb") is not None), default=None),
         "contract_name": c.name,
         "contract_sha256": contract_digest(c),
-        "slot_identity": {"checked": checked, "reason": None if checked else unchecked},
+        "slot_identity": {"checked": checked,
+                          "reason": None if checked else _unchecked_reason(reference_dir, fps, sample)},
     }
-    return ScanResult(findings, meta)
 
 
 def human_bytes(n: float) -> str:

@@ -103,14 +103,87 @@ class Cell:
         return sorted({v.check for _, v in self.operators if v.check})
 
 
+def _needs_sglang(path: str) -> bool:
+    return "sglang" in registered_paths.get(path).needs.modules
+
+
+def _build_scenarios(workdir: Path, sglang: bool, timings: dict[str, float]) -> dict[str, tuple]:
+    """``{scenario name: (scenario, contract, example)}`` for every matrix scenario."""
+    out = {}
+    for name, spec in MATRIX_SCENARIOS.items():
+        t0 = time.perf_counter()
+        scn = build_scenario(spec, workdir / name, for_sglang=sglang and name != "final")
+        ex = default_example(scn)
+        out[name] = (scn, scn.contract(extra_tokens=ex.tokens()), ex)
+        timings[f"build {name}"] = time.perf_counter() - t0
+    return out
+
+
+def _plan(sglang: bool, results: dict[tuple[str, str], Verdict]) -> dict[tuple[str, str], list[Operator]]:
+    """The operators to run per (scenario, path), grouped so that each harness is built once;
+    verdicts of operators that do not apply (or cannot run here) go straight to ``results``."""
+    work: dict[tuple[str, str], list[Operator]] = {}
+    for op in OPERATORS:
+        for path in PATHS:
+            if isinstance(op.paths[path], NotApplicable):
+                results[(op.name, path)] = Verdict("n/a", detail=op.paths[path].reason)
+                continue
+            if _needs_sglang(path) and not sglang:
+                results[(op.name, path)] = Verdict("not run", detail="SGLang is not installed")
+                continue
+            for sname in _op_scenarios(op, path):
+                work.setdefault((sname, path), []).append(op)
+    return work
+
+
+def _run_group(sname: str, path: str, ops: list[Operator], world: tuple, pool: HarnessPool,
+               results: dict[tuple[str, str], Verdict], false_pos: list[dict], log: Callable[[str], None]) -> None:
+    """The baseline of (scenario, path) once, then every operator's mutated run judged against it."""
+    scn, c, ex = world
+    base = run_path(scn, c, ex, path, pool)
+    false_pos += [{"scenario": sname, **f.to_json()} for f in base if f.status == "fail"]
+    # knobs that need no rebuild first, then each rebuild variant once
+    knobbed = [(op, op.paths[path].fn(scn, c, ex)) for op in ops]
+    knobbed.sort(key=lambda t: (bool(t[1] and t[1].variant),
+                                json.dumps((t[1].variant if t[1] else None) or {}, sort_keys=True)))
+    for op, k in knobbed:
+        if k is None:
+            results[(op.name, path)] = Verdict("noop", detail="no-op on the matrix example")
+            continue
+        try:
+            mut = run_path(scn, c, ex, path, pool, k)
+        except NoOp as e:
+            results[(op.name, path)] = Verdict("noop", detail=str(e))
+            continue
+        v = judge(op.checks, base, mut)
+        results[(op.name, path)] = v
+        log(f"{op.kind:>4} {op.name:<30} {path:<14} {sname:<6} {v.status} {v.check or ''}")
+
+
+def _cell_status(statuses: list[str]) -> str:
+    if not statuses or any(s in ("missed", "noop") for s in statuses):
+        return "missed"
+    if all(s == "n/a" for s in statuses):
+        return "n/a"
+    return "not run" if "not run" in statuses else "caught"
+
+
+def _cells(results: dict[tuple[str, str], Verdict]) -> list[Cell]:
+    """One cell per (kind, path): every operator of the kind must be caught (or not apply)."""
+    cells = []
+    for kind in KINDS:
+        for path in PATHS:
+            vs = [(op.name, results[(op.name, path)]) for op in OPERATORS if op.kind == kind]
+            cells.append(Cell(kind, path, _cell_status([v.status for _, v in vs]), vs))
+    return cells
+
+
 def run_matrix(workdir: Optional[Path] = None, sglang: Optional[bool] = None,
                log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """Run every operator on every path of its scenario(s); returns ``{"cells", "operators",
-    "false_positives", "timings"}``. SGLang paths are skipped (reported ``not run``) when SGLang
-    is not installed. The baseline of each (scenario, path) runs once and must be free of
-    failures; each operator's mutated run is judged against it."""
-    import importlib.util
-
+    """Run every operator on every path of its scenario(s); returns ``{"cells", "results",
+    "false_positives", "timings", "harness_builds"}``. SGLang paths are skipped (reported
+    ``not run``) when SGLang is not installed. The baseline of each (scenario, path) runs once and
+    must be free of failures; each operator's mutated run is judged against it."""
     t_start = time.perf_counter()
     if sglang is None:
         sglang = importlib.util.find_spec("sglang") is not None
@@ -121,50 +194,11 @@ def run_matrix(workdir: Optional[Path] = None, sglang: Optional[bool] = None,
     false_pos: list[dict] = []
     timings: dict[str, float] = {}
     try:
-        scns: dict[str, Scenario] = {}
-        exs: dict[str, Example] = {}
-        contracts: dict[str, Contract] = {}
-        for name, spec in MATRIX_SCENARIOS.items():
+        worlds = _build_scenarios(workdir, sglang, timings)
+        work = _plan(sglang, results)
+        for (sname, path), ops in sorted(work.items(), key=lambda kv: (_needs_sglang(kv[0][1]), kv[0])):
             t0 = time.perf_counter()
-            scns[name] = build_scenario(spec, workdir / name, for_sglang=sglang and name != "final")
-            exs[name] = default_example(scns[name])
-            contracts[name] = scns[name].contract(extra_tokens=exs[name].tokens())
-            timings[f"build {name}"] = time.perf_counter() - t0
-        # group work per (scenario, path, harness variant) so that each harness is built once
-        work: dict[tuple[str, str], list[Operator]] = {}
-        for op in OPERATORS:
-            for path in PATHS:
-                if isinstance(op.paths[path], NotApplicable):
-                    results[(op.name, path)] = Verdict("n/a", detail=op.paths[path].reason)
-                    continue
-                if path != "training" and not sglang:
-                    results[(op.name, path)] = Verdict("not run", detail="SGLang is not installed")
-                    continue
-                for sname in _op_scenarios(op, path):
-                    work.setdefault((sname, path), []).append(op)
-        for (sname, path), ops in sorted(work.items(), key=lambda kv: (kv[0][1] != "training", kv[0])):
-            scn, c, ex = scns[sname], contracts[sname], exs[sname]
-            t0 = time.perf_counter()
-            base = run_path(scn, c, ex, path, pool)
-            bad = [f for f in base if f.status == "fail"]
-            for f in bad:
-                false_pos.append({"scenario": sname, **f.to_json()})
-            # knobs that need no rebuild first, then each rebuild variant once
-            knobbed = [(op, op.paths[path].fn(scn, c, ex)) for op in ops]
-            knobbed.sort(key=lambda t: (bool(t[1] and t[1].variant),
-                                        json.dumps((t[1].variant if t[1] else None) or {}, sort_keys=True)))
-            for op, k in knobbed:
-                if k is None:
-                    results[(op.name, path)] = Verdict("noop", detail="no-op on the matrix example")
-                    continue
-                try:
-                    mut = run_path(scn, c, ex, path, pool, k)
-                except NoOp as e:
-                    results[(op.name, path)] = Verdict("noop", detail=str(e))
-                    continue
-                v = judge(op.checks, base, mut)
-                results[(op.name, path)] = v
-                log(f"{op.kind:>4} {op.name:<30} {path:<14} {sname:<6} {v.status} {v.check or ''}")
+            _run_group(sname, path, ops, worlds[sname], pool, results, false_pos, log)
             timings[f"{sname} {path}"] = time.perf_counter() - t0
     finally:
         pool.close()
@@ -172,21 +206,5 @@ def run_matrix(workdir: Optional[Path] = None, sglang: Optional[bool] = None,
             shutil.rmtree(workdir, ignore_errors=True)
     timings["harness builds"] = pool.build_s
     timings["total"] = time.perf_counter() - t_start
-    cells = []
-    for kind in KINDS:
-        for path in PATHS:
-            vs = [(op.name, results[(op.name, path)]) for op in OPERATORS if op.kind == kind]
-            sts = [v.status for _, v in vs]
-            if not vs:
-                st = "missed"
-            elif any(s in ("missed", "noop") for s in sts):
-                st = "missed"
-            elif all(s == "n/a" for s in sts):
-                st = "n/a"
-            elif "not run" in sts:
-                st = "not run"
-            else:
-                st = "caught"
-            cells.append(Cell(kind, path, st, vs))
-    return {"cells": cells, "results": results, "false_positives": false_pos, "timings": timings,
+    return {"cells": _cells(results), "results": results, "false_positives": false_pos, "timings": timings,
             "harness_builds": pool.builds}
