@@ -27,16 +27,12 @@ from conformance.contract import Contract
 from conformance.findings import Finding
 
 
-def _fact_checks() -> dict[str, Callable[[Contract, Any], list[Finding]]]:
-    from conformance import checks
-
-    return {"sglang_version": checks.check_engine_version, "avg_accept_length": checks.check_accept_length}
-
-
-FACT_NAMES = ("sglang_version", "avg_accept_length")
-"""Facts a path may report (:attr:`Observation.facts`), each judged by one check:
-``sglang_version`` -> :func:`conformance.checks.check_engine_version` (str),
-``avg_accept_length`` -> :func:`conformance.checks.check_accept_length` (float or None)."""
+FACT_CHECKS: dict[str, str] = {
+    "sglang_version": "check_engine_version",   # str: the installed SGLang release
+    "avg_accept_length": "check_accept_length",  # float or None: avg_spec_accept_length
+}
+"""Facts a path may report (:attr:`conformance.paths.base.Observation.facts`) -> the function of
+:mod:`conformance.checks` that judges each (imported when needed)."""
 
 
 def capture_findings(c: Contract, cap, ref_model) -> list[Finding]:
@@ -107,11 +103,12 @@ def assess(c: Contract, obs, reference: Callable[[], Any]) -> list[Finding]:
         for a, b in obs.pairs:
             out += check_cross_path(c, a, b)
     if obs.facts:
-        table = _fact_checks()
+        from conformance import checks
+
         for name, value in obs.facts.items():
-            if name not in table:
-                raise ValueError(f"no check for the fact {name!r}; known: {', '.join(table)}")
-            out += table[name](c, value)
+            if name not in FACT_CHECKS:
+                raise ValueError(f"no check for the fact {name!r}; known: {', '.join(FACT_CHECKS)}")
+            out += getattr(checks, FACT_CHECKS[name])(c, value)
     return out
 
 
