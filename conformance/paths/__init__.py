@@ -22,10 +22,19 @@ _MODULES = (
     "sglang_engine",  # a real sglang.Engine on a GPU
 )
 
-REGISTRY: dict[str, Path] = {}
-for _m in _MODULES:
-    _p = importlib.import_module(f"{__name__}.{_m}").PATH
-    REGISTRY[_p.name] = _p
+
+def _load() -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for module in _MODULES:
+        p = importlib.import_module(f"{__name__}.{module}").PATH
+        if p.name in out:
+            raise RuntimeError(f"paths/{module}.py registers {p.name!r}, which another path module already did")
+        out[p.name] = p
+    return out
+
+
+REGISTRY: dict[str, Path] = _load()
+"""Path name -> :class:`~conformance.paths.base.Path`, in report order."""
 
 
 def names() -> tuple[str, ...]:
