@@ -55,7 +55,7 @@ def quantiles(r) -> tuple[float, float, float]:
 
 def collect_data_rms(c, data_dir: Path) -> tuple[dict, list[list[int]], int]:
     """Per-slot per-token RMS over every sample of a speculators 0.9.0 dataset, read through the
-    real loader (:class:`conformance.paths.training.TrainingLoader`), excluding the contract's
+    real loader (:class:`conformance.tools.speculators_loader.TrainingLoader`), excluding the contract's
     ``exclude_positions`` and massive activations (:func:`conformance.checks.band_rows`, the
     exact rows the ``norm_band`` check bands).
 
