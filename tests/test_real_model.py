@@ -391,3 +391,40 @@ def test_heldout_gemma_is_another_family_with_its_slots(gemma):
         for j, b in enumerate(slots):
             assert torch.equal(s["hidden_states"][:, j], r.boundary(b).to(torch.bfloat16))
     assert not (gemma.target_dir / "chat_template.jinja").exists()
+
+
+def test_sglang_gemma3_captures_a_sublayer_output_not_the_residual_stream(gemma):
+    """What the held-out model found: SGLang 0.5.23's gemma3_causal.py keeps the residual apart
+    (fused add into the next norm) and appends the bare ``hidden_states`` at the top of layer i,
+    which is layer i-1's post-feedforward-norm MLP output, not B_i = hidden_states + residual
+    (gemma3_causal.py:636-665; llama.py captures the stream after the fused add). The model's
+    own forward is right (hidden + residual is the reference's B_i); the draft is handed other
+    tensors than the contract's B_2, B_9, B_15. Fails when a release fixes the capture."""
+    from conformance.paths.sglang_cpu import SGLangCPUHarness
+    from conformance.reference import ReferenceModel
+
+    ref = ReferenceModel(gemma.target_dir, "rmsnorm_one_plus")
+    ids = _sample(gemma, 5)["token_ids"].tolist()[:24]
+    outs = {}
+    with SGLangCPUHarness(gemma.target_dir, gemma.draft_dir) as h:
+        assert h.captured_boundaries == ["B_2", "B_9", "B_15"]  # the ids are translated as contracted
+        hooks = [layer.register_forward_hook(
+            lambda m, a, o, i=i: outs.__setitem__(i, (o[0].detach().float(), o[1].detach().float())))
+            for i, layer in enumerate(h.target.model.layers)]
+        try:
+            cap = h.extend([ids])[0]
+        finally:
+            for hk in hooks:
+                hk.remove()
+    r = ref.capture(ids)
+
+    def cos(a, b):
+        return float(torch.nn.functional.cosine_similarity(a[1:].flatten(), b[1:].flatten(), dim=0))
+
+    d = 640
+    for j, k in enumerate((2, 9, 15)):
+        slot = cap.feature[:, j * d:(j + 1) * d].float()
+        hidden, residual = outs[k - 1]
+        assert cos(hidden + residual, r.boundary(f"B_{k}")) > 0.9999  # SGLang's stream is the reference's
+        assert cos(slot, hidden) > 0.9999  # what reached the draft: the sublayer output
+        assert cos(slot, r.boundary(f"B_{k}")) < 0.9  # which is not B_k
