@@ -10,10 +10,12 @@ excluded by ``norm_bands.exclude_positions``), following REFERENCE.md section 7.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
 
+from conformance import gates
 from conformance.capture import Capture
 from conformance.contract import Contract
 from conformance.findings import Finding
@@ -175,6 +177,22 @@ def similarity_profile(slot: torch.Tensor, rows: torch.Tensor, ref: Reference, k
     return torch.nn.functional.cosine_similarity(r, x[None].expand_as(r), dim=-1).mean(-1)
 
 
+def resolvable(ref: Reference, declared: Boundary, rows: torch.Tensor, max_cos: float) -> torch.Tensor:
+    """Mask over ``rows`` ([N] token indices) at which the reference itself tells ``declared``
+    apart from every other boundary: no other boundary has cosine >= ``max_cos`` with it there.
+
+    Massive-activation tokens (every mid boundary points along the same few dimensions) and runs
+    of repeated tokens fail this; they carry no evidence of which boundary a slot holds. Judged
+    on the reference's per-token profile only, so it works for a one-row capture (docs/gates.md).
+    """
+    names = all_boundaries(ref.num_layers)
+    k = names.index(declared)
+    st = ref.stack[:, rows]  # [L+2, N, d]
+    sims = torch.nn.functional.cosine_similarity(st, st[k][None].expand_as(st), dim=-1)
+    sims[k] = -2.0
+    return sims.max(0).values < max_cos
+
+
 def identify(slot: torch.Tensor, rows: torch.Tensor, ref: Reference, keep: torch.Tensor) -> tuple[Boundary, float, torch.Tensor]:
     """The reference boundary a slot matches best: (boundary, cosine, full profile)."""
     prof = similarity_profile(slot, rows, ref, keep)
@@ -182,26 +200,70 @@ def identify(slot: torch.Tensor, rows: torch.Tensor, ref: Reference, keep: torch
     return all_boundaries(ref.num_layers)[i], float(prof[i]), prof
 
 
-def _judge(declared: Boundary, prof: torch.Tensor, L: int, margin: float, min_cos: float) -> tuple[bool, Boundary, float, float]:
-    names = all_boundaries(L)
-    best_i = int(prof.argmax())
-    di = names.index(declared)
-    d_cos = float(prof[di])
+@dataclass(frozen=True)
+class Verdict:
+    """Slot identity of one sample (docs/gates.md): ``status`` is pass, fail or undecidable."""
+
+    status: str
+    best: Boundary
+    declared_cos: float
+    best_cos: float
+    runner_cos: float  # best cosine among boundaries other than the declared one
+    gap_deg: float  # angle(slot, declared) - angle(slot, best), degrees (0 when best is declared)
+    used: int  # resolvable tokens the decision rests on
+    excluded: int  # tokens excluded as not resolvable
+
+
+def judge(declared: Boundary, slot: torch.Tensor, rows: torch.Tensor, ref: Reference, keep: torch.Tensor,
+          c: Contract) -> Optional[Verdict]:
+    """Rank-based slot identity with a precision-noise allowance (docs/gates.md).
+
+    Args:
+        slot: [N, d] the captured slot; rows: [N] token indices into ``ref``; keep: [N] bool rows
+            not at an excluded position.
+
+    Returns None when no row is resolvable (nothing to decide on).
+    """
+    res = keep & resolvable(ref, declared, rows, gates.resolvable_max_cosine(c))
+    if not bool(res.any()):
+        return None
+    prof = similarity_profile(slot, rows, ref, res)
+    names = all_boundaries(ref.num_layers)
+    di, bi = names.index(declared), int(prof.argmax())
     others = torch.cat([prof[:di], prof[di + 1:]])
     runner = float(others.max()) if others.numel() else -1.0
-    ok = best_i == di and d_cos - runner >= margin and d_cos >= min_cos
-    return ok, names[best_i], d_cos, runner
+    d_cos, b_cos = float(prof[di]), float(prof[bi])
+    gap = gates.angle_deg(d_cos) - gates.angle_deg(b_cos)
+    if bi == di:
+        # the best match, but too far from it to be that boundary at all: a foreign tensor
+        status = "pass" if d_cos >= gates.row_min_cosine(c) else "fail"
+    else:
+        status = "fail" if gap > gates.identity_noise_deg(c) else "undecidable"
+    return Verdict(status, names[bi], d_cos, b_cos, runner, gap, int(res.sum()), int(keep.sum() - res.sum()))
 
 
 def _usable(cap: Capture, d: int) -> bool:
     return cap.feature.shape[0] > 0 and cap.rows.shape[0] == cap.feature.shape[0]
 
 
+def _undecidable(check: str, cap: Capture, label, declared, v: Optional[Verdict], fault: str) -> Finding:
+    if v is None:
+        msg = (f"{label}: no token can tell {declared} from its neighbours in the reference (massive-activation "
+               "or repeated tokens only): not decided")
+        obs = "no resolvable token"
+    else:
+        msg = (f"{label} matches {v.best} slightly better than {declared} (cos {v.best_cos:.4f} vs "
+               f"{v.declared_cos:.4f}, {v.gap_deg:.2f} deg apart), within the precision-noise allowance: not decided")
+        obs = f"undecidable ({v.best} by {v.gap_deg:.2f} deg)"
+    return _f(check, "skip", cap, label, str(declared), obs, msg, fault)
+
+
 def check_slot_identity(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
     """K1/K2: each aux slot is the declared boundary, by fingerprint against the reference.
 
-    Fails unless the declared boundary has the highest cosine, beats every other boundary by
-    ``gates.slot_identity_margin`` and reaches ``gates.slot_identity_min_cosine``.
+    Rank-based (docs/gates.md): the declared boundary must be the best match over the resolvable
+    tokens; a different best match fails only beyond ``gates.identity_noise_deg``; samples with no
+    resolvable token or a difference within the allowance are reported as skip (undecidable).
     """
     d = c.draft.target_hidden_size
     if not _usable(cap, d):
@@ -223,24 +285,32 @@ def check_slot_identity(c: Contract, cap: Capture, ref: Reference) -> list[Findi
                           f"slot {i} is {got.describe(c.L)} (cos {cos:.4f}); the contract declares only "
                           f"{c.num_slots} slots", "K2"))
             continue
-        ok, best, d_cos, runner = _judge(declared, prof, c.L, c.gates.slot_identity_margin,
-                                         c.gates.slot_identity_min_cosine)
-        if ok:
-            msg = f"slot {i} is {declared.describe(c.L)} (cos {d_cos:.4f}, next best {runner:.4f})"
-        elif cos < NO_MATCH_COSINE:
-            msg = (f"slot {i} matches no boundary of the reference (best: {best}, cos {cos:.4f}); contract says "
-                   f"{declared}: a reference of another checkpoint, or a tensor that is no residual-stream boundary")
-            best = "none"
-        elif best != declared:
-            msg = (f"slot {i} is {best.describe(c.L)}; contract says {declared} "
-                   f"(cos {cos:.4f} to {best}, {d_cos:.4f} to {declared})")
-        else:
-            msg = (f"slot {i} matches {declared} (cos {d_cos:.4f}) but not by the margin "
-                   f"{c.gates.slot_identity_margin} over the next best ({runner:.4f}) or below "
-                   f"min cosine {c.gates.slot_identity_min_cosine}")
-        out.append(_f("slot_identity", "pass" if ok else "fail", cap, _slot_label(i), str(declared), str(best),
-                      msg, "K2"))
+        out.append(_identity_finding("slot_identity", c, cap, _slot_label(i), declared,
+                                     judge(declared, slot, cap.rows, ref, keep, c), cos, got, "K2"))
     return out
+
+
+def _identity_finding(check: str, c: Contract, cap: Capture, label: str, declared: Boundary,
+                      v: Optional[Verdict], any_cos: float, any_best: Boundary, fault: str) -> Finding:
+    if v is None or v.status == "undecidable":
+        if any_cos < NO_MATCH_COSINE:  # nothing resolvable, but nothing matches either
+            return _f(check, "fail", cap, label, str(declared), "none",
+                      f"{label} matches no boundary of the reference (best: {any_best}, cos {any_cos:.4f}); contract "
+                      f"says {declared}: a reference of another checkpoint, or a tensor that is no residual-stream "
+                      "boundary", fault)
+        return _undecidable(check, cap, label, declared, v, fault)
+    if v.status == "pass":
+        return _f(check, "pass", cap, label, str(declared), str(declared),
+                  f"{label} is {declared.describe(c.L)} (cos {v.declared_cos:.4f}, next best {v.runner_cos:.4f}; "
+                  f"{v.used} tokens, {v.excluded} not resolvable)", fault)
+    if v.best_cos < NO_MATCH_COSINE or v.best_cos < gates.row_min_cosine(c):
+        return _f(check, "fail", cap, label, str(declared), "none",
+                  f"{label} matches no boundary of the reference (best: {v.best}, cos {v.best_cos:.4f}); contract "
+                  f"says {declared}: a reference of another checkpoint, or a tensor that is no residual-stream "
+                  "boundary", fault)
+    return _f(check, "fail", cap, label, str(declared), str(v.best),
+              f"{label} is {v.best.describe(c.L)}; contract says {declared} (cos {v.best_cos:.4f} to {v.best}, "
+              f"{v.declared_cos:.4f} to {declared}; {v.gap_deg:.1f} deg apart)", fault)
 
 
 def check_slot_order(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
@@ -252,7 +322,15 @@ def check_slot_order(c: Contract, cap: Capture, ref: Reference) -> list[Finding]
     keep = _keep_rows(c, cap.rows)
     if not bool(keep.any()):
         return _no_rows("slot_order", cap, "feature", "K2")
-    got = [identify(s, cap.rows, ref, keep)[0] for s in cap.slots(d)]
+    got = []
+    for i, s in enumerate(cap.slots(d)):
+        declared = c.aux[i] if i < c.num_slots else None
+        if declared is None:
+            got.append(identify(s, cap.rows, ref, keep)[0])
+            continue
+        v = judge(declared, s, cap.rows, ref, keep, c)
+        # undecidable: the evidence cannot tell the declared boundary from the best match
+        got.append(v.best if v is not None and v.status == "fail" else declared)
     want = c.aux
     ok = got == want
     if ok:
@@ -342,11 +420,10 @@ def check_verifier_identity(c: Contract, cap: Capture, ref: Reference) -> list[F
     if not bool(keep.any()):
         return _no_rows("verifier_identity", cap, "verifier", "K4")
     declared = c.verifier_last.parsed
-    prof = similarity_profile(cap.verifier_last[valid], rows[valid], ref, keep)
-    ok, best, d_cos, runner = _judge(declared, prof, c.L, c.gates.slot_identity_margin, c.gates.slot_identity_min_cosine)
-    msg = (f"verifier slot is {declared.describe(c.L)} (cos {d_cos:.4f})" if ok else
-           f"verifier slot is {best.describe(c.L)}; contract says {declared} (cos {float(prof.max()):.4f} to {best})")
-    return [_f("verifier_identity", "pass" if ok else "fail", cap, "verifier", str(declared), str(best), msg, "K4")]
+    x, r = cap.verifier_last[valid], rows[valid]
+    any_best, any_cos, _ = identify(x, r, ref, keep)
+    return [_identity_finding("verifier_identity", c, cap, "verifier slot", declared, judge(declared, x, r, ref, keep, c),
+                              any_cos, any_best, "K4")]
 
 
 def check_verifier_norm_state(c: Contract, cap: Capture, ref: Reference, tol: float = 0.05) -> list[Finding]:
@@ -439,54 +516,74 @@ def check_norm_bands(c: Contract, cap: Capture) -> list[Finding]:
 # --- alignment -----------------------------------------------------------------------------------
 
 
-def _best_offset(slot: torch.Tensor, rows: torch.Tensor, ref_b: torch.Tensor, offsets=(-1, 0, 1, 2)) -> tuple[Optional[int], dict]:
+def _best_offset(slot: torch.Tensor, rows: torch.Tensor, ref_b: torch.Tensor, keep: torch.Tensor, max_cos: float,
+                 offsets=(-1, 0, 1, 2)) -> tuple[Optional[int], dict]:
+    """Mean cosine of ``slot`` rows ([N, d]) with ``ref_b`` ([T, d]) at ``rows + o`` for each offset,
+    over the rows that are kept and time-resolvable: rows where the reference's states at the
+    candidate positions are not near-identical (repeated tokens make a shift invisible)."""
     T = ref_b.shape[0]
-    scores = {}
-    for o in offsets:
-        r = rows + o
-        v = (r >= 0) & (r < T)
-        if not bool(v.any()):
-            continue
-        scores[o] = float(torch.nn.functional.cosine_similarity(slot.float()[v], ref_b[r[v]], dim=-1).mean())
-    if not scores:
-        return None, scores
+    cand = torch.stack([(rows + o).clamp(0, T - 1) for o in offsets])  # [O, N]
+    inside = torch.stack([((rows + o) >= 0) & ((rows + o) < T) for o in offsets]).all(0)
+    st = ref_b[cand]  # [O, N, d]
+    ok = keep & inside
+    for i in range(len(offsets)):
+        for j in range(i + 1, len(offsets)):
+            ok &= torch.nn.functional.cosine_similarity(st[i], st[j], dim=-1) < max_cos
+    if not bool(ok.any()):
+        return None, {}
+    scores = {o: float(torch.nn.functional.cosine_similarity(slot.float()[ok], st[i][ok], dim=-1).mean())
+              for i, o in enumerate(offsets)}
     return max(scores, key=scores.get), scores
+
+
+def _alignment(check: str, c: Contract, cap: Capture, label: str, x: torch.Tensor, boundary: Boundary,
+               declared: int, what: str, fault: str = "K13") -> list[Finding]:
+    keep = _keep_rows(c, cap.rows)
+    b, ref_b = boundary
+    o, scores = _best_offset(x, cap.rows, ref_b, keep, gates.resolvable_max_cosine(c))
+    if o is None:
+        return [_f(check, "skip", cap, label, declared, None,
+                   "no row whose neighbouring tokens the reference tells apart (repeated or excluded tokens): "
+                   "a shift cannot be seen", fault)]
+    if scores[o] < gates.row_min_cosine(c):
+        return [_f(check, "skip", cap, label, declared, None,
+                   f"{label} is not {b} at any offset (best cos {scores[o]:.4f}): it holds another tensor, so its "
+                   "alignment cannot be judged (the identity checks report what it is)", fault)]
+    if o != declared and declared in scores:
+        gap = gates.angle_deg(scores[declared]) - gates.angle_deg(scores[o])
+        if gap <= gates.identity_noise_deg(c):
+            return [_f(check, "skip", cap, label, declared, f"undecidable (t{o:+d} by {gap:.2f} deg)",
+                       f"{what} t{o:+d} fits slightly better than t{declared:+d} ({gap:.2f} deg), within the "
+                       "precision-noise allowance: not decided", fault)]
+    ok = o == declared
+    return [_f(check, "pass" if ok else "fail", cap, label, declared, o,
+               f"{what} t{o:+d}" + ("" if ok else f"; contract says t{declared:+d} (cosines by offset "
+                                              f"{ {k: round(v, 4) for k, v in scores.items()} })"), fault)]
 
 
 def check_feature_alignment(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
     """K13: feature rows sit at the tokens the path says (fingerprint shift search over -1..+2,
-    using the first slot's declared boundary); catches rows shifted or permuted across requests."""
+    using the first slot's declared boundary); catches rows shifted or permuted across requests.
+    Rows whose neighbouring tokens the reference cannot tell apart are left out; a best offset
+    within the precision-noise allowance of the declared one is undecidable (docs/gates.md)."""
     d = c.draft.target_hidden_size
     if cap.feature.shape[0] < 2 or cap.width < d or cap.rows.shape[0] != cap.feature.shape[0]:
         return [_f("feature_alignment", "skip", cap, "slot 0", c.alignment.feature, None,
                    "fewer than 2 rows: a shift cannot be told apart", "K13")]
-    o, scores = _best_offset(cap.slots(d)[0], cap.rows, ref.boundary(c.aux[0]))
-    if o is not None and scores[o] < c.gates.slot_identity_min_cosine:
-        return [_f("feature_alignment", "skip", cap, "slot 0", c.alignment.feature, None,
-                   f"slot 0 is not {c.aux[0]} at any offset (best cos {scores[o]:.4f}): it holds another "
-                   "tensor, so its alignment cannot be judged (slot_identity reports what it is)", "K13")]
-    ok = o == c.alignment.feature
-    return [_f("feature_alignment", "pass" if ok else "fail", cap, "slot 0", c.alignment.feature, o,
-               f"feature row t is the hidden state of token t{o:+d}" + ("" if ok else
-               f"; contract says t{c.alignment.feature:+d} (cosines by offset "
-               f"{ {k: round(v, 4) for k, v in scores.items()} })"), "K13")]
+    return _alignment("feature_alignment", c, cap, "slot 0", cap.slots(d)[0], (c.aux[0], ref.boundary(c.aux[0])),
+                      c.alignment.feature, "feature row t is the hidden state of token")
 
 
 def check_target_alignment(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
     """K13: the verifier row paired with feature row t is token t + alignment.target."""
     if cap.verifier_last is None:
         return []
-    if cap.verifier_last.shape[0] < 2 or cap.verifier_last.shape[-1] != c.target.hidden_size:
+    if (cap.verifier_last.shape[0] < 2 or cap.verifier_last.shape[-1] != c.target.hidden_size
+            or cap.verifier_last.shape[0] != cap.rows.shape[0]):
         return [_f("target_alignment", "skip", cap, "verifier", c.alignment.target, None, "fewer than 2 rows", "K13")]
-    o, scores = _best_offset(cap.verifier_last, cap.rows, ref.boundary(c.verifier_last.parsed))
-    if o is not None and scores[o] < c.gates.slot_identity_min_cosine:
-        return [_f("target_alignment", "skip", cap, "verifier", c.alignment.target, None,
-                   f"the verifier slot is not {c.verifier_last.tensor} at any offset (best cos {scores[o]:.4f}): "
-                   "it holds another tensor (verifier_identity reports what it is)", "K13")]
-    ok = o == c.alignment.target
-    return [_f("target_alignment", "pass" if ok else "fail", cap, "verifier", c.alignment.target, o,
-               f"verifier row paired with feature row t is token t{o:+d}" + ("" if ok else
-               f"; contract says t{c.alignment.target:+d}"), "K13")]
+    b = c.verifier_last.parsed
+    return _alignment("target_alignment", c, cap, "verifier", cap.verifier_last, (b, ref.boundary(b)),
+                      c.alignment.target, "verifier row paired with feature row t is token")
 
 
 def _offset_equal(check: str, cap: Capture, label: str, got: torch.Tensor, src: torch.Tensor, offset: int, fault: str) -> list[Finding]:
@@ -573,9 +670,10 @@ def check_cross_path(c: Contract, a: Capture, b: Capture) -> list[Finding]:
                        for sa, sb in zip(xa.split(d, -1), xb.split(d, -1))]).min(0).values
     worst = float(cos.min())
     maxabs = float((xa - xb).abs().max())
-    ok = worst >= c.gates.cross_path_min_cosine
+    floor = gates.cross_path_min_cosine(c)
+    ok = worst >= floor
     return [Finding("cross_path", "pass" if ok else "fail", f"{a.path}|{b.path}", "feature",
-                    f"cos >= {c.gates.cross_path_min_cosine}", f"min cos {worst:.5f}, max |diff| {maxabs:.4g}", where,
+                    f"cos >= {floor}", f"min cos {worst:.5f}, max |diff| {maxabs:.4g}", where,
                     f"{len(pairs)} shared rows: min per-slot cosine {worst:.5f}, max abs difference {maxabs:.4g}"
                     + ("" if ok else f" (row {int(ai[cos.argmin()])} of {a.path})"), "K13")]
 
@@ -647,8 +745,10 @@ def check_accept_length(c: Contract, avg_accept_length: Optional[float]) -> list
 
 def check_row_fingerprint(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
     """K13: every non-excluded feature row, slot by slot, is the declared boundary of the token the
-    path claims (per-row cosine >= ``gates.slot_identity_min_cosine``). Catches rows moved across
-    requests or documents even when most rows are right (the mean in slot_identity can hide a few).
+    path claims (per-row cosine >= ``gates.slot_identity_min_cosine``, by default from the serving
+    dtype's measured per-token noise; docs/gates.md). Catches rows moved across requests or
+    documents even when most rows are right (the mean in slot_identity can hide a few). Rows at
+    which the reference cannot tell the declared boundary from another are not judged.
 
     Inputs: ``cap.feature`` [N, K*d], ``cap.rows`` [N] int64 into ``ref.stack`` [L+2, T, d] float32.
     """
@@ -660,16 +760,22 @@ def check_row_fingerprint(c: Contract, cap: Capture, ref: Reference) -> list[Fin
     keep = _keep_rows(c, cap.rows)
     if not bool(keep.any()):
         return _no_rows("row_fingerprint", cap, "feature", "K13")
-    gate = c.gates.slot_identity_min_cosine
+    gate = gates.row_min_cosine(c)
     worst, worst_at = 2.0, None
     bad_rows: set[int] = set()
+    max_cos = gates.resolvable_max_cosine(c)
     for i, s in enumerate(cap.slots(d)):
-        r = ref.boundary(c.aux[i])[cap.rows[keep]]
-        cos = torch.nn.functional.cosine_similarity(s.float()[keep], r, dim=-1)
+        k = keep & resolvable(ref, c.aux[i], cap.rows, max_cos)
+        if not bool(k.any()):
+            continue
+        r = ref.boundary(c.aux[i])[cap.rows[k]]
+        cos = torch.nn.functional.cosine_similarity(s.float()[k], r, dim=-1)
         j = int(cos.argmin())
         if float(cos[j]) < worst:
-            worst, worst_at = float(cos[j]), (i, int(cap.rows[keep][j]))
-        bad_rows |= set(cap.rows[keep][cos < gate].tolist())
+            worst, worst_at = float(cos[j]), (i, int(cap.rows[k][j]))
+        bad_rows |= set(cap.rows[k][cos < gate].tolist())
+    if worst_at is None:
+        return _no_rows("row_fingerprint", cap, "feature", "K13")
     ok = not bad_rows
     msg = (f"every row is its token's declared boundary (min cosine {worst:.4f})" if ok else
            f"{len(bad_rows)} rows are not the declared boundary of the token the path claims (worst: slot "

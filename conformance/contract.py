@@ -171,18 +171,42 @@ class NormBands(_Strict):
 
 
 class Gates(_Strict):
-    slot_identity_margin: float = Field(
-        0.02,
+    """Identity and agreement gates. Null values are derived from the precision the target is
+    served in (``target.dtype``), from the measurements written down in docs/gates.md; set a
+    number only to override them for a pair whose noise was measured otherwise."""
+
+    slot_identity_margin: Optional[float] = Field(
+        None,
         ge=0,
-        description="cos(slot, declared boundary) must exceed cos with every other boundary by "
-        "this much.",
+        description="Deprecated and ignored: a fixed cosine margin failed correct data on trained "
+        "models, whose adjacent boundaries differ by less (docs/gates.md). Slot identity is decided "
+        "by rank, with the noise allowance of identity_noise_deg.",
     )
-    slot_identity_min_cosine: float = Field(
-        0.99, ge=-1, le=1, description="cos(slot, declared boundary) must reach this."
+    slot_identity_min_cosine: Optional[float] = Field(
+        None, ge=-1, le=1,
+        description="Per-row floor (row_fingerprint): every resolvable row's cosine to its declared "
+        "boundary must reach this. null: by target.dtype (float32 0.99, bfloat16/float16 0.85).",
     )
-    cross_path_min_cosine: float = Field(0.999, ge=-1, le=1)
+    identity_noise_deg: Optional[float] = Field(
+        None, ge=0, le=90,
+        description="Precision-noise allowance of one sample, in degrees: a slot whose best-matching "
+        "boundary is not the declared one fails only when the declared boundary is farther by more "
+        "than this angle; within it the sample is counted as undecidable, never failed. null: by "
+        "target.dtype (float32 1.0, bfloat16/float16 3.0).",
+    )
+    resolvable_max_cosine: Optional[float] = Field(
+        None, gt=0, le=1,
+        description="A token is excluded from identity checks when, in the reference itself, its "
+        "declared boundary has at least this cosine with another boundary (massive-activation and "
+        "repeated tokens: the boundaries cannot be told apart). null: 0.999.",
+    )
+    cross_path_min_cosine: Optional[float] = Field(
+        None, ge=-1, le=1,
+        description="Two paths over the same tokens: per-row, per-slot cosine floor. null: by "
+        "target.dtype (float32 0.999, bfloat16/float16 0.98).",
+    )
     min_accept_length: Optional[float] = Field(
-        None, ge=1, description="GPU runs: avg_spec_accept_length floor; null = not gated."
+        None, ge=1, description="avg accept length floor (cpu-accept, sglang-engine); null = not gated."
     )
 
 
@@ -644,9 +668,6 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
         if pos < 0:
             out.append((("norm_bands", "exclude_positions", i), f"position {pos} is negative; positions start at 0"))
     g = c.gates
-    if g.slot_identity_margin >= 2:
-        out.append((("gates", "slot_identity_margin"),
-                    f"{g.slot_identity_margin} can never be met: two cosines differ by less than 2"))
     if g.min_accept_length is not None and nb.status != "calibrated":
         out.append(
             (("gates", "min_accept_length"),

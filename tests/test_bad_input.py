@@ -44,7 +44,7 @@ def _uncalibrated(extra: str = "", gates_extra: str = "") -> bytes:
                   "norm_bands:\n  status: uncalibrated\n  exclude_positions: [0]\n" + extra, T)
     assert "status: uncalibrated" in text and "gates:" in text
     if gates_extra:
-        text = text.replace("gates:\n", "gates:\n" + gates_extra, 1)
+        text = re.sub(r"(?m)^(gates:.*\n)", lambda m: m.group(1) + gates_extra, text, count=1)
     return text.encode()
 
 
@@ -82,8 +82,8 @@ CONTRACT_CASES = [
      (b"status: uncalibrated", None), "cannot gate"),
     ("accept_floor_uncalibrated", _uncalibrated(gates_extra="  min_accept_length: 2.5\n"),
      (b"min_accept_length", None), "accept-length floor"),
-    ("impossible_margin", _sub("slot_identity_margin: 0.02", "slot_identity_margin: 2.5"),
-     (b"slot_identity_margin", None), "can never be met"),
+    ("impossible_noise_angle", _sub("  identity_noise_deg: ", "  identity_noise_deg: 120 "),
+     (b"identity_noise_deg", None), "less than or equal to 90"),
     ("unknown_key", _sub("  final_norm: rmsnorm", "  final_norm: rmsnorm\n  colour: blue"), (b"colour", 3),
      "unknown key"),
 ]

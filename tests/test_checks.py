@@ -62,13 +62,31 @@ def test_slot_identity_catches_off_by_one(tiny_contract, cap, ref):
     assert {f.status for f in fs} == {"fail"}
 
 
-def test_slot_identity_margin_gate(tiny_contract, cap, ref):
-    # a blend of B_4 and B_5 matches neither by the margin
-    mix = 0.5 * ref.boundary("B_4")[cap.rows] / ref.boundary("B_4")[cap.rows].norm(dim=-1, keepdim=True) + \
-        0.5 * ref.boundary("B_5")[cap.rows] / ref.boundary("B_5")[cap.rows].norm(dim=-1, keepdim=True)
-    feat = torch.cat([ref.boundary("B_2")[cap.rows], mix, ref.boundary("B_5")[cap.rows]], -1)
-    fs = checks.check_slot_identity(tiny_contract, replace(cap, feature=feat), ref)
-    assert next(f for f in fs if f.slot == "slot 1").status == "fail"
+def test_slot_identity_undecidable_within_noise_allowance(tiny_contract, cap, ref):
+    """A slot whose best match is a neighbour by less than the noise allowance is not decided
+    (skip, never fail, never pass); beyond the allowance the same direction fails."""
+    b4 = ref.boundary("B_4")[cap.rows]
+    b5 = ref.boundary("B_5")[cap.rows]
+    u4, u5 = b4 / b4.norm(dim=-1, keepdim=True), b5 / b5.norm(dim=-1, keepdim=True)
+
+    def slot1(w):
+        return next(f for f in checks.check_slot_identity(tiny_contract, replace(cap, feature=torch.cat(
+            [ref.boundary("B_2")[cap.rows], (1 - w) * u4 + w * u5, ref.boundary("B_5")[cap.rows]], -1)), ref)
+            if f.slot == "slot 1")
+
+    near = slot1(0.503)  # just past halfway: B_5 wins by a hair
+    assert near.status == "skip" and near.observed.startswith("undecidable"), near
+    assert slot1(1.0).status == "fail" and slot1(1.0).observed == "B_5"
+    assert slot1(0.0).status == "pass"
+
+
+def test_slot_identity_excludes_unresolvable_tokens(tiny_contract, cap, ref):
+    """Tokens at which the reference's boundaries coincide carry no evidence: with the
+    resolvable threshold at -1 every token is excluded and the sample is not decided."""
+    c = tiny_contract.model_copy(update={"gates": tiny_contract.gates.model_copy(update={"resolvable_max_cosine": 1e-9})})
+    bad = replace(cap, feature=_feature_from(ref, cap, ["B_3", "B_5", "B_6"]))
+    fs = checks.check_slot_identity(c, bad, ref)
+    assert {f.status for f in fs} <= {"skip"} and "no resolvable" in fs[0].observed
 
 
 def test_slot_order_catches_swapped_blocks(tiny_contract, cap, ref):

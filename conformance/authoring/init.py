@@ -421,6 +421,30 @@ def _norm_bands():
     return m
 
 
+def _gates(dtype: str):
+    """Every gate with its default (null: derived from the serving dtype, docs/gates.md), each
+    commented with the value it resolves to, so that a user sees what can be tuned."""
+    from ruamel.yaml.comments import CommentedMap
+
+    from conformance import gates as g
+
+    dt = dtype if dtype in g.IDENTITY_NOISE_DEG else "bfloat16"
+    m = CommentedMap()
+    rows = [
+        ("identity_noise_deg", f"null = {g.IDENTITY_NOISE_DEG[dt]} deg for {dt}: a slot fails only when its declared "
+                               "boundary is this much farther than its best match (else undecidable)"),
+        ("resolvable_max_cosine", f"null = {g.RESOLVABLE_MAX_COSINE}: tokens whose boundaries the reference cannot "
+                                  "tell apart (massive activations, repeats) are excluded and counted"),
+        ("slot_identity_min_cosine", f"null = {g.ROW_MIN_COSINE[dt]} for {dt}: per-row floor of row_fingerprint"),
+        ("cross_path_min_cosine", f"null = {g.CROSS_PATH_MIN_COSINE[dt]} for {dt}: per-row agreement of two paths"),
+        ("min_accept_length", "null = acceptance not gated; set it for a pair with a trained draft"),
+    ]
+    for key, note in rows:
+        m[key] = None
+        eol(m, note, key)
+    return m
+
+
 def _engines(cap: CaptureFacts):
     from ruamel.yaml.comments import CommentedMap
 
@@ -452,6 +476,8 @@ def build_document(t: TargetFacts, dr: DraftFacts, cap: CaptureFacts, v_final: b
                                      ("position", 1)])
     eol(doc, "speculators 0.9.0 shift_batch: (g_t, x_t+1, y_t+1, mask_t+1) at position t+1", "alignment")
     doc["norm_bands"] = _norm_bands()
+    doc["gates"] = _gates(t.dtype)
+    eol(doc, "null: derived from the serving dtype (docs/gates.md)", "gates")
     doc["engines"] = _engines(cap)
     doc["data_dtype"] = "bfloat16"
     eol(doc, "speculators 0.9.0 stores bf16 hidden states", "data_dtype")

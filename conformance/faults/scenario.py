@@ -240,8 +240,6 @@ def make_contract(scn: Scenario, boundaries: tuple[int, ...], extra_tokens: Sequ
         "norm_bands": {"status": "calibrated", "exclude_positions": [0],
                        "bands": _bands(scn.ref, list(dict.fromkeys(aux + [ver])), list(scn.samples) + list(extra_tokens)),
                        "safety_factor": 2.0, "source": "reference forward on the scenario's tokens"},
-        "gates": {"slot_identity_margin": round(_identity_margin(
-            scn.ref, list(dict.fromkeys(aux + [ver])), list(scn.samples) + list(extra_tokens)), 6)},
         "engines": {"sglang_model_file": "llama"},
         "data_dtype": "bfloat16",
         "vocab": {"size": s.vocab, "draft_size": s.draft_vocab, "mapping_sha256": mapping_sha256(ids_abs)},

@@ -1,0 +1,70 @@
+"""The numbers behind the identity and agreement gates, resolved for one contract.
+
+A contract's ``gates`` block leaves these null by default; they are then derived from the
+precision the target is served in (``target.dtype``). The defaults come from measurements on two
+trained targets of different families (SmolLM2-135M-Instruct, a Llama; Gemma-3-270M held out),
+float32 reference vs a bfloat16 forward (bf16 operands, fp32 accumulation, as a GPU server
+computes), over the project's corpus: ``benchmarks/bench_identity_gates.py`` reproduces them and
+docs/gates.md writes the derivation down. Nothing here was tuned on the synthetic fixtures.
+
+The rule (docs/gates.md):
+
+1. A token is *resolvable* for a declared boundary B_k when, in the reference itself, no other
+   boundary has cosine >= ``resolvable_max_cosine`` with B_k at that token. Massive-activation
+   tokens (every mid boundary points one way) and runs of repeated tokens are excluded and
+   counted, never failed. The exclusion is judged on the reference's own per-token profile, so
+   it works on a one-row decode capture.
+2. Per sample, a slot is identified by *rank*: the boundary with the highest mean per-token
+   cosine over the resolvable tokens. Declared = best: pass. Otherwise it fails only when the
+   declared boundary is farther than the best one by more than ``identity_noise_deg`` (angles of
+   the mean cosines); within that allowance the sample is undecidable (skip, counted).
+3. Per row (``row_fingerprint``), every resolvable row's cosine to its declared boundary must reach
+   ``slot_identity_min_cosine``.
+"""
+
+from __future__ import annotations
+
+import math
+
+#: per-sample noise allowance (degrees) by serving dtype: worst per-sample angle between a bf16
+#: forward's boundary and the fp32 reference measured 2.3 deg (SmolLM2) / see docs/gates.md,
+#: float32 data stored as bf16 0.3 deg; allowance = about 1.3x the worst measured, rounded up.
+IDENTITY_NOISE_DEG = {"float32": 1.0, "bfloat16": 3.0, "float16": 3.0}
+#: per-row floor by serving dtype (worst single-token bf16 cosine measured 0.934 on SmolLM2)
+ROW_MIN_COSINE = {"float32": 0.99, "bfloat16": 0.85, "float16": 0.85}
+#: two paths over the same tokens, per row and slot
+CROSS_PATH_MIN_COSINE = {"float32": 0.999, "bfloat16": 0.98, "float16": 0.98}
+#: a token whose declared boundary has this cosine with another is not resolvable
+RESOLVABLE_MAX_COSINE = 0.999
+
+
+def _dtype(c) -> str:
+    return c.target.dtype if c.target.dtype in IDENTITY_NOISE_DEG else "bfloat16"
+
+
+def identity_noise_deg(c) -> float:
+    """Per-sample noise allowance in degrees (``gates.identity_noise_deg`` or the dtype default)."""
+    g = c.gates.identity_noise_deg
+    return float(g) if g is not None else IDENTITY_NOISE_DEG[_dtype(c)]
+
+
+def row_min_cosine(c) -> float:
+    """Per-row cosine floor (``gates.slot_identity_min_cosine`` or the dtype default)."""
+    g = c.gates.slot_identity_min_cosine
+    return float(g) if g is not None else ROW_MIN_COSINE[_dtype(c)]
+
+
+def cross_path_min_cosine(c) -> float:
+    """Cross-path per-row cosine floor (``gates.cross_path_min_cosine`` or the dtype default)."""
+    g = c.gates.cross_path_min_cosine
+    return float(g) if g is not None else CROSS_PATH_MIN_COSINE[_dtype(c)]
+
+
+def resolvable_max_cosine(c) -> float:
+    g = c.gates.resolvable_max_cosine
+    return float(g) if g is not None else RESOLVABLE_MAX_COSINE
+
+
+def angle_deg(cos: float) -> float:
+    """arccos in degrees, clamped to [-1, 1]."""
+    return math.degrees(math.acos(max(-1.0, min(1.0, cos))))
