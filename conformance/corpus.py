@@ -264,3 +264,26 @@ def tokenize(item: Item, tokenizer, *, add_bos: bool = False, max_tokens: Option
 def tokenize_all(items: Iterable[Item], tokenizer, **kw) -> list[Tokenized]:
     """:func:`tokenize` for each item, in order."""
     return [tokenize(it, tokenizer, **kw) for it in items]
+
+
+_POOLS: dict[str, Optional[list[list[int]]]] = {}
+
+
+def prompt_pool(target_dir, max_tokens: int = 320) -> Optional[list[list[int]]]:
+    """The project's corpus tokenized with the target's own tokenizer (chat items rendered with
+    its chat template), for hypothesis to draw prompts from; None when ``target_dir`` has no
+    tokenizer (the synthetic fixtures). Cached per directory."""
+    from pathlib import Path as _P
+
+    key = str(_P(target_dir).resolve()) if target_dir else ""
+    if key not in _POOLS:
+        d = _P(target_dir) if target_dir else None
+        if d is None or not any((d / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
+            _POOLS[key] = None
+        else:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(str(d))
+            _POOLS[key] = [list(t.input_ids) for t in tokenize_all(load_items(), tok, max_tokens=max_tokens)
+                           if t.input_ids]
+    return _POOLS[key]

@@ -19,9 +19,11 @@ class _State:
     contract: Any
     harness: Any  # SGLangCPUHarness
     loader: Optional[Any]  # TrainingLoader over the pair's stored data, or None
+    pool: Any = None  # tokenized corpus (conformance.corpus.prompt_pool) or None
 
 
 def prepare(c, pair) -> _State:
+    from conformance.corpus import prompt_pool
     from conformance.pairs import torch_dtype
     from conformance.tools.sglang_cpu import shared_harness
 
@@ -31,7 +33,7 @@ def prepare(c, pair) -> _State:
         from conformance.tools.speculators_loader import TrainingLoader
 
         loader = TrainingLoader(pair.data_dir, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype))
-    return _State(c, h, loader)
+    return _State(c, h, loader, prompt_pool(pair.target_dir))
 
 
 def first(s: _State) -> Optional[Observation]:
@@ -51,7 +53,7 @@ def observe(s: _State, draw) -> Observation:
     from conformance import strategies
 
     c = s.contract
-    batch = draw(strategies.prompt_batches(c.target.vocab_size, start_token=start_token(c), min_len=3), label="batch")
+    batch = draw(strategies.prompt_batches(c.target.vocab_size, start_token=start_token(c), min_len=3, pool=s.pool), label="batch")
     n = draw(st.integers(1, 3), label="draft tokens")
     n = min(n, min(len(x) for x in batch) - 1)
     ext = s.harness.extend(batch)

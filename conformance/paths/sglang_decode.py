@@ -33,15 +33,17 @@ class _State:
     contract: Any
     harness: Any  # SGLangCPUHarness
     ref_model: Any  # ReferenceModel: the target's greedy continuation
+    pool: Any = None  # tokenized corpus (conformance.corpus.prompt_pool) or None
 
 
 def prepare(c, pair) -> _State:
+    from conformance.corpus import prompt_pool
     from conformance.pairs import torch_dtype
     from conformance.reference import load_reference_model
     from conformance.tools.sglang_cpu import shared_harness
 
     h = shared_harness(pair.target_dir, pair.draft_dir, torch_dtype(c.target.dtype))
-    return _State(c, h, load_reference_model(pair.target_dir, c.target))
+    return _State(c, h, load_reference_model(pair.target_dir, c.target), prompt_pool(pair.target_dir))
 
 
 def observe(s: _State, draw) -> Observation:
@@ -49,7 +51,7 @@ def observe(s: _State, draw) -> Observation:
     counts; the captures are what the draft extend after verify received."""
     from conformance import strategies
 
-    prefixes, fillers, accepted = draw(strategies.verify_layouts(s.contract.target.vocab_size), label="verify")
+    prefixes, fillers, accepted = draw(strategies.verify_layouts(s.contract.target.vocab_size, pool=s.pool), label="verify")
     n = len(fillers[0])
     drafts = [consistent_drafts(s.ref_model, p, n, a, f) for p, f, a in zip(prefixes, fillers, accepted)]
     return Observation(captures=s.harness.verify(prefixes, drafts, accepted))

@@ -18,13 +18,15 @@ from conformance.paths.base import Needs, Observation, Path, start_token
 class _State:
     contract: Any
     harness: Any  # SGLangCPUHarness
+    pool: Any = None  # tokenized corpus (conformance.corpus.prompt_pool) or None
 
 
 def prepare(c, pair) -> _State:
+    from conformance.corpus import prompt_pool
     from conformance.pairs import torch_dtype
     from conformance.tools.sglang_cpu import shared_harness
 
-    return _State(c, shared_harness(pair.target_dir, pair.draft_dir, torch_dtype(c.target.dtype)))
+    return _State(c, shared_harness(pair.target_dir, pair.draft_dir, torch_dtype(c.target.dtype)), prompt_pool(pair.target_dir))
 
 
 def first(s: _State) -> Observation:
@@ -37,7 +39,7 @@ def observe(s: _State, draw) -> Observation:
     from conformance import strategies
 
     c = s.contract
-    batch = draw(strategies.prompt_batches(c.target.vocab_size, start_token=start_token(c)), label="batch")
+    batch = draw(strategies.prompt_batches(c.target.vocab_size, start_token=start_token(c), pool=s.pool), label="batch")
     return Observation(captures=s.harness.extend(batch))
 
 
