@@ -422,7 +422,7 @@ def check_verifier_identity(c: Contract, cap: Capture, ref: Reference) -> list[F
     declared = c.verifier_last.parsed
     x, r = cap.verifier_last[valid], rows[valid]
     any_best, any_cos, _ = identify(x, r, ref, keep)
-    return [_identity_finding("verifier_identity", c, cap, "verifier slot", declared, judge(declared, x, r, ref, keep, c),
+    return [_identity_finding("verifier_identity", c, cap, "verifier", declared, judge(declared, x, r, ref, keep, c),
                               any_cos, any_best, "K4")]
 
 
@@ -465,13 +465,18 @@ def check_verifier_norm_state(c: Contract, cap: Capture, ref: Reference, tol: fl
 # --- norm bands ----------------------------------------------------------------------------------
 
 
-def band_rows(c: Contract, rows: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Mask of rows that are banded: not an excluded position, not a massive activation."""
+def band_rows(c: Contract, rows: torch.Tensor, x: torch.Tensor, band=None) -> torch.Tensor:
+    """Mask of rows that are banded: not an excluded position, not a massive activation.
+
+    A massive activation is a row whose RMS exceeds ``massive_activation_ratio`` times a typical
+    RMS: the calibrated band's geometric centre when ``band`` is given (so a one-row decode
+    capture is judged against the calibration data, not against itself), else the capture's own
+    median (calibration, where no band exists yet)."""
     keep = ~torch.isin(rows, torch.tensor(sorted(set(c.norm_bands.exclude_positions)), dtype=torch.long))
     ratio = c.norm_bands.massive_activation_ratio
     if ratio and bool(keep.any()):
         r = rms(x)
-        med = r[keep].median()
+        med = (band.lo * band.hi) ** 0.5 if band is not None and band.lo > 0 else r[keep].median()
         keep &= r <= ratio * med
     return keep
 
@@ -498,7 +503,7 @@ def check_norm_bands(c: Contract, cap: Capture) -> list[Finding]:
             out.append(_f("norm_band", "skip", cap, label, [band.lo, band.hi], None,
                           f"{x.shape[0]} rows but {rows.shape[0]} row indices: cannot band", "K4"))
             continue
-        keep = band_rows(c, rows, x)
+        keep = band_rows(c, rows, x, band)
         if not bool(keep.any()):
             out.append(_f("norm_band", "skip", cap, label, [band.lo, band.hi], None, "every row is excluded", "K4"))
             continue

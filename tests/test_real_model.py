@@ -44,6 +44,11 @@ def smol_tok(smol):
     return load_tokenizer(smol.target_dir)
 
 
+def _contract_file(name: str) -> Path:
+    p = REPO / "contracts" / f"{name}.yaml"
+    return p if p.is_file() else REPO / "contracts" / "heldout" / f"{name}.yaml"
+
+
 def _ref(built):
     from conformance.reference import load_reference_model
 
@@ -271,7 +276,7 @@ def test_real_contracts_match_their_fixture(name):
     from conformance.contract import load_contract
     from conformance.fixtures_real import resolve_spec
 
-    c = load_contract(REPO / "contracts" / f"{name}.yaml")
+    c = load_contract(_contract_file(name))
     spec = resolve_spec(*fixture_spec(name))
     assert c.fixture == name and c.target.path is None and c.draft.path is None
     slots = spec["data"]["slots"]
@@ -430,3 +435,60 @@ def test_sglang_gemma3_captures_a_sublayer_output_not_the_residual_stream(gemma)
         assert cos(hidden + residual, r.boundary(f"B_{k}")) > 0.9999  # SGLang's stream is the reference's
         assert cos(slot, hidden) > 0.9999  # what reached the draft: the sublayer output
         assert cos(slot, r.boundary(f"B_{k}")) < 0.9  # which is not B_k
+
+
+# --- the gates on real data (issue: zero false positives by default, every fault still caught) ---
+
+
+def _check_data(contract: Path, data: Path, tmp_path: Path) -> tuple[int, list[dict]]:
+    from conformance.cli import main
+
+    out = tmp_path / f"{contract.stem}-{data.name}.json"
+    rc = main(["check-data", str(contract), "--data", str(data), "--json", str(out), "--quiet"])
+    return rc, json.loads(out.read_text())["findings"]
+
+
+@pytest.mark.parametrize("name", [SMOL, SMOL_BF16, GEMMA, GEMMA + "-bf16"])
+def test_correct_real_data_conforms_with_the_contract_as_init_writes_it(name, tmp_path):
+    """Correct data of a trained model, float32 or bfloat16, passes check-data (reference = the
+    fixture's target) with the contract exactly as `conformance init` wrote it."""
+    built = build_fixture(name)
+    rc, fs = _check_data(_contract_file(name), built.data_dir, tmp_path)
+    fails = [f for f in fs if f["status"] == "fail"]
+    assert rc == 0 and not fails, fails[:3]
+    assert any(f["check"] == "slot_identity" and f["status"] == "pass" for f in fs)
+
+
+_FAULTS = {  # stored slots (aux..., verifier) -> the slot that must be named and what it holds
+    "embedding-first": (["B_0", "B_2", "B_15", "B_27"], "slot 0", "B_0"),
+    "off-by-one": (["B_3", "B_16", "B_28", "B_30"], "slot 0", "B_3"),
+    "swapped": (["B_15", "B_2", "B_27", "B_30"], "slot 0", "B_15"),
+    "post-norm-verifier": (["B_2", "B_15", "B_27", "F"], "verifier", "F"),
+    "one-slot-deeper": (["B_2", "B_16", "B_27", "B_30"], "slot 1", "B_16"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(_FAULTS))
+@pytest.mark.parametrize("capture_dtype", ["float32", "bfloat16"])
+def test_faulty_real_layouts_fail_naming_the_slot(fault, capture_dtype, smol, tmp_path):
+    """Each faulty layout of real SmolLM2 data (written by the project's data path from the real
+    forward, in float32 or with the bf16 forward) fails check-data naming the slot and what it holds."""
+    from conformance.datagen import write_speculators_dataset
+    from conformance.fixtures_real import corpus_samples, emulate_half_gemm, load_tokenizer, resolve_spec
+    from conformance.reference import ReferenceModel
+
+    slots, label, holds = _FAULTS[fault]
+    spec = resolve_spec(*fixture_spec(SMOL))
+    spec["data"]["num_samples"] = 6
+    samples = corpus_samples(spec, load_tokenizer(smol.target_dir))
+    model = ReferenceModel(smol.target_dir)
+    if capture_dtype == "bfloat16":
+        model.model.to(torch.bfloat16)
+        emulate_half_gemm(model.model)
+    data = write_speculators_dataset(tmp_path / "data", model, [s.input_ids for s in samples], slots=slots,
+                                     loss_masks=[s.loss_mask for s in samples])
+    rc, fs = _check_data(REPO / "contracts" / f"{SMOL}.yaml", data, tmp_path)
+    assert rc == 1
+    named = [f for f in fs if f["status"] == "fail" and f["check"] in ("slot_identity", "verifier_identity")
+             and (f["slot"] or "").startswith(label.split()[0]) and f["observed"] == holds]
+    assert named, [f for f in fs if f["status"] == "fail"][:4]

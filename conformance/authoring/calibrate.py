@@ -21,6 +21,8 @@ from conformance.errors import DataError
 
 def band_from(values, kappa: float) -> tuple[float, float]:
     """``[p0.1 / kappa, p99.9 * kappa]`` of per-token RMS values (REFERENCE.md 7.3 band recipe),
+    widened to hold every calibration value (a band its own calibration data fails would fail a
+    correct release: one real SmolLM2 token at position 1 has RMS 988, beyond p99.9 x 2), and
     rounded outward to 4 significant digits so rounding never narrows the band.
 
     Raises:
@@ -31,8 +33,8 @@ def band_from(values, kappa: float) -> tuple[float, float]:
     r = torch.as_tensor(values, dtype=torch.float64).flatten()
     if r.numel() == 0:
         raise ValueError("no RMS values to calibrate from")
-    lo = float(torch.quantile(r, 0.001)) / kappa
-    hi = float(torch.quantile(r, 0.999)) * kappa
+    lo = min(float(torch.quantile(r, 0.001)) / kappa, float(r.min()))
+    hi = max(float(torch.quantile(r, 0.999)) * kappa, float(r.max()))
     return _round_out(lo, down=True), _round_out(hi, down=False)
 
 
