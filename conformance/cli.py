@@ -192,7 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="all: every finding (default); counts: passing findings folded into one entry per "
                         "path, check and slot with a count (failures and skips stay in full)")
     d.add_argument("--batch-size", type=int, default=4, help="samples per loader batch (default 4)")
-    d.add_argument("--quiet", action="store_true", help="no table, no progress bar")
+    d.add_argument("--quiet", action="store_true", help="no report, no progress bar: the verdict and diagnoses only")
+    d.add_argument("-v", "--verbose", action="store_true",
+                   help="list passing and skipped checks too (folded into counts by default)")
+    d.add_argument("--markdown", metavar="FILE", help="write the report as Markdown (for CI job summaries)")
     d.add_argument("--sample", type=int, default=32, metavar="N",
                    help="samples (seeded, over the whole dataset) run through the speculators loader and "
                         "fingerprinted; the cheap checks run on every row of every sample (default 32; -1: all)")

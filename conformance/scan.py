@@ -699,11 +699,21 @@ class _Progress:
 # --- CLI ---------------------------------------------------------------------------------------
 
 
+def _report_width() -> int:
+    """100 columns, or the terminal's width when it is narrower."""
+    import shutil
+
+    from conformance import report
+
+    cols = shutil.get_terminal_size((report.WIDTH, 24)).columns if sys.stdout.isatty() else report.WIDTH
+    return max(60, min(report.WIDTH, cols))
+
+
 def cmd_check_data(args) -> int:
     """``conformance check-data``: scan a dataset; exit 0 conforms, 1 violations, 2 bad input."""
     from conformance import report
-    from conformance.cli import (EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, UsageError, _console, _load,
-                                 check_data_dir, check_output, resolve_reference)
+    from conformance.cli import (EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, UsageError, _load, check_data_dir,
+                                 check_output, resolve_reference)
     from conformance.reference import ReferenceError
 
     c = _load(args.contract)
@@ -723,6 +733,8 @@ def cmd_check_data(args) -> int:
     ref_dir = resolve_reference(c, args)
     if args.json:
         check_output(args.json, "--json", inputs=(args.contract,), input_dirs=(data, ref_dir))
+    if getattr(args, "markdown", None):
+        check_output(args.markdown, "--markdown", inputs=(args.contract, args.json), input_dirs=(data, ref_dir))
     if ref_dir is not None and workers > 1:
         from conformance.reference import load_reference_model
 
@@ -738,22 +750,33 @@ def cmd_check_data(args) -> int:
     except (ScanError, ReferenceError) as e:
         raise UsageError(str(e)) from None
     findings = res.findings
-    if not args.quiet:
-        m = res.meta
-        extra = {"data": m["data"], "samples": f"{m['shard_samples']} of {m['samples']} (shard {m['shard']}, "
-                 f"{SHARDING})", "reference": m["reference"]}
+    from conformance.diagnose import diagnose
+
+    diagnoses = diagnose(c, findings)
+    m = res.meta
+    verbose = bool(getattr(args, "verbose", False))
+    extra = {"data": m["data"], "samples": f"{m['shard_samples']} of {m['samples']} (shard {m['shard']}, "
+             f"{SHARDING})", "reference": m["reference"]}
+    if verbose:
         extra.update({f"scope {k}": v for k, v in m["scope"].items()})
-        extra["read"] = (f"{human_bytes(m['bytes'])} in {m['seconds']:.2f} s "
-                         f"({human_bytes(m['bytes'] / max(m['seconds'], 1e-9))}/s)")
-        report.render_table(findings, f"{c.name}: training data ({args.contract})", _console(), extra,
-                            unchecked_reason=m["slot_identity"]["reason"])
-    else:  # --quiet: no table, but still the one-line verdict
+    extra["read"] = (f"{human_bytes(m['bytes'])} in {m['seconds']:.2f} s "
+                     f"({human_bytes(m['bytes'] / max(m['seconds'], 1e-9))}/s)")
+    title = f"{c.name}: training data ({args.contract})"
+    reason = m["slot_identity"]["reason"]
+    if not args.quiet:
+        print(report.render_text(findings, diagnoses, title=title, extra=extra, unchecked_reason=reason,
+                                 verbose=verbose, width=_report_width()))
+    else:  # --quiet: no report, but still the one-line verdict (and what the diagnoses name)
         nf = sum(f.status == "fail" for f in findings)
-        print(f"{report.verdict(findings, res.meta['slot_identity']['reason'])[1]}: {len(findings)} findings, "
-              f"{nf} failed")
+        print(f"{report.verdict(findings, reason)[1]}: {len(findings)} findings, {nf} failed")
+        for d in diagnoses:
+            print(f"  {d.label}: {d.title}")
     if args.json:
         report.write_json(args.json, args.contract, findings, res.meta,
-                          passes=getattr(args, "json_passes", "all"))
+                          passes=getattr(args, "json_passes", "all"), diagnoses=diagnoses)
+    if getattr(args, "markdown", None):
+        report.write_markdown(args.markdown, report.render_markdown(findings, diagnoses, title=title, extra=extra,
+                                                                    unchecked_reason=reason))
     avail = [f for f in findings if f.check == "sample_available" and f.path == DISK_PATH]
     if avail and all(f.status == "fail" for f in avail) and shard == (0, 1):
         print(f"conformance: error: {data}: none of the {len(avail)} samples could be read", file=sys.stderr)
