@@ -220,6 +220,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(render_text(
             findings, diagnoses, title=f"{name} ({path})", extra={"sglang": _sglang_version() or "not installed"},
             verbose=config.getoption("verbose") > 0, width=width))
+        terminalreporter.write_line("")
         all_findings += findings
         all_diagnoses += diagnoses
     out = config.getoption("--conformance-json")

@@ -270,8 +270,8 @@ def render_text(findings: list, diagnoses: Optional[Iterable] = None, *, title: 
     npass, nfail, nskip = _counts(findings)
     fail_checks = {_get(f, "check") for f in findings if _get(f, "status") == "fail"}
     lines = _wrap(f"{text}" + (f": {title}" if title else ""), width, "", "  ")
-    lines.append(f"{len(findings)} findings: {nfail} failed ({len(fail_checks)} checks), {nskip} skipped, "
-                 f"{npass} passed")
+    lines.append(f"{len(findings)} findings: {nfail} failed" + (f" ({len(fail_checks)} checks)" if nfail else "")
+                 + f", {nskip} skipped, {npass} passed")
     for i, d in enumerate(diags, 1):
         lines.append("")
         lines += _wrap(f"DIAGNOSIS {i}/{len(diags)}: {d['fault'] or 'input'} {d['kind']}, on {_on(d)}", width, "",
@@ -293,8 +293,12 @@ def render_text(findings: list, diagnoses: Optional[Iterable] = None, *, title: 
     else:
         skipped = summarize_counts(findings, "skip")
         if skipped:
+            uncal = {_get(f, "check") for f in findings if _get(f, "status") == "skip"
+                     and _get(f, "observed") == "uncalibrated"}
+            skipped.sort(key=lambda t: (t[0] not in uncal, -t[1]))  # uncalibrated first, then the most skipped
             lines.append("")
-            lines.append(_clip("skipped: " + "; ".join(f"{c} {n} ({msg})" for c, n, msg in skipped), width))
+            lines.append(_clip("skipped (-v says why): " + ", ".join(
+                f"{c} {n}" + (" (uncalibrated)" if c in uncal else "") for c, n, _ in skipped), width))
         if npass:
             if not skipped:
                 lines.append("")
@@ -324,20 +328,19 @@ def summarize_counts(findings: list, status: str) -> list[tuple[str, int, str]]:
 def failure_text(name: str, path: str, findings: list, diagnoses: Optional[Iterable] = None,
                  width: int = WIDTH) -> str:
     """The short failure text of one contract on one path (pytest's failure section): a header
-    naming the failing checks, each diagnosis in one line (or, without one, the first failing
-    check's message), and a pointer to the full report."""
+    naming the failing checks and pointing at the full report, then each diagnosis in one line
+    (or, without one, the first failing check's message)."""
     diags = _diag_dicts(diagnoses)
     bad = [f for f in findings if _get(f, "status") == "fail"]
     checks = list(OrderedDict.fromkeys(_get(f, "check") for f in bad))
-    lines = [_clip(f"{name} on {path}: VIOLATIONS, {len(bad)} failed findings in {len(checks)} checks "
-                   f"({', '.join(checks)})", width)]
+    lines = [_clip(f"{name} on {path}: VIOLATIONS (report at the end), {len(bad)} failed findings in "
+                   f"{len(checks)} checks: {', '.join(checks)}", width)]
     for i, d in enumerate(diags, 1):
         lines.append(_clip(f"  [{i}] {d['fault'] or 'input'} {d['kind']}: {d['title']}", width))
     if not diags and bad:
         f = bad[0]
         lines.append(_clip(f"  first failure: {_get(f, 'check')} {_get(f, 'slot') or ''} "
                            f"({_short_where(_get(f, 'where'))}): {_get(f, 'message')}", width))
-    lines.append("  (evidence, fixes and every failing check: the conformance report at the end)")
     return "\n".join(lines)
 
 

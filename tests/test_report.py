@@ -122,7 +122,10 @@ def test_render_text_layout():
     assert "5 findings: 1 failed (1 checks), 1 skipped, 3 passed" in lines[1]
     assert "  - dtype" in text  # "-": no diagnosis accounts for it
     assert "sample 0: feature dtype is float32" in text  # the first failing sample, compactly
-    assert "skipped: norm_band 1 (uncalibrated)" in text and "passed: 3 findings in 1 checks" in text
+    assert "passed: 3 findings in 1 checks" in text
+    assert "skipped (-v says why): norm_band 1" in text
+    uncal = render_text([_f("norm_band", "skip", None, msg="uncalibrated", observed="uncalibrated")], [])
+    assert "skipped (-v says why): norm_band 1 (uncalibrated)" in uncal
     assert lines[-1] == "VIOLATIONS: 5 findings, 1 failed, 1 skipped"
     verbose = render_text(fs, [], verbose=True)
     assert "slot_identity" in verbose and "3/3 ok" in verbose
@@ -156,8 +159,8 @@ def test_failure_text_is_short():
                   ("training",))
     text = failure_text("c", "training", [_f("slot_identity", "fail")] * 40, [d], width=100)
     lines = text.splitlines()
-    assert len(lines) <= 4 and "[1] K2 convention-shift: every aux slot is one boundary deeper" in text
-    assert lines[0].startswith("c on training: VIOLATIONS, 40 failed findings in 1 checks (slot_identity)")
+    assert len(lines) == 2 and "[1] K2 convention-shift: every aux slot is one boundary deeper" in text
+    assert lines[0] == "c on training: VIOLATIONS (report at the end), 40 failed findings in 1 checks: slot_identity"
 
 
 # --- under pytest -------------------------------------------------------------------------------
