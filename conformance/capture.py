@@ -1,7 +1,8 @@
 """What actually reaches the draft on one path, for one sequence, plus where it came from.
 
-A path adapter (``conformance.paths.*``) returns :class:`Capture` objects; checks compare them
-with the contract and a :class:`conformance.reference.Reference` for the same tokens.
+A tool (``conformance.tools.*``) returns :class:`Capture` objects, which a path
+(``conformance.paths.*``) hands on in an Observation; checks compare them with the contract and a
+:class:`conformance.reference.Reference` for the same tokens.
 
 Row convention: ``feature[i]`` is the aux concatenation the path pairs with draft step i, and
 ``rows[i]`` is the index, into ``token_ids``, of the token whose forward produced that row *as the

@@ -383,63 +383,81 @@ def boundaries_to_tool(tool: str, boundaries: Sequence[Boundary | str], num_laye
         raise TranslationError("F is not an aux boundary and has no layer id in any tool")
     if any(b.index > L for b in bs):
         raise TranslationError(f"boundaries {[str(b) for b in bs]} go beyond B_{L}")
-    names = [str(b) for b in bs]
-    if tool == "sglang":
-        rule = sglang_rule(architecture, version)
-        ids, alts = sglang_ids_for(rule, L, bs, allow_embedding=allow_embedding)
-        notes = [f"SGLang reads only the draft config's nested key (spec_aux_hidden_state.py:185-196); a "
-                 "top-level key is ignored and the defaults "
-                 f"{[str(b) for b in rule.defaults(L)]} are captured silently (FAULTS.md K1)"]
-        others = [a for a in alts if a != ids]
-        if others:
-            notes.append(f"also captures the same boundaries in this release: {others}")
-        if rule.model_file == "deepseek_v2":
-            notes.append("deepseek_v2.py changed its rule at 0.5.13 (+1 always before, first-id rule after); "
-                         "run `conformance translate --engine-version` for each release you serve")
-        return ToolIds("sglang", f"sglang=={rule.version} ({rule.source})", ids,
-                       f"draft config.json: {SGLANG_KEY} (and eagle_config.use_aux_hidden_state: true)",
-                       f"sglang {rule.model_file}.py setter", notes=notes)
-    if tool == "vllm":
-        notes = ["vLLM reads the top-level key (newer releases also the nested one); a missing key falls "
-                 "back silently to (2, L//2, L-3) (vllm-project/vllm#50170)"]
-        if any(b.index == 0 for b in bs):
-            if not allow_embedding:
-                raise TranslationError("B_0 (embedding) is an aux slot but embedding capture is not allowed")
-            notes.append("id 0 (B_0) works only in SupportsEagle3 mixin models; old llama.py crashes")
-        if any(b.index == L for b in bs):
-            notes.append(f"id {L} (B_{L}) is reached by mixin models; older DeepSeek files stop at L-1 "
-                         "(vllm-project/vllm#46788, #46973)")
-        return ToolIds("vllm", "vLLM, boundary ids (REFERENCE.md 2.1; no release pinned there)",
-                       [b.index for b in bs], f"draft config.json: {TOP_KEY} (top level)", "boundary",
-                       notes=notes)
-    if tool == "speculators":
-        ver = version or "0.9.0"
-        old = _vkey(ver) < (0, 5)
-        v = Boundary.parse(verifier) if verifier is not None else Boundary(L)
-        if v.final:
-            raise TranslationError("speculators stores B_L (pre-norm) as the verifier slot and applies "
-                                   "verifier_norm in training; it cannot store F (REFERENCE.md 5.3)")
-        if old:
-            if any(b.index == 0 for b in bs):
-                raise TranslationError("B_0 cannot be expressed in speculators 0.3/0.4 output-of ids (it would be -1)")
-            ids = [b.index - 1 for b in bs]
-            gen = ids + [L - 1]
-            return ToolIds("speculators", f"speculators=={ver} (0.3/0.4 data generation: output-of ids; "
-                           "REFERENCE.md 5.3)", ids, "data generation --layer-ids (config ids written null)",
-                           "output_of", extra={"data_generation_ids": gen},
-                           notes=["0.3/0.4 write null ids into the config; under vLLM defaults that is one "
-                                  "layer off (REFERENCE.md 5.3)"])
-        if any(b.index == 0 for b in bs) and not allow_embedding:
+    return _TO_TOOL[tool](bs, L, architecture=architecture, version=version, verifier=verifier,
+                          allow_embedding=allow_embedding)
+
+
+def _to_sglang(bs: list[Boundary], L: int, *, architecture: str, version: Optional[str], verifier,
+               allow_embedding: bool) -> ToolIds:
+    """SGLang: the ids its per-model-file setter turns into these boundaries (nested key)."""
+    rule = sglang_rule(architecture, version)
+    ids, alts = sglang_ids_for(rule, L, bs, allow_embedding=allow_embedding)
+    notes = [f"SGLang reads only the draft config's nested key (spec_aux_hidden_state.py:185-196); a "
+             "top-level key is ignored and the defaults "
+             f"{[str(b) for b in rule.defaults(L)]} are captured silently (FAULTS.md K1)"]
+    others = [a for a in alts if a != ids]
+    if others:
+        notes.append(f"also captures the same boundaries in this release: {others}")
+    if rule.model_file == "deepseek_v2":
+        notes.append("deepseek_v2.py changed its rule at 0.5.13 (+1 always before, first-id rule after); "
+                     "run `conformance translate --engine-version` for each release you serve")
+    return ToolIds("sglang", f"sglang=={rule.version} ({rule.source})", ids,
+                   f"draft config.json: {SGLANG_KEY} (and eagle_config.use_aux_hidden_state: true)",
+                   f"sglang {rule.model_file}.py setter", notes=notes)
+
+
+def _to_vllm(bs: list[Boundary], L: int, *, architecture: str, version: Optional[str], verifier,
+             allow_embedding: bool) -> ToolIds:
+    """vLLM: boundary ids under the top-level key."""
+    notes = ["vLLM reads the top-level key (newer releases also the nested one); a missing key falls "
+             "back silently to (2, L//2, L-3) (vllm-project/vllm#50170)"]
+    if any(b.index == 0 for b in bs):
+        if not allow_embedding:
             raise TranslationError("B_0 (embedding) is an aux slot but embedding capture is not allowed")
-        ids = [b.index for b in bs]
-        return ToolIds("speculators", f"speculators>=0.5 (checked against {ver}; REFERENCE.md 2.1, 5.3)", ids,
-                       f"speculators config.json: {TOP_KEY} (top level; training, resolve_target_layer_ids)",
-                       "boundary", extra={"data_generation_ids": ids + [L],
-                                          "data_generation_key": "scripts/launch_vllm.py --layer-ids "
-                                          "(--include-last-layer appends L)"},
-                       notes=["the data must store the aux slots ascending with B_L last; routing is purely "
-                              "positional (REFERENCE.md 5.2)"])
-    # specforge
+        notes.append("id 0 (B_0) works only in SupportsEagle3 mixin models; old llama.py crashes")
+    if any(b.index == L for b in bs):
+        notes.append(f"id {L} (B_{L}) is reached by mixin models; older DeepSeek files stop at L-1 "
+                     "(vllm-project/vllm#46788, #46973)")
+    return ToolIds("vllm", "vLLM, boundary ids (REFERENCE.md 2.1; no release pinned there)",
+                   [b.index for b in bs], f"draft config.json: {TOP_KEY} (top level)", "boundary",
+                   notes=notes)
+
+
+def _to_speculators(bs: list[Boundary], L: int, *, architecture: str, version: Optional[str], verifier,
+                    allow_embedding: bool) -> ToolIds:
+    """speculators: output-of ids for 0.3/0.4 data generation, boundary ids from 0.5."""
+    ver = version or "0.9.0"
+    old = _vkey(ver) < (0, 5)
+    v = Boundary.parse(verifier) if verifier is not None else Boundary(L)
+    if v.final:
+        raise TranslationError("speculators stores B_L (pre-norm) as the verifier slot and applies "
+                               "verifier_norm in training; it cannot store F (REFERENCE.md 5.3)")
+    if old:
+        if any(b.index == 0 for b in bs):
+            raise TranslationError("B_0 cannot be expressed in speculators 0.3/0.4 output-of ids (it would be -1)")
+        ids = [b.index - 1 for b in bs]
+        gen = ids + [L - 1]
+        return ToolIds("speculators", f"speculators=={ver} (0.3/0.4 data generation: output-of ids; "
+                       "REFERENCE.md 5.3)", ids, "data generation --layer-ids (config ids written null)",
+                       "output_of", extra={"data_generation_ids": gen},
+                       notes=["0.3/0.4 write null ids into the config; under vLLM defaults that is one "
+                              "layer off (REFERENCE.md 5.3)"])
+    if any(b.index == 0 for b in bs) and not allow_embedding:
+        raise TranslationError("B_0 (embedding) is an aux slot but embedding capture is not allowed")
+    ids = [b.index for b in bs]
+    return ToolIds("speculators", f"speculators>=0.5 (checked against {ver}; REFERENCE.md 2.1, 5.3)", ids,
+                   f"speculators config.json: {TOP_KEY} (top level; training, resolve_target_layer_ids)",
+                   "boundary", extra={"data_generation_ids": ids + [L],
+                                      "data_generation_key": "scripts/launch_vllm.py --layer-ids "
+                                      "(--include-last-layer appends L)"},
+                   notes=["the data must store the aux slots ascending with B_L last; routing is purely "
+                          "positional (REFERENCE.md 5.2)"])
+
+
+def _to_specforge(bs: list[Boundary], L: int, *, architecture: str, version: Optional[str], verifier,
+                  allow_embedding: bool) -> ToolIds:
+    """SpecForge: exactly 3 output-of ids under the nested key."""
+    names = [str(b) for b in bs]
     if len(bs) != 3:
         raise TranslationError(f"SpecForge requires exactly 3 ids (resolve_eagle_capture_layers, "
                                f"specforge/algorithms/model_providers.py:188-210); the contract has {len(bs)}")
@@ -459,6 +477,11 @@ def boundaries_to_tool(tool: str, boundaries: Sequence[Boundary | str], num_laye
     return ToolIds("specforge", "SpecForge (resolve_eagle_capture_layers, specforge/algorithms/"
                    "model_providers.py:188-210; REFERENCE.md 6)", ids,
                    f"draft config.json: {SGLANG_KEY}", "output_of", notes=notes)
+
+
+
+
+_TO_TOOL = {"sglang": _to_sglang, "vllm": _to_vllm, "speculators": _to_speculators, "specforge": _to_specforge}
 
 
 def tool_to_boundaries(tool: str, ids: Optional[Sequence[int]], num_layers: int, *,

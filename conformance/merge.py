@@ -1,4 +1,5 @@
-"""Merge JSON reports of sharded runs: ``conformance merge-reports OUT.json IN1.json IN2.json ...``.
+"""Merge JSON reports of sharded runs (``conformance merge-reports OUT.json IN1.json IN2.json ...``,
+:mod:`conformance.cli.merge_reports`).
 
 A report is the document :func:`conformance.report.write_json` writes:
 ``{"contract": ..., "findings": [{"check", "status", "path", "slot", "expected", "observed",
@@ -12,9 +13,8 @@ Missing shards (of i/N, some i absent) add a failed finding ``shards_complete`` 
 ``"data"``: a crashed or forgotten shard task must not look like a pass. ``--allow-missing``
 records it as a skip instead.
 
-Exit codes: 0 no finding failed, 1 some finding failed (missing shards included), 2 bad input
-(unreadable or malformed part, different contracts or datasets, the same shard given twice,
-OUT being one of the inputs).
+Parts that cannot be merged (unreadable or malformed, different contracts or datasets, the same
+shard given twice) raise :class:`MergeError`, a :class:`conformance.errors.DataError`.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conformance.cli import EXIT_OK, EXIT_VIOLATIONS, UsageError, register
+from conformance.errors import DataError
 
 _FINDING_KEYS = ("check", "status", "path", "slot", "expected", "observed", "where")
 
 
-class MergeError(Exception):
+class MergeError(DataError):
     """The parts cannot be merged (unreadable, malformed, different contracts or datasets)."""
 
 
@@ -61,15 +61,12 @@ def _identity(doc: dict[str, Any]) -> Any:
     return doc.get("meta", {}).get("contract_sha256")
 
 
-def merge_docs(docs: list[dict[str, Any]], names: list[str], allow_missing: bool = False) -> dict[str, Any]:
-    """Merge report documents (as loaded by :func:`load_report`) into one. Missing shards add a
-    ``shards_complete`` finding: status fail, or skip with ``allow_missing``.
+def _check_mergeable(docs: list[dict[str, Any]], names: list[str], metas: list[dict[str, Any]]) -> set[str]:
+    """The parts' dataset sizes (as strings).
 
     Raises:
         MergeError: different contracts, different dataset sizes, or a shard given twice.
     """
-    if not docs:
-        raise MergeError("no reports to merge")
     ids = [_identity(d) for d in docs]
     if all(ids):
         if len(set(ids)) > 1:
@@ -82,49 +79,48 @@ def merge_docs(docs: list[dict[str, Any]], names: list[str], allow_missing: bool
         if len(set(cs)) > 1:
             odd = next(k for k, x in enumerate(cs) if x != cs[0])
             raise MergeError(f"{names[odd]} is a report of contract {cs[odd]!r}, {names[0]} of {cs[0]!r}")
-    metas = [d.get("meta", {}) for d in docs]
     sizes = {str(m["samples"]) for m in metas if "samples" in m}
     if len(sizes) > 1:
         raise MergeError(f"the parts describe datasets of different sizes {sorted(sizes)}: not one dataset")
-    shards = [m.get("shard") for m in metas]
     seen: dict[str, str] = {}
-    for name, s in zip(names, shards):
+    for name, s in zip(names, [m.get("shard") for m in metas]):
         if s is None:
             continue
         if s in seen:
             raise MergeError(f"shard {s} is in both {seen[s]} and {name}: its findings would count twice")
         seen[s] = name
-    findings = [f for d in docs for f in d["findings"]]
-    meta: dict[str, Any] = {"merged_from": list(names), "parts": len(docs)}
-    for key in ("contract_name", "contract_sha256", "sharding", "reference"):
-        vals = {json.dumps(m.get(key)) for m in metas if key in m}
-        if len(vals) == 1:
-            meta[key] = json.loads(vals.pop())
-    datas = sorted({str(m["data"]) for m in metas if "data" in m})
-    if datas:
-        meta["data"] = datas[0] if len(datas) == 1 else datas
-    if sizes:
-        n = sizes.pop()
-        meta["samples"] = int(n) if n.isdigit() else n
-    if any(s is not None for s in shards):
-        meta["shards"] = [s for s in shards if s is not None]
-        counts = {int(s.split("/")[1]) for s in meta["shards"]}
-        if len(counts) == 1:
-            N = counts.pop()
-            have = {int(s.split("/")[0]) for s in meta["shards"]}
-            missing = [f"{i}/{N}" for i in range(N) if i not in have]
-            meta["shards_missing"] = missing
-            meta["complete"] = not missing
-            if missing:
-                findings.append({
-                    "check": "shards_complete", "status": "skip" if allow_missing else "fail", "path": "data",
-                    "slot": None, "expected": [f"{i}/{N}" for i in range(N)], "observed": meta["shards"],
-                    "where": f"shards {', '.join(missing)}",
-                    "message": (f"{len(missing)} of {N} shards missing from the merge ({', '.join(missing)}): "
-                                "their samples were not checked"
-                                + ("; accepted with --allow-missing" if allow_missing
-                                   else "; a crashed or forgotten shard task (pass --allow-missing to accept)")),
-                    "fault": ""})
+    return sizes
+
+
+def _shard_coverage(meta: dict[str, Any], shards: list, allow_missing: bool) -> list[dict[str, Any]]:
+    """Record the shards given and missing in ``meta``; a ``shards_complete`` finding when some
+    of i/N are missing (fail, or skip with ``allow_missing``)."""
+    if not any(s is not None for s in shards):
+        return []
+    meta["shards"] = [s for s in shards if s is not None]
+    counts = {int(s.split("/")[1]) for s in meta["shards"]}
+    if len(counts) != 1:
+        return []
+    N = counts.pop()
+    have = {int(s.split("/")[0]) for s in meta["shards"]}
+    missing = [f"{i}/{N}" for i in range(N) if i not in have]
+    meta["shards_missing"] = missing
+    meta["complete"] = not missing
+    if not missing:
+        return []
+    return [{
+        "check": "shards_complete", "status": "skip" if allow_missing else "fail", "path": "data",
+        "slot": None, "expected": [f"{i}/{N}" for i in range(N)], "observed": meta["shards"],
+        "where": f"shards {', '.join(missing)}",
+        "message": (f"{len(missing)} of {N} shards missing from the merge ({', '.join(missing)}): "
+                    "their samples were not checked"
+                    + ("; accepted with --allow-missing" if allow_missing
+                       else "; a crashed or forgotten shard task (pass --allow-missing to accept)")),
+        "fault": ""}]
+
+
+def _sum_parts(meta: dict[str, Any], metas: list[dict[str, Any]]) -> None:
+    """Counts summed, times, fingerprint indices united, slot statistics and scopes combined."""
     for key in ("shard_samples", "bytes"):
         if any(key in m for m in metas):
             meta[key] = sum(int(m.get(key, 0)) for m in metas)
@@ -144,6 +140,33 @@ def merge_docs(docs: list[dict[str, Any]], names: list[str], allow_missing: bool
     scopes = [m["scope"] for m in metas if isinstance(m.get("scope"), dict)]
     if scopes:
         meta["scope"] = {k: sorted({s[k] for s in scopes if k in s}) for k in scopes[0]}
+
+
+def merge_docs(docs: list[dict[str, Any]], names: list[str], allow_missing: bool = False) -> dict[str, Any]:
+    """Merge report documents (as loaded by :func:`load_report`) into one. Missing shards add a
+    ``shards_complete`` finding: status fail, or skip with ``allow_missing``.
+
+    Raises:
+        MergeError: different contracts, different dataset sizes, or a shard given twice.
+    """
+    if not docs:
+        raise MergeError("no reports to merge")
+    metas = [d.get("meta", {}) for d in docs]
+    sizes = _check_mergeable(docs, names, metas)
+    findings = [f for d in docs for f in d["findings"]]
+    meta: dict[str, Any] = {"merged_from": list(names), "parts": len(docs)}
+    for key in ("contract_name", "contract_sha256", "sharding", "reference"):
+        vals = {json.dumps(m.get(key)) for m in metas if key in m}
+        if len(vals) == 1:
+            meta[key] = json.loads(vals.pop())
+    datas = sorted({str(m["data"]) for m in metas if "data" in m})
+    if datas:
+        meta["data"] = datas[0] if len(datas) == 1 else datas
+    if sizes:
+        n = sizes.pop()
+        meta["samples"] = int(n) if n.isdigit() else n
+    findings += _shard_coverage(meta, [m.get("shard") for m in metas], allow_missing)
+    _sum_parts(meta, metas)
     from conformance.report import slot_identity_checked, verdict
 
     reasons = sorted({str((m.get("slot_identity") or {}).get("reason")) for m in metas
@@ -163,32 +186,3 @@ def merge_reports(out: str | Path, inputs: list[str | Path], allow_missing: bool
     merged = merge_docs(docs, [str(p) for p in inputs], allow_missing)
     Path(out).write_text(json.dumps(merged, indent=1))
     return merged
-
-
-def cmd_merge_reports(args) -> int:
-    """``conformance merge-reports``: exit 0 if no finding failed, 1 if one did, 2 bad input."""
-    from conformance.cli import check_output
-
-    check_output(args.out, "OUT", inputs=tuple(args.inputs))
-    try:
-        merged = merge_reports(args.out, args.inputs, allow_missing=args.allow_missing)
-    except MergeError as e:
-        raise UsageError(str(e)) from None
-    nf = sum(1 for f in merged["findings"] if f["status"] == "fail")
-    if not args.quiet:
-        m = merged["meta"]
-        missing = m.get("shards_missing")
-        print(f"merged {len(args.inputs)} reports into {args.out}: {len(merged['findings'])} findings, {nf} failed"
-              + (f"; shards missing: {missing}" if missing else ""))
-    return EXIT_VIOLATIONS if nf else EXIT_OK
-
-
-@register
-def _add_merge_reports(sub) -> None:
-    p = sub.add_parser("merge-reports", help="merge JSON reports of sharded check-data runs")
-    p.add_argument("out", metavar="OUT.json", help="merged report to write")
-    p.add_argument("inputs", nargs="+", metavar="IN.json", help="reports to merge (same contract)")
-    p.add_argument("--allow-missing", action="store_true",
-                   help="missing shards are a skip, not a failure (default: exit 1 when a shard is missing)")
-    p.add_argument("--quiet", action="store_true", help="no summary line")
-    p.set_defaults(func=cmd_merge_reports)

@@ -1,9 +1,13 @@
 """pytest plugin (entry point ``pytest11``): ``pytest -m conformance``.
 
+Options, markers, collection and the report only; the work is in :mod:`conformance.session`
+(one path on one contract under hypothesis) and the paths themselves (:mod:`conformance.paths`).
+
 - Collects every contract YAML under a ``contracts/`` directory (or each ``--contract PATH``) as a
-  test file with one item per path: ``training``, ``sglang-extend``, ``sglang-decode``,
-  ``cross-path``. Items are marked ``conformance``; contracts whose pair is not available locally
-  are skipped with the reason.
+  test file with one item per registered path (:data:`conformance.paths.REGISTRY`: ``training``,
+  ``sglang-extend``, ``sglang-decode``, ``cross-path``, ``sglang-engine``). Items are marked
+  ``conformance`` (and ``gpu`` for paths that need one); contracts whose pair is not available
+  locally are skipped with the reason.
 - Registers the markers ``conformance`` and ``gpu`` and the hypothesis profiles ``ci`` (fast,
   derandomized), ``dev`` and ``gpu``; choose one with ``--hypothesis-profile`` (default ``ci``).
 - Fixtures for hand-written tests: ``conformance_contracts``, ``conformance_reference``,
@@ -23,6 +27,8 @@ from typing import Optional
 import pytest
 from hypothesis import HealthCheck, settings
 
+from conformance import paths as registered_paths
+
 settings.register_profile(
     "ci", max_examples=8, derandomize=True, deadline=None, database=None,
     suppress_health_check=list(HealthCheck), print_blob=True,
@@ -31,7 +37,8 @@ settings.register_profile("dev", max_examples=60, deadline=None, suppress_health
 settings.register_profile("gpu", max_examples=4, deadline=None, derandomize=True, database=None,
                           suppress_health_check=list(HealthCheck))
 
-PATHS = ("training", "sglang-extend", "sglang-decode", "cross-path", "sglang-engine")
+PATHS = registered_paths.names()
+"""The registered paths when the plugin was loaded (the default of ``--conformance-paths``)."""
 _FINDINGS = pytest.StashKey[dict]()
 _CONTRACTS = pytest.StashKey[dict]()  # same keys as _FINDINGS -> the Contract (for diagnoses)
 
@@ -113,11 +120,11 @@ class ContractFile(pytest.File):
             yield ContractErrorItem.from_parent(self, name="contract", error=e)
             return
         wanted = [p.strip() for p in self.config.getoption("--conformance-paths").split(",")]
-        for p in PATHS:
+        for p in registered_paths.names():
             if p in wanted:
                 item = PathItem.from_parent(self, name=p, contract=contract, conformance_path=p)
                 item.add_marker(pytest.mark.conformance)
-                if p == "sglang-engine":
+                if registered_paths.get(p).needs.gpu:
                     item.add_marker(pytest.mark.gpu)
                 yield item
 
@@ -157,8 +164,8 @@ class PathItem(pytest.Item):
         self.user_properties += [("check", c) for c in dict.fromkeys(f.check for f in findings if f.status == "fail")]
 
     def runtest(self):
-        from conformance import suite
-        from conformance.runner import PairUnavailable, resolve_pair
+        from conformance import session
+        from conformance.pairs import PairUnavailable, resolve_pair
 
         try:
             pair = resolve_pair(self.contract)
@@ -167,9 +174,8 @@ class PathItem(pytest.Item):
                 # the contract names where its pair lives: not finding it is an error, not a skip
                 raise ConformanceSetupError(f"{self.path}: {e}") from None
             pytest.skip(f"pair not available locally: {e}; norm bands {self.contract.norm_bands.status}")
-        fn = getattr(suite, "run_" + self.conformance_path.replace("-", "_"))
-        findings = fn(self.contract, pair)
-        if isinstance(findings, suite.Skipped):
+        findings = session.run_path(registered_paths.get(self.conformance_path), self.contract, pair)
+        if isinstance(findings, registered_paths.Skipped):
             pytest.skip(findings.reason)
         self._record(findings)
         bad = [f for f in findings if f.status == "fail"]
@@ -244,8 +250,8 @@ def conformance_contracts(pytestconfig):
 @pytest.fixture(scope="session")
 def conformance_reference():
     """``f(contract) -> ReferenceModel`` for the contract's local target (skips when unavailable)."""
+    from conformance.pairs import PairUnavailable, resolve_pair
     from conformance.reference import load_reference_model
-    from conformance.runner import PairUnavailable, resolve_pair
 
     def get(contract):
         try:
@@ -260,8 +266,8 @@ def conformance_reference():
 @pytest.fixture(scope="session")
 def conformance_training_captures():
     """``f(contract, indices) -> list[Capture]`` through the real speculators loader."""
-    from conformance.paths.training import TrainingLoader
-    from conformance.runner import PairUnavailable, _dtype, resolve_pair
+    from conformance.pairs import PairUnavailable, resolve_pair, torch_dtype
+    from conformance.tools.speculators_loader import TrainingLoader
 
     def get(contract, indices):
         try:
@@ -269,7 +275,7 @@ def conformance_training_captures():
         except PairUnavailable as e:
             pytest.skip(str(e))
         loader = TrainingLoader(pair.data_dir, contract.draft.target_hidden_size, contract.num_slots,
-                                _dtype(contract.data_dtype))
+                                torch_dtype(contract.data_dtype))
         return loader.batch(indices)
 
     return get

@@ -1,6 +1,7 @@
 """Streaming scan of a speculators 0.9.0 dataset: cheap checks on every row, fingerprints on a sample.
 
-``conformance check-data`` runs here. For every sample ``i`` of its shard the scanner
+``conformance check-data`` runs here (its arguments and output: :mod:`conformance.cli.check_data`).
+For every sample ``i`` of its shard the scanner
 
 - memory-maps ``hidden_states/hs_{i}.safetensors`` with ``safetensors.safe_open`` (framework
   "pt"; nothing is read until touched) and reads the Arrow ``input_ids`` row (``datasets
@@ -25,7 +26,7 @@ Only one sample's tensors are mapped at a time; a background thread reads the ne
 
 Slot identity (fingerprints against the reference model's forward) runs only on a seeded sample
 of the dataset (``--sample N``, ``--seed``), and those samples go through the real speculators
-loader (:class:`conformance.paths.training.TrainingLoader`: ``ArrowDataset`` + ``CollateFn``
+loader (:class:`conformance.tools.speculators_loader.TrainingLoader`: ``ArrowDataset`` + ``CollateFn``
 with ``shift_batch``), findings on path ``"training"``. The report's ``meta.scope`` says which
 checks ran on every row and which on the sample.
 
@@ -41,9 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import random
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +55,7 @@ import torch  # noqa: E402
 
 from conformance.capture import Capture  # noqa: E402
 from conformance.contract import Contract, contract_source  # noqa: E402
+from conformance.errors import DataError  # noqa: E402
 from conformance.findings import Finding  # noqa: E402
 
 DISK_PATH = "training-disk"
@@ -76,7 +76,7 @@ DISK_CHECKS = ("sample_available", "slot_count", "feature_width", "verifier_widt
                "finite", "row_count", "token_ids", "norm_band")
 
 
-class ScanError(Exception):
+class ScanError(DataError):
     """The dataset cannot be scanned at all (not a dataset, no samples, a worker died)."""
 
 
@@ -433,12 +433,13 @@ def _scan_loop(spec, c, rc, data, hs_dir, ids, mine, batches, pre, on_progress, 
                                        spec.block_elems, buf_holder)
         groups.append([i, 0, [f.to_json() for f in found]])
         if i in batches:
-            from conformance.paths.training import TrainingLoader
+            from conformance.assess import sample_findings
+            from conformance.pairs import torch_dtype
             from conformance.reference import load_reference_model
-            from conformance.runner import _dtype, sample_findings
+            from conformance.tools.speculators_loader import TrainingLoader
 
             if loader is None:
-                loader = TrainingLoader(data, c.draft.target_hidden_size, c.num_slots, _dtype(c.data_dtype))
+                loader = TrainingLoader(data, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype))
                 if spec.reference_dir:
                     ref_model = load_reference_model(spec.reference_dir, c.target)
             lf: list[Finding] = []
@@ -595,46 +596,61 @@ def scan(c: Contract, data_dir: str | Path, *, shard: tuple[int, int] = (0, 1), 
     seconds = time.perf_counter() - t0
     groups = sorted((g for p in parts for g in p["groups"]), key=lambda g: (g[0], g[1]))
     findings = [Finding(**d) for g in groups for d in g[2]]
-    n = parts[0]["samples"]
-    nbytes = sum(p["bytes"] for p in parts)
-    fps = sorted(j for p in parts for j in p["fingerprint_samples"])
+    meta = _scan_meta(c, data_dir, parts, findings, seconds, shard=shard, workers=workers, sample=sample, seed=seed,
+                      reference_dir=reference_dir, batch_size=batch_size)
+    return ScanResult(findings, meta)
+
+
+def _unchecked_reason(reference_dir, fps: list[int], sample: int) -> str:
+    """Why slot identity was not judged, in words (when no fingerprint passed or failed)."""
+    if not reference_dir:
+        return "no reference model"
+    if not fps:
+        return "no sample was fingerprinted (--sample 0)" if sample == 0 else "no fingerprinted sample in this shard"
+    return "every fingerprint was skipped"
+
+
+def _scope(c: Contract, fps: list[int], seed: int, reference_dir) -> dict[str, str]:
+    """Which checks ran on every row (disk path) and which on the sample (loader path)."""
+    return {
+        DISK_PATH: ("every row and slot of every sample in this shard (hidden_states/hs_{i}.safetensors "
+                    "and the Arrow input_ids): " + ", ".join(DISK_CHECKS)
+                    + ("" if c.norm_bands.status == "calibrated" else " (norm bands uncalibrated: skipped)")),
+        LOADER_PATH: (f"only the {len(fps)} sampled samples in this shard (seed {seed}), through "
+                      "speculators ArrowDataset + CollateFn(shift_batch): capture checks, shift alignment"
+                      + (" and fingerprints (slot identity, order, verifier, alignment) against the reference"
+                         if reference_dir else "; no reference: fingerprints skipped")),
+    }
+
+
+def _scan_meta(c: Contract, data_dir, parts: list[dict[str, Any]], findings: list[Finding], seconds: float, *,
+               shard: tuple[int, int], workers: int, sample: int, seed: int, reference_dir,
+               batch_size: int) -> dict[str, Any]:
+    """The report metadata of a scan from its parts (see :class:`ScanResult`)."""
     from conformance import report
 
-    if not reference_dir:
-        unchecked = "no reference model"
-    elif not fps:
-        unchecked = ("no sample was fingerprinted (--sample 0)" if sample == 0
-                     else "no fingerprinted sample in this shard")
-    else:
-        unchecked = "every fingerprint was skipped"
+    i, count = shard
+    fps = sorted(j for p in parts for j in p["fingerprint_samples"])
     checked = report.slot_identity_checked(findings)
-    meta = {
+    return {
         "data": str(data_dir),
-        "samples": n,
+        "samples": parts[0]["samples"],
         "shard": f"{i}/{count}",
         "sharding": SHARDING,
         "shard_samples": sum(p["shard_samples"] for p in parts),
         "workers": workers,
         "reference": str(reference_dir) if reference_dir else "none (slot identity not checked)",
         "fingerprint_sample": {"size": sample, "seed": seed, "batch_size": batch_size, "indices": fps},
-        "scope": {
-            DISK_PATH: ("every row and slot of every sample in this shard (hidden_states/hs_{i}.safetensors "
-                        "and the Arrow input_ids): " + ", ".join(DISK_CHECKS)
-                        + ("" if c.norm_bands.status == "calibrated" else " (norm bands uncalibrated: skipped)")),
-            LOADER_PATH: (f"only the {len(fps)} sampled samples in this shard (seed {seed}), through "
-                          "speculators ArrowDataset + CollateFn(shift_batch): capture checks, shift alignment"
-                          + (" and fingerprints (slot identity, order, verifier, alignment) against the reference"
-                             if reference_dir else "; no reference: fingerprints skipped")),
-        },
+        "scope": _scope(c, fps, seed, reference_dir),
         "slot_stats": merge_slot_stats([p["slot_stats"] for p in parts]),
-        "bytes": nbytes,
+        "bytes": sum(p["bytes"] for p in parts),
         "seconds": round(seconds, 3),
         "peak_rss_mb": max((p["peak_rss_mb"] for p in parts if p.get("peak_rss_mb") is not None), default=None),
         "contract_name": c.name,
         "contract_sha256": contract_digest(c),
-        "slot_identity": {"checked": checked, "reason": None if checked else unchecked},
+        "slot_identity": {"checked": checked,
+                          "reason": None if checked else _unchecked_reason(reference_dir, fps, sample)},
     }
-    return ScanResult(findings, meta)
 
 
 def human_bytes(n: float) -> str:
@@ -694,91 +710,3 @@ class _Progress:
         if self.enabled:
             self.p.stop()
         return False
-
-
-# --- CLI ---------------------------------------------------------------------------------------
-
-
-def _report_width() -> int:
-    """100 columns, or the terminal's width when it is narrower."""
-    import shutil
-
-    from conformance import report
-
-    cols = shutil.get_terminal_size((report.WIDTH, 24)).columns if sys.stdout.isatty() else report.WIDTH
-    return max(60, min(report.WIDTH, cols))
-
-
-def cmd_check_data(args) -> int:
-    """``conformance check-data``: scan a dataset; exit 0 conforms, 1 violations, 2 bad input."""
-    from conformance import report
-    from conformance.cli import (EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, UsageError, _load, check_data_dir,
-                                 check_output, resolve_reference)
-    from conformance.reference import ReferenceError
-
-    c = _load(args.contract)
-    data = check_data_dir(args.data)
-    try:
-        shard = parse_shard(getattr(args, "shard", None) or "0/1")
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    workers = int(getattr(args, "workers", 1))
-    if workers < 1:
-        raise UsageError(f"--workers {workers}: must be >= 1")
-    sample = int(getattr(args, "sample", 32))
-    if sample < -1:
-        raise UsageError(f"--sample {sample}: must be >= 0, or -1 for every sample")
-    if int(args.batch_size) < 1:
-        raise UsageError(f"--batch-size {args.batch_size}: must be >= 1")
-    ref_dir = resolve_reference(c, args)
-    if args.json:
-        check_output(args.json, "--json", inputs=(args.contract,), input_dirs=(data, ref_dir))
-    if getattr(args, "markdown", None):
-        check_output(args.markdown, "--markdown", inputs=(args.contract, args.json), input_dirs=(data, ref_dir))
-    if ref_dir is not None and workers > 1:
-        from conformance.reference import load_reference_model
-
-        try:  # fail fast, in this process, with a one-line error
-            load_reference_model(ref_dir, c.target)
-        except ReferenceError as e:
-            raise UsageError(str(e)) from None
-    progress = not args.quiet and sys.stderr.isatty()
-    try:
-        res = scan(c, data, shard=shard, workers=workers, sample=sample,
-                   seed=int(getattr(args, "seed", 0)), reference_dir=ref_dir, batch_size=args.batch_size,
-                   progress=progress)
-    except (ScanError, ReferenceError) as e:
-        raise UsageError(str(e)) from None
-    findings = res.findings
-    from conformance.diagnose import diagnose
-
-    diagnoses = diagnose(c, findings)
-    m = res.meta
-    verbose = bool(getattr(args, "verbose", False))
-    extra = {"data": m["data"], "samples": f"{m['shard_samples']} of {m['samples']} (shard {m['shard']}, "
-             f"{SHARDING})", "reference": m["reference"]}
-    if verbose:
-        extra.update({f"scope {k}": v for k, v in m["scope"].items()})
-    extra["read"] = (f"{human_bytes(m['bytes'])} in {m['seconds']:.2f} s "
-                     f"({human_bytes(m['bytes'] / max(m['seconds'], 1e-9))}/s)")
-    title = f"{c.name}: training data ({args.contract})"
-    reason = m["slot_identity"]["reason"]
-    if not args.quiet:
-        print(report.render_text(findings, diagnoses, title=title, extra=extra, unchecked_reason=reason,
-                                 verbose=verbose, width=_report_width()))
-    else:  # --quiet: no report, but still the one-line verdict (and what the diagnoses name)
-        nf = sum(f.status == "fail" for f in findings)
-        print(f"{report.verdict(findings, reason)[1]}: {len(findings)} findings, {nf} failed")
-        for d in diagnoses:
-            print(f"  {d.label}: {d.title}")
-    if args.json:
-        report.write_json(args.json, args.contract, findings, res.meta,
-                          passes=getattr(args, "json_passes", "all"), diagnoses=diagnoses)
-    if getattr(args, "markdown", None):
-        report.write_markdown(args.markdown, report.render_markdown(findings, diagnoses, title=title, extra=extra,
-                                                                    unchecked_reason=reason))
-    avail = [f for f in findings if f.check == "sample_available" and f.path == DISK_PATH]
-    if avail and all(f.status == "fail" for f in avail) and shard == (0, 1):
-        print(f"conformance: error: {data}: none of the {len(avail)} samples could be read", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    return EXIT_VIOLATIONS if any(f.status == "fail" for f in findings) else EXIT_OK

@@ -42,7 +42,7 @@ def tiny_ref(tiny):
 
 @pytest.fixture(scope="session")
 def tiny_loader(tiny, tiny_contract):
-    from conformance.paths.training import TrainingLoader
+    from conformance.tools.speculators_loader import TrainingLoader
     import torch
 
     return TrainingLoader(tiny.data_dir, tiny_contract.draft.target_hidden_size, tiny_contract.num_slots, torch.bfloat16)

@@ -431,7 +431,7 @@ def test_calibrate_bad_input(tmp_path, capsys):
 
 
 def test_band_recipe():
-    from conformance.authoring import band_from
+    from conformance.authoring.calibrate import band_from
 
     vals = [float(i) for i in range(1, 1001)]  # p0.1 = 1.999, p99.9 = 999.001
     lo, hi = band_from(vals, 2.0)

@@ -21,6 +21,8 @@ from conformance import faults
 from conformance.diagnose import KINDS, Diagnosis, diagnose
 from conformance.faults import OPERATORS_BY_NAME as OPS
 from conformance.faults import Knobs
+from conformance.faults.inject_sglang import run_sglang
+from conformance.faults.inject_training import run_training, write_dataset
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = (REPO / "contracts" / "tiny-llama.yaml").read_text()
@@ -39,7 +41,7 @@ def base(tmp_path_factory):
 
 def _train(base, knobs=Knobs(), contract=None):
     scn, ex, c = base
-    return faults.run_training(scn, contract or c, ex, knobs)
+    return run_training(scn, contract or c, ex, knobs)
 
 
 def _op(base, name, path="training"):
@@ -131,7 +133,7 @@ def test_one_slot_off(base):
 
 def test_verifier_F_where_B_L_is_declared(base):
     scn, ex, c = base
-    d = diagnose(c, _train(base, faults._t_verifier_F(scn, c, ex)))[0]
+    d = diagnose(c, _train(base, Knobs(slots=[str(b) for b in c.aux] + ["F"])))[0]
     assert (d.kind, d.fault, d.slots) == ("verifier-norm-state", "K4", ("verifier",))
     assert "F" in d.title and "B_8" in d.title
     assert "verifier_last: {tensor: F, norm: post}" in _fix(d)
@@ -154,12 +156,12 @@ def test_a_slot_that_is_no_boundary(base):
 def test_another_checkpoint_as_reference(base):
     """Data of one target, fingerprinted against another checkpoint of the same architecture."""
     from conformance.checks import run_checks
-    from conformance.paths.training import TrainingLoader
+    from conformance.tools.speculators_loader import TrainingLoader
 
     scn, ex, c = base
     other = faults.build_scenario(faults.ScenarioSpec("other", 8, 64, 64, (3, 5, 6), seed=99),
                                   scn.workdir.parent / "other")
-    data = faults.write_dataset(scn.fresh_dir("data"), scn, c, Knobs())
+    data = write_dataset(scn.fresh_dir("data"), scn, c, Knobs())
     fs = []
     for cap in TrainingLoader(data, 64, 3, torch.bfloat16).batch(list(range(len(scn.samples)))):
         fs += run_checks(c, cap, other.ref.capture(cap.token_ids))
@@ -172,7 +174,7 @@ def test_last_slot_unreachable(tmp_path):
     scn = faults.build_scenario(faults.MATRIX_SCENARIOS["final"], tmp_path)  # aux B_3, B_5, B_8
     ex = faults.default_example(scn)
     c = scn.contract(extra_tokens=ex.tokens())
-    fs = faults.run_training(scn, c, ex, OPS["last-slot-unreachable"].paths["training"].fn(scn, c, ex))
+    fs = run_training(scn, c, ex, OPS["last-slot-unreachable"].paths["training"].fn(scn, c, ex))
     d = diagnose(c, fs)[0]
     assert (d.kind, d.fault) == ("slot-count", "K3") and "B_8" in d.title
 
@@ -264,7 +266,7 @@ def pool():
 
 def _serve(base, pool, path, knobs=Knobs(), contract=None):
     scn, ex, c = base
-    return faults.run_sglang(scn, contract or c, ex, path, pool, knobs)
+    return run_sglang(scn, contract or c, ex, path, pool, knobs)
 
 
 @sglang_only

@@ -1,4 +1,4 @@
-"""The kill matrix, proven by injection (conformance/faults.py).
+"""The kill matrix, proven by injection (conformance/faults/).
 
 For random valid contracts (hypothesis draws L, target and draft widths, K, boundaries, vocab
 and draft vocab sizes, batch sizes >= 1, lengths >= 1) and every fault operator, the suite must
@@ -152,7 +152,7 @@ def serving_cases(draw, scn, op):
 
 
 def _serving_example(scn, case):
-    from conformance.suite import consistent_drafts
+    from conformance.paths.sglang_decode import consistent_drafts
 
     aux, ext, prefixes, fillers, accepted = case
     n = len(fillers[0])
@@ -223,6 +223,10 @@ def test_matrix_report_has_no_miss(tmp_path, capsys):
         if c["status"] == "caught":
             assert c["checks"], c
     assert "kill matrix" in printed
+    # the grid is what it was before the restructuring (issue #11; tests/test_identity.py)
+    from test_identity import _load, kill_matrix_grid
+
+    assert kill_matrix_grid(doc) == _load("kill_matrix.json")
 
 
 def test_counts_report():

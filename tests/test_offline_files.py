@@ -14,7 +14,7 @@ import torch
 
 from conformance.cli import main
 from conformance.fixtures import sample_token_ids
-from conformance.paths import offline_files as of
+from conformance.tools import offline_files as of
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "contracts" / "tiny-llama.yaml"

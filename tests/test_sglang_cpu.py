@@ -21,7 +21,7 @@ import torch  # noqa: E402
 
 sglang = pytest.importorskip("sglang")
 
-from conformance.paths.sglang_cpu import DraftForwardError, SGLangCPUHarness  # noqa: E402
+from conformance.tools.sglang_cpu import DraftForwardError, SGLangCPUHarness  # noqa: E402
 
 COS = 0.999
 L = 7  # llama defaults [2, 3, 4] differ from the configured ids [1,3,4] -> [2, 4, 5]

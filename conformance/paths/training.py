@@ -1,190 +1,56 @@
-"""Training-loader path: what speculators 0.9.0 hands its EAGLE-3 draft during training.
+"""``training``: what speculators 0.9.0 hands its EAGLE-3 draft during training.
 
-Runs the real loader stack on a dataset directory in the speculators 0.9.0 on-disk format:
-``speculators.train.data.ArrowDataset`` (reads ``hidden_states/hs_{i}.safetensors`` and routes
-``hs[:, :-1].flatten(1)`` to ``hidden_states`` and ``hs[:, -1]`` to
-``verifier_last_hidden_states``, src/speculators/train/data.py:274-333), then
-``speculators.train.data.CollateFn`` with ``speculators.models.eagle3.data.shift_batch`` as its
-preprocess step (src/speculators/models/eagle3/data.py:8-44), exactly as the trainer does. The
-packed batch is split back into documents with its ``document_ids``; each document becomes one
-:class:`conformance.capture.Capture`.
-
-Nothing here re-implements the loader: the routing, shift and packing are speculators' own.
+The pair's stored dataset (the embedded fixtures have one) goes through speculators' own loader
+(:class:`conformance.tools.speculators_loader.TrainingLoader`: ``ArrowDataset`` ->
+``CollateFn(shift_batch)``): first every sample once in consecutive batches, then batch
+compositions hypothesis draws (which samples, how many, in which order;
+``strategies.sample_batches``). Users' own datasets are checked with ``conformance check-data``.
 """
 
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from conformance import torch_env
-
-torch_env.prepare()
-import torch  # noqa: E402
-
-PATH = "training"
+from conformance.paths.base import Needs, Observation, Path
 
 
-class TrainingDataError(Exception):
-    """The dataset directory cannot be opened as a speculators 0.9.0 dataset at all."""
+@dataclass
+class _State:
+    loader: Any  # TrainingLoader
+    n: int  # samples in the dataset
 
 
-class TrainingLoader:
-    """The real speculators loader over one dataset directory.
+def prepare(c, pair) -> _State:
+    from conformance.pairs import torch_dtype
+    from conformance.tools.speculators_loader import TrainingLoader
 
-    Args:
-        data_dir: Arrow ``save_to_disk`` dir with ``hidden_states/hs_{i}.safetensors`` beside it.
-        target_hidden_size: d (CollateFn's ``hidden_size``).
-        num_aux: K (CollateFn's ``num_target_layers``).
-        dtype: the dtype CollateFn casts hidden states to (the trainer's), e.g. torch.bfloat16.
+    loader = TrainingLoader(pair.data_dir, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype))
+    return _State(loader, len(loader))
 
-    Raises:
-        TrainingDataError: the directory is missing or is not an Arrow dataset.
-    """
 
-    def __init__(self, data_dir: str | Path, target_hidden_size: int, num_aux: int, dtype=torch.bfloat16):
-        from speculators.train.data import ArrowDataset
+def first(s: _State) -> Observation:
+    """Every sample once, in consecutive batches of 4; a failure here ends the run."""
+    from conformance.tools.speculators_loader import default_batches
 
-        self.data_dir = Path(data_dir)
-        if not self.data_dir.is_dir():
-            raise TrainingDataError(f"{self.data_dir}: no such data directory")
-        try:
-            self.dataset = ArrowDataset(max_len=1 << 30, datapath=str(self.data_dir), on_missing="warn")
-        except Exception as e:  # datasets raises FileNotFoundError / ValueError / pyarrow errors
-            raise TrainingDataError(f"{self.data_dir}: not a speculators Arrow dataset: {e}") from None
-        self.d = target_hidden_size
-        self.K = num_aux
-        self.dtype = dtype
+    caps = [cap for batch in default_batches(s.n) for cap in s.loader.batch(batch)]
+    return Observation(captures=caps, stored=True, stop_on_failure=True)
 
-    def __len__(self) -> int:
-        return len(self.dataset)
 
-    def dataset_row(self, i: int) -> dict:
-        """The Arrow row ``i`` (input_ids, loss_mask as tensors)."""
-        return self.dataset.data[i]
+def observe(s: _State, draw) -> Observation:
+    """One drawn batch: ``[sample index, ...]`` (repeats allowed, any order)."""
+    from conformance import strategies
 
-    def _item(self, i: int):
-        """``ArrowDataset[i]``, with exceptions and warnings turned into an unavailable reason."""
-        from speculators.train.recovery import SampleUnavailable
+    batch = draw(strategies.sample_batches(s.n), label="batch")
+    return Observation(captures=s.loader.batch(list(batch)), stored=True)
 
-        name = f"hidden_states/hs_{i}.safetensors"
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            try:
-                item = self.dataset[i]
-            except Exception as e:  # a corrupt shard raises from safetensors
-                msg = " ".join(str(e).split())[:300]
-                return None, f"{name} could not be read: {type(e).__name__}: {msg}"
-        if isinstance(item, SampleUnavailable):
-            reason = item.reason or "; ".join(str(x.message) for x in w) or "sample unavailable"
-            if not (self.data_dir / name).exists():
-                reason = f"{name} is missing"
-            elif "token ids" in reason.lower():
-                reason = self._token_mismatch(i, name) or f"{name}: {reason}"
-            return None, reason
-        return item, None
 
-    def _token_mismatch(self, i: int, name: str) -> Optional[str]:
-        """Describe how the shard's ``token_ids`` differ from Arrow row ``i`` (read-only)."""
-        try:
-            from safetensors import safe_open
-
-            with safe_open(str(self.data_dir / name), framework="pt") as f:
-                tok = f.get_tensor("token_ids").long()
-            src = torch.as_tensor(self.dataset_row(i)["input_ids"]).reshape(-1).long()
-        except Exception:
-            return None
-        if tok.dim() != 1:
-            return f"{name}: token_ids is {list(tok.shape)}, expected [T] (Arrow row {i} holds {src.shape[0]} tokens)"
-        if tok.shape != src.shape:
-            return f"{name}: token_ids hold {tok.shape[0]} tokens but Arrow row {i} holds {src.shape[0]}"
-        j = int((tok != src).nonzero()[0]) if bool((tok != src).any()) else -1
-        return (f"{name}: token_ids differ from Arrow row {i} input_ids at token {j} "
-                f"({int(tok[j])} vs {int(src[j])}); speculators skips such a sample")
-
-    def batch(self, indices: Sequence[int], max_len: Optional[int] = None) -> list:
-        """Load ``indices`` as one packed training batch and split it into per-sample captures.
-
-        Args:
-            indices: dataset rows, in batch order (repeats allowed).
-            max_len: CollateFn's packing length; default fits every sample (no truncation).
-
-        Returns:
-            One :class:`Capture` per index, in order; unavailable samples carry ``unavailable``.
-        """
-        from conformance.capture import Capture
-
-        raw = [self._item(i) for i in indices]
-        items = [it for it, _ in raw]
-        try:
-            batch = self._collate(items, max_len)
-        except Exception as e:
-            if max_len is None and sum(it is not None for it in items) > 1:
-                # CollateFn sizes its buffers from the first sample: one shard of another shape (a
-                # wrong slot count, width or rank) makes the whole packed batch raise. Collate each
-                # sample alone: every other sample is still checked, the odd one on its own shape.
-                out = []
-                for i in indices:
-                    out += self.batch([i])
-                return out
-            if len(indices) != 1 or items[0] is None:
-                raise
-            msg = " ".join(str(e).split())[:300]
-            raw = [(None, f"hidden_states/hs_{indices[0]}.safetensors: {self._shape_words(items[0])} cannot be "
-                          f"collated as {self.K} aux slots + verifier of width {self.d} "
-                          f"({type(e).__name__}: {msg})")]
-            items = [None]
-            batch = self._collate(items, max_len)
-        doc = batch["document_ids"][0]
-        out = []
-        j = 0  # document index among available samples
-        for pos, (i, (item, reason)) in enumerate(zip(indices, raw)):
-            where = f"sample {i} (batch position {pos})"
-            row = self.dataset_row(i)
-            src_ids = torch.as_tensor(row["input_ids"]).long()
-            src_mask = torch.as_tensor(row["loss_mask"])
-            if item is None:
-                out.append(Capture(PATH, where, src_ids, torch.zeros(0, self.K * self.d), torch.zeros(0, dtype=torch.long),
-                                   source_token_ids=src_ids, unavailable=reason,
-                                   provenance={"sample": i, "data_dir": str(self.data_dir)}))
-                continue
-            sel = (doc == j).nonzero().flatten()
-            j += 1
-            n = int(sel.numel())
-            out.append(Capture(
-                path=PATH,
-                where=where,
-                token_ids=item["input_ids"].long(),
-                feature=batch["hidden_states"][0, sel],
-                rows=torch.arange(n, dtype=torch.long),
-                verifier_last=batch["verifier_last_hidden_states"][0, sel],
-                draft_input_ids=batch["input_ids"][0, sel],
-                loss_mask=batch["loss_mask"][0, sel],
-                source_loss_mask=src_mask,
-                position_ids=batch["position_ids"][0, sel],
-                source_token_ids=src_ids,
-                provenance={"sample": i, "data_dir": str(self.data_dir),
-                            "on_disk_dtype": str(item["hidden_states"].dtype).replace("torch.", ""),
-                            "loader": "speculators.train.data.ArrowDataset + CollateFn(shift_batch)"},
-            ))
-        return out
-
-    def _collate(self, items: list, max_len: Optional[int]):
-        from speculators.models.eagle3.data import shift_batch
-        from speculators.train.data import CollateFn
-
-        lens = [int(it["input_ids"].shape[0]) - 1 for it in items if it is not None]
-        total = max(sum(max(n, 0) for n in lens), 1)
-        collate = CollateFn(max_len or total, hidden_size=self.d, num_target_layers=self.K, dtype=self.dtype,
-                            preprocess=shift_batch)
-        # CollateFn consumes the items; hand it shallow copies so the raw ones stay readable
-        return collate([dict(it) if it is not None else None for it in items])
-
-    @staticmethod
-    def _shape_words(item: dict) -> str:
-        return ", ".join(f"{k} {list(v.shape)}" for k, v in item.items() if hasattr(v, "shape"))
-
-    def iter_batches(self, batches: Iterable[Sequence[int]]):
-        for b in batches:
-            yield from self.batch(b)
+PATH = Path(
+    name="training",
+    summary="speculators 0.9.0 ArrowDataset -> CollateFn(shift_batch): hidden_states, verifier_last_hidden_states, "
+            "ids, mask, positions",
+    needs=Needs(data=True),
+    prepare=prepare,
+    first=first,
+    observe=observe,
+)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from conformance import torch_env
+from conformance.errors import DataError
 
 torch_env.prepare()
 import torch  # noqa: E402
@@ -47,7 +48,7 @@ PATH_SPECFORGE = "training-specforge"  # "training*": checks judge it as trainin
 SUFFIXES = (".pt", ".ckpt")
 
 
-class OfflineFilesError(Exception):
+class OfflineFilesError(DataError):
     """The ``--files`` argument names no readable offline file at all."""
 
 
@@ -199,19 +200,3 @@ def load_capture(path: str | Path, contract, index: Optional[int] = None):
                     "on_disk_dtype": str(feature.dtype).replace("torch.", ""),
                     "loader": "torch.load(weights_only=True); pairing at the contract's alignment offsets"},
     )
-
-
-def offline_findings(contract, files: list[Path], reference_dir: Optional[Path] = None) -> list:
-    """Every check on every file (one capture each), robust to bad files.
-
-    Raises:
-        conformance.reference.ReferenceError: the reference directory cannot be loaded.
-    """
-    from conformance.reference import load_reference_model
-    from conformance.runner import sample_findings
-
-    ref_model = load_reference_model(reference_dir, contract.target) if reference_dir else None
-    out = []
-    for i, f in enumerate(files):
-        out += sample_findings(contract, load_capture(f, contract, i), ref_model)
-    return out

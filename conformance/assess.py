@@ -1,0 +1,125 @@
+"""What a path observed -> findings: which checks judge which part of an observation.
+
+Paths (:mod:`conformance.paths`) never check anything; they return an
+:class:`conformance.paths.base.Observation`. This module applies the checks
+(:mod:`conformance.checks`, :mod:`conformance.datacheck`) to it:
+
+==================  =======================================================================
+observation part    judged by
+==================  =======================================================================
+``captures``        every capture check against the reference forward on the capture's own
+                    tokens (:func:`capture_findings`); captures read from stored data
+                    (``stored=True``) through :func:`sample_findings`, where a bad sample is
+                    a finding, never an error
+``shapes_only``     slot count, widths and norm bands (rows with no per-token reference,
+                    e.g. an engine's decode rows)
+``pairs``           the two captures of the same tokens on two paths agree row by row
+                    (:func:`conformance.checks.check_cross_path`)
+``facts``           one check per named fact of the whole run (:data:`FACT_CHECKS`)
+==================  =======================================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from conformance.contract import Contract
+from conformance.findings import Finding
+
+
+FACT_CHECKS: dict[str, str] = {
+    "sglang_version": "check_engine_version",   # str: the installed SGLang release
+    "avg_accept_length": "check_accept_length",  # float or None: avg_spec_accept_length
+}
+"""Facts a path may report (:attr:`conformance.paths.base.Observation.facts`) -> the function of
+:mod:`conformance.checks` that judges each (imported when needed)."""
+
+
+def capture_findings(c: Contract, cap, ref_model) -> list[Finding]:
+    """Every capture check on ``cap`` against ``ref_model``'s forward on ``cap.token_ids``."""
+    from conformance.checks import run_checks
+
+    return run_checks(c, cap, ref_model.capture(cap.token_ids))
+
+
+def shape_findings(c: Contract, cap) -> list[Finding]:
+    """Slot count, widths and norm bands: what can be judged without per-token reference rows."""
+    from conformance.checks import check_norm_bands, check_slot_count, check_width
+
+    return check_slot_count(c, cap) + check_width(c, cap) + check_norm_bands(c, cap)
+
+
+def sample_findings(c: Contract, cap, ref_model=None) -> list[Finding]:
+    """Every check on one capture, robust to bad samples: an empty or one-token sample, token ids
+    outside the vocabulary, a reference forward that fails, NaN/Inf rows (fingerprints are judged
+    on the finite rows; ``check_finite`` still reports the others). Never raises for bad data."""
+    from conformance import datacheck
+    from conformance.checks import run_checks
+    from conformance.reference import ReferenceError
+
+    out = datacheck.sample_length_findings(cap)
+    bad_ids = datacheck.token_range_findings(cap, c.target.vocab_size)
+    out += bad_ids
+    ref = None
+    if ref_model is not None and not cap.unavailable and len(cap.token_ids) and not bad_ids:
+        try:
+            ref = ref_model.capture(cap.token_ids)
+        except ReferenceError as e:
+            out.append(Finding("reference", "fail", cap.path, None, "reference forward runs", str(e), cap.where,
+                               f"{cap.where}: the reference forward failed: {e}", "K11"))
+    if ref is None:
+        return out + run_checks(c, cap, None)
+    clean = datacheck.finite_rows(cap)
+    if clean is cap:
+        return out + run_checks(c, cap, ref)
+    from conformance.checks import check_finite
+
+    fs = run_checks(c, clean if clean is not None else cap, ref if clean is not None else None)
+    return out + [f for f in fs if f.check != "finite"] + check_finite(c, cap)
+
+
+def assess(c: Contract, obs, reference: Callable[[], Any]) -> list[Finding]:
+    """Findings of one observation, in the order captures, shapes-only, pairs, facts.
+
+    Args:
+        c: the contract.
+        obs: a :class:`conformance.paths.base.Observation`.
+        reference: returns the reference model (loaded on first need; called only when
+            ``obs`` holds captures to fingerprint).
+
+    Raises:
+        ValueError: a fact this module has no check for.
+    """
+    out: list[Finding] = []
+    if obs.captures:
+        ref_model = reference()
+        for cap in obs.captures:
+            out += sample_findings(c, cap, ref_model) if obs.stored else capture_findings(c, cap, ref_model)
+    for cap in obs.shapes_only:
+        out += shape_findings(c, cap)
+    if obs.pairs:
+        from conformance.checks import check_cross_path
+
+        for a, b in obs.pairs:
+            out += check_cross_path(c, a, b)
+    if obs.facts:
+        from conformance import checks
+
+        for name, value in obs.facts.items():
+            if name not in FACT_CHECKS:
+                raise ValueError(f"no check for the fact {name!r}; known: {', '.join(FACT_CHECKS)}")
+            out += getattr(checks, FACT_CHECKS[name])(c, value)
+    return out
+
+
+def reference_loader(c: Contract, target_dir) -> Callable[[], Optional[Any]]:
+    """A function returning the (process-wide cached) reference model of ``target_dir``, loaded
+    on first call; None when there is no target directory."""
+    def get():
+        if target_dir is None:
+            return None
+        from conformance.reference import load_reference_model
+
+        return load_reference_model(target_dir, c.target)
+
+    return get

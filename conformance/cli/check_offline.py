@@ -1,0 +1,76 @@
+"""``conformance check-offline CONTRACT --files DIR_OR_GLOB``: offline hidden-state files (legacy
+speculators ``.pt``, SpecForge ``.ckpt``) against a contract.
+
+Files are read only through ``torch.load(weights_only=True)`` (see
+:mod:`conformance.tools.offline_files`); a pickle that would run code is refused and reported.
+Exit codes as everywhere: 0 conforms, 1 violations, 2 bad input (no file matched, no file could
+be read, or the reference could not be loaded).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from conformance.cli.common import (EXIT_BAD_INPUT, add_reference_options, check_output, console, error, exit_code,
+                                    load_contract, resolve_reference)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("check-offline",
+                       help="check legacy speculators .pt / SpecForge .ckpt hidden-state files against a contract")
+    p.add_argument("contract", metavar="CONTRACT")
+    p.add_argument("--files", required=True, metavar="DIR_OR_GLOB",
+                   help="a directory (searched recursively for *.pt / *.ckpt), one file, or a glob")
+    add_reference_options(p)
+    p.add_argument("--json", metavar="OUT", help="write findings as JSON")
+    p.add_argument("--quiet", action="store_true", help="no table")
+    p.set_defaults(func=run)
+
+
+def _file_roots(spec: str) -> list[Path]:
+    """The directory ``--files`` names, when it names one (a file or glob: none)."""
+    p = Path(spec)
+    return [p] if p.is_dir() else []
+
+
+def run(args) -> int:
+    from conformance import report
+    from conformance.findings import Finding
+    from conformance.reference import ReferenceError, load_reference_model
+    from conformance.runner import offline_findings
+    from conformance.tools.offline_files import find_files
+
+    c = load_contract(args.contract)
+    files = find_files(args.files)
+    ref_dir: Optional[Path] = resolve_reference(c, args)
+    if args.json:
+        check_output(args.json, "--json", inputs=(args.contract, *files),
+                     input_dirs=(ref_dir, *_file_roots(args.files)))
+    findings: list[Finding] = []
+    bad_reference = None
+    if ref_dir is not None:
+        try:
+            load_reference_model(ref_dir, c.target)
+        except ReferenceError as e:
+            bad_reference = str(e)
+            findings.append(Finding("reference", "fail", "data", None, "a loadable HF target directory",
+                                    bad_reference, str(ref_dir),
+                                    f"reference not usable: {bad_reference}; slot identity not checked", "K2"))
+            ref_dir = None
+    findings += offline_findings(c, files, ref_dir)
+    extra = {"files": str(args.files), "samples": str(len(files)),
+             "reference": str(ref_dir) if ref_dir else "none (slot identity not checked)",
+             "loader": "torch.load(weights_only=True)"}
+    if not args.quiet:
+        report.render_table(findings, f"{c.name}: offline files ({args.contract})", console(), extra)
+    if args.json:
+        report.write_json(args.json, args.contract, findings, extra)
+    if bad_reference:
+        error(bad_reference)
+        return EXIT_BAD_INPUT
+    avail = [f for f in findings if f.check == "sample_available"]
+    if avail and all(f.status == "fail" for f in avail):
+        error(f"{args.files}: none of the {len(files)} files could be read")
+        return EXIT_BAD_INPUT
+    return exit_code(findings)

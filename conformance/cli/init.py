@@ -1,0 +1,41 @@
+"""``conformance init --target DIR --draft DIR -o FILE``: a contract derived from two config.json
+files (:func:`conformance.authoring.init.derive_contract`); never writes over an input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conformance.cli.common import EXIT_OK, check_output
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("init", help="derive a contract from target and draft config.json files")
+    p.add_argument("--target", required=True, metavar="TARGET_DIR_OR_CONFIG")
+    p.add_argument("--draft", required=True, metavar="DRAFT_DIR_OR_CONFIG")
+    p.add_argument("--engine", metavar="ENGINE",
+                   help="sglang[==X.Y.Z] (default version: installed), vllm, speculators or specforge; "
+                        "inferred when unambiguous")
+    p.add_argument("--verifier", default="B_L", choices=["B_L", "F"],
+                   help="last data slot: B_L pre-norm (speculators, default) or F post-norm")
+    p.add_argument("--name", help="contract name (default: target--draft)")
+    p.add_argument("--allow-embedding", action="store_true", help="accept B_0 as an aux slot")
+    p.add_argument("-o", "--output", required=True, metavar="FILE")
+    p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from conformance.authoring.init import derive_contract
+    from conformance.authoring.yaml_doc import dump_contract, write_new
+
+    inputs = [Path(a) / "config.json" if Path(a).is_dir() else Path(a) for a in (args.target, args.draft)]
+    dirs = [Path(a) if Path(a).is_dir() else Path(a).parent for a in (args.target, args.draft)]
+    out = check_output(args.output, "-o", inputs=tuple(inputs), input_dirs=tuple(dirs), need_parent=False)
+    doc = derive_contract(args.target, args.draft, engine=args.engine, verifier=args.verifier,
+                          name=args.name, allow_embedding=args.allow_embedding, out_file=out)
+    text = dump_contract(doc, out)
+    write_new(out, text, args.force)
+    c = doc["capture"]
+    print(f"wrote {out}: aux {list(c['boundaries'])} + verifier {doc['verifier_last']['tensor']}, "
+          f"width {c['feature_width']}, bands uncalibrated")
+    return EXIT_OK

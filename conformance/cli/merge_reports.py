@@ -1,0 +1,31 @@
+"""``conformance merge-reports OUT.json IN1.json IN2.json ...``: one report from sharded runs
+(:func:`conformance.merge.merge_reports`). Exit 0 if no finding failed, 1 if one did (a missing
+shard included), 2 bad input."""
+
+from __future__ import annotations
+
+from conformance.cli.common import check_output, exit_code
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("merge-reports", help="merge JSON reports of sharded check-data runs")
+    p.add_argument("out", metavar="OUT.json", help="merged report to write")
+    p.add_argument("inputs", nargs="+", metavar="IN.json", help="reports to merge (same contract)")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="missing shards are a skip, not a failure (default: exit 1 when a shard is missing)")
+    p.add_argument("--quiet", action="store_true", help="no summary line")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from conformance.merge import merge_reports
+
+    check_output(args.out, "OUT", inputs=tuple(args.inputs))
+    merged = merge_reports(args.out, args.inputs, allow_missing=args.allow_missing)
+    nf = sum(1 for f in merged["findings"] if f["status"] == "fail")
+    if not args.quiet:
+        m = merged["meta"]
+        missing = m.get("shards_missing")
+        print(f"merged {len(args.inputs)} reports into {args.out}: {len(merged['findings'])} findings, {nf} failed"
+              + (f"; shards missing: {missing}" if missing else ""))
+    return exit_code(merged["findings"])

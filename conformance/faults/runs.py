@@ -1,0 +1,37 @@
+"""One run of a matrix path with a fault's knobs: the injector of each path.
+
+A path joins the kill matrix when it has an injector here (and its operators say how each fault
+applies on it); the matrix's columns are the registered paths (:mod:`conformance.paths`) that
+have one, in registry order.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from conformance.contract import Contract
+from conformance.faults.example import Example, Knobs
+from conformance.faults.inject_sglang import HarnessPool, run_sglang
+from conformance.faults.inject_training import run_training
+from conformance.faults.scenario import Scenario
+from conformance.findings import Finding
+
+Injector = Callable[[Scenario, Contract, Example, Optional[HarnessPool], Knobs], list[Finding]]
+
+INJECTORS: dict[str, Injector] = {
+    "training": lambda scn, c, ex, pool, k: run_training(scn, c, ex, k),
+    "sglang-extend": lambda scn, c, ex, pool, k: run_sglang(scn, c, ex, "sglang-extend", pool, k),
+    "sglang-decode": lambda scn, c, ex, pool, k: run_sglang(scn, c, ex, "sglang-decode", pool, k),
+}
+"""Path name -> ``(scenario, contract, example, harness pool, knobs) -> findings``."""
+
+
+def run_path(scn: Scenario, contract: Contract, ex: Example, path: str, pool: Optional[HarnessPool],
+             k: Knobs = Knobs()) -> list[Finding]:
+    """The findings of ``path`` on ``ex`` with ``k``'s faults (the good input by default).
+
+    Raises:
+        conformance.faults.example.NoOp: the fault changes nothing on this example.
+        KeyError: ``path`` has no injector.
+    """
+    return INJECTORS[path](scn, contract, ex, pool, k)

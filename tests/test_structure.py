@@ -1,0 +1,220 @@
+"""The shape of the package (issue #11; /ARCHITECTURE.md "rules of the house"), read from the
+code's own imports with ``ast``: imports point down and never cycle, nothing below the command
+line imports it, paths are independent and never judge, checks never import a path, every path
+module is in the registry, and a new path needs nothing but its module and one registry line.
+
+Imports are every ``import`` / ``from ... import`` at any depth (function-level imports are real
+dependencies too), except those under ``if TYPE_CHECKING:``.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PKG = REPO / "conformance"
+
+JUDGING = ("conformance.checks", "conformance.datacheck", "conformance.assess", "conformance.runner",
+           "conformance.session", "conformance.report", "conformance.faults")
+"""Modules that turn what was observed into findings (or run the matrix): paths and tools stay below them."""
+
+
+@lru_cache(maxsize=None)
+def modules() -> dict[str, Path]:
+    """``conformance.x.y`` -> its file, for every module of the package."""
+    out = {}
+    for f in sorted(PKG.rglob("*.py")):
+        parts = list(f.relative_to(REPO).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = f
+    return out
+
+
+def _type_checking_blocks(tree: ast.AST) -> set[int]:
+    ids = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test):
+            ids |= {id(x) for b in n.body for x in ast.walk(b)}
+    return ids
+
+
+@lru_cache(maxsize=None)
+def imports_of(name: str) -> frozenset[str]:
+    """The package's modules that module ``name`` imports (at any depth, not under TYPE_CHECKING)."""
+    f = modules()[name]
+    tree = ast.parse(f.read_text(encoding="utf-8"))
+    skip = _type_checking_blocks(tree)
+    pkg = name if f.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for n in ast.walk(tree):
+        if id(n) in skip:
+            continue
+        if isinstance(n, ast.Import):
+            targets = [a.name for a in n.names]
+        elif isinstance(n, ast.ImportFrom):
+            base = n.module or ""
+            if n.level:
+                up = pkg.split(".")[: len(pkg.split(".")) - (n.level - 1)]
+                base = ".".join(up + ([base] if base else []))
+            targets = [base] + [f"{base}.{a.name}" for a in n.names]
+        else:
+            continue
+        out |= {t for t in targets if t in modules()}
+    out.discard(name)
+    return frozenset(out)
+
+
+def _sccs(graph: dict[str, frozenset[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def test_no_import_cycles():
+    graph = {m: imports_of(m) for m in modules()}
+    assert _sccs(graph) == []
+
+
+def test_nothing_outside_the_cli_imports_it():
+    bad = {m: sorted(i for i in imports_of(m) if _under(i, "conformance.cli"))
+           for m in modules() if not _under(m, "conformance.cli")}
+    assert {m: v for m, v in bad.items() if v} == {}
+
+
+def test_paths_import_no_other_path_and_no_check():
+    """A path module imports only the protocol from paths/, and nothing that judges."""
+    offenders = {}
+    for m in modules():
+        if not _under(m, "conformance.paths") or m in ("conformance.paths", "conformance.paths.base"):
+            continue
+        bad = [i for i in imports_of(m) if (_under(i, "conformance.paths") and i != "conformance.paths.base")
+               or any(_under(i, j) for j in JUDGING) or _under(i, "conformance.cli")]
+        if bad:
+            offenders[m] = sorted(bad)
+    assert offenders == {}
+
+
+def test_tools_never_judge_and_know_no_path():
+    """A tool (one module or package under tools/) imports no other tool, no path, nothing that judges."""
+    offenders = {}
+    for m in modules():
+        if _under(m, "conformance.tools") and m != "conformance.tools":
+            own = ".".join(m.split(".")[:3])
+            bad = [i for i in imports_of(m) if any(_under(i, j) for j in JUDGING + ("conformance.paths",))
+                   or (_under(i, "conformance.tools") and i != "conformance.tools" and not _under(i, own))]
+            if bad:
+                offenders[m] = sorted(bad)
+    assert offenders == {}
+
+
+def test_checks_never_import_a_path_or_a_tool():
+    for m in ("conformance.checks", "conformance.datacheck", "conformance.assess"):
+        assert not [i for i in imports_of(m) if _under(i, "conformance.paths") or _under(i, "conformance.tools")], m
+
+
+def test_registry_lists_every_path_module():
+    from conformance import paths
+    from conformance.paths.base import Path as PathSpec
+
+    files = sorted(f.stem for f in (PKG / "paths").glob("*.py") if f.stem not in ("__init__", "base"))
+    assert sorted(paths._MODULES) == files
+    assert len(paths.REGISTRY) == len(files)
+    for name, p in paths.REGISTRY.items():
+        assert isinstance(p, PathSpec) and p.name == name
+        assert p.first is not None or p.observe is not None, name
+
+
+def test_cli_and_registry_stay_light():
+    """``conformance validate`` and loading the registry import no engine (torch, SGLang, ...)."""
+    code = ("import sys; from conformance.cli import main; import conformance.paths; "
+            "rc = main(['validate', 'contracts/tiny-llama.yaml']); "
+            "print(rc, sorted(m for m in ('torch', 'sglang', 'speculators', 'transformers', 'hypothesis') "
+            "if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                       env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert r.stdout.strip().splitlines()[-1] == "0 []", r.stdout + r.stderr
+
+
+# --- a new path: one module and one registry line --------------------------------------------------
+
+_TOY_PATH = '''
+from conformance import paths
+from conformance.paths.base import Needs, Observation, Path
+
+
+def _first(state):
+    # an acceptance-rate loop returns a metric, not captures
+    return Observation(facts={"avg_accept_length": 2.5})
+
+
+def _observe(state, draw):
+    from conformance import strategies
+
+    draw(strategies.sample_batches(4), label="batch")
+    return Observation()
+
+
+paths.REGISTRY["toy-accept"] = Path("toy-accept", "a metric-only path", Needs(), prepare=lambda c, pair: None,
+                                    first=_first, observe=_observe)
+'''
+
+
+def test_a_new_path_needs_only_its_registry_entry(pytester, tmp_path):
+    """A path registered from outside (here a metric-only one) is collected for every contract,
+    run under hypothesis and reported, with no edit to the plugin, the session or the report."""
+    from conformance import paths
+
+    pytester.makeconftest(_TOY_PATH)
+    tiny = REPO / "contracts" / "tiny-llama.yaml"
+    try:
+        res = pytester.runpytest("-m", "conformance", "--contract", str(tiny), "-p", "no:cacheprovider",
+                                 "--conformance-paths", "toy-accept", "--conformance-json", str(tmp_path / "f.json"))
+    finally:
+        paths.REGISTRY.pop("toy-accept", None)
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines(["*conformance report*", "skipped (-v says why): accept_length 1"])
+
+
+pytest_plugins = ["pytester"]
