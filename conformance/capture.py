@@ -46,6 +46,11 @@ class Capture:
             ``alignment.target`` applies), 0 for unshifted on-disk rows (y_t beside g_t).
         unavailable: why the path produced nothing for this sample (e.g. the loader skipped it);
             None when the sample loaded. Checks report an unavailable sample as a failure.
+        fc_input: [N, W] or None; the tensor the draft's ``fc`` received for these rows (after
+            any pre-fc norm the draft applies), recorded on engine paths; None where fc did not
+            run or the path has no draft.
+        fc_source: [N, W] or None; the draft input ``fc_input`` was computed from, recorded in the
+            same forward (equal to ``feature`` unless the capture was changed after the engine).
         provenance: free-form facts (engine, version, files, sample index).
     """
 
@@ -66,6 +71,8 @@ class Capture:
     source_token_ids: Optional[torch.Tensor] = None
     verifier_offset: Optional[int] = None
     unavailable: Optional[str] = None
+    fc_input: Optional[torch.Tensor] = None
+    fc_source: Optional[torch.Tensor] = None
     provenance: dict[str, Any] = field(default_factory=dict)
 
     @property

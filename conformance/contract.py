@@ -638,6 +638,11 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
             for i, lid in enumerate(ids.values):
                 if lid > L:
                     out.append((("draft", "layer_ids", "values", i), f"layer id {lid} is beyond the target's L={L} layers"))
+        from conformance.engine_ids import layer_id_problems  # the id rules, without an engine
+
+        out += [(("draft", "layer_ids") + loc, msg) for loc, msg in layer_id_problems(
+            L, c.capture.boundaries, ids.values, ids.location, sglang=bool(c.engines.sglang_validated),
+            model_file=c.engines.sglang_model_file, architecture=c.target.architecture)]
     nb = c.norm_bands
     seen = set()
     declared = set(aux) | {v}

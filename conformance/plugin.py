@@ -12,7 +12,11 @@ Options, markers, collection and the report only; the work is in :mod:`conforman
   derandomized), ``dev`` and ``gpu``; choose one with ``--hypothesis-profile`` (default ``ci``).
 - Fixtures for hand-written tests: ``conformance_contracts``, ``conformance_reference``,
   ``conformance_training_captures``.
-- Prints the findings table at the end and writes ``--conformance-json OUT``.
+- Prints the report at the end (verdict and diagnoses first, failing checks one line each, passes
+  folded unless ``-v``; 100 columns) and writes ``--conformance-json OUT`` (with ``diagnoses``).
+- A failing item's failure text is short (its diagnoses, one line each); ``--junitxml``
+  records carry the properties ``contract``, ``contract_file``, ``conformance_path``, ``check``
+  (one per failing check) and ``diagnosis``.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ settings.register_profile("gpu", max_examples=4, deadline=None, derandomize=True
 PATHS = registered_paths.names()
 """The registered paths when the plugin was loaded (the default of ``--conformance-paths``)."""
 _FINDINGS = pytest.StashKey[dict]()
+_CONTRACTS = pytest.StashKey[dict]()  # same keys as _FINDINGS -> the Contract (for diagnoses)
 
 
 def pytest_addoption(parser):
@@ -56,6 +61,7 @@ def pytest_configure(config):
               "ignore::DeprecationWarning:torch.jit", "ignore::Warning:requests"):
         config.addinivalue_line("filterwarnings", f)
     config.stash[_FINDINGS] = {}
+    config.stash[_CONTRACTS] = {}
     if not config.getoption("hypothesis_profile", None):
         settings.load_profile("ci")
     out = config.getoption("--conformance-json")
@@ -148,8 +154,14 @@ class PathItem(pytest.Item):
         self.conformance_path = conformance_path
 
     def _record(self, findings):
-        store = self.config.stash[_FINDINGS].setdefault((str(self.path), self.contract.name), [])
+        key = (str(self.path), self.contract.name)
+        store = self.config.stash[_FINDINGS].setdefault(key, [])
         store.extend(findings)
+        self.config.stash[_CONTRACTS][key] = self.contract
+        # --junitxml: each record names the contract, the path and the failing checks
+        self.user_properties += [("contract", self.contract.name), ("contract_file", str(self.path)),
+                                 ("conformance_path", self.conformance_path)]
+        self.user_properties += [("check", c) for c in dict.fromkeys(f.check for f in findings if f.status == "fail")]
 
     def runtest(self):
         from conformance import session
@@ -168,18 +180,19 @@ class PathItem(pytest.Item):
         self._record(findings)
         bad = [f for f in findings if f.status == "fail"]
         if bad:
+            from conformance.diagnose import diagnose
+
+            self._diagnoses = diagnose(self.contract, findings)
+            self.user_properties += [("diagnosis", f"{d.label}: {d.title}") for d in self._diagnoses]
             raise ConformanceFailure(bad)
 
     def repr_failure(self, excinfo):
         if isinstance(excinfo.value, ConformanceFailure):
-            from conformance.report import summarize
+            from conformance.report import WIDTH, failure_text
 
-            lines = [f"{self.contract.name} on {self.conformance_path}: violations"]
-            for g in summarize(excinfo.value.findings):
-                ex = g["example"]
-                lines.append(f"  [{ex.fault}] {g['check']} {g['slot'] or ''}: {ex.message} ({ex.where}; "
-                             f"{g['fail']} failing)")
-            return "\n".join(lines)
+            width = min(self.config.get_terminal_writer().fullwidth, WIDTH)
+            return failure_text(self.contract.name, self.conformance_path, excinfo.value.findings,
+                                getattr(self, "_diagnoses", None), width)
         if isinstance(excinfo.value, ConformanceSetupError):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
@@ -201,20 +214,24 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     store = config.stash.get(_FINDINGS, {})
     if not store:
         return
-    from rich.console import Console
+    from conformance.diagnose import diagnose
+    from conformance.report import WIDTH, render_text, write_json
 
-    from conformance.report import render_table, write_json
-
-    console = Console(file=terminalreporter._tw._file, force_terminal=terminalreporter._tw.hasmarkup,
-                      width=max(terminalreporter._tw.fullwidth, 120), soft_wrap=False)
+    width = min(terminalreporter._tw.fullwidth, WIDTH)
     terminalreporter.write_sep("=", "conformance report")
-    all_findings = []
-    for (path, name), findings in store.items():
-        render_table(findings, f"{name} ({path})", console, {"sglang": _sglang_version() or "not installed"})
+    all_findings, all_diagnoses = [], []
+    for key, findings in store.items():
+        path, name = key
+        diagnoses = diagnose(config.stash[_CONTRACTS][key], findings)
+        terminalreporter.write_line(render_text(
+            findings, diagnoses, title=f"{name} ({path})", extra={"sglang": _sglang_version() or "not installed"},
+            verbose=config.getoption("verbose") > 0, width=width))
+        terminalreporter.write_line("")
         all_findings += findings
+        all_diagnoses += diagnoses
     out = config.getoption("--conformance-json")
     if out:
-        write_json(out, ",".join(n for _, n in store), all_findings)
+        write_json(out, ",".join(n for _, n in store), all_findings, diagnoses=all_diagnoses)
 
 
 # --- fixtures for hand-written tests -------------------------------------------------------------

@@ -1,13 +1,14 @@
 """``conformance check-data CONTRACT --data DIR``: a speculators 0.9.0 dataset against a contract.
 
 The scan itself (cheap checks on every row, fingerprints on a seeded sample, shards, workers) is
-:func:`conformance.scan.scan`; this module checks the arguments, prints the table or the verdict
-line and writes the JSON. Exit 0 conforms, 1 violations, 2 bad input.
+:func:`conformance.scan.scan`; this module checks the arguments, names the faults behind the
+findings (:func:`conformance.diagnose.diagnose`), prints the report or the verdict line and writes
+the JSON and Markdown. Exit 0 conforms, 1 violations, 2 bad input.
 """
 
 from __future__ import annotations
 
-from conformance.cli.common import (EXIT_BAD_INPUT, add_reference_options, check_data_dir, check_output, console,
+from conformance.cli.common import (EXIT_BAD_INPUT, add_reference_options, check_data_dir, check_output,
                                     error, exit_code, load_contract, resolve_reference)
 from conformance.errors import UsageError
 
@@ -22,7 +23,10 @@ def add_parser(sub) -> None:
                    help="all: every finding (default); counts: passing findings folded into one entry per "
                         "path, check and slot with a count (failures and skips stay in full)")
     d.add_argument("--batch-size", type=int, default=4, help="samples per loader batch (default 4)")
-    d.add_argument("--quiet", action="store_true", help="no table, no progress bar")
+    d.add_argument("--quiet", action="store_true", help="no report, no progress bar: the verdict and diagnoses only")
+    d.add_argument("-v", "--verbose", action="store_true",
+                   help="list passing and skipped checks too (folded into counts by default)")
+    d.add_argument("--markdown", metavar="FILE", help="write the report as Markdown (for CI job summaries)")
     d.add_argument("--sample", type=int, default=32, metavar="N",
                    help="samples (seeded, over the whole dataset) run through the speculators loader and "
                         "fingerprinted; the cheap checks run on every row of every sample (default 32; -1: all)")
@@ -57,30 +61,52 @@ def _options(args) -> tuple[tuple[int, int], int, int]:
     return shard, workers, sample
 
 
-def _print(args, c, res) -> None:
+def _report_width() -> int:
+    """100 columns, or the terminal's width when it is narrower."""
+    import shutil
+    import sys
+
+    from conformance import report
+
+    cols = shutil.get_terminal_size((report.WIDTH, 24)).columns if sys.stdout.isatty() else report.WIDTH
+    return max(60, min(report.WIDTH, cols))
+
+
+def _print(args, c, res, diagnoses) -> None:
+    """The report (verdict and diagnoses first), or with ``--quiet`` the verdict line and one line
+    per diagnosis; ``--markdown`` writes the same report as Markdown."""
     from conformance import report
     from conformance.scan import SHARDING, human_bytes
 
     findings = res.findings
-    if not args.quiet:
-        m = res.meta
-        extra = {"data": m["data"], "samples": f"{m['shard_samples']} of {m['samples']} (shard {m['shard']}, "
-                 f"{SHARDING})", "reference": m["reference"]}
+    m = res.meta
+    verbose = bool(getattr(args, "verbose", False))
+    extra = {"data": m["data"], "samples": f"{m['shard_samples']} of {m['samples']} (shard {m['shard']}, "
+             f"{SHARDING})", "reference": m["reference"]}
+    if verbose:
         extra.update({f"scope {k}": v for k, v in m["scope"].items()})
-        extra["read"] = (f"{human_bytes(m['bytes'])} in {m['seconds']:.2f} s "
-                         f"({human_bytes(m['bytes'] / max(m['seconds'], 1e-9))}/s)")
-        report.render_table(findings, f"{c.name}: training data ({args.contract})", console(), extra,
-                            unchecked_reason=m["slot_identity"]["reason"])
-    else:  # --quiet: no table, but still the one-line verdict
+    extra["read"] = (f"{human_bytes(m['bytes'])} in {m['seconds']:.2f} s "
+                     f"({human_bytes(m['bytes'] / max(m['seconds'], 1e-9))}/s)")
+    title = f"{c.name}: training data ({args.contract})"
+    reason = m["slot_identity"]["reason"]
+    if not args.quiet:
+        print(report.render_text(findings, diagnoses, title=title, extra=extra, unchecked_reason=reason,
+                                 verbose=verbose, width=_report_width()))
+    else:  # --quiet: no report, but still the one-line verdict (and what the diagnoses name)
         nf = sum(f.status == "fail" for f in findings)
-        print(f"{report.verdict(findings, res.meta['slot_identity']['reason'])[1]}: {len(findings)} findings, "
-              f"{nf} failed")
+        print(f"{report.verdict(findings, reason)[1]}: {len(findings)} findings, {nf} failed")
+        for d in diagnoses:
+            print(f"  {d.label}: {d.title}")
+    if getattr(args, "markdown", None):
+        report.write_markdown(args.markdown, report.render_markdown(findings, diagnoses, title=title, extra=extra,
+                                                                    unchecked_reason=reason))
 
 
 def run(args) -> int:
     import sys
 
     from conformance import report
+    from conformance.diagnose import diagnose
     from conformance.reference import ReferenceError, load_reference_model
     from conformance.scan import DISK_PATH, ScanError, scan
 
@@ -90,6 +116,8 @@ def run(args) -> int:
     ref_dir = resolve_reference(c, args)
     if args.json:
         check_output(args.json, "--json", inputs=(args.contract,), input_dirs=(data, ref_dir))
+    if getattr(args, "markdown", None):
+        check_output(args.markdown, "--markdown", inputs=(args.contract, args.json), input_dirs=(data, ref_dir))
     if ref_dir is not None and workers > 1:
         try:  # fail fast, in this process, with a one-line error
             load_reference_model(ref_dir, c.target)
@@ -103,10 +131,11 @@ def run(args) -> int:
     except (ScanError, ReferenceError) as e:
         raise UsageError(str(e)) from None
     findings = res.findings
-    _print(args, c, res)
+    diagnoses = diagnose(c, findings)
+    _print(args, c, res, diagnoses)
     if args.json:
         report.write_json(args.json, args.contract, findings, res.meta,
-                          passes=getattr(args, "json_passes", "all"))
+                          passes=getattr(args, "json_passes", "all"), diagnoses=diagnoses)
     avail = [f for f in findings if f.check == "sample_available" and f.path == DISK_PATH]
     if avail and all(f.status == "fail" for f in avail) and shard == (0, 1):
         error(f"{data}: none of the {len(avail)} samples could be read")

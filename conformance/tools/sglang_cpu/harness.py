@@ -309,7 +309,9 @@ class SGLangCPUHarness:
         * pre-hook on ``draft.model`` (the eagle ``LlamaModel`` / MLA model): records
           ``forward_batch.spec_info.hidden_states`` (the tensor the draft is handed), the
           ``input_ids`` and ``positions`` it got;
-        * forward hook on ``draft.model.fc``: counts calls (``fc_ran``).
+        * forward hook on ``draft.model.fc``: counts calls (``fc_ran``) and records the tensor
+          ``fc`` received on its first call (``fc_input``: after any pre-fc norm the draft applies,
+          ``llama_eagle3.py:237-247``).
         """
         self._probe: dict[str, Any] = {}
         self._fc_calls = 0
@@ -328,6 +330,8 @@ class SGLangCPUHarness:
 
         def fc_hook(mod, args, out):
             self._fc_calls += 1
+            if args and "fc_input" not in self._probe:
+                self._probe["fc_input"] = args[0].detach().clone()
 
         self._hooks = [
             self.draft.model.register_forward_pre_hook(pre, with_kwargs=True),
@@ -505,6 +509,8 @@ class SGLangCPUHarness:
                 draft_input_ids=probe["input_ids"][sl].to(torch.int64),
                 position_ids=probe["positions"][sl].to(torch.int64),
                 fc_ran=fc_calls > 0,
+                fc_input=probe["fc_input"][sl] if "fc_input" in probe else None,
+                fc_source=probe["hidden"][sl] if "fc_input" in probe else None,
                 draft_input_width=int(probe["hidden"].shape[-1]),
                 engine_ids=None if self.engine_ids is None else list(self.engine_ids),
                 engine_boundaries=self.captured_boundaries,
@@ -638,6 +644,8 @@ class SGLangCPUHarness:
                 draft_input_ids=probe["input_ids"][sl].to(torch.int64),
                 position_ids=probe["positions"][sl].to(torch.int64),
                 fc_ran=fc_calls > 0,
+                fc_input=probe["fc_input"][sl] if "fc_input" in probe else None,
+                fc_source=probe["hidden"][sl] if "fc_input" in probe else None,
                 draft_input_width=int(probe["hidden"].shape[-1]),
                 engine_ids=None if self.engine_ids is None else list(self.engine_ids),
                 engine_boundaries=self.captured_boundaries,
