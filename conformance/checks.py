@@ -964,7 +964,7 @@ def check_magnitude(c: Contract, cap: Capture, ref: Reference, max_ratio: float 
     d = c.draft.target_hidden_size
     if not _usable(cap, d):
         return [_f("magnitude", "skip", cap, None, None, None, "no rows to compare", "K4")]
-    gate = c.gates.slot_identity_min_cosine
+    gate = gates.row_min_cosine(c)
     want = f"median rms(slot)/rms(reference) in [{1 / max_ratio:.3g}, {max_ratio:.3g}]"
     targets: list[tuple[str, Boundary, torch.Tensor, torch.Tensor]] = [
         (_slot_label(i), c.aux[i], s, cap.rows) for i, s in enumerate(cap.slots(d))

@@ -26,45 +26,17 @@ import json
 import math
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from conformance import torch_env
+from conformance.fixture_base import (  # noqa: F401  (re-exported: the public fixture API)
+    FIXTURES_DIR, REPO_ROOT, BuiltFixture, FixtureError, fixture_spec, write_draft)
 
 torch_env.prepare()
 import torch  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-FIXTURES_DIR = REPO_ROOT / "fixtures"
 _BUILDER_VERSION = "1"
-
-
-class FixtureError(Exception):
-    """A fixture folder is missing or malformed."""
-
-
-@dataclass(frozen=True)
-class BuiltFixture:
-    name: str
-    root: Path
-    target_dir: Path
-    draft_dir: Path
-    data_dir: Path
-    spec: dict[str, Any]
-
-
-def fixture_spec(name_or_dir: str | Path) -> tuple[str, dict[str, Any]]:
-    p = Path(name_or_dir)
-    if not p.is_dir():
-        p = FIXTURES_DIR / str(name_or_dir)
-    f = p / "fixture.json"
-    if not f.is_file():
-        raise FixtureError(f"{f}: no such fixture (expected a folder under {FIXTURES_DIR})")
-    try:
-        return p.name, json.loads(f.read_text())
-    except json.JSONDecodeError as e:
-        raise FixtureError(f"{f}:{e.lineno}:{e.colno}: {e.msg}") from None
 
 
 def _digest(spec: dict[str, Any]) -> str:
@@ -226,20 +198,3 @@ def _layer_output(model, ids, k):
     model(input_ids=ids)
     h.remove()
     return out["y"]
-
-
-# --- draft -------------------------------------------------------------------------------------
-
-
-def write_draft(spec: dict[str, Any], out: Path, target_dir: Path | None = None) -> None:
-    """Write the draft ``config.json`` (SGLang style: ids nested under ``eagle_config``).
-
-    No weights are written: the SGLang path seeds the draft's weights deterministically, since
-    the suite observes what *reaches* the draft (width, blocks, whether fc runs), not its output.
-    """
-    out.mkdir(parents=True, exist_ok=True)
-    cfg = dict(spec["draft"])
-    for key, val in list(cfg.items()):
-        if val == "from_target":  # e.g. rope_parameters as transformers wrote them for the target
-            cfg[key] = json.loads((target_dir / "config.json").read_text())[key]
-    (out / "config.json").write_text(json.dumps(cfg, indent=2))

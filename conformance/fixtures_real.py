@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from conformance.fixtures import REPO_ROOT, BuiltFixture, FixtureError, fixture_spec, write_draft
+from conformance.fixture_base import REPO_ROOT, BuiltFixture, FixtureError, fixture_spec, write_draft
 
 BUILDER_VERSION = "1"
 _DTYPES = ("float32", "bfloat16", "float16")

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from conformance.fixtures import REPO_ROOT, FixtureError
+from conformance.fixture_base import REPO_ROOT, FixtureError
 
 CONVERTER_VERSION = "1"
 CACHE_ENV = "CONFORMANCE_MODEL_CACHE"

@@ -28,14 +28,23 @@ class _Violations(AssertionError):
 def drive(body: Callable) -> list[Finding]:
     """Run ``body(data) -> findings`` under the active hypothesis profile; collect every finding.
 
-    The first failing example stops the search (the findings already hold what failed)."""
-    collected: list[Finding] = []
+    The first failing example stops the search (the findings already hold what failed). No
+    shrinking: the findings count the distinct examples drawn, and the failing example reported
+    is the one really drawn (a shrink replays simplified inputs that were never real traffic);
+    the final replay of the failing example is not counted twice."""
+    from hypothesis import Phase
 
-    @settings(settings.default)
+    collected: list[Finding] = []
+    seen: set[str] = set()
+
+    @settings(settings.default, phases=[Phase.explicit, Phase.reuse, Phase.generate], database=None)
     @given(st.data())
     def prop(data):
         fs = body(data)
-        collected.extend(fs)
+        key = repr(fs)
+        if key not in seen:
+            seen.add(key)
+            collected.extend(fs)
         if any(f.status == "fail" for f in fs):
             raise _Violations()
 

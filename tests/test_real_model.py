@@ -210,7 +210,7 @@ def test_a_missing_wheel_surfaces_through_the_contract_runner(monkeypatch, tmp_p
     from conformance import fixtures
     from conformance.contract import load_contract
     from conformance.model_cache import CACHE_ENV
-    from conformance.runner import PairUnavailable, resolve_pair
+    from conformance.pairs import PairUnavailable, resolve_pair
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     d = tmp_path / "fx" / "broken-real"
@@ -407,7 +407,7 @@ def test_sglang_gemma3_captures_a_sublayer_output_not_the_residual_stream(gemma)
     tensors than the contract's B_2, B_9, B_15. A known regression of sgl-project/sglang#32383
     (which split the residual across layers), fixed by the open sgl-project/sglang#39286; this
     test fails when the installed release fixes the capture."""
-    from conformance.paths.sglang_cpu import SGLangCPUHarness
+    from conformance.tools.sglang_cpu import SGLangCPUHarness
     from conformance.reference import ReferenceModel
 
     ref = ReferenceModel(gemma.target_dir, "rmsnorm_one_plus")
