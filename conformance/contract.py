@@ -192,7 +192,7 @@ class Gates(_Strict):
         description="Precision-noise allowance of one sample, in degrees: a slot whose best-matching "
         "boundary is not the declared one fails only when the declared boundary is farther by more "
         "than this angle; within it the sample is counted as undecidable, never failed. null: by "
-        "target.dtype (float32 1.0, bfloat16/float16 3.0).",
+        "target.dtype (float32 1.0, bfloat16/float16 6.0).",
     )
     resolvable_max_cosine: Optional[float] = Field(
         None, gt=0, le=1,
