@@ -292,24 +292,29 @@ def check_slot_identity(c: Contract, cap: Capture, ref: Reference) -> list[Findi
 
 def _identity_finding(check: str, c: Contract, cap: Capture, label: str, declared: Boundary,
                       v: Optional[Verdict], any_cos: float, any_best: Boundary, fault: str) -> Finding:
+    who = "verifier slot" if label == "verifier" else label
     if v is None or v.status == "undecidable":
         if any_cos < NO_MATCH_COSINE:  # nothing resolvable, but nothing matches either
             return _f(check, "fail", cap, label, str(declared), "none",
-                      f"{label} matches no boundary of the reference (best: {any_best}, cos {any_cos:.4f}); contract "
+                      f"{who} matches no boundary of the reference (best: {any_best}, cos {any_cos:.4f}); contract "
                       f"says {declared}: a reference of another checkpoint, or a tensor that is no residual-stream "
                       "boundary", fault)
         return _undecidable(check, cap, label, declared, v, fault)
     if v.status == "pass":
         return _f(check, "pass", cap, label, str(declared), str(declared),
-                  f"{label} is {declared.describe(c.L)} (cos {v.declared_cos:.4f}, next best {v.runner_cos:.4f}; "
+                  f"{who} is {declared.describe(c.L)} (cos {v.declared_cos:.4f}, next best {v.runner_cos:.4f}; "
                   f"{v.used} tokens, {v.excluded} not resolvable)", fault)
-    if v.best_cos < NO_MATCH_COSINE or v.best_cos < gates.row_min_cosine(c):
+    if v.best_cos < NO_MATCH_COSINE:
         return _f(check, "fail", cap, label, str(declared), "none",
-                  f"{label} matches no boundary of the reference (best: {v.best}, cos {v.best_cos:.4f}); contract "
+                  f"{who} matches no boundary of the reference (best: {v.best}, cos {v.best_cos:.4f}); contract "
                   f"says {declared}: a reference of another checkpoint, or a tensor that is no residual-stream "
                   "boundary", fault)
+    if v.best == declared:  # the closest boundary, but not close enough to be it
+        return _f(check, "fail", cap, label, str(declared), str(declared),
+                  f"{who} points toward {declared} (cos {v.declared_cos:.4f}) but is not it: below the floor "
+                  f"{gates.row_min_cosine(c)} (rows of other tokens, or a tensor derived from {declared})", fault)
     return _f(check, "fail", cap, label, str(declared), str(v.best),
-              f"{label} is {v.best.describe(c.L)}; contract says {declared} (cos {v.best_cos:.4f} to {v.best}, "
+              f"{who} is {v.best.describe(c.L)}; contract says {declared} (cos {v.best_cos:.4f} to {v.best}, "
               f"{v.declared_cos:.4f} to {declared}; {v.gap_deg:.1f} deg apart)", fault)
 
 

@@ -207,7 +207,7 @@ def test_a_missing_wheel_or_file_is_a_clear_fixture_error(monkeypatch, tmp_path,
 
 def test_a_missing_wheel_surfaces_through_the_contract_runner(monkeypatch, tmp_path):
     """A contract whose fixture cannot be built is a PairUnavailable naming the reason."""
-    from conformance import fixtures
+    from conformance import fixture_base, fixtures
     from conformance.contract import load_contract
     from conformance.model_cache import CACHE_ENV
     from conformance.pairs import PairUnavailable, resolve_pair
@@ -219,6 +219,7 @@ def test_a_missing_wheel_surfaces_through_the_contract_runner(monkeypatch, tmp_p
     spec["model"]["parts"][0]["distribution"] = "no-such-model-wheel"
     (d / "fixture.json").write_text(json.dumps(spec))
     monkeypatch.setattr(fixtures, "FIXTURES_DIR", tmp_path / "fx")
+    monkeypatch.setattr(fixture_base, "FIXTURES_DIR", tmp_path / "fx")
     c = load_contract(REPO / "contracts" / "smollm2-135m.yaml").model_copy(update={"fixture": "broken-real"})
     with pytest.raises(PairUnavailable, match="cannot be built.*no-such-model-wheel.*not installed"):
         resolve_pair(c)
@@ -383,7 +384,7 @@ def test_heldout_gemma_is_another_family_with_its_slots(gemma):
     from conformance.contract import load_contract
     from conformance.reference import load_reference_model
 
-    c = load_contract(REPO / "contracts" / f"{GEMMA}.yaml")
+    c = load_contract(_contract_file(GEMMA))
     assert c.target.architecture == "Gemma3ForCausalLM" and c.target.final_norm == "rmsnorm_one_plus"
     assert (c.target.num_hidden_layers, c.target.hidden_size, c.target.vocab_size) == (18, 640, 262144)
     ref = load_reference_model(gemma.target_dir, c.target)
