@@ -81,6 +81,23 @@ def test_init_nested_llama_applies_plus_one(tmp_path):
     assert "# L," in text and "K x target_hidden_size = 3 x 64" in text  # derived values explained
 
 
+def test_init_writes_every_gate_with_its_resolved_default(tmp_path):
+    """init writes the gates block (nulls, each commented with the value it resolves to for the
+    target's dtype) so that a user sees what can be tuned; the nulls resolve as the comments say."""
+    from conformance import gates
+
+    c, o = init_ok(tmp_path, tcfg(), dcfg("nested", [1, 3, 4]))
+    text = o.read_text()
+    for key in ("identity_noise_deg", "resolvable_max_cosine", "slot_identity_min_cosine",
+                "cross_path_min_cosine", "min_accept_length"):
+        line = next(ln for ln in text.splitlines() if ln.strip().startswith(key + ":"))
+        assert "#" in line and "null" in line.split("#", 1)[1], line
+    dt = c.target.dtype
+    assert f"null = {gates.identity_noise_deg(c)} deg for {dt}" in text
+    assert gates.identity_noise_deg(c) == gates.IDENTITY_NOISE_DEG[dt]
+    assert c.gates.slot_identity_margin is None
+
+
 def test_init_top_level_under_sglang_gives_defaults_and_says_so(tmp_path):
     # SGLang reads the nested key only: top-level [3,4,5] is ignored -> defaults [2, L//2, L-3]
     c, o = init_ok(tmp_path, tcfg(), dcfg("top", [3, 4, 5]), "--engine", "sglang")
