@@ -293,22 +293,22 @@ def check_slot_identity(c: Contract, cap: Capture, ref: Reference) -> list[Findi
 def _identity_finding(check: str, c: Contract, cap: Capture, label: str, declared: Boundary,
                       v: Optional[Verdict], any_cos: float, any_best: Boundary, fault: str) -> Finding:
     who = "verifier slot" if label == "verifier" else label
+
+    def no_match(best: Boundary, cos: float) -> Finding:
+        return _f(check, "fail", cap, label, str(declared), "none",
+                  f"{who} matches no boundary of the reference (best: {best}, cos {cos:.4f}); contract says "
+                  f"{declared}: a reference of another checkpoint, or a tensor that is no residual-stream boundary",
+                  fault)
+
     if v is None or v.status == "undecidable":
-        if any_cos < NO_MATCH_COSINE:  # nothing resolvable, but nothing matches either
-            return _f(check, "fail", cap, label, str(declared), "none",
-                      f"{who} matches no boundary of the reference (best: {any_best}, cos {any_cos:.4f}); contract "
-                      f"says {declared}: a reference of another checkpoint, or a tensor that is no residual-stream "
-                      "boundary", fault)
-        return _undecidable(check, cap, label, declared, v, fault)
+        # nothing resolvable (or within the allowance), but a slot matching nothing is still wrong
+        return no_match(any_best, any_cos) if any_cos < NO_MATCH_COSINE else _undecidable(check, cap, label, declared, v, fault)
     if v.status == "pass":
         return _f(check, "pass", cap, label, str(declared), str(declared),
                   f"{who} is {declared.describe(c.L)} (cos {v.declared_cos:.4f}, next best {v.runner_cos:.4f}; "
                   f"{v.used} tokens, {v.excluded} not resolvable)", fault)
     if v.best_cos < NO_MATCH_COSINE:
-        return _f(check, "fail", cap, label, str(declared), "none",
-                  f"{who} matches no boundary of the reference (best: {v.best}, cos {v.best_cos:.4f}); contract "
-                  f"says {declared}: a reference of another checkpoint, or a tensor that is no residual-stream "
-                  "boundary", fault)
+        return no_match(v.best, v.best_cos)
     if v.best == declared:  # the closest boundary, but not close enough to be it
         return _f(check, "fail", cap, label, str(declared), str(declared),
                   f"{who} points toward {declared} (cos {v.declared_cos:.4f}) but is not it: below the floor "
@@ -546,10 +546,12 @@ def _best_offset(slot: torch.Tensor, rows: torch.Tensor, ref_b: torch.Tensor, ke
     return max(scores, key=scores.get), scores
 
 
-def _alignment(check: str, c: Contract, cap: Capture, label: str, x: torch.Tensor, boundary: Boundary,
+def _alignment(check: str, c: Contract, cap: Capture, label: str, x: torch.Tensor, b: Boundary, ref: Reference,
                declared: int, what: str, fault: str = "K13") -> list[Finding]:
+    """Shared by feature and target alignment: the offset at which ``x`` ([N, d]) best matches the
+    reference boundary ``b``, judged with the precision-noise allowance (docs/gates.md)."""
     keep = _keep_rows(c, cap.rows)
-    b, ref_b = boundary
+    ref_b = ref.boundary(b)
     o, scores = _best_offset(x, cap.rows, ref_b, keep, gates.resolvable_max_cosine(c))
     if o is None:
         return [_f(check, "skip", cap, label, declared, None,
@@ -580,7 +582,7 @@ def check_feature_alignment(c: Contract, cap: Capture, ref: Reference) -> list[F
     if cap.feature.shape[0] < 2 or cap.width < d or cap.rows.shape[0] != cap.feature.shape[0]:
         return [_f("feature_alignment", "skip", cap, "slot 0", c.alignment.feature, None,
                    "fewer than 2 rows: a shift cannot be told apart", "K13")]
-    return _alignment("feature_alignment", c, cap, "slot 0", cap.slots(d)[0], (c.aux[0], ref.boundary(c.aux[0])),
+    return _alignment("feature_alignment", c, cap, "slot 0", cap.slots(d)[0], c.aux[0], ref,
                       c.alignment.feature, "feature row t is the hidden state of token")
 
 
@@ -592,7 +594,7 @@ def check_target_alignment(c: Contract, cap: Capture, ref: Reference) -> list[Fi
             or cap.verifier_last.shape[0] != cap.rows.shape[0]):
         return [_f("target_alignment", "skip", cap, "verifier", c.alignment.target, None, "fewer than 2 rows", "K13")]
     b = c.verifier_last.parsed
-    return _alignment("target_alignment", c, cap, "verifier", cap.verifier_last, (b, ref.boundary(b)),
+    return _alignment("target_alignment", c, cap, "verifier", cap.verifier_last, b, ref,
                       c.alignment.target, "verifier row paired with feature row t is token")
 
 
@@ -785,7 +787,9 @@ def check_row_fingerprint(c: Contract, cap: Capture, ref: Reference) -> list[Fin
             worst, worst_at = float(cos[j]), (i, int(cap.rows[k][j]))
         bad_rows |= set(cap.rows[k][cos < gate].tolist())
     if worst_at is None:
-        return _no_rows("row_fingerprint", cap, "feature", "K13")
+        return [_f("row_fingerprint", "skip", cap, "feature", None, None,
+                   "no row at which the reference tells the declared boundaries from their neighbours "
+                   "(massive-activation or repeated tokens only): cannot fingerprint", "K13")]
     ok = not bad_rows
     msg = (f"every row is its token's declared boundary (min cosine {worst:.4f})" if ok else
            f"{len(bad_rows)} rows are not the declared boundary of the token the path claims (worst: slot "

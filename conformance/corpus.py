@@ -273,11 +273,9 @@ def prompt_pool(target_dir, max_tokens: int = 320) -> Optional[list[list[int]]]:
     """The project's corpus tokenized with the target's own tokenizer (chat items rendered with
     its chat template), for hypothesis to draw prompts from; None when ``target_dir`` has no
     tokenizer (the synthetic fixtures). Cached per directory."""
-    from pathlib import Path as _P
-
-    key = str(_P(target_dir).resolve()) if target_dir else ""
+    key = str(Path(target_dir).resolve()) if target_dir else ""
     if key not in _POOLS:
-        d = _P(target_dir) if target_dir else None
+        d = Path(target_dir) if target_dir else None
         if d is None or not any((d / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
             _POOLS[key] = None
         else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable, Union
 
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from conformance.assess import assess, reference_loader
@@ -32,8 +32,6 @@ def drive(body: Callable) -> list[Finding]:
     shrinking: the findings count the distinct examples drawn, and the failing example reported
     is the one really drawn (a shrink replays simplified inputs that were never real traffic);
     the final replay of the failing example is not counted twice."""
-    from hypothesis import Phase
-
     collected: list[Finding] = []
     seen: set[str] = set()
 

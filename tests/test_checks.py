@@ -290,3 +290,24 @@ def test_engine_version_never_passes_an_unlisted_release(tiny_contract):
     assert f.status == "skip" and "not among the validated versions" in f.message
     none = contract_with(tiny_contract, **{"engines.sglang_validated": []})
     assert checks.check_engine_version(none, "0.5.23")[0].status == "skip"
+
+
+def test_massive_row_of_a_one_row_capture_is_judged_against_the_band(tiny_contract, cap):
+    """With a calibrated band, a one-row capture's massive activation (RMS far above the band's
+    centre) is excluded, not failed: the capture's own median cannot exclude its only row. A
+    normal row outside the band still fails."""
+    from conformance.contract import NormBand
+
+    c = tiny_contract.model_copy(update={"norm_bands": tiny_contract.norm_bands.model_copy(update={
+        "status": "calibrated", "massive_activation_ratio": 20.0,
+        "bands": [NormBand(slot="B_2", lo=0.5, hi=2.0)]})})
+    row = torch.zeros(1, 3 * 64)
+    one = replace(cap, feature=row, rows=torch.tensor([3]), verifier_last=None)
+    massive = row.clone()
+    massive[0, :64] = 500.0  # RMS 500, 354x the band centre
+    f = next(f for f in checks.check_norm_bands(c, replace(one, feature=massive)) if f.slot == "slot 0")
+    assert f.status == "skip" and "excluded" in f.message
+    low = row.clone()
+    low[0, :64] = 0.1  # RMS 0.1, below the band: a real band failure
+    f = next(f for f in checks.check_norm_bands(c, replace(one, feature=low)) if f.slot == "slot 0")
+    assert f.status == "fail"

@@ -2,7 +2,8 @@
 
 Per-token RMS (``sqrt(mean(x**2))`` over the hidden dim, in the units of the stored tensor) of
 each slot, rows the ``norm_band`` check bands (:func:`conformance.checks.band_rows`), then
-``[p0.1/kappa, p99.9*kappa]`` (docs/REFERENCE.md section 7.3), written into a copy of the
+``[p0.1/kappa, p99.9*kappa]`` widened to hold every calibration value (docs/REFERENCE.md section
+7.3; a band its own data fails is never written), written into a copy of the
 contract keeping its comments and key order (:func:`write_bands`). On data, the slots' identity
 is verified against the reference first (:func:`identity_problems`): calibrating the wrong
 layers' norms would make the bands pass the wrong data.

@@ -506,14 +506,7 @@ class SGLangCPUHarness:
                 token_ids=torch.tensor(batch[i], dtype=torch.int64),
                 feature=probe["hidden"][sl],
                 rows=torch.arange(n, dtype=torch.int64),
-                draft_input_ids=probe["input_ids"][sl].to(torch.int64),
-                position_ids=probe["positions"][sl].to(torch.int64),
-                fc_ran=fc_calls > 0,
-                fc_input=probe["fc_input"][sl] if "fc_input" in probe else None,
-                fc_source=probe["hidden"][sl] if "fc_input" in probe else None,
-                draft_input_width=int(probe["hidden"].shape[-1]),
-                engine_ids=None if self.engine_ids is None else list(self.engine_ids),
-                engine_boundaries=self.captured_boundaries,
+                **self._draft_side(probe, sl, fc_calls),
                 provenance=self._provenance(
                     "EXTEND", draft_mode=probe["mode"], draft_capture_hidden_mode="LAST",
                     sampled_token=int(sampled[i]), fc_calls=fc_calls,
@@ -627,6 +620,20 @@ class SGLangCPUHarness:
             raise DraftForwardError(f"SGLang draft forward failed on verify: {err!r}", caps) from err
         return caps
 
+    def _draft_side(self, probe: dict, sl: slice, fc_calls: int) -> dict:
+        """The Capture fields read off the draft probe for one request's rows ``sl``: input ids and
+        positions the draft received, whether its fc ran and on what, and the engine's id mapping."""
+        return dict(
+            draft_input_ids=probe["input_ids"][sl].to(torch.int64),
+            position_ids=probe["positions"][sl].to(torch.int64),
+            fc_ran=fc_calls > 0,
+            fc_input=probe["fc_input"][sl] if "fc_input" in probe else None,
+            fc_source=probe["hidden"][sl] if "fc_input" in probe else None,
+            draft_input_width=int(probe["hidden"].shape[-1]),
+            engine_ids=None if self.engine_ids is None else list(self.engine_ids),
+            engine_boundaries=self.captured_boundaries,
+        )
+
     def _verify_captures(self, prefix, draft_tokens, accepted, probe, fc_calls, fed, hidden, predict,
                          select_index, err) -> list[Capture]:
         """One Capture per request of a verify step: the draft-extend input rows of that request."""
@@ -641,14 +648,7 @@ class SGLangCPUHarness:
                 token_ids=torch.tensor(list(prefix[i]) + list(draft_tokens[i]), dtype=torch.int64),
                 feature=probe["hidden"][sl],
                 rows=torch.arange(plens[i], plens[i] + n, dtype=torch.int64),
-                draft_input_ids=probe["input_ids"][sl].to(torch.int64),
-                position_ids=probe["positions"][sl].to(torch.int64),
-                fc_ran=fc_calls > 0,
-                fc_input=probe["fc_input"][sl] if "fc_input" in probe else None,
-                fc_source=probe["hidden"][sl] if "fc_input" in probe else None,
-                draft_input_width=int(probe["hidden"].shape[-1]),
-                engine_ids=None if self.engine_ids is None else list(self.engine_ids),
-                engine_boundaries=self.captured_boundaries,
+                **self._draft_side(probe, sl, fc_calls),
                 provenance=self._provenance(
                     "TARGET_VERIFY", draft_mode=probe["mode"], draft_capture_hidden_mode="FULL",
                     num_draft_tokens=n, accepted=int(accepted[i]),
