@@ -25,8 +25,14 @@ from conformance.reference import Reference, rms
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
-def _f(check, status, cap: Capture, slot, expected, observed, message, fault) -> Finding:
-    return Finding(check, status, cap.path, slot, expected, observed, cap.where, message, fault)
+def _f(check, status, cap: Capture, slot, expected, observed, message, fault, gate: str = "") -> Finding:
+    return Finding(check, status, cap.path, slot, expected, observed, cap.where, message, fault, gate)
+
+
+#: contract keys of the identity gates (docs/gates.md), named in findings they decide
+GATE_NOISE = "gates.identity_noise_deg"
+GATE_ROW_FLOOR = "gates.slot_identity_min_cosine"
+GATE_CROSS_PATH = "gates.cross_path_min_cosine"
 
 
 #: below this best cosine a slot is reported as matching no boundary rather than as "being" the
@@ -172,9 +178,9 @@ def similarity_profile(slot: torch.Tensor, rows: torch.Tensor, ref: Reference, k
 
     Returns [L+2] float32 ordered B_0..B_L, F (see :func:`conformance.notation.all_boundaries`).
     """
-    x = slot.float()[keep]
-    r = ref.stack[:, rows[keep]]  # [L+2, n, d]
-    return torch.nn.functional.cosine_similarity(r, x[None].expand_as(r), dim=-1).mean(-1)
+    x = torch.nn.functional.normalize(slot.float()[keep], dim=-1, eps=1e-8)  # [n, d]
+    r = ref.unit[:, rows[keep]]  # [L+2, n, d], unit rows
+    return (r * x[None]).sum(-1).mean(-1)
 
 
 def resolvable(ref: Reference, declared: Boundary, rows: torch.Tensor, max_cos: float) -> torch.Tensor:
@@ -185,12 +191,8 @@ def resolvable(ref: Reference, declared: Boundary, rows: torch.Tensor, max_cos: 
     of repeated tokens fail this; they carry no evidence of which boundary a slot holds. Judged
     on the reference's per-token profile only, so it works for a one-row capture (docs/gates.md).
     """
-    names = all_boundaries(ref.num_layers)
-    k = names.index(declared)
-    st = ref.stack[:, rows]  # [L+2, N, d]
-    sims = torch.nn.functional.cosine_similarity(st, st[k][None].expand_as(st), dim=-1)
-    sims[k] = -2.0
-    return sims.max(0).values < max_cos
+    k = all_boundaries(ref.num_layers).index(declared)
+    return ref.neighbour_cosine[k][rows] < max_cos
 
 
 def identify(slot: torch.Tensor, rows: torch.Tensor, ref: Reference, keep: torch.Tensor) -> tuple[Boundary, float, torch.Tensor]:
@@ -312,10 +314,12 @@ def _identity_finding(check: str, c: Contract, cap: Capture, label: str, declare
     if v.best == declared:  # the closest boundary, but not close enough to be it
         return _f(check, "fail", cap, label, str(declared), str(declared),
                   f"{who} points toward {declared} (cos {v.declared_cos:.4f}) but is not it: below the floor "
-                  f"{gates.row_min_cosine(c)} (rows of other tokens, or a tensor derived from {declared})", fault)
+                  f"{GATE_ROW_FLOOR} {gates.row_min_cosine(c)} (rows of other tokens, or a tensor derived from "
+                  f"{declared})", fault, GATE_ROW_FLOOR)
     return _f(check, "fail", cap, label, str(declared), str(v.best),
               f"{who} is {v.best.describe(c.L)}; contract says {declared} (cos {v.best_cos:.4f} to {v.best}, "
-              f"{v.declared_cos:.4f} to {declared}; {v.gap_deg:.1f} deg apart)", fault)
+              f"{v.declared_cos:.4f} to {declared}; {v.gap_deg:.1f} deg apart, beyond {GATE_NOISE} "
+              f"{gates.identity_noise_deg(c):g})", fault, GATE_NOISE)
 
 
 def check_slot_order(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
@@ -570,7 +574,8 @@ def _alignment(check: str, c: Contract, cap: Capture, label: str, x: torch.Tenso
     ok = o == declared
     return [_f(check, "pass" if ok else "fail", cap, label, declared, o,
                f"{what} t{o:+d}" + ("" if ok else f"; contract says t{declared:+d} (cosines by offset "
-                                              f"{ {k: round(v, 4) for k, v in scores.items()} })"), fault)]
+                                              f"{ {k: round(v, 4) for k, v in scores.items()} })"), fault,
+               "" if ok else GATE_NOISE)]
 
 
 def check_feature_alignment(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
@@ -687,7 +692,8 @@ def check_cross_path(c: Contract, a: Capture, b: Capture) -> list[Finding]:
     return [Finding("cross_path", "pass" if ok else "fail", f"{a.path}|{b.path}", "feature",
                     f"cos >= {floor}", f"min cos {worst:.5f}, max |diff| {maxabs:.4g}", where,
                     f"{len(pairs)} shared rows: min per-slot cosine {worst:.5f}, max abs difference {maxabs:.4g}"
-                    + ("" if ok else f" (row {int(ai[cos.argmin()])} of {a.path})"), "K13")]
+                    + ("" if ok else f" (row {int(ai[cos.argmin()])} of {a.path}; floor {GATE_CROSS_PATH})"), "K13",
+                    "" if ok else GATE_CROSS_PATH)]
 
 
 # --- suites --------------------------------------------------------------------------------------
@@ -793,9 +799,10 @@ def check_row_fingerprint(c: Contract, cap: Capture, ref: Reference) -> list[Fin
     ok = not bad_rows
     msg = (f"every row is its token's declared boundary (min cosine {worst:.4f})" if ok else
            f"{len(bad_rows)} rows are not the declared boundary of the token the path claims (worst: slot "
-           f"{worst_at[0]} at token {worst_at[1]}, cosine {worst:.4f} < {gate})")
+           f"{worst_at[0]} at token {worst_at[1]}, cosine {worst:.4f} < {GATE_ROW_FLOOR} {gate})")
     return [_f("row_fingerprint", "pass" if ok else "fail", cap, "feature", f"per-row cos >= {gate}",
-               f"min cos {worst:.4f}" + ("" if ok else f", rows {sorted(bad_rows)[:8]}"), msg, "K13")]
+               f"min cos {worst:.4f}" + ("" if ok else f", rows {sorted(bad_rows)[:8]}"), msg, "K13",
+               "" if ok else GATE_ROW_FLOOR)]
 
 
 def check_tensor_dtypes(c: Contract, cap: Capture) -> list[Finding]:

@@ -23,6 +23,9 @@ class Finding:
         where: locator: sample index, file, batch/request.
         message: one sentence in words for the report.
         fault: the FAULTS.md kind this check exists for (e.g. "K2").
+        gate: the contract key whose value decided a failure (e.g. ``gates.identity_noise_deg``),
+            so a report or a refusal can say which setting changes the verdict; empty when the
+            verdict rests on no tunable value (a wrong width, a boundary matching nothing).
     """
 
     check: str
@@ -34,9 +37,12 @@ class Finding:
     where: str
     message: str = ""
     fault: str = ""
+    gate: str = ""
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
+        if not d["gate"]:
+            del d["gate"]
         for k in ("expected", "observed"):
             d[k] = _jsonable(d[k])
         return d

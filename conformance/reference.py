@@ -9,6 +9,7 @@ final norm's output. Everything is computed in float32 on CPU unless asked other
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Optional
 
@@ -51,6 +52,22 @@ class Reference:
     @property
     def names(self) -> list[Boundary]:
         return all_boundaries(self.num_layers)
+
+    @cached_property
+    def unit(self) -> torch.Tensor:
+        """[L+2, T, d] float32: ``stack`` with every token row scaled to unit L2 norm (zero rows
+        stay zero), computed once per reference so that per-slot cosine profiles are one product."""
+        return torch.nn.functional.normalize(self.stack, dim=-1, eps=1e-8)
+
+    @cached_property
+    def neighbour_cosine(self) -> torch.Tensor:
+        """[L+2, T] float32: at each token, the largest cosine between a boundary and any *other*
+        boundary of this reference (how far the reference itself tells that boundary apart there;
+        :func:`conformance.checks.resolvable`). Computed once per reference."""
+        u = self.unit
+        g = torch.einsum("itd,jtd->tij", u, u)  # [T, L+2, L+2]
+        g.diagonal(dim1=1, dim2=2).fill_(-2.0)
+        return g.max(-1).values.T.contiguous()
 
     def effective_gamma(self) -> torch.Tensor:
         """The multiplier the final norm applies after normalising ([d] float32)."""

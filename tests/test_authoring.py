@@ -417,6 +417,10 @@ def test_calibrate_refuses_data_whose_slots_are_other_layers(with_reference, mis
     assert any("verifier slot is B_5" in ln and "contract says B_8" in ln for ln in lines)
     assert len(lines) == 4 and all(str(mislabelled) in ln and "sample" in ln for ln in lines)  # one per wrong slot
     assert "band B_" not in cap.out  # refused before computing bands
+    # the refusal names the gate that failed and the contract key that changes it
+    assert "gate that failed: slot identity, rank rule" in cap.err
+    assert "contract key gates.identity_noise_deg" in cap.err
+    assert all("beyond gates.identity_noise_deg" in ln for ln in lines)
     assert not out.exists() and _sha(src) == h
     assert main(["calibrate", str(src), "--data", str(mislabelled), "--in-place", *extra]) == 1
     assert _sha(src) == h

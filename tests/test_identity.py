@@ -323,6 +323,7 @@ def test_cli_invocations_identical():
     _compare(snapshot_invocations(), _load("invocations.json"), "CLI invocations")
 
 
+@pytest.mark.slow
 def test_plugin_options_and_suite_identical():
     """The plugin's options and the conformance suite's outcomes and findings."""
     pytest.importorskip("sglang")

@@ -302,7 +302,7 @@ def test_smollm2_data_slots_are_the_reference_boundaries(smol, smol_tok):
     toks = corpus_samples(smol.spec, smol_tok)
     recs = samples_of(smol)
     rows = load_from_disk(str(smol.data_dir))
-    assert len(toks) == len(recs) == len(rows) == 48
+    assert len(toks) == len(recs) == len(rows) == smol.spec["data"]["num_samples"] >= 20
     assert {r["kind"] for r in recs} == set(KINDS) and min(r["tokens"] for r in recs) == 1
     assert max(r["tokens"] for r in recs) >= 250
     for i, t in enumerate(toks):
@@ -311,7 +311,7 @@ def test_smollm2_data_slots_are_the_reference_boundaries(smol, smol_tok):
         assert recs[i]["item"] == t.item_id
     checked = 0
     for i, t in enumerate(toks):
-        if len(t.input_ids) < 8 or i % 3:
+        if len(t.input_ids) < 8 or i % 2:
             continue
         s = _sample(smol, i)
         hs, ids = s["hidden_states"], s["token_ids"]
@@ -329,6 +329,7 @@ def test_smollm2_data_slots_are_the_reference_boundaries(smol, smol_tok):
     assert checked >= 8
 
 
+@pytest.mark.slow
 def test_smollm2_bf16_data_comes_from_a_bf16_forward(smol_bf16):
     """The bf16 fixture's slots are close to the float32 reference but are not it: they carry the
     rounding of a bf16 forward (the reference stays float32, on the same bf16 weights)."""
@@ -337,7 +338,7 @@ def test_smollm2_bf16_data_comes_from_a_bf16_forward(smol_bf16):
     ref = _ref(smol_bf16)
     assert ref.model.dtype == torch.float32
     exact, cos = [], []
-    for i in (1, 9, 25):
+    for i in (1, 9, 21):
         s = _sample(smol_bf16, i)
         r = ref.capture(s["token_ids"].tolist())
         for j, b in enumerate(smol_bf16.spec["data"]["slots"]):
@@ -351,6 +352,7 @@ def test_smollm2_bf16_data_comes_from_a_bf16_forward(smol_bf16):
     assert max(exact) < 0.5, exact
 
 
+@pytest.mark.slow
 def test_data_build_is_deterministic(tmp_path, smol):
     from conformance.fixtures_real import write_data
 
@@ -378,6 +380,7 @@ def test_emulated_half_gemm_matches_native_bf16():
     assert float((native == emulated).float().mean()) > 0.999
 
 
+@pytest.mark.slow
 def test_heldout_gemma_is_another_family_with_its_slots(gemma):
     """The held-out fixture: Gemma 3 (x*(1+w) norms, scaled embeddings), a <bos> on every sample,
     conversations as transcripts, and slots B_2, B_9, B_15, B_18 of its own reference."""
@@ -399,6 +402,7 @@ def test_heldout_gemma_is_another_family_with_its_slots(gemma):
     assert not (gemma.target_dir / "chat_template.jinja").exists()
 
 
+@pytest.mark.slow
 def test_sglang_gemma3_captures_a_sublayer_output_not_the_residual_stream(gemma):
     """What the held-out model found: SGLang 0.5.23's gemma3_causal.py keeps the residual apart
     (fused add into the next norm) and appends the bare ``hidden_states`` at the top of layer i,
@@ -449,6 +453,7 @@ def _check_data(contract: Path, data: Path, tmp_path: Path) -> tuple[int, list[d
     return rc, json.loads(out.read_text())["findings"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [SMOL, SMOL_BF16, GEMMA, GEMMA + "-bf16"])
 def test_correct_real_data_conforms_with_the_contract_as_init_writes_it(name, tmp_path):
     """Correct data of a trained model, float32 or bfloat16, passes check-data (reference = the
@@ -469,6 +474,7 @@ _FAULTS = {  # stored slots (aux..., verifier) -> the slot that must be named an
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", sorted(_FAULTS))
 @pytest.mark.parametrize("capture_dtype", ["float32", "bfloat16"])
 def test_faulty_real_layouts_fail_naming_the_slot(fault, capture_dtype, smol, tmp_path):

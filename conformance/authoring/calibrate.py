@@ -186,11 +186,14 @@ IDENTITY_SAMPLE = 32
 """Samples (seeded, like check-data's fingerprint sample) whose slots calibrate verifies first."""
 
 
-def identity_problems(c, data_dir: Path, ref_model, sample: int = IDENTITY_SAMPLE) -> list[str]:
+def identity_problems(c, data_dir: Path, ref_model, sample: int = IDENTITY_SAMPLE) -> list[tuple[str, str]]:
     """Slot-identity and verifier-identity failures of a seeded sample of ``data_dir`` against
-    ``ref_model`` (the checks of :func:`conformance.runner.training_findings`), one line per wrong
-    slot: ``"DATA: sample 0: slot 0 is B_0 (embedding output); contract says B_2 (...) (wrong in
-    12 of 12 samples checked)"``. Empty when every slot is what the contract declares.
+    ``ref_model`` (the checks of :func:`conformance.runner.training_findings`), one
+    ``(line, gate)`` per wrong slot and deciding gate: ``"DATA: sample 0: slot 0 is B_0 (embedding
+    output); contract says B_2 (...) (wrong in 12 of 12 samples checked)"`` and the contract key
+    whose value decided it (``gates.identity_noise_deg``, ``gates.slot_identity_min_cosine``, or
+    ``""`` when no tunable value did: a slot matching no boundary). Empty when every slot is
+    what the contract declares.
 
     Raises:
         DataError: not a dataset.
@@ -215,12 +218,12 @@ def identity_problems(c, data_dir: Path, ref_model, sample: int = IDENTITY_SAMPL
             continue
         judged[f.slot] = judged.get(f.slot, 0) + 1
         if f.status == "fail":
-            wrong.setdefault(f.slot, []).append(f)
+            wrong.setdefault((f.slot, f.gate), []).append(f)
     out = []
-    for slot, bad in wrong.items():
+    for (slot, gate), bad in wrong.items():
         first = bad[0]
-        out.append(f"{data_dir}: {first.where.split(' (')[0]}: {first.message} "
-                   f"(wrong in {len(bad)} of {judged[slot]} samples checked)")
+        out.append((f"{data_dir}: {first.where.split(' (')[0]}: {first.message} "
+                    f"(wrong in {len(bad)} of {judged[slot]} samples checked)", gate))
     return out
 
 

@@ -94,6 +94,21 @@ def _show(con, c, cal, ref_model, ref_origin, args) -> None:
                   f"n {cal.per_slot[b].numel()}, kappa {cal.kappa})")
 
 
+def _gate_line(c, gate: str) -> str:
+    """Which identity gate refused, its value in force, and the contract key that changes it."""
+    from conformance import gates
+
+    if gate == "gates.identity_noise_deg":
+        return (f"gate that failed: slot identity, rank rule (another boundary matches better by more than the "
+                f"precision-noise allowance {gates.identity_noise_deg(c):g} deg); contract key "
+                f"gates.identity_noise_deg (docs/gates.md: raise it only for a serving dtype noisier than measured)")
+    if gate == "gates.slot_identity_min_cosine":
+        return (f"gate that failed: slot identity, cosine floor {gates.row_min_cosine(c):g} (the declared boundary "
+                f"is the closest, but too far to be it); contract key gates.slot_identity_min_cosine (docs/gates.md)")
+    return ("gate that failed: slot identity, no boundary matches (cosine < 0.5): no contract key changes this; "
+            "the data holds another tensor or the reference is another checkpoint")
+
+
 def run(args) -> int:
     from conformance.authoring.calibrate import identity_problems, measure_bands, write_bands
 
@@ -117,11 +132,13 @@ def run(args) -> int:
         if ref_model is not None:
             wrong = identity_problems(c, data, ref_model)
             if wrong:
-                for line in wrong:
+                for line, _ in wrong:
                     error(line)
                 print(f"conformance: calibrate refused: the slots of {data} are not the boundaries "
                       f"{args.contract} declares, so their norms would calibrate the wrong layers; no file written",
                       file=sys.stderr)
+                for gate in dict.fromkeys(g for _, g in wrong):
+                    print("conformance: " + _gate_line(c, gate), file=sys.stderr)
                 return EXIT_VIOLATIONS
         else:
             con.print(f"[yellow]warning: slot identity not verified: no reference model (give --reference "

@@ -1,4 +1,4 @@
-"""``conformance faults [--json OUT] [--verbose]``: the kill matrix (:mod:`conformance.faults`).
+"""``conformance faults [--pair NAME] [--json OUT] [--verbose]``: the kill matrix (:mod:`conformance.faults`).
 Exit 1 on any missed cell or any failure on an unmutated baseline (a false positive)."""
 
 from __future__ import annotations
@@ -13,6 +13,10 @@ def add_parser(sub) -> None:
     p = sub.add_parser("faults", help="run the kill matrix: every fault kind injected on every path")
     p.add_argument("--json", metavar="OUT", help="write the matrix as JSON")
     p.add_argument("--verbose", action="store_true", help="one line per operator and path as it runs")
+    p.add_argument("--pair", metavar="NAME", action="append",
+                   help="where to inject: 'synthetic' (the default: the tiny scenarios) or a real trained pair "
+                        "('smollm2-135m': its target is built from the pinned wheel at first use); repeat to run "
+                        "several in one process, one matrix each")
     p.set_defaults(func=run)
 
 
@@ -20,10 +24,21 @@ def run(args) -> int:
     from conformance.faults.matrix import run_matrix
     from conformance.faults.render import matrix_json, render_matrix
 
+    from conformance.errors import DataError
+    from conformance.faults.real_scenario import RealPairUnavailable
+
     con = console()
-    m = run_matrix(log=(lambda s: con.print(f"[dim]{s}[/dim]")) if args.verbose else (lambda s: None))
-    render_matrix(m, con)
+    log = (lambda s: con.print(f"[dim]{s}[/dim]")) if args.verbose else (lambda s: None)
+    matrices = []
+    for pair in dict.fromkeys(args.pair or ["synthetic"]):
+        try:
+            m = run_matrix(log=log, pair=None if pair == "synthetic" else pair)
+        except RealPairUnavailable as e:
+            raise DataError(f"--pair {pair}: {e}") from None
+        render_matrix(m, con)
+        matrices.append(m)
     if args.json:
-        Path(args.json).write_text(json.dumps(matrix_json(m), indent=1))
-    bad = any(c.status == "missed" for c in m["cells"]) or m["false_positives"]
+        out = [matrix_json(m) for m in matrices]
+        Path(args.json).write_text(json.dumps(out[0] if len(out) == 1 else out, indent=1))
+    bad = any(any(c.status == "missed" for c in m["cells"]) or m["false_positives"] for m in matrices)
     return EXIT_VIOLATIONS if bad else EXIT_OK

@@ -107,19 +107,29 @@ def _needs_sglang(path: str) -> bool:
     return "sglang" in registered_paths.get(path).needs.modules
 
 
-def _build_scenarios(workdir: Path, sglang: bool, timings: dict[str, float]) -> dict[str, tuple]:
-    """``{scenario name: (scenario, contract, example)}`` for every matrix scenario."""
+def _build_scenarios(workdir: Path, sglang: bool, timings: dict[str, float], pair: Optional[str] = None) -> dict[str, tuple]:
+    """``{scenario name: (scenario, contract, example)}`` for every matrix scenario: the synthetic
+    ones, or with ``pair`` the real pair's (:mod:`conformance.faults.real_scenario`: ``base`` and
+    ``final``; no ``wide``, its draft is as wide as its target)."""
+    from conformance.faults.real_scenario import build_real_scenario
+
     out = {}
-    for name, spec in MATRIX_SCENARIOS.items():
+    names = ("base", "final") if pair else tuple(MATRIX_SCENARIOS)
+    for name in names:
         t0 = time.perf_counter()
-        scn = build_scenario(spec, workdir / name, for_sglang=sglang and name != "final")
+        for_sglang = sglang and name != "final"
+        if pair:
+            scn = build_real_scenario(pair, f"{pair}-{name}", name == "final", workdir / name, for_sglang=for_sglang)
+        else:
+            scn = build_scenario(MATRIX_SCENARIOS[name], workdir / name, for_sglang=for_sglang)
         ex = default_example(scn)
         out[name] = (scn, scn.contract(extra_tokens=ex.tokens()), ex)
         timings[f"build {name}"] = time.perf_counter() - t0
     return out
 
 
-def _plan(sglang: bool, results: dict[tuple[str, str], Verdict]) -> dict[tuple[str, str], list[Operator]]:
+def _plan(sglang: bool, results: dict[tuple[str, str], Verdict], scenarios: Sequence[str] = tuple(MATRIX_SCENARIOS)
+          ) -> dict[tuple[str, str], list[Operator]]:
     """The operators to run per (scenario, path), grouped so that each harness is built once;
     verdicts of operators that do not apply (or cannot run here) go straight to ``results``."""
     work: dict[tuple[str, str], list[Operator]] = {}
@@ -131,7 +141,12 @@ def _plan(sglang: bool, results: dict[tuple[str, str], Verdict]) -> dict[tuple[s
             if _needs_sglang(path) and not sglang:
                 results[(op.name, path)] = Verdict("not run", detail="SGLang is not installed")
                 continue
-            for sname in _op_scenarios(op, path):
+            names = _op_scenarios(op, path)
+            if not all(n in scenarios for n in names):
+                results[(op.name, path)] = Verdict(
+                    "n/a", detail="needs a draft narrower than its target; this pair's draft is as wide as its target")
+                continue
+            for sname in names:
                 work.setdefault((sname, path), []).append(op)
     return work
 
@@ -179,11 +194,19 @@ def _cells(results: dict[tuple[str, str], Verdict]) -> list[Cell]:
 
 
 def run_matrix(workdir: Optional[Path] = None, sglang: Optional[bool] = None,
-               log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+               log: Callable[[str], None] = lambda s: None, pair: Optional[str] = None) -> dict[str, Any]:
     """Run every operator on every path of its scenario(s); returns ``{"cells", "results",
-    "false_positives", "timings", "harness_builds"}``. SGLang paths are skipped (reported
+    "false_positives", "timings", "harness_builds", "pair"}``. SGLang paths are skipped (reported
     ``not run``) when SGLang is not installed. The baseline of each (scenario, path) runs once and
-    must be free of failures; each operator's mutated run is judged against it."""
+    must be free of failures; each operator's mutated run is judged against it.
+
+    Args:
+        pair: a real pair of :data:`conformance.faults.real_scenario.REAL_PAIRS` (e.g.
+            ``"smollm2-135m"``) instead of the synthetic scenarios.
+
+    Raises:
+        conformance.faults.real_scenario.RealPairUnavailable: ``pair`` is unknown or cannot be built.
+    """
     t_start = time.perf_counter()
     if sglang is None:
         sglang = importlib.util.find_spec("sglang") is not None
@@ -194,8 +217,8 @@ def run_matrix(workdir: Optional[Path] = None, sglang: Optional[bool] = None,
     false_pos: list[dict] = []
     timings: dict[str, float] = {}
     try:
-        worlds = _build_scenarios(workdir, sglang, timings)
-        work = _plan(sglang, results)
+        worlds = _build_scenarios(workdir, sglang, timings, pair)
+        work = _plan(sglang, results, tuple(worlds))
         for (sname, path), ops in sorted(work.items(), key=lambda kv: (_needs_sglang(kv[0][1]), kv[0])):
             t0 = time.perf_counter()
             _run_group(sname, path, ops, worlds[sname], pool, results, false_pos, log)
@@ -207,4 +230,4 @@ def run_matrix(workdir: Optional[Path] = None, sglang: Optional[bool] = None,
     timings["harness builds"] = pool.build_s
     timings["total"] = time.perf_counter() - t_start
     return {"cells": _cells(results), "results": results, "false_positives": false_pos, "timings": timings,
-            "harness_builds": pool.builds}
+            "harness_builds": pool.builds, "pair": pair}

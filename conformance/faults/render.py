@@ -10,6 +10,7 @@ from conformance.faults.operators import KIND_NAMES, KINDS, OPERATORS, NotApplic
 
 def matrix_json(m: dict[str, Any]) -> dict[str, Any]:
     return {
+        "pair": m.get("pair"),
         "paths": list(PATHS),
         "cells": [{"kind": c.kind, "name": KIND_NAMES[c.kind], "path": c.path, "status": c.status,
                    "checks": c.checks,
@@ -30,7 +31,8 @@ def render_matrix(m: dict[str, Any], console=None) -> None:
 
     console = console or Console()
     style = {"caught": "green", "n/a": "dim", "missed": "bold red", "not run": "yellow"}
-    t = Table(title="EAGLE-3 kill matrix: fault kinds x paths (each caught cell names its catching check)")
+    on = f"the real pair {m['pair']}" if m.get("pair") else "the synthetic scenarios"
+    t = Table(title=f"EAGLE-3 kill matrix on {on}: fault kinds x paths (each caught cell names its catching check)")
     t.add_column("kind")
     t.add_column("fault")
     for p in PATHS:
