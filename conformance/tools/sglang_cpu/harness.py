@@ -103,6 +103,18 @@ class DraftForwardError(RuntimeError):
 # --------------------------------------------------------------------------------------------
 
 
+def _greedy_accepted(predict: list[int], drafts: list[int], wanted: int) -> int:
+    """Accepted tokens (bonus included) of one request under greedy verification, at most
+    ``wanted``: draft token j+1 is accepted while it equals the target's argmax at verify row j
+    (SGLang 0.5.23 ``speculative/eagle_utils.py`` -> ``verify_tree_greedy_func``, on a topk-1
+    chain). Stood in: that function dispatches to CUDA/JIT, ``sgl_kernel`` CPU or Triton kernels,
+    none of which runs in this CPU environment; on a chain the rule is this loop."""
+    k = 1
+    while k < wanted and drafts[k] == predict[k - 1]:
+        k += 1
+    return k
+
+
 class SGLangCPUHarness:
     """SGLang target + EAGLE-3 draft on CPU; :meth:`extend` / :meth:`verify` return
     :class:`~conformance.capture.Capture` objects describing what entered the draft.
@@ -547,7 +559,11 @@ class SGLangCPUHarness:
         ``accepted[i]-1`` seeds the next draft step), input ids = ``predict`` = the target's
         greedy token per verify row, positions ``len(prefix[i]) + arange(n)``.
         ``accepted[i]`` counts accepted tokens including the bonus (``accept_lens``),
-        ``1 <= accepted[i] <= n``.
+        ``1 <= accepted[i] <= n``. It is the count the caller made the draft tokens consistent
+        with; the target's own greedy verification (SGLang's ``verify_tree_greedy`` accepts draft
+        token j+1 while it equals the target's argmax at row j) may accept fewer: a bf16 target
+        at a near-tie of the float32 reference's greedy choice. The smaller count is used and
+        recorded in each capture's ``provenance["accepted"]``.
 
         Fault injection (explicit, off by default):
             feed_final_hidden: run the verify forward with aux capture off so the
@@ -587,6 +603,8 @@ class SGLangCPUHarness:
                                     aux=not feed_final_hidden)
         hidden = vout.hidden_states  # [bs*n, K*d] (or [bs*n, d] = F when feed_final_hidden)
         predict = vout.next_token_logits.argmax(-1).to(torch.int64)  # [bs*n]
+        accepted = [_greedy_accepted(predict[i * n:(i + 1) * n].tolist(), draft_tokens[i], a)
+                    for i, a in enumerate(accepted)]
         accept_lens = torch.tensor(accepted, dtype=torch.int32)
         select_index = torch.arange(0, bs * n, n) + accept_lens - 1
 
