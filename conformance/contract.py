@@ -83,7 +83,8 @@ class Capture(_Strict):
 
     boundaries: list[str] = Field(
         min_length=1,
-        description="Aux slots as canonical boundaries, e.g. [B_2, B_4, B_6], strictly ascending.",
+        description="Aux slots as canonical boundaries, e.g. [B_2, B_4, B_6], strictly ascending (DFlash: its "
+        "taps; MTP: the one tensor the head reads, [B_L] or [F]).",
     )
     allow_embedding: bool = Field(
         False, description="Whether B_0 (the embedding output) may be an aux slot."
@@ -96,9 +97,7 @@ class Capture(_Strict):
     @classmethod
     def _parse(cls, v: list[str]) -> list[str]:
         for b in v:
-            bd = Boundary.parse(b)
-            if bd.final:
-                raise ValueError("F cannot be an aux slot; aux slots are B_k boundaries")
+            Boundary.parse(b)  # F is refused by semantic_problems except for method mtp (families.py)
         return v
 
     @property
@@ -249,8 +248,8 @@ class DFlashSpec(_Strict):
 
 
 class MTPSpec(_Strict):
-    """What an MTP / NextN head reads: the target's last hidden state (``verifier_last`` says which
-    tensor, ``B_L`` pre-norm or ``F`` post-norm; ``capture.boundaries`` is ``[B_L]`` and
+    """What an MTP / NextN head reads: the target's last hidden state (``capture.boundaries`` is
+    ``[B_L]``, pre-norm, or ``[F]``, post-norm, and ``verifier_last`` names the same tensor;
     ``capture.feature_width`` is d) and the embedding of the next token, concatenated
     ``[embed, hidden]`` before ``eh_proj`` / ``fc`` (SGLang 0.5.23 ``deepseek_nextn.py:195-222``,
     ``qwen3_5_mtp.py:222-240``).
@@ -634,6 +633,9 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
     L = c.target.num_hidden_layers
     aux = c.capture.parsed
     for i, b in enumerate(aux):
+        if b.final and c.method != "mtp":
+            out.append((("capture", "boundaries", i), "F cannot be an aux slot; aux slots are B_k boundaries "
+                                                      "(only an MTP head reads F: method mtp)"))
         if b.index > L:
             out.append((("capture", "boundaries", i), f"{b} is beyond B_{L} (target has L={L})"))
         if b.index == 0 and not c.capture.allow_embedding:

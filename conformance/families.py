@@ -102,9 +102,9 @@ def dflash_problems(c: "Contract") -> list[tuple[tuple, str]]:
 def mtp_problems(c: "Contract") -> list[tuple[tuple, str]]:
     """Why an MTP / NextN contract is inconsistent: ``(key path, message)`` pairs.
 
-    Checked: the ``mtp`` block is present, no EAGLE key is declared, the head taps ``[B_L]`` only
-    (``capture.boundaries``, width d), one source per MTP layer, and layer 0 reads the target.
-    The pre/post-norm choice is ``verifier_last`` (B_L pre-norm or F post-norm).
+    Checked: the ``mtp`` block is present, no EAGLE key is declared, the head reads one tensor,
+    ``[B_L]`` (pre-norm) or ``[F]`` (post-norm) (``capture.boundaries``, width d) and
+    ``verifier_last`` names the same one, one source per MTP layer, and layer 0 reads the target.
     """
     out: list[tuple[tuple, str]] = []
     m = c.mtp
@@ -114,10 +114,14 @@ def mtp_problems(c: "Contract") -> list[tuple[tuple, str]]:
         out.append((("draft", "layer_ids", "location"),
                     "an MTP head reads the target's last hidden state, not EAGLE aux ids: set location: absent"))
     L = c.L
-    if [b.index for b in c.aux] != [L]:
+    if [str(b) for b in c.aux] not in ([f"B_{L}"], ["F"]):
         out.append((("capture", "boundaries"),
                     f"an MTP head reads the target's last hidden state only: capture.boundaries must be ['B_{L}'] "
-                    f"(pre/post norm is verifier_last), got {c.capture.boundaries}"))
+                    f"(pre-norm) or ['F'] (post-norm), got {c.capture.boundaries}"))
+    elif c.aux[0] != c.verifier_last.parsed:
+        out.append((("verifier_last", "tensor"),
+                    f"an MTP head's hidden input is capture.boundaries {c.capture.boundaries}; verifier_last says "
+                    f"{c.verifier_last.tensor}: one tensor, written the same in both"))
     if len(m.layer_sources) != m.num_layers:
         out.append((("mtp", "layer_sources"),
                     f"{len(m.layer_sources)} sources for {m.num_layers} MTP layers: one per layer"))

@@ -102,7 +102,7 @@ def test_init_mtp_sglang_is_post_norm_nextn(tmp_path):
     rc, out = run_init(tmp_path, tcfg(), mtp_cfg(), "--engine", "sglang")
     assert rc == 0
     c = load_contract(out)
-    assert c.method == "mtp" and c.capture.boundaries == ["B_8"]
+    assert c.method == "mtp" and c.capture.boundaries == ["F"]
     assert c.verifier_last.tensor == "F" and c.mtp.layer_sources == ["target"]
 
 
@@ -110,7 +110,8 @@ def test_init_mtp_speculators_is_pre_norm_chained(tmp_path):
     rc, out = run_init(tmp_path, tcfg(), mtp_cfg(n=3), "--engine", "speculators")
     assert rc == 0
     c = load_contract(out)
-    assert c.verifier_last.tensor == "B_8" and c.mtp.layer_sources == ["target", "previous", "previous"]
+    assert c.capture.boundaries == ["B_8"] and c.verifier_last.tensor == "B_8"
+    assert c.mtp.layer_sources == ["target", "previous", "previous"]
 
 
 @pytest.mark.parametrize("extra, reason", [
@@ -242,3 +243,14 @@ def test_dflash_formula_fallback_is_the_tools_own_and_can_differ_from_trained_ta
         served[tool] = [b.index for b in dflash_tool_to_boundaries(tool, None, L, num_draft_layers=5)]
         assert served[tool] == [i + 1 for i in f] != [i + 1 for i in trained]
     assert served["sglang"] == served["specforge"]
+
+
+def test_mtp_post_norm_source_is_F_and_F_is_refused_elsewhere():
+    doc = _mtp_doc(["target"], 1, bds=["F"])
+    doc["verifier_last"] = {"tensor": "F", "norm": "post"}
+    assert parse_contract(yaml.safe_dump(doc), "c.yaml").aux[0].final
+    doc["verifier_last"] = {"tensor": "B_8", "norm": "pre"}
+    assert any("one tensor, written the same in both" in m for m in _problems(doc))
+    eagle = yaml.safe_load(TINY)
+    eagle["capture"]["boundaries"][-1] = "F"
+    assert any("F cannot be an aux slot" in m for m in _problems(eagle))

@@ -128,10 +128,14 @@ def _mtp(t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], engine: Optional
                         "what it feeds the head (B_L or F, target or previous layer) cannot be asked; refused "
                         "(use sglang or speculators)")
     dr = _draft_facts(cfg, f, d, t, 1, "MTP")
-    cap = CaptureFacts(engine, tool, None, inferred, None, "absent", [Boundary(t.L)], f"{f}: MTP reads no layer ids",
-                       "the target's last hidden state")
+    src_b = Boundary.parse("F") if v_final else Boundary(t.L)
+    cap = CaptureFacts(engine, tool, None, inferred, None, "absent", [src_b], f"{f}: MTP reads no layer ids",
+                       f"the target's last hidden state, {'F post-norm' if v_final else 'B_L pre-norm'}")
     doc = build_document(t, dr, cap, v_final, name, False, out_dir)
     doc.insert(2, "method", "mtp")
+    doc["alignment"]["target"] = 0
+    eol(doc["alignment"], "MTP: the hidden row t is token t's own state (speculators shift_batch_mtp: no shift)",
+        "target")
     doc["provenance"]["verifier_last"] = src
     _method_comments(doc, "MTP", "no layer ids (the head reads the target's last hidden state)")
     m = CommentedMap()
