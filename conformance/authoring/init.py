@@ -306,11 +306,9 @@ def derive_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = 
     dcfg, dfile, ddir = read_config(draft_arg, "draft")
     t = target_facts(tcfg, tfile, tdir)
     method = draft_method(dcfg, dfile)
-    if method != "eagle3":
-        from conformance.authoring.init_families import derive_family_contract
-
-        return derive_family_contract(method, t, dcfg, dfile, ddir, engine=engine, name=name,
-                                      out_dir=Path(out_file).resolve().parent if out_file else Path.cwd())
+    if method != "eagle3":  # DFlash / MTP: conformance.authoring.init_families.derive_any_contract
+        raise UsageError(f"{dfile}: a {method} draft config; derive_contract writes EAGLE-3 contracts only "
+                         "(use conformance.authoring.init_families.derive_any_contract)")
     dr = draft_facts(dcfg, dfile, ddir, t)
     engine, tool, version, inferred = choose_engine(engine, dr)
     cap = capture_of(engine, tool, version, inferred, t, dr, allow_embedding)

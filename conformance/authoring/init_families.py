@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from conformance.authoring.configs import dflash_ids, dir_name, int_field
-from conformance.authoring.init import CaptureFacts, DraftFacts, TargetFacts, _seq, build_document
+from conformance.authoring.configs import dflash_ids, dir_name, int_field, read_config
+from conformance.authoring.init import (CaptureFacts, DraftFacts, TargetFacts, _seq, build_document, derive_contract,
+                                        draft_method, target_facts)
 from conformance.authoring.yaml_doc import eol
 from conformance.errors import DataError, UsageError
 
@@ -162,3 +163,20 @@ def derive_family_contract(method: str, t: TargetFacts, cfg: dict, f: Path, d: O
     if method == "mtp":
         return _mtp(t, cfg, f, d, engine, name, out_dir)
     raise UsageError(f"{f}: draft method {method!r} is not supported by init")
+
+
+def derive_any_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = None, verifier: str = "B_L",
+                        name: Optional[str] = None, allow_embedding: bool = False, out_file: Optional[Path] = None):
+    """``conformance init``: the contract for whichever method the draft config is written for
+    (:func:`conformance.authoring.init.draft_method`): EAGLE-3 through
+    :func:`conformance.authoring.init.derive_contract`, DFlash and MTP through
+    :func:`derive_family_contract`. Same arguments and errors as ``derive_contract``."""
+    dcfg, dfile, ddir = read_config(draft_arg, "draft")
+    method = draft_method(dcfg, dfile)
+    if method == "eagle3":
+        return derive_contract(target_arg, draft_arg, engine=engine, verifier=verifier, name=name,
+                               allow_embedding=allow_embedding, out_file=out_file)
+    tcfg, tfile, tdir = read_config(target_arg, "target")
+    t = target_facts(tcfg, tfile, tdir)
+    return derive_family_contract(method, t, dcfg, dfile, ddir, engine=engine, name=name,
+                                  out_dir=Path(out_file).resolve().parent if out_file else Path.cwd())
