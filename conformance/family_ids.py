@@ -83,9 +83,19 @@ def _sglang_apply(architecture: str, L: int, ids: list[int]) -> list[int]:
     return list(ltc)
 
 
+def _specforge_dflash():
+    from conformance import torch_env
+
+    torch_env.prepare()  # specforge imports torchvision through transformers; prepare() makes that import work
+    from specforge.modeling.draft import dflash
+
+    return dflash
+
+
 def _specforge_taps(ids: list[int], L: int) -> list[int]:
     import torch
-    from specforge.modeling.draft.dflash import extract_context_feature
+
+    extract_context_feature = _specforge_dflash().extract_context_feature
 
     tagged = [torch.full((1, 1), float(k)) for k in range(L + 1)]  # HF hidden_states[k] = B_k
     try:
@@ -105,9 +115,7 @@ def dflash_formula(tool: str, L: int, num_draft_layers: int) -> list[int]:
     if tool == "sglang":
         return _sglang_resolve({}, L, num_draft_layers)
     if tool == "specforge":
-        from specforge.modeling.draft.dflash import build_target_layer_ids
-
-        return list(build_target_layer_ids(L, num_draft_layers))
+        return list(_specforge_dflash().build_target_layer_ids(L, num_draft_layers))
     raise TranslationError(f"{tool}: no DFlash fallback for a missing target_layer_ids is known")
 
 

@@ -254,3 +254,22 @@ def test_mtp_post_norm_source_is_F_and_F_is_refused_elsewhere():
     eagle = yaml.safe_load(TINY)
     eagle["capture"]["boundaries"][-1] = "F"
     assert any("F cannot be an aux slot" in m for m in _problems(eagle))
+
+
+@pytest.mark.parametrize("tool, want", [("sglang", "output-of"), ("vllm", "output-of"), ("specforge", "output-of"),
+                                        ("speculators", "boundary")])
+def test_translate_dflash_contract_uses_the_dflash_rule(capsys, tool, want):
+    """vLLM's EAGLE-3 ids are boundaries; its DFlash ids are output-of (vllm-project/vllm#40727):
+    translate must write B_k - 1 for a DFlash contract, and speculators' DFlash config its boundary
+    ids without B_L."""
+    path = REPO / "contracts" / "qwen3-8b--dflash.yaml"
+    c = load_contract(path)
+    assert main(["translate", str(path), "--to", tool, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    idx = [int(b[2:]) for b in c.capture.boundaries]
+    assert out["ids"] == ([i - 1 for i in idx] if want == "output-of" else [i for i in idx if i != c.L])
+
+
+def test_translate_mtp_contract_refuses(capsys):
+    assert main(["translate", str(REPO / "contracts" / "deepseek-v3--nextn-sglang.yaml"), "--to", "sglang"]) == 2
+    assert "reads no layer ids" in capsys.readouterr().err
