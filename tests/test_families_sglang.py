@@ -127,3 +127,75 @@ def test_mtp_source_sglang_feeds_post_norm_F(pair, contract, want):
         r = ref.capture(cap.token_ids)
         st += [f.status for f in check_slot_identity(c, cap, r)]
     assert st and all(s == want for s in st if s != "skip") and want in st, st
+
+
+# --- the real-model target (SmolLM2-135M-Instruct, L = 30, d = 576) ------------------------------
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory):
+    from conformance.corpus import prompt_pool
+    from conformance.fixtures import build_fixture
+    from conformance.reference import load_reference_model
+    from conformance.tools.sglang_cpu.families import runtime_harness
+
+    b = build_fixture("smollm2-135m")
+    pool = prompt_pool(b.target_dir)
+    yield b.target_dir, runtime_harness(b.target_dir), load_reference_model(b.target_dir), pool
+
+
+def _smollm2_dflash_contract(tmp_path, target_dir, ids):
+    """The contract `conformance init` writes for the real target and a 5-tap DFlash draft config."""
+    import json
+
+    from conformance.cli import main
+    from conformance.contract import load_contract
+
+    d = tmp_path / "dflash-draft"
+    d.mkdir(exist_ok=True)
+    cfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "num_hidden_layers": 2, "hidden_size": 576,
+           "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
+           "vocab_size": 49152, "rms_norm_eps": 1e-5, "block_size": 4,
+           "dflash_config": {"target_layer_ids": list(ids), "num_target_layers": 30}}
+    (d / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "smollm2-dflash.yaml"
+    if out.exists():
+        out.unlink()
+    assert main(["init", "--target", str(target_dir), "--draft", str(d), "-o", str(out)]) == 0
+    return load_contract(out), cfg
+
+
+def test_smollm2_dflash_real_target(tmp_path, smollm2):
+    """Five taps on the trained target, real prompts: SGLang's DFlash capture passes the contract
+    init wrote; the EAGLE rule applied to the same ids fails it on extend and on verify."""
+    from conformance.tools.sglang_cpu.families import DFlashCPU
+
+    target_dir, h, ref, pool = smollm2
+    c, cfg = _smollm2_dflash_contract(tmp_path, target_dir, [1, 8, 15, 22, 28])
+    assert c.capture.boundaries == ["B_2", "B_9", "B_16", "B_23", "B_29"]
+    batch = [p[:40] for p in pool[:2]]
+    prefix, drafts = [p[:30] for p in pool[2:4]], [p[30:34] for p in pool[2:4]]
+    for rule, want in (("sglang", "pass"), ("boundary", "fail")):
+        d = DFlashCPU(h, cfg, apply_rule=rule)
+        try:
+            caps = d.extend(batch) + d.verify(prefix, drafts)
+        finally:
+            d.close()
+        st = statuses(c, caps, ref)
+        if want == "pass":
+            assert st and all(s == "pass" for s in st), st
+        else:
+            assert st.count("fail") >= len(caps), st
+
+
+def test_smollm2_mtp_source_is_F(smollm2):
+    """On the trained target too, SGLang hands an MTP head F: slot identity names F, not B_30."""
+    from conformance.checks import identify
+    from conformance.tools.sglang_cpu.families import mtp_source_extend
+
+    _target_dir, h, ref, pool = smollm2
+    for cap in mtp_source_extend(h, [p[:40] for p in pool[:2]]):
+        r = ref.capture(cap.token_ids)
+        keep = cap.rows > 0
+        best, cos, _ = identify(cap.feature.float(), cap.rows, r, keep)
+        assert str(best) == "F" and cos > 0.999, (best, cos)
