@@ -87,6 +87,9 @@ def test_init_dflash_top_level_key(tmp_path):
     ({**dflash_cfg([0, 2, 6]), "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 5]}}, [],
      r"more than one draft method"),
     (dflash_cfg([0, 2, 6], d=96), [], r"hidden_size is 96 but the target's is 64"),
+    (dflash_cfg("0,2,6"), ["--engine", "vllm"], r"config.json: dflash_config.target_layer_ids must be a non-empty list"),
+    (dflash_cfg([0, True, 6]), [], r"must be a non-empty list of integers"),
+    ({**dflash_cfg([0, 2, 6]), "num_hidden_layers": "five"}, [], r"num_hidden_layers must be a positive integer"),
 ])
 def test_init_dflash_refusals(tmp_path, capsys, draft, extra, reason):
     rc, out = run_init(tmp_path, tcfg(), draft, *extra)

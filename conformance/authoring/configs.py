@@ -128,10 +128,17 @@ def draft_method_keys(cfg: dict) -> dict[str, list[str]]:
 
 def dflash_ids(cfg: dict) -> tuple[Optional[list[int]], str]:
     """(DFlash ids as written, location): ``dflash_config.target_layer_ids`` is read first, then
-    a top-level ``target_layer_ids`` (the order of SGLang 0.5.23 ``dflash_utils.py:656-660``)."""
+    a top-level ``target_layer_ids`` (the order of SGLang 0.5.23 ``dflash_utils.py:656-660``).
+
+    Raises:
+        DataError: the ids are not a non-empty list of integers (the message names the key).
+    """
     dc = cfg.get("dflash_config") if isinstance(cfg.get("dflash_config"), dict) else {}
-    if dc.get("target_layer_ids") is not None:
-        return list(dc["target_layer_ids"]), "dflash_config"
-    if cfg.get("target_layer_ids") is not None:
-        return list(cfg["target_layer_ids"]), "top_level"
+    for where, key, v in (("dflash_config", "dflash_config.target_layer_ids", dc.get("target_layer_ids")),
+                          ("top_level", "target_layer_ids", cfg.get("target_layer_ids"))):
+        if v is None:
+            continue
+        if not isinstance(v, list) or not v or not all(isinstance(i, int) and not isinstance(i, bool) for i in v):
+            raise DataError(f"{key} must be a non-empty list of integers, got {v!r}")
+        return list(v), where
     return None, "absent"

@@ -63,9 +63,14 @@ def _dflash(t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], engine: Optio
     from conformance.engine_ids import TranslationError
     from conformance.family_ids import DFLASH_TOOLS, dflash_formula, dflash_tool_to_boundaries
 
-    ids, location = dflash_ids(cfg)
+    try:
+        ids, location = dflash_ids(cfg)
+    except DataError as e:
+        raise DataError(f"{f}: {e}") from None
     dc = cfg.get("dflash_config") if isinstance(cfg.get("dflash_config"), dict) else {}
-    n_draft = cfg.get("num_hidden_layers") or 1
+    n_draft = cfg.get("num_hidden_layers", 1)
+    if not isinstance(n_draft, int) or isinstance(n_draft, bool) or n_draft < 1:
+        raise DataError(f"{f}: num_hidden_layers must be a positive integer (the DFlash draft's depth), got {n_draft!r}")
     engine, tool, inferred = _engine(engine, "dflash", "sglang")
     if tool not in DFLASH_TOOLS:
         raise UsageError(f"--engine {engine!r}: expected sglang[==X.Y.Z], vllm, speculators or specforge")
@@ -117,6 +122,8 @@ def _mtp(t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], engine: Optional
 
     engine, tool, inferred = _engine(engine, "mtp", None)
     n = cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") or 1
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise DataError(f"{f}: num_nextn_predict_layers / mtp_num_hidden_layers must be a positive integer, got {n!r}")
     if tool == "sglang":
         if n != 1:
             raise DataError(f"{f}: {n} MTP layers: which tensor SGLang feeds each layer after the first is not asked "
