@@ -83,7 +83,8 @@ class Capture(_Strict):
 
     boundaries: list[str] = Field(
         min_length=1,
-        description="Aux slots as canonical boundaries, e.g. [B_2, B_4, B_6], strictly ascending.",
+        description="Aux slots as canonical boundaries, e.g. [B_2, B_4, B_6], strictly ascending (DFlash: its "
+        "taps; MTP: the one tensor the head reads, [B_L] or [F]).",
     )
     allow_embedding: bool = Field(
         False, description="Whether B_0 (the embedding output) may be an aux slot."
@@ -96,9 +97,7 @@ class Capture(_Strict):
     @classmethod
     def _parse(cls, v: list[str]) -> list[str]:
         for b in v:
-            bd = Boundary.parse(b)
-            if bd.final:
-                raise ValueError("F cannot be an aux slot; aux slots are B_k boundaries")
+            Boundary.parse(b)  # F is refused by semantic_problems except for method mtp (families.py)
         return v
 
     @property
@@ -219,6 +218,55 @@ class Engines(_Strict):
     )
 
 
+# --- draft method: DFlash and MTP / NextN (issue 14) -------------------------------------------
+
+Method = Literal["eagle3", "eagle1", "eagle2", "dflash", "mtp"]
+
+
+class DFlashSpec(_Strict):
+    """What a DFlash draft reads: the target layers it taps (``capture.boundaries`` holds them in
+    canonical notation, any number, in concat order; ``capture.feature_width`` is the draft
+    ``fc`` input width = K x d).
+
+    DFlash ids are *output-of* ids in every reader whose code or docs say so: id i = ``B_{i+1}``
+    (SGLang 0.5.23 ``llama.py:943-953`` ``set_dflash_layers_to_capture`` adds 1; SpecForge
+    ``specforge/modeling/draft/dflash.py`` ``extract_context_feature`` reads
+    ``hidden_states[i + 1]``; vLLM since vllm-project/vllm#40727), unlike EAGLE-3 ids, which are
+    boundaries in vLLM and speculators.
+    """
+
+    target_layer_ids: Optional[list[int]] = Field(
+        None, description="dflash_config.target_layer_ids as written (output-of ids); null when absent."
+    )
+    location: Literal["dflash_config", "top_level", "absent"] = Field(
+        description="dflash_config: nested under dflash_config; top_level: target_layer_ids at the top of "
+        "config.json; absent: no key (SGLang 0.5.23 and SpecForge then derive ids from a formula, "
+        "dflash_utils.py:348-385 build_target_layer_ids)."
+    )
+    num_draft_layers: int = Field(gt=0, description="The draft's num_hidden_layers (the formula's input).")
+    block_size: Optional[int] = Field(None, gt=0, description="dflash_config.block_size (or top-level block_size).")
+
+
+class MTPSpec(_Strict):
+    """What an MTP / NextN head reads: the target's last hidden state (``capture.boundaries`` is
+    ``[B_L]``, pre-norm, or ``[F]``, post-norm, and ``verifier_last`` names the same tensor;
+    ``capture.feature_width`` is d) and the embedding of the next token, concatenated
+    ``[embed, hidden]`` before ``eh_proj`` / ``fc`` (SGLang 0.5.23 ``deepseek_nextn.py:195-222``,
+    ``qwen3_5_mtp.py:222-240``).
+    """
+
+    num_layers: int = Field(1, gt=0, description="MTP layers (num_nextn_predict_layers / mtp_num_hidden_layers).")
+    embedding_input: Literal["next_token"] = Field(
+        "next_token", description="The token whose embedding is concatenated with the hidden row t: token t+1."
+    )
+    layer_sources: list[Literal["target", "previous"]] = Field(
+        default_factory=lambda: ["target"],
+        description="Per MTP layer, the hidden tensor it reads: target (the target's last hidden state, "
+        "NextN style: every layer reads it) or previous (the previous MTP layer's output, chained MTP, "
+        "DeepSeek-V3 paper section 2.2). Layer 0 always reads the target.",
+    )
+
+
 # --- vocab mapping / tokenizer / dtypes / positions (K10, K11, K12, K14) ---------------------
 
 
@@ -295,6 +343,10 @@ class Contract(_Strict):
 
     schema_version: Literal[1] = 1
     name: str
+    method: Method = Field(
+        "eagle3", description="Draft method: eagle3 (default when absent), eagle1/eagle2, dflash (see the "
+        "dflash block), mtp (MTP / NextN heads, see the mtp block)."
+    )
     description: str = ""
     fixture: Optional[str] = Field(
         None,
@@ -323,6 +375,8 @@ class Contract(_Strict):
     )
     dtypes: TensorDtypes = Field(default_factory=TensorDtypes)
     positions: Positions = Field(default_factory=Positions)
+    dflash: Optional[DFlashSpec] = Field(None, description="method dflash only: the tapped target layers.")
+    mtp: Optional[MTPSpec] = Field(None, description="method mtp only: what each MTP layer reads.")
 
     # -- derived -----------------------------------------------------------------------------
     @property
@@ -579,6 +633,9 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
     L = c.target.num_hidden_layers
     aux = c.capture.parsed
     for i, b in enumerate(aux):
+        if b.final and c.method != "mtp":
+            out.append((("capture", "boundaries", i), "F cannot be an aux slot; aux slots are B_k boundaries "
+                                                      "(only an MTP head reads F: method mtp)"))
         if b.index > L:
             out.append((("capture", "boundaries", i), f"{b} is beyond B_{L} (target has L={L})"))
         if b.index == 0 and not c.capture.allow_embedding:
@@ -640,9 +697,10 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
                     out.append((("draft", "layer_ids", "values", i), f"layer id {lid} is beyond the target's L={L} layers"))
         from conformance.engine_ids import layer_id_problems  # the id rules, without an engine
 
-        out += [(("draft", "layer_ids") + loc, msg) for loc, msg in layer_id_problems(
-            L, c.capture.boundaries, ids.values, ids.location, sglang=bool(c.engines.sglang_validated),
-            model_file=c.engines.sglang_model_file, architecture=c.target.architecture)]
+        if c.method in ("eagle3", "eagle1", "eagle2"):
+            out += [(("draft", "layer_ids") + loc, msg) for loc, msg in layer_id_problems(
+                L, c.capture.boundaries, ids.values, ids.location, sglang=bool(c.engines.sglang_validated),
+                model_file=c.engines.sglang_model_file, architecture=c.target.architecture)]
     nb = c.norm_bands
     seen = set()
     declared = set(aux) | {v}
@@ -690,6 +748,9 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
             and pz.serving_max_len > pz.draft_max_position_embeddings):
         out.append((("positions", "serving_max_len"),
                     f"{pz.serving_max_len} > draft_max_position_embeddings {pz.draft_max_position_embeddings}"))
+    from conformance.families import method_problems  # DFlash / MTP rules (issue 14)
+
+    out += method_problems(c)
     return out
 
 

@@ -56,7 +56,7 @@ def drive(body: Callable) -> list[Finding]:
 def run_path(path: Path, c: Contract, pair: LocalPair) -> Union[list[Finding], Skipped]:
     """Every finding of ``path`` on contract ``c`` with its local ``pair``, or :class:`Skipped`
     (with the reason) when the path cannot run here."""
-    why = path.needs.unmet(pair)
+    why = path.needs.unmet(pair, c)
     if why:
         return Skipped(why)
     state = path.prepare(c, pair)

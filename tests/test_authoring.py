@@ -495,6 +495,15 @@ def test_public_contract_ids_translate_to_its_boundaries(path):
     from conformance.engine_ids import tool_to_boundaries
 
     c = load_contract(path)
+    if c.method == "dflash":  # DFlash ids: output-of, asked of SGLang's own set_dflash_layers_to_capture
+        from conformance.family_ids import dflash_tool_to_boundaries
+
+        got = dflash_tool_to_boundaries("sglang", c.dflash.target_layer_ids, c.L, architecture=c.target.architecture)
+        assert [str(b) for b in got] == c.capture.boundaries
+        return
+    if c.method == "mtp":  # no ids: the head reads one tensor (B_L or F), checked by validate
+        assert [str(b) for b in c.aux] == [c.verifier_last.tensor]
+        return
     li = c.draft.layer_ids
     tool = "speculators" if c.draft.architecture == "Eagle3Speculator" else "sglang"
     ids = li.values if (tool == "speculators" or li.location == "nested") else None

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from conformance.authoring.configs import (DTYPES, dir_name, draft_ids, int_field, is_speculators, one_plus_norm,
-                                           read_config)
+from conformance.authoring.configs import (DTYPES, dir_name, draft_ids, draft_method_keys, int_field, is_speculators,
+                                           one_plus_norm, read_config)
 from conformance.authoring.yaml_doc import eol
 from conformance.errors import DataError, UsageError
 
@@ -141,6 +141,23 @@ def draft_facts(cfg: dict, f: Path, d: Optional[Path], t: TargetFacts) -> DraftF
     return DraftFacts(f, d, spec_fmt, str(archs[0]), str(cfg.get("_name_or_path") or dir_name(d or f.parent)),
                       dh, dh_key, int(th), th_key, dv, dv_note, pre_fc, nested, top, eagle,
                       cfg.get("num_aux_hidden_states"))
+
+
+def draft_method(cfg: dict, f: Path) -> str:
+    """The draft method a config is written for: ``eagle3``, ``dflash`` or ``mtp``, from its own
+    keys (:func:`conformance.authoring.configs.draft_method_keys`). A config with no method key is
+    read as EAGLE-3 (the existing refusals for missing ids then apply).
+
+    Raises:
+        DataError: keys of two methods in one config (which one the engine would read depends on
+            the engine; never guessed).
+    """
+    found = draft_method_keys(cfg)
+    if len(found) > 1:
+        what = "; ".join(f"{m}: {', '.join(keys)}" for m, keys in found.items())
+        raise DataError(f"{f}: the draft config carries keys of more than one draft method ({what}); "
+                        "remove the other method's keys so that every engine reads the same method")
+    return next(iter(found), "eagle3")
 
 
 def choose_engine(engine: Optional[str], dr: DraftFacts) -> tuple[str, str, Optional[str], str]:
@@ -288,6 +305,10 @@ def derive_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = 
     tcfg, tfile, tdir = read_config(target_arg, "target")
     dcfg, dfile, ddir = read_config(draft_arg, "draft")
     t = target_facts(tcfg, tfile, tdir)
+    method = draft_method(dcfg, dfile)
+    if method != "eagle3":  # DFlash / MTP: conformance.authoring.init_families.derive_any_contract
+        raise UsageError(f"{dfile}: a {method} draft config; derive_contract writes EAGLE-3 contracts only "
+                         "(use conformance.authoring.init_families.derive_any_contract)")
     dr = draft_facts(dcfg, dfile, ddir, t)
     engine, tool, version, inferred = choose_engine(engine, dr)
     cap = capture_of(engine, tool, version, inferred, t, dr, allow_embedding)

@@ -1,4 +1,6 @@
-"""``conformance faults [--pair NAME] [--json OUT] [--verbose]``: the kill matrix (:mod:`conformance.faults`).
+"""``conformance faults [--pair NAME] [--json OUT] [--verbose]``: the kill matrix (:mod:`conformance.faults`)
+on the synthetic scenarios (then the DFlash / MTP kill matrix, :mod:`conformance.faults.families`)
+and on each real pair named.
 Exit 1 on any missed cell or any failure on an unmutated baseline (a false positive)."""
 
 from __future__ import annotations
@@ -21,24 +23,29 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from conformance.errors import DataError
+    from conformance.faults.families import render_families, run_families_matrix
     from conformance.faults.matrix import run_matrix
     from conformance.faults.render import matrix_json, render_matrix
-
-    from conformance.errors import DataError
     from conformance.faults.real_scenario import RealPairUnavailable
 
     con = console()
     log = (lambda s: con.print(f"[dim]{s}[/dim]")) if args.verbose else (lambda s: None)
-    matrices = []
+    matrices, fam = [], None
     for pair in dict.fromkeys(args.pair or ["synthetic"]):
         try:
             m = run_matrix(log=log, pair=None if pair == "synthetic" else pair)
         except RealPairUnavailable as e:
             raise DataError(f"--pair {pair}: {e}") from None
         render_matrix(m, con)
-        matrices.append(m)
+        if pair == "synthetic":
+            fam = run_families_matrix(log=log)  # DFlash / MTP fault kinds (issue 14)
+            render_families(fam, con)
+        matrices.append((m, fam if pair == "synthetic" else None))
     if args.json:
-        out = [matrix_json(m) for m in matrices]
+        out = [{**matrix_json(m), **({"families": f} if f is not None else {})} for m, f in matrices]
         Path(args.json).write_text(json.dumps(out[0] if len(out) == 1 else out, indent=1))
-    bad = any(any(c.status == "missed" for c in m["cells"]) or m["false_positives"] for m in matrices)
+    bad = any(any(c.status == "missed" for c in m["cells"]) or m["false_positives"] for m, _ in matrices)
+    if fam is not None:
+        bad = bad or any(c["status"] == "missed" for c in fam["cells"]) or bool(fam["false_positives"])
     return EXIT_VIOLATIONS if bad else EXIT_OK

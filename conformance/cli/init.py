@@ -1,5 +1,6 @@
 """``conformance init --target DIR --draft DIR -o FILE``: a contract derived from two config.json
-files (:func:`conformance.authoring.init.derive_contract`); never writes over an input."""
+files (:func:`conformance.authoring.init_families.derive_any_contract`: EAGLE-3, DFlash or MTP, by
+the draft config's own keys); never writes over an input."""
 
 from __future__ import annotations
 
@@ -25,13 +26,13 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from conformance.authoring.init import derive_contract
+    from conformance.authoring.init_families import derive_any_contract
     from conformance.authoring.yaml_doc import dump_contract, write_new
 
     inputs = [Path(a) / "config.json" if Path(a).is_dir() else Path(a) for a in (args.target, args.draft)]
     dirs = [Path(a) if Path(a).is_dir() else Path(a).parent for a in (args.target, args.draft)]
     out = check_output(args.output, "-o", inputs=tuple(inputs), input_dirs=tuple(dirs), need_parent=False)
-    doc = derive_contract(args.target, args.draft, engine=args.engine, verifier=args.verifier,
+    doc = derive_any_contract(args.target, args.draft, engine=args.engine, verifier=args.verifier,
                           name=args.name, allow_embedding=args.allow_embedding, out_file=out)
     text = dump_contract(doc, out)
     write_new(out, text, args.force)

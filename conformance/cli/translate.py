@@ -1,5 +1,6 @@
 """``conformance translate CONTRACT --to TOOL``: the integers and the config key a tool needs to
-capture the contract's boundaries (:func:`conformance.engine_ids.boundaries_to_tool`)."""
+capture the contract's boundaries (:func:`conformance.engine_ids.boundaries_to_tool`; for a DFlash
+contract :func:`conformance.family_ids.dflash_boundaries_to_tool`; an MTP contract has no ids)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ def run(args) -> int:
     from conformance.engine_ids import TranslationError, boundaries_to_tool
 
     c = load_contract(args.contract)
+    if c.method == "mtp":
+        raise UsageError(f"{args.contract}: an MTP head reads no layer ids (it reads {c.capture.boundaries[0]}); "
+                         "nothing to translate")
+    if c.method == "dflash":
+        return _dflash(args, c)
     try:
         t = boundaries_to_tool(args.to, c.aux, c.L, architecture=c.target.architecture,
                                version=args.engine_version, verifier=c.verifier_last.parsed,
@@ -40,6 +46,31 @@ def run(args) -> int:
     print(f"  holds for:  {t.holds_for}")
     for k, v in t.extra.items():
         print(f"  {k}: {v}")
+    for n in t.notes:
+        print(f"  note: {n}")
+    return EXIT_OK
+
+
+def _dflash(args, c) -> int:
+    """DFlash: ``dflash_config.target_layer_ids`` for the tool (its own DFlash rule, never the EAGLE one)."""
+    from conformance.engine_ids import TranslationError
+    from conformance.family_ids import dflash_boundaries_to_tool
+
+    if args.engine_version:
+        raise UsageError("--engine-version: DFlash rules are asked of the installed tools only")
+    try:
+        t = dflash_boundaries_to_tool(args.to, c.aux, c.L, architecture=c.target.architecture)
+    except TranslationError as e:
+        raise UsageError(f"{args.contract}: {args.to} cannot tap {c.capture.boundaries}: {e}") from None
+    if args.json:
+        print(json.dumps({"contract": args.contract, "method": "dflash", "boundaries": c.capture.boundaries,
+                          "num_hidden_layers": c.L, "tool": t.tool, "ids": t.ids, "key_path": t.key,
+                          "holds_for": t.source, "notes": t.notes}, indent=2))
+        return EXIT_OK
+    print(f"{c.name}: {args.to} DFlash ids for {c.capture.boundaries} (L = {c.L}, {c.target.architecture})")
+    print(f"  ids:        {t.ids}")
+    print(f"  key:        {t.key}")
+    print(f"  holds for:  {t.source}")
     for n in t.notes:
         print(f"  note: {n}")
     return EXIT_OK

@@ -19,6 +19,8 @@ _MODULES = (
     "sglang_extend",  # SGLang's target (EXTEND, FULL capture) -> its EAGLE-3 draft class
     "sglang_decode",  # SGLang target verify -> draft extend after verify
     "cross_path",     # the same tokens through the loader, extend and verify, row by row
+    "sglang_dflash",  # SGLang's DFlash capture -> its DFlashDraftModel fc (extend and verify)
+    "sglang_mtp",     # the hidden state SGLang hands an MTP / NextN head
     "sglang_engine",  # a real sglang.Engine on a GPU
 )
 

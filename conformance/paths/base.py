@@ -62,15 +62,21 @@ class Needs:
         data: a stored dataset in ``pair.data_dir`` (the embedded fixtures have one).
         gpu: a CUDA device. The plugin marks the path ``gpu``; the path probes the device in
             ``prepare`` (the probe needs its tool) and returns :class:`Skipped` without one.
+        methods: the draft methods (``contract.method``) the path runs for; another method's
+            contract is skipped with the reason (an EAGLE-3 path says nothing about a DFlash or
+            MTP draft, and the reverse).
     """
 
     modules: tuple[str, ...] = ()
     draft: bool = False
     data: bool = False
     gpu: bool = False
+    methods: tuple[str, ...] = ("eagle3", "eagle1", "eagle2")
 
-    def unmet(self, pair: "LocalPair") -> Optional[str]:
-        """Why the path cannot run with ``pair`` here (the first unmet need), or None."""
+    def unmet(self, pair: "LocalPair", contract: Optional["Contract"] = None) -> Optional[str]:
+        """Why the path cannot run with ``pair`` (for ``contract``) here (the first unmet need), or None."""
+        if contract is not None and contract.method not in self.methods:
+            return f"this path runs {'/'.join(self.methods)} drafts; the contract's method is {contract.method}"
         for m in self.modules:
             if importlib.util.find_spec(m) is None:
                 return f"{_MODULE_NAMES.get(m, m)} is not installed in this environment"
