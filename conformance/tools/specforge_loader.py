@@ -299,8 +299,8 @@ class SpecForgeLoader:
 
         T = int(t["attention_mask"][b].sum())  # normalize_offline_sample: ones over the sample; the collator pads 0
         n = T - 1
-        ids = t["input_ids"][b, :T].long()
         src_ids = raw["input_ids"].reshape(-1).long()
+        ids = src_ids[:T]  # the sequence the file's states were computed on (the reference runs on it)
         tail = 0
         m = raw["loss_mask"].reshape(-1)
         while tail < T - 1 and int(src_ids[T - 1 - tail]) == 0 and int(m[T - 1 - tail]) == 0:
@@ -402,10 +402,9 @@ def write_dataset(out: Path, capture: Callable[[list[int]], Any], samples: Seque
         stacks = rows_from(stacks)
     out.mkdir(parents=True)
     for i, ((ids, mask), hs) in enumerate(zip(rows, stacks)):
-        T = hs.shape[0]
         save_sample(sample_file(out, i, i in compress), {
-            "input_ids": torch.tensor(ids[:T], dtype=torch.long),
-            "loss_mask": torch.tensor(mask[:T], dtype=torch.long),
+            "input_ids": torch.tensor(ids, dtype=torch.long),
+            "loss_mask": torch.tensor(mask, dtype=torch.long),
             "hidden_state": hs[:, -1].to(dtype).unsqueeze(0).contiguous(),
             "aux_hidden_state": hs[:, :-1].flatten(1).to(dtype).unsqueeze(0).contiguous(),
         })
