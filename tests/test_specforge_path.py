@@ -210,3 +210,28 @@ def test_init_and_translate_for_specforge(tmp_path, tiny, capsys):
     assert "ids:        [1, 3, 4]" in text and "specforge==0.2.0" in text
     assert main(["init", "--target", str(tiny.target_dir), "--draft", str(tiny.draft_dir),
                  "--engine", "specforge", "--verifier", "B_L", "-o", str(tmp_path / "x.yaml")]) == 2
+
+
+@pytest.mark.slow
+def test_check_offline_reads_a_specforge_directory_through_specforges_chain(tmp_path, sf_data, capsys):
+    import json
+
+    from conformance.cli import main
+
+    out = tmp_path / "f.json"
+    before = _hash(sf_data)
+    assert main(["check-offline", str(SF_TINY), "--files", str(sf_data), "--quiet", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert not [f for f in doc["findings"] if f["status"] == "fail"]
+    assert any(f["check"] == "loss_mask_alignment" and f["status"] == "pass" for f in doc["findings"])
+    assert _hash(sf_data) == before
+    # a contract stating speculators' pairing fails on the same files (verifier F, unshifted mask)
+    assert main(["check-offline", str(REPO / "contracts" / "tiny-llama.yaml"), "--files", str(sf_data),
+                 "--quiet"]) == 1
+    # nothing readable: exit 2 naming the directory
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "data_0.ckpt").write_bytes(b"\x00" * 10)
+    capsys.readouterr()
+    assert main(["check-offline", str(SF_TINY), "--files", str(bad), "--quiet"]) == 2
+    assert "could be read" in capsys.readouterr().err
