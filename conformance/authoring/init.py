@@ -497,5 +497,6 @@ def build_document(t: TargetFacts, dr: DraftFacts, cap: CaptureFacts, v_final: b
     eol(doc, "null: derived from the serving dtype (docs/gates.md)", "gates")
     doc["engines"] = _engines(cap)
     doc["data_dtype"] = "bfloat16"
-    eol(doc, "speculators 0.9.0 stores bf16 hidden states", "data_dtype")
+    eol(doc, "SpecForge stores the capture's model dtype (bf16 in its scripts)" if cap.tool == "specforge"
+        else "speculators 0.9.0 stores bf16 hidden states", "data_dtype")
     return doc

@@ -73,7 +73,7 @@ def run(args) -> int:
                                     bad_reference, str(ref_dir),
                                     f"reference not usable: {bad_reference}; slot identity not checked", "K2"))
             ref_dir = None
-    loader = "torch.load(weights_only=True) (the project's reader)"
+    loader = "torch.load(weights_only=True)"
     if _specforge_dir(c, args.files):
         from conformance.runner import specforge_findings
         from conformance.tools.specforge_loader import LOADER
