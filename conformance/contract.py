@@ -142,6 +142,23 @@ class Alignment(_Strict):
         description="Position id SGLang gives the draft for row t, minus t (the draft extend "
         "reuses the target's positions: python/sglang/srt/speculative/eagle_worker_v2.py).",
     )
+    loss_mask_reason: Optional[str] = Field(
+        None,
+        description="Why the loss-mask offset differs from the target offset, when it does (e.g. "
+        "SpecForge 0.2.0 TargetHead.preprocess shifts input_ids and target but not loss_mask, "
+        "sgl-project/SpecForge#885). Without it, validate rejects loss_mask != target: the first "
+        "drafted position gets no loss and a stale one is supervised.",
+    )
+
+
+class Training(_Strict):
+    """Which trainer's loader the training data of this pair goes through (the ``training`` path
+    runs speculators', the ``specforge`` path SpecForge's); its pairing is ``alignment``."""
+
+    tool: Literal["speculators", "specforge"] = Field(
+        "speculators", description="speculators (ArrowDataset + CollateFn(shift_batch)) or specforge "
+        "(OfflineManifestReader -> FeatureDataLoader -> TargetHead.preprocess).")
+    version: Optional[str] = Field(None, description="The trainer release the pairing was stated for, e.g. '0.2.0'.")
 
 
 class NormBand(_Strict):
@@ -361,6 +378,7 @@ class Contract(_Strict):
     capture: Capture
     verifier_last: VerifierLast
     alignment: Alignment = Field(default_factory=Alignment)
+    training: Training = Field(default_factory=Training)
     norm_bands: NormBands = Field(default_factory=NormBands)
     gates: Gates = Field(default_factory=Gates)
     engines: Engines = Field(default_factory=Engines)
@@ -677,6 +695,12 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
             )
         if c.verifier_last.norm != "pre":
             out.append((("verifier_last", "norm"), f"B_{L} is pre-final-norm: norm must be 'pre'"))
+    al = c.alignment
+    if al.loss_mask != al.target and not (al.loss_mask_reason or "").strip():
+        out.append((("alignment", "loss_mask"),
+                    f"loss-mask offset {al.loss_mask} differs from the target offset {al.target}: the first "
+                    "drafted position gets no loss and a stale one is supervised (sgl-project/SpecForge#885, "
+                    "#895); align them, or state why in alignment.loss_mask_reason"))
     ids = c.draft.layer_ids
     if ids.location == "absent" and ids.values is not None:
         out.append((("draft", "layer_ids", "values"), "location is 'absent' but values are given"))

@@ -458,6 +458,9 @@ def _to_specforge(bs: list[Boundary], L: int, *, architecture: str, version: Opt
                   allow_embedding: bool) -> ToolIds:
     """SpecForge: exactly 3 output-of ids under the nested key."""
     names = [str(b) for b in bs]
+    if version and version != "0.2.0":
+        raise TranslationError(f"specforge {version}: only the rule of 0.2.0 (the PyPI wheel, /work/shared/"
+                               "ECOSYSTEM.md 1.3) is known")
     if len(bs) != 3:
         raise TranslationError(f"SpecForge requires exactly 3 ids (resolve_eagle_capture_layers, "
                                f"specforge/algorithms/model_providers.py:188-210); the contract has {len(bs)}")
@@ -474,11 +477,40 @@ def _to_specforge(bs: list[Boundary], L: int, *, architecture: str, version: Opt
                          f"{[str(b) for b in got]}, not {names} ({rule.model_file}.py rule)")
     except TranslationError as e:
         notes.append(f"SGLang backend: {e}")
-    return ToolIds("specforge", "SpecForge (resolve_eagle_capture_layers, specforge/algorithms/"
-                   "model_providers.py:188-210; REFERENCE.md 6)", ids,
+    specforge_layer_ids(ids, L)  # SpecForge's own resolver accepts them (raises its words if not)
+    notes.append("SpecForge 0.2.0's trainer pairs (h_t, x_t+1, F_t+1, l_t): TargetHead.preprocess shifts input_ids "
+                 "and target but not loss_mask (sgl-project/SpecForge#885); state it in alignment (loss_mask: 0 "
+                 "with loss_mask_reason)")
+    return ToolIds("specforge", f"specforge=={version or '0.2.0'} (resolve_eagle_capture_layers, specforge/algorithms/"
+                   "model_providers.py:188-211; REFERENCE.md 6)", ids,
                    f"draft config.json: {SGLANG_KEY}", "output_of", notes=notes)
 
 
+
+
+def specforge_layer_ids(ids: Optional[Sequence[int]], num_layers: int) -> list[int]:
+    """The ids SpecForge resolves for a draft config holding ``ids`` in its nested
+    ``eagle_config`` (None: no key), asked of the installed SpecForge's own
+    ``resolve_eagle_capture_layers`` (specforge 0.2.0 algorithms/model_providers.py:188-211: the run
+    override, else the nested key, else ``[1, L//2-1, L-4]``; exactly three non-negative ints).
+    Without SpecForge installed, that release's rule as read from the same lines.
+
+    Raises:
+        TranslationError: SpecForge refuses the ids (its ValueError's words).
+    """
+    cfg = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": list(ids)}} if ids is not None else {}
+    try:
+        from specforge.algorithms.model_providers import resolve_eagle_capture_layers
+    except ImportError:
+        got = list(ids) if ids is not None else [1, num_layers // 2 - 1, num_layers - 4]
+        if len(got) != 3 or any(not isinstance(i, int) or i < 0 for i in got):
+            raise TranslationError(f"specforge: exactly 3 non-negative ids required, got {got}") from None
+        return got
+    try:
+        return resolve_eagle_capture_layers(SimpleNamespace(model=SimpleNamespace(aux_hidden_state_layer_ids=None)),
+                                            cfg, SimpleNamespace(num_hidden_layers=num_layers))
+    except ValueError as e:
+        raise TranslationError(f"specforge (resolve_eagle_capture_layers): {e}") from None
 
 
 _TO_TOOL = {"sglang": _to_sglang, "vllm": _to_vllm, "speculators": _to_speculators, "specforge": _to_specforge}
@@ -498,9 +530,9 @@ def tool_to_boundaries(tool: str, ids: Optional[Sequence[int]], num_layers: int,
     L = num_layers
     if tool == "sglang":
         return sglang_rule(architecture, version).boundaries(L, ids, allow_embedding=allow_embedding)
+    if tool == "specforge":
+        ids = specforge_layer_ids(ids, L)
     if ids is None:
-        if tool == "specforge":
-            return [Boundary(i + 1) for i in (1, L // 2 - 1, L - 4)]
         return [Boundary(i) for i in (2, L // 2, L - 3)]
     ids = [int(i) for i in ids]
     if tool == "specforge" or (tool == "speculators" and version and _vkey(version) < (0, 5)):

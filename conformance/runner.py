@@ -55,3 +55,27 @@ def offline_findings(contract: Contract, files: list[Path], reference_dir: Optio
     for i, f in enumerate(files):
         out += sample_findings(contract, load_capture(f, contract, i), ref_model)
     return out
+
+
+def specforge_findings(contract: Contract, data_dir: Path, reference_dir: Optional[Path] = None,
+                       batch_size: int = 4) -> tuple[list[Finding], list[str]]:
+    """Every check on every sample of a SpecForge offline directory, read by SpecForge 0.2.0's own
+    loader chain (:class:`conformance.tools.specforge_loader.SpecForgeLoader`), in consecutive
+    batches; a bad file is a finding naming it. Returns (findings, the files in SpecForge's order).
+
+    Raises:
+        conformance.tools.specforge_loader.SpecForgeDataError: no feature file in ``data_dir``.
+        conformance.reference.ReferenceError: the reference directory cannot be loaded.
+    """
+    from conformance.reference import load_reference_model
+    from conformance.tools.specforge_loader import SpecForgeLoader
+
+    ref_model = load_reference_model(reference_dir, contract.target) if reference_dir else None
+    loader = SpecForgeLoader(data_dir, contract.draft.target_hidden_size)
+    n = len(loader)
+    out: list[Finding] = []
+    for i in range(0, n, batch_size):
+        for cap in loader.batch(list(range(i, min(i + batch_size, n)))):
+            out += sample_findings(contract, cap, ref_model)
+    return out, [loader.file(i) for i in range(n)]
+

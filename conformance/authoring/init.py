@@ -22,6 +22,11 @@ from conformance.errors import DataError, UsageError
 
 ENGINES = ("sglang", "vllm", "speculators", "specforge")
 
+SPECFORGE_LOSS_MASK_REASON = (
+    "SpecForge 0.2.0 TargetHead.preprocess (modeling/target/target_head.py:103-108) shifts input_ids and target "
+    "left by one but not loss_mask: l_t is paired with (h_t, x_t+1, F_t+1), as its trainer does "
+    "(sgl-project/SpecForge#885, open)")
+
 
 @dataclass
 class TargetFacts:
@@ -283,7 +288,7 @@ def check_capture(cap: CaptureFacts, dr: DraftFacts, allow_embedding: bool) -> N
 
 
 def derive_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = None,
-                    verifier: str = "B_L", name: Optional[str] = None,
+                    verifier: Optional[str] = None, name: Optional[str] = None,
                     allow_embedding: bool = False, out_file: Optional[Path] = None):
     """Derive a contract document from two config.json files.
 
@@ -313,8 +318,13 @@ def derive_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = 
     engine, tool, version, inferred = choose_engine(engine, dr)
     cap = capture_of(engine, tool, version, inferred, t, dr, allow_embedding)
     check_capture(cap, dr, allow_embedding)
+    if verifier is None:
+        verifier = "F" if tool == "specforge" else "B_L"
     if verifier not in ("B_L", "F", f"B_{t.L}"):
         raise UsageError(f"--verifier {verifier!r}: expected B_L or F")
+    if tool == "specforge" and verifier != "F":
+        raise UsageError("--verifier B_L with --engine specforge: SpecForge's offline hidden_state (the training "
+                         "target) is F, post final norm (algorithms/eagle3/providers.py:141-150)")
     out_dir = Path(out_file).resolve().parent if out_file else Path.cwd()
     return build_document(t, dr, cap, verifier == "F", name, allow_embedding, out_dir)
 
@@ -493,13 +503,21 @@ def build_document(t: TargetFacts, dr: DraftFacts, cap: CaptureFacts, v_final: b
     doc["draft"] = _draft(dr, cap, out_dir)
     doc["capture"] = _capture(cap, t.d, allow_embedding)
     doc["verifier_last"] = _verifier(t.L, v_final)
-    doc["alignment"] = CommentedMap([("feature", 0), ("input_token", 1), ("target", 1), ("loss_mask", 1),
-                                     ("position", 1)])
-    eol(doc, "speculators 0.9.0 shift_batch: (g_t, x_t+1, y_t+1, mask_t+1) at position t+1", "alignment")
+    if cap.tool == "specforge":
+        doc["alignment"] = CommentedMap([("feature", 0), ("input_token", 1), ("target", 1), ("loss_mask", 0),
+                                         ("position", 0), ("loss_mask_reason", SPECFORGE_LOSS_MASK_REASON)])
+        eol(doc, "SpecForge 0.2.0 TargetHead.preprocess: (h_t, x_t+1, F_t+1, l_t) at position t", "alignment")
+        doc["training"] = CommentedMap([("tool", "specforge"), ("version", cap.version or "0.2.0")])
+        eol(doc, "the specforge path runs this release's offline loader chain", "training")
+    else:
+        doc["alignment"] = CommentedMap([("feature", 0), ("input_token", 1), ("target", 1), ("loss_mask", 1),
+                                         ("position", 1)])
+        eol(doc, "speculators 0.9.0 shift_batch: (g_t, x_t+1, y_t+1, mask_t+1) at position t+1", "alignment")
     doc["norm_bands"] = _norm_bands()
     doc["gates"] = _gates(t.dtype)
     eol(doc, "null: derived from the serving dtype (docs/gates.md)", "gates")
     doc["engines"] = _engines(cap)
     doc["data_dtype"] = "bfloat16"
-    eol(doc, "speculators 0.9.0 stores bf16 hidden states", "data_dtype")
+    eol(doc, "SpecForge stores the capture's model dtype (bf16 in its scripts)" if cap.tool == "specforge"
+        else "speculators 0.9.0 stores bf16 hidden states", "data_dtype")
     return doc

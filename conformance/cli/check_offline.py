@@ -1,6 +1,10 @@
 """``conformance check-offline CONTRACT --files DIR_OR_GLOB``: offline hidden-state files (legacy
 speculators ``.pt``, SpecForge ``.ckpt``) against a contract.
 
+A directory of SpecForge files checked against a contract with ``training.tool: specforge`` is
+read by SpecForge 0.2.0's own loader chain (``.ckpt`` and ``.ckpt.gz``; the pairing its trainer
+makes); everything else by the project's reader.
+
 Files are read only through ``torch.load(weights_only=True)`` (see
 :mod:`conformance.tools.offline_files`); a pickle that would run code is refused and reported.
 Exit codes as everywhere: 0 conforms, 1 violations, 2 bad input (no file matched, no file could
@@ -34,6 +38,17 @@ def _file_roots(spec: str) -> list[Path]:
     return [p] if p.is_dir() else []
 
 
+def _specforge_dir(c, spec: str) -> bool:
+    """A directory of SpecForge files for a SpecForge contract, with SpecForge installed: read by
+    SpecForge's own loader chain. Anything else (a file, a glob, legacy ``.pt`` files) is read by the
+    project's reader (:mod:`conformance.tools.offline_files`), which the real chain cannot replace."""
+    import importlib.util
+
+    p = Path(spec)
+    return (c.training.tool == "specforge" and p.is_dir() and importlib.util.find_spec("specforge") is not None
+            and not any(p.rglob("*.pt")))
+
+
 def run(args) -> int:
     from conformance import report
     from conformance.findings import Finding
@@ -42,7 +57,7 @@ def run(args) -> int:
     from conformance.tools.offline_files import find_files
 
     c = load_contract(args.contract)
-    files = find_files(args.files)
+    files = [] if _specforge_dir(c, args.files) else find_files(args.files)
     ref_dir: Optional[Path] = resolve_reference(c, args)
     if args.json:
         check_output(args.json, "--json", inputs=(args.contract, *files),
@@ -58,10 +73,20 @@ def run(args) -> int:
                                     bad_reference, str(ref_dir),
                                     f"reference not usable: {bad_reference}; slot identity not checked", "K2"))
             ref_dir = None
-    findings += offline_findings(c, files, ref_dir)
+    loader = "torch.load(weights_only=True)"
+    if _specforge_dir(c, args.files):
+        from conformance.runner import specforge_findings
+        from conformance.tools.specforge_loader import LOADER
+
+        got, names = specforge_findings(c, Path(args.files), ref_dir)
+        findings += got
+        files = [Path(n) for n in names]
+        loader = LOADER + " (weights_only)"
+    else:
+        findings += offline_findings(c, files, ref_dir)
     extra = {"files": str(args.files), "samples": str(len(files)),
              "reference": str(ref_dir) if ref_dir else "none (slot identity not checked)",
-             "loader": "torch.load(weights_only=True)"}
+             "loader": loader}
     if not args.quiet:
         report.render_table(findings, f"{c.name}: offline files ({args.contract})", console(), extra)
     if args.json:

@@ -16,8 +16,8 @@ def add_parser(sub) -> None:
     p.add_argument("--engine", metavar="ENGINE",
                    help="sglang[==X.Y.Z] (default version: installed), vllm, speculators or specforge; "
                         "inferred when unambiguous")
-    p.add_argument("--verifier", default="B_L", choices=["B_L", "F"],
-                   help="last data slot: B_L pre-norm (speculators, default) or F post-norm")
+    p.add_argument("--verifier", default=None, choices=["B_L", "F"],
+                   help="last data slot: B_L pre-norm (speculators, default) or F post-norm (SpecForge, its default)")
     p.add_argument("--name", help="contract name (default: target--draft)")
     p.add_argument("--allow-embedding", action="store_true", help="accept B_0 as an aux slot")
     p.add_argument("-o", "--output", required=True, metavar="FILE")

@@ -57,6 +57,9 @@ class Knobs:
     (good/absolute/missing in the draft checkpoint), ``handoff`` (the tensor handed to the draft
     after verify -> tensor: a side-path buffer), ``feed_draft_states``, ``serving_template``,
     ``variant`` (a harness rebuild: ``{"draft": {...}, "dtype": "bfloat16"}``).
+    SpecForge (its loader chain): ``sf_transform(sample) -> sample`` after
+    ``normalize_offline_sample`` (a trainer fault), ``alignment`` (the pairing the contract states
+    for the run, e.g. the loss mask shifted as SpecForge#895 would).
     Both: ``capture(scn, caps) -> caps`` (after the engine / loader, in memory).
     """
 
@@ -73,6 +76,8 @@ class Knobs:
     serving_template: Optional[str] = None
     variant: Optional[dict] = None
     capture: Optional[Callable] = None
+    sf_transform: Optional[Callable] = None
+    alignment: Optional[dict] = None
 
 
 

@@ -22,13 +22,13 @@ from conformance.contract import Contract
 from conformance.faults.example import Example, NoOp, default_example
 from conformance.faults.inject_sglang import HarnessPool
 from conformance.faults.operators import KINDS, OPERATORS, NotApplicable, Operator
-from conformance.faults.runs import INJECTORS, run_path
+from conformance.faults.runs import INJECTORS, path_contract, run_path
 from conformance.faults.scenario import Scenario, ScenarioSpec, build_scenario
 from conformance.findings import Finding
 
 PATHS = tuple(name for name in registered_paths.names() if name in INJECTORS)
-"""The matrix's columns: registered paths with a fault injector (``training``, ``sglang-extend``,
-``sglang-decode``)."""
+"""The matrix's columns: registered paths with a fault injector (``training``, ``specforge``,
+``sglang-extend``, ``sglang-decode``)."""
 
 
 @dataclass
@@ -61,6 +61,7 @@ def evaluate(op: Operator, path: str, scn: Scenario, contract: Contract, ex: Exa
     ap = op.paths[path]
     if isinstance(ap, NotApplicable):
         return Verdict("n/a", detail=ap.reason)
+    contract = path_contract(scn, contract, path)
     k = ap.fn(scn, contract, ex)
     if k is None:
         return Verdict("noop", detail="the fault is a no-op on this example")
@@ -87,7 +88,7 @@ def _op_scenarios(op: Operator, path: str) -> list[str]:
     if op.scenario == "wide":
         return ["wide"]
     if op.scenario == "final+base":
-        return ["final"] if path == "training" else ["base"]
+        return ["final"] if path in ("training", "specforge") else ["base"]
     return ["base"]
 
 
@@ -141,6 +142,11 @@ def _plan(sglang: bool, results: dict[tuple[str, str], Verdict], scenarios: Sequ
             if _needs_sglang(path) and not sglang:
                 results[(op.name, path)] = Verdict("not run", detail="SGLang is not installed")
                 continue
+            missing = [m for m in registered_paths.get(path).needs.modules
+                       if m != "sglang" and importlib.util.find_spec(m) is None]
+            if missing:
+                results[(op.name, path)] = Verdict("not run", detail=f"{', '.join(missing)} is not installed")
+                continue
             names = _op_scenarios(op, path)
             if not all(n in scenarios for n in names):
                 results[(op.name, path)] = Verdict(
@@ -155,6 +161,7 @@ def _run_group(sname: str, path: str, ops: list[Operator], world: tuple, pool: H
                results: dict[tuple[str, str], Verdict], false_pos: list[dict], log: Callable[[str], None]) -> None:
     """The baseline of (scenario, path) once, then every operator's mutated run judged against it."""
     scn, c, ex = world
+    c = path_contract(scn, c, path)
     base = run_path(scn, c, ex, path, pool)
     false_pos += [{"scenario": sname, **f.to_json()} for f in base if f.status == "fail"]
     # knobs that need no rebuild first, then each rebuild variant once

@@ -12,6 +12,7 @@ from typing import Callable, Optional
 from conformance.contract import Contract
 from conformance.faults.example import Example, Knobs
 from conformance.faults.inject_sglang import HarnessPool, run_sglang
+from conformance.faults.inject_specforge import run_specforge, specforge_contract
 from conformance.faults.inject_training import run_training
 from conformance.faults.scenario import Scenario
 from conformance.findings import Finding
@@ -20,10 +21,24 @@ Injector = Callable[[Scenario, Contract, Example, Optional[HarnessPool], Knobs],
 
 INJECTORS: dict[str, Injector] = {
     "training": lambda scn, c, ex, pool, k: run_training(scn, c, ex, k),
+    "specforge": lambda scn, c, ex, pool, k: run_specforge(scn, c, ex, k),
     "sglang-extend": lambda scn, c, ex, pool, k: run_sglang(scn, c, ex, "sglang-extend", pool, k),
     "sglang-decode": lambda scn, c, ex, pool, k: run_sglang(scn, c, ex, "sglang-decode", pool, k),
 }
 """Path name -> ``(scenario, contract, example, harness pool, knobs) -> findings``."""
+
+
+CONTRACTS: dict[str, Callable[[Scenario, Contract], Contract]] = {
+    "specforge": specforge_contract,
+}
+"""Path name -> the scenario contract restated for that path's tool (its pairing and verifier);
+paths not listed use the scenario's contract as it is."""
+
+
+def path_contract(scn: Scenario, contract: Contract, path: str) -> Contract:
+    """The contract the column of ``path`` is judged against (and its operators built from)."""
+    f = CONTRACTS.get(path)
+    return f(scn, contract) if f is not None else contract
 
 
 def run_path(scn: Scenario, contract: Contract, ex: Example, path: str, pool: Optional[HarnessPool],

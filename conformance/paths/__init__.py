@@ -16,6 +16,7 @@ __all__ = ["REGISTRY", "Draw", "Needs", "Observation", "Path", "Skipped", "get",
 
 _MODULES = (
     "training",       # speculators 0.9.0 ArrowDataset -> CollateFn(shift_batch)
+    "specforge",      # SpecForge 0.2.0 offline loader chain -> TargetHead.preprocess
     "sglang_extend",  # SGLang's target (EXTEND, FULL capture) -> its EAGLE-3 draft class
     "sglang_decode",  # SGLang target verify -> draft extend after verify
     "cross_path",     # the same tokens through the loader, extend and verify, row by row

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from conformance.paths.base import Needs, Observation, Path
+from conformance.paths.base import Needs, Observation, Path, Skipped
 
 
 @dataclass
@@ -21,8 +21,12 @@ class _State:
     n: int  # samples in the dataset
 
 
-def prepare(c, pair) -> _State:
+def prepare(c, pair):
     from conformance.pairs import torch_dtype
+
+    if c.training.tool != "speculators":
+        return Skipped(f"this contract's training data goes through {c.training.tool} (training.tool); the "
+                       f"{c.training.tool} path reads it")
     from conformance.tools.speculators_loader import TrainingLoader
 
     loader = TrainingLoader(pair.data_dir, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype))

@@ -7,6 +7,8 @@ a tool module is imported, never when :mod:`conformance` is.
   ``CollateFn(shift_batch)``;
 - :mod:`~conformance.tools.sglang_cpu`: SGLang 0.5.23's target and EAGLE-3 draft classes on CPU;
 - :mod:`~conformance.tools.sglang_engine`: a real ``sglang.Engine`` on a GPU;
+- :mod:`~conformance.tools.specforge_loader`: SpecForge 0.2.0's offline loader chain
+  (``OfflineManifestReader`` -> ``FeatureDataLoader`` -> ``TargetHead.preprocess``) and its layout;
 - :mod:`~conformance.tools.offline_files`: legacy speculators ``.pt`` and SpecForge ``.ckpt``
-  files through ``torch.load(weights_only=True)``.
+  files through ``torch.load(weights_only=True)``, for files SpecForge's chain cannot read here.
 """

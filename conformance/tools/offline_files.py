@@ -1,5 +1,11 @@
 """Offline hidden-state files: legacy speculators ``.pt`` and SpecForge ``data_{idx}.ckpt``.
 
+The project's own reader, kept only for files SpecForge's real loader chain cannot read here
+(``conformance check-offline``: a single file or a glob, legacy speculators ``.pt`` files, mixed
+directories). SpecForge directories are read by SpecForge 0.2.0's own chain in
+:mod:`conformance.tools.specforge_loader` (the ``specforge`` path), which also reads
+``.ckpt.gz``.
+
 Both formats are pickles written by ``torch.save``. They are read ONLY through
 ``torch.load(path, map_location="cpu", weights_only=True)``: tensors and plain containers load,
 and a pickle that would import or call anything else (``os.system``, any class) is refused by

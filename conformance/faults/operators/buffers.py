@@ -65,6 +65,9 @@ def _s_sharded(scn, c, ex):
 _NA_TRAIN_DRAFT_W = NotApplicable(
     "speculators 0.9.0 has one width H (the verifier's): fc = Linear(num_aux*H, H), target_hidden_size "
     "is never set (REFERENCE 5.3)")
+_NA_SF_DRAFT_W = NotApplicable(
+    "the offline loader hands the draft the stored K*d features; the draft's fc is sized from target_hidden_size*3 "
+    "and asserts it (llama3_eagle.py:1670-1677, 1762-1770): the crossed sizing is a serving-side fault")
 _NA_TRAIN_SIDE = NotApplicable("the offline loader has no side-path buffers (decode/idle/PD/graph)")
 _NA_EXTEND_SIDE = NotApplicable("the extend path is the main path whose width the side paths must match")
 _NA_TRAIN_DECODE = NotApplicable("offline training data has no verify step; TTT feeds draft states by design")
@@ -75,23 +78,25 @@ _NA_EXTEND_DECODE = NotApplicable("after prefill the draft always gets the targe
 OPERATORS: list[Operator] = [
     Operator("hidden-sizes-crossed", "K6", "fc sized from the draft width, not the target's",
              ("fc_shape",), {
-        "training": _NA_TRAIN_DRAFT_W,
+        "training": _NA_TRAIN_DRAFT_W, "specforge": _NA_SF_DRAFT_W,
         **both("draft config without target_hidden_size: SGLang sizes fc from hidden_size",
                 "engine rebuild (draft config)", _s_crossed)}, scenario="wide"),
     Operator("decode-buffer-sized-d", "K7", "a decode-path buffer sized d instead of K*d",
              ("draft_input_width", "slot_count", "fc_ran"), {
-        "training": _NA_TRAIN_SIDE, "sglang-extend": _NA_EXTEND_SIDE,
+        "training": _NA_TRAIN_SIDE, "specforge": _NA_TRAIN_SIDE, "sglang-extend": _NA_EXTEND_SIDE,
         "sglang-decode": Apply("verify rows copied into a d-wide buffer before the real draft extend",
                                "in memory (handoff buffer)", _s_d_buffer)}),
     Operator("token-sharded-rows", "K8", "rows token-sharded as under TP, no gather",
              ("row_count", "sample_available", "feature_alignment", "row_fingerprint"), {
         "training": Apply("generator on rank 0 of 2 stores only its token shard of each sample", "data files",
                           _t_sharded),
+        "specforge": Apply("capture on rank 0 of 2 stores only its token shard of the hidden states", "data files",
+                           _t_sharded),
         **both("rank 0's token shard handed on without the all-gather", "in memory (after the engine)",
                 _s_sharded)}),
     Operator("draft-states-fed-back", "K9", "draft states instead of target-verified ones",
              ("draft_input_width", "slot_count", "fc_ran"), {
-        "training": _NA_TRAIN_DECODE, "sglang-extend": _NA_EXTEND_DECODE,
+        "training": _NA_TRAIN_DECODE, "specforge": _NA_TRAIN_DECODE, "sglang-extend": _NA_EXTEND_DECODE,
         "sglang-decode": Apply("harness feed_draft_states: the draft's own FULL output states are fed back",
                                "engine knob (feed_draft_states)", lambda s, c, e: Knobs(feed_draft_states=True))}),
 ]

@@ -23,6 +23,8 @@ def _s_dtype(scn, c, ex):
 OPERATORS: list[Operator] = [
     Operator("dtype-cast", "K12", "hidden states in the wrong dtype", ("dtype", "tensor_dtype"), {
         "training": Apply("hidden states stored as float32 (contract: bfloat16)", "data files", _t_dtype),
+        "specforge": Apply("aux_hidden_state / hidden_state stored as float32 (contract: bfloat16)", "data files",
+                           _t_dtype),
         **both("engine built with ServerArgs.dtype bfloat16 (contract: float32)", "engine rebuild (dtype)",
                 _s_dtype)}),
 ]

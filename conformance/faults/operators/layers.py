@@ -87,25 +87,33 @@ OPERATORS: list[Operator] = [
     Operator("slots-swapped", "K2", "aux blocks in the wrong order", ("slot_order", "slot_identity"), {
         "training": Apply("data generator writes the first two aux slots swapped (list-order concat)",
                           "data files", _t_swap),
+        "specforge": Apply("aux_hidden_state written with the first two slots swapped (the old HF backend's "
+                           "list-order concat of an unsorted id list)", "data files", _t_swap),
         "sglang-extend": _NA_SGLANG_ORDER, "sglang-decode": _NA_SGLANG_ORDER}),
     Operator("embedding-prepended", "K2", "B_0 (embedding) captured as slot 0",
              ("no_embedding", "slot_identity"), {
         "training": Apply("on-disk slots [B_0, aux...] (no verifier slot): the loader routes B_0 to fc "
                           "and the last aux to the verifier", "data files", _t_embed),
+        "specforge": Apply("aux_hidden_state [B_0, aux...] and the last aux stored as hidden_state", "data files",
+                           _t_embed),
         **both("draft config ids [-1, ...]: llama's +1 maps -1 to B_0", "engine knob (draft config)", _s_embed)}),
     Operator("ids-shifted", "K2", "every id shifted by one (convention crossed)", ("slot_identity", "engine_mapping"), {
         "training": Apply("data generator captures B_{b+1} (output-of ids read as boundaries)", "data files", _t_shift),
+        "specforge": Apply("capture backend adds +1 to ids already +1 (B_{b+1} stored)", "data files", _t_shift),
         **both("draft config holds boundary ids b; SGLang adds +1 -> B_{b+1}", "engine knob (draft config)",
                 _s_shift)}),
     Operator("engine-default-layers", "K1", "engine default layers instead of the configured ones",
              ("engine_mapping", "slot_identity", "slot_count"), {
         "training": Apply("data generator falls back to its defaults {2, L//2, L-3}", "data files", _t_default),
+        "specforge": Apply("capture falls back to default layers {2, L//2, L-3}", "data files", _t_default),
         **both("ids moved to the top-level key: SGLang's resolver ignores it, setter defaults apply",
                 "engine knob (draft config)", _s_default)}),
     Operator("last-slot-unreachable", "K3", "B_L requested but never captured (K-1 slots)",
              ("slot_count", "feature_width"), {
         "training": Apply("contract aux ends with B_L; the generator cannot reach it and writes K-1 aux slots",
                           "data files", _t_unreachable),
+        "specforge": Apply("contract aux ends with B_L; SGLang's llama.py capture never reaches it: K-1 aux slots "
+                           "stored", "data files", _t_unreachable),
         **both("draft config's last id L-1 -> layer L, never reached by llama.py's loop", "engine knob (draft config)",
                 _s_unreachable)}, scenario="final+base"),
 ]

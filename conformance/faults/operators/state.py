@@ -80,17 +80,20 @@ OPERATORS: list[Operator] = [
     Operator("final-norm-output-as-aux", "K5", "F handed over instead of the aux concat",
              ("slot_count", "feature_width", "draft_input_width", "fc_ran", "slot_identity"), {
         "training": Apply("on-disk slots [F, B_L]: fc gets the d-wide F", "data files", _t_F_only),
+        "specforge": Apply("aux_hidden_state holds F alone (the no-aux fallback): d wide", "data files", _t_F_only),
         **both("draft config use_aux_hidden_state: false -> LogitsProcessor stores F (no-aux fallback)",
                 "engine knob (draft config)", _s_no_aux)}),
     Operator("pre-post-norm-swapped", "K4", "post-norm state where the contract says pre-norm",
              ("verifier_norm_state", "verifier_identity", "slot_identity", "norm_band", "row_fingerprint"), {
         "training": Apply("verifier slot stored as F (post final norm) and the deepest aux slot stored after "
                           "its layer's input RMSNorm", "data files", _t_postnorm),
+        "specforge": Apply("deepest aux slot stored after its layer's input RMSNorm", "data files", _t_postnorm),
         **both("deepest aux slot handed over after its layer's input RMSNorm (capture site after the norm)",
                 "in memory (capture site)", _s_postnorm)}),
     Operator("hidden-without-residual", "K4", "layer update captured without the residual",
              ("slot_identity", "row_fingerprint", "norm_band"), {
         "training": Apply("deepest aux slot written as B_b - B_{b-1}", "data files", _t_no_residual),
+        "specforge": Apply("deepest aux slot stored as B_b - B_{b-1}", "data files", _t_no_residual),
         **both("deepest aux slot minus the residual entering its layer", "in memory (capture site)",
                 _s_no_residual)}),
 ]
