@@ -20,6 +20,7 @@ _MODULES = (
     "sglang_decode",  # SGLang target verify -> draft extend after verify
     "cross_path",     # the same tokens through the loader, extend and verify, row by row
     "sglang_engine",  # a real sglang.Engine on a GPU
+    "vllm_extend",    # vLLM 0.33.0's target -> its EAGLE-3 draft class, per model runner (tox -e vllm)
 )
 
 
