@@ -13,6 +13,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("faults", help="run the kill matrix: every fault kind injected on every path")
     p.add_argument("--json", metavar="OUT", help="write the matrix as JSON")
     p.add_argument("--verbose", action="store_true", help="one line per operator and path as it runs")
+    p.add_argument("--paths", metavar="P,Q", help="only these columns, comma-separated (default: every path)")
     p.set_defaults(func=run)
 
 
@@ -20,8 +21,14 @@ def run(args) -> int:
     from conformance.faults.matrix import run_matrix
     from conformance.faults.render import matrix_json, render_matrix
 
+    from conformance.errors import UsageError
+
     con = console()
-    m = run_matrix(log=(lambda s: con.print(f"[dim]{s}[/dim]")) if args.verbose else (lambda s: None))
+    cols = [p.strip() for p in args.paths.split(",") if p.strip()] if args.paths else None
+    try:
+        m = run_matrix(log=(lambda s: con.print(f"[dim]{s}[/dim]")) if args.verbose else (lambda s: None), paths=cols)
+    except ValueError as e:
+        raise UsageError(f"--paths: {e}") from None
     render_matrix(m, con)
     if args.json:
         Path(args.json).write_text(json.dumps(matrix_json(m), indent=1))

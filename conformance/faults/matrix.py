@@ -28,7 +28,7 @@ from conformance.findings import Finding
 
 PATHS = tuple(name for name in registered_paths.names() if name in INJECTORS)
 """The matrix's columns: registered paths with a fault injector (``training``, ``sglang-extend``,
-``sglang-decode``)."""
+``sglang-decode``, ``vllm-extend``)."""
 
 
 @dataclass
@@ -107,29 +107,42 @@ def _needs_sglang(path: str) -> bool:
     return "sglang" in registered_paths.get(path).needs.modules
 
 
+def _missing_module(path: str) -> Optional[str]:
+    """The first module ``path`` runs that is not installed here (None: all are), e.g. ``vllm``
+    outside ``tox -e vllm``: its column then reads ``not run``."""
+    return next((m for m in registered_paths.get(path).needs.modules if importlib.util.find_spec(m) is None), None)
+
+
 def _build_scenarios(workdir: Path, sglang: bool, timings: dict[str, float]) -> dict[str, tuple]:
     """``{scenario name: (scenario, contract, example)}`` for every matrix scenario."""
     out = {}
     for name, spec in MATRIX_SCENARIOS.items():
         t0 = time.perf_counter()
-        scn = build_scenario(spec, workdir / name, for_sglang=sglang and name != "final")
+        engine = sglang or importlib.util.find_spec("vllm") is not None  # an engine harness needs the HF target
+        scn = build_scenario(spec, workdir / name, for_sglang=engine and name != "final")
         ex = default_example(scn)
         out[name] = (scn, scn.contract(extra_tokens=ex.tokens()), ex)
         timings[f"build {name}"] = time.perf_counter() - t0
     return out
 
 
-def _plan(sglang: bool, results: dict[tuple[str, str], Verdict]) -> dict[tuple[str, str], list[Operator]]:
+def _plan(sglang: bool, results: dict[tuple[str, str], Verdict],
+          columns: Sequence[str] = PATHS) -> dict[tuple[str, str], list[Operator]]:
     """The operators to run per (scenario, path), grouped so that each harness is built once;
     verdicts of operators that do not apply (or cannot run here) go straight to ``results``."""
     work: dict[tuple[str, str], list[Operator]] = {}
     for op in OPERATORS:
-        for path in PATHS:
+        for path in columns:
             if isinstance(op.paths[path], NotApplicable):
                 results[(op.name, path)] = Verdict("n/a", detail=op.paths[path].reason)
                 continue
             if _needs_sglang(path) and not sglang:
                 results[(op.name, path)] = Verdict("not run", detail="SGLang is not installed")
+                continue
+            missing = _missing_module(path)
+            if missing is not None:
+                results[(op.name, path)] = Verdict("not run", detail=f"{missing} is not installed (its column runs "
+                                                                     "in its own environment, e.g. tox -e vllm)")
                 continue
             for sname in _op_scenarios(op, path):
                 work.setdefault((sname, path), []).append(op)
@@ -168,22 +181,31 @@ def _cell_status(statuses: list[str]) -> str:
     return "not run" if "not run" in statuses else "caught"
 
 
-def _cells(results: dict[tuple[str, str], Verdict]) -> list[Cell]:
+def _cells(results: dict[tuple[str, str], Verdict], columns: Sequence[str] = PATHS) -> list[Cell]:
     """One cell per (kind, path): every operator of the kind must be caught (or not apply)."""
     cells = []
     for kind in KINDS:
-        for path in PATHS:
+        for path in columns:
             vs = [(op.name, results[(op.name, path)]) for op in OPERATORS if op.kind == kind]
             cells.append(Cell(kind, path, _cell_status([v.status for _, v in vs]), vs))
     return cells
 
 
 def run_matrix(workdir: Optional[Path] = None, sglang: Optional[bool] = None,
-               log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """Run every operator on every path of its scenario(s); returns ``{"cells", "results",
-    "false_positives", "timings", "harness_builds"}``. SGLang paths are skipped (reported
-    ``not run``) when SGLang is not installed. The baseline of each (scenario, path) runs once and
-    must be free of failures; each operator's mutated run is judged against it."""
+               log: Callable[[str], None] = lambda s: None, paths: Optional[Sequence[str]] = None) -> dict[str, Any]:
+    """Run every operator on every path of its scenario(s); returns ``{"paths", "cells", "results",
+    "false_positives", "timings", "harness_builds"}``. A path whose tool is not installed (SGLang,
+    vLLM) is reported ``not run``. The baseline of each (scenario, path) runs once and must be free
+    of failures; each operator's mutated run is judged against it. ``paths``: only these columns
+    (default: all, :data:`PATHS`).
+
+    Raises:
+        ValueError: ``paths`` names a path that is not a matrix column.
+    """
+    columns = tuple(PATHS if paths is None else paths)
+    unknown = [p for p in columns if p not in PATHS]
+    if unknown:
+        raise ValueError(f"not a kill-matrix path: {', '.join(unknown)}; columns: {', '.join(PATHS)}")
     t_start = time.perf_counter()
     if sglang is None:
         sglang = importlib.util.find_spec("sglang") is not None
@@ -195,8 +217,9 @@ def run_matrix(workdir: Optional[Path] = None, sglang: Optional[bool] = None,
     timings: dict[str, float] = {}
     try:
         worlds = _build_scenarios(workdir, sglang, timings)
-        work = _plan(sglang, results)
-        for (sname, path), ops in sorted(work.items(), key=lambda kv: (_needs_sglang(kv[0][1]), kv[0])):
+        work = _plan(sglang, results, columns)
+        for (sname, path), ops in sorted(work.items(), key=lambda kv: (bool(registered_paths.get(kv[0][1]).needs.modules),
+                                                                        kv[0])):
             t0 = time.perf_counter()
             _run_group(sname, path, ops, worlds[sname], pool, results, false_pos, log)
             timings[f"{sname} {path}"] = time.perf_counter() - t0
@@ -206,5 +229,5 @@ def run_matrix(workdir: Optional[Path] = None, sglang: Optional[bool] = None,
             shutil.rmtree(workdir, ignore_errors=True)
     timings["harness builds"] = pool.build_s
     timings["total"] = time.perf_counter() - t_start
-    return {"cells": _cells(results), "results": results, "false_positives": false_pos, "timings": timings,
+    return {"paths": columns, "cells": _cells(results, columns), "results": results, "false_positives": false_pos, "timings": timings,
             "harness_builds": pool.builds}

@@ -94,7 +94,7 @@ class VLLMCPUHarness:
         config_ids: runner -> the ids that runner's reader found in the draft config (``None``:
             none found, the model default applies).
         applied: runner -> ``model.aux_hidden_state_layers`` after the setter (sorted, distinct).
-        fc_in_features: the width the draft's ``fc`` was built for.
+        fc_in_features: the width the draft's ``fc`` was built for (None: the draft has no fc).
         timings: wall seconds of ``build`` and the last ``extend``.
     """
 
@@ -177,21 +177,75 @@ class VLLMCPUHarness:
             else:
                 DummyModelLoader(LoadConfig(load_format="dummy")).load_weights(self.draft, mc)
                 self.draft_weights = "dummy (vLLM DummyModelLoader, seed 1234)"
-        # each runner's own reader on the real SpeculativeConfig
-        self.config_ids: dict[str, Optional[tuple[int, ...]]] = {
-            "v1": GPUModelRunner._get_eagle3_aux_layers_from_config(SimpleNamespace(speculative_config=self.spec_config)),
-            "v2": get_eagle3_aux_layers_from_config(self.spec_config),
-        }
         self.default_ids = tuple(self.target.get_eagle3_default_aux_hidden_state_layers())
+        self._resolve()
+        # a draft built with use_aux_hidden_state false has no fc (llama_eagle3.py:205-230)
+        fc = getattr(self.draft.model, "fc", None)
+        self.fc_in_features = int(fc.weight.shape[1]) if fc is not None else None
+        self.fc_out_features = int(fc.weight.shape[0]) if fc is not None else None
+        self.use_aux_hidden_state = bool(self.draft.model.use_aux_hidden_state)
+        self._probe: dict[str, Any] = {}
+        if fc is not None:
+            fc.register_forward_hook(self._fc_hook)
+
+    def _resolve(self) -> None:
+        """Each runner's own reading of ``self.spec_config``: the aux ids (V1 / V2 readers, module
+        docstring), whether aux states are used at all (V1: the EAGLE proposer's
+        ``_get_eagle3_use_aux_hidden_state_from_config``, ``v1/spec_decode/llm_base_proposer.py:
+        1674-1690``, which sets ``use_aux_hidden_state_outputs``, ``gpu_model_runner.py:650-655``;
+        V2: ``requires_aux_hidden_states``, ``eagle3_utils.py:15-22``), and what the setter stores."""
+        from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+        from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import (get_eagle3_aux_layers_from_config,
+                                                                       requires_aux_hidden_states)
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+        sc = self.spec_config
+        self.config_ids: dict[str, Optional[tuple[int, ...]]] = {
+            "v1": GPUModelRunner._get_eagle3_aux_layers_from_config(SimpleNamespace(speculative_config=sc)),
+            "v2": get_eagle3_aux_layers_from_config(sc),
+        }
+        self.use_aux: dict[str, bool] = {
+            "v1": bool(SpecDecodeBaseProposer._get_eagle3_use_aux_hidden_state_from_config(
+                SimpleNamespace(method=sc.method, draft_model_config=sc.draft_model_config))),
+            "v2": bool(requires_aux_hidden_states(sc)),
+        }
         self.applied: dict[str, tuple[int, ...]] = {}
         for r in RUNNERS:
             self.target.set_aux_hidden_state_layers(self.config_ids[r] or self.default_ids)
             self.applied[r] = tuple(self.target.model.aux_hidden_state_layers)
-        self.draft_config = hf
-        self.fc_in_features = int(self.draft.model.fc.weight.shape[1])
-        self.use_aux_hidden_state = bool(self.draft.model.use_aux_hidden_state)
-        self._probe: dict[str, Any] = {}
-        self.draft.model.fc.register_forward_hook(self._fc_hook)
+
+    def apply_draft_config(self, cfg: dict) -> None:
+        """FAULT INJECTION / re-resolution: the draft ``config.json`` ``cfg`` read by vLLM's own
+        ``SpeculativeConfig`` (a private temp copy of the draft directory), then each runner's
+        readers and the setter again (:meth:`_resolve`). The draft model stays as built (its ``fc``
+        was sized at build, as in a running server)."""
+        from vllm.config import ParallelConfig, SpeculativeConfig
+
+        d = Path(tempfile.mkdtemp(prefix="vllm_cpu_cfg_"))
+        try:
+            (d / "config.json").write_text(json.dumps(cfg, indent=1))
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.spec_config = SpeculativeConfig(
+                    model=str(d), method="eagle3", num_speculative_tokens=1,
+                    target_model_config=self.vllm_config.model_config, target_parallel_config=ParallelConfig())
+            self._resolve()
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def load_d2t(self, d2t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        """Load a draft checkpoint's ``d2t`` [draft_vocab] int64 through the real draft's
+        ``load_weights`` (renamed to ``draft_id_to_target_id``, ``llama_eagle3.py:428-429``) into a
+        freshly zeroed mapping (``:339-343``: built as zeros), ``None``: a checkpoint without one.
+        Returns the offsets the engine then applies (``target = i + draft_id_to_target_id[i]``,
+        ``:386``), or None when the draft has no mapping (draft vocab = target vocab)."""
+        m = self.draft.draft_id_to_target_id
+        if m is None:
+            return None
+        with torch.no_grad():
+            m.zero_()
+            if d2t is not None:
+                self.draft.load_weights([("d2t", d2t.clone())])
+        return m.detach().clone().to(torch.int64)
 
     def _fc_hook(self, mod, args, out) -> None:
         self._probe["calls"] = self._probe.get("calls", 0) + 1
@@ -242,7 +296,9 @@ class VLLMCPUHarness:
             with set_current_vllm_config(self.vllm_config), torch.no_grad():
                 final, aux = self.target.model(ids, pos, None)
                 logits = self.target.compute_logits(final)
-                hidden = torch.cat(aux, -1)  # gpu_model_runner.py:4891-4932 / speculator.py:210-216
+                # gpu_model_runner.py:4891-4932 / speculator.py:210-216; without aux the runner hands
+                # the draft the target's last hidden states (F)
+                hidden = torch.cat(aux, -1) if self.use_aux[r] else final
                 ends = torch.tensor(lens).cumsum(0) - 1
                 sampled = logits[ends].argmax(-1)
                 shifted = torch.cat([torch.cat([torch.tensor(x[1:], dtype=torch.long), sampled[i:i + 1]])
@@ -268,8 +324,8 @@ class VLLMCPUHarness:
                     "aux_hidden_state_layers": list(self.target.model.aux_hidden_state_layers),
                     "target_class": type(self.target).__name__, "draft_class": type(self.draft).__name__,
                     "draft_weights": self.draft_weights, "fc_in_features": self.fc_in_features,
-                    "fc_out_features": int(self.draft.model.fc.weight.shape[0]),
-                    "use_aux_hidden_state": self.use_aux_hidden_state,
+                    "fc_out_features": self.fc_out_features,
+                    "use_aux_hidden_state": self.use_aux_hidden_state, "runner_uses_aux": self.use_aux[r],
                     "sampled_token": int(sampled[i]), "fc_calls": probe.get("calls", 0),
                     "attention": "stand-in causal SDPA (conformance.tools.vllm_cpu.runtime.StandInAttention)",
                 }
@@ -288,7 +344,7 @@ class VLLMCPUHarness:
                     fc_source=hidden[sl] if fc_input is not None else None,
                     draft_input_width=int(hidden.shape[-1]),
                     engine_ids=list(self.applied[r]),
-                    engine_boundaries=self.boundaries(r),
+                    engine_boundaries=self.boundaries(r) if self.use_aux[r] else ["F"],
                     provenance=prov,
                 ))
         self.timings["extend"] = time.perf_counter() - t0
