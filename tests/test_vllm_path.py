@@ -268,3 +268,43 @@ def test_translate_and_init_ask_vllms_code(vllm_pair, sglang_pair, tmp_path, cap
     err = capsys.readouterr().err
     assert "v1 ['B_1', 'B_3', 'B_4']" in err and "v2 ['B_2', 'B_4', 'B_5']" in err
     assert not (tmp_path / "d.yaml").exists()
+
+
+def test_vllm_version_fact_is_judged_against_the_contract(sglang_pair):
+    """The installed release is passed only when it is the one the contract's ids were resolved with;
+    another release, or a contract without vLLM serving, is reported as skipped, never passed."""
+    from conformance.checks import check_vllm_version
+    from conformance.contract import VLLMServing
+
+    c, _ = sglang_pair
+    assert [f.status for f in check_vllm_version(c, "0.33.0")] == ["skip"]
+    served = c.model_copy(update={"engines": c.engines.model_copy(update={"vllm": VLLMServing(version="0.33.0")})})
+    assert [f.status for f in check_vllm_version(served, "0.33.0")] == ["pass"]
+    other = check_vllm_version(served, "0.32.0")
+    assert [f.status for f in other] == ["skip"] and "not 0.33.0" in other[0].message
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_real_smollm2_on_vllm_runners():
+    """The real SmolLM2-135M target in vLLM's own LlamaForCausalLM (float32, its own load_weights),
+    with the pair's SGLang-written draft config (nested [1, 14, 26] = B_2, B_15, B_27 under SGLang's
+    +1): V2 ignores the nested key and its defaults (2, L//2, L-3) = (2, 15, 27) happen to be the
+    contract's boundaries, so its rows conform by fingerprint; V1 reads the nested ids as boundary ids
+    and every slot is one boundary shallower, caught by slot identity and engine mapping."""
+    from conformance.contract import load_contract
+    from conformance.pairs import resolve_pair
+    from conformance.tools.vllm_cpu.harness import shared_harness
+
+    c = load_contract(REPO / "contracts" / "smollm2-135m.yaml")
+    pair = resolve_pair(c)
+    h = shared_harness(pair.target_dir, pair.draft_dir)
+    from conformance.corpus import prompt_pool
+
+    pool = prompt_pool(pair.target_dir)
+    batch = [list(p)[:24] for p in pool[:2]] if pool else [[1, 504, 3125, 282, 253, 1789, 30]]
+    fs = _judge(c, h.extend(batch), pair.target_dir)
+    v2 = [f for f in fs if " v2 runner" in f.where]
+    assert [f for f in v2 if f.check == "slot_identity" and f.status == "pass"]
+    assert not [f for f in v2 if f.status == "fail"], [f.message for f in v2 if f.status == "fail"]
+    assert _fails(fs, "slot_identity", "v1") and _fails(fs, "engine_mapping", "v1")
