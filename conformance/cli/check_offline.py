@@ -77,7 +77,9 @@ def run(args) -> int:
     findings += offline_findings(c, files, ref_dir)
     extra = {"files": str(args.files), "samples": str(len(files)),
              "reference": str(ref_dir) if ref_dir else "none (slot identity not checked)",
-             "loader": "torch.load(weights_only=True); vLLM .safetensors: safetensors.safe_open"}
+             "loader": "torch.load(weights_only=True)" if not any(f.suffix == ".safetensors" for f in files)
+             else "vLLM .safetensors: safetensors.safe_open" + ("; .pt/.ckpt: torch.load(weights_only=True)"
+                                                               if any(f.suffix != ".safetensors" for f in files) else "")}
     if not args.quiet:
         report.render_table(findings, f"{c.name}: offline files ({args.contract})", console(), extra)
     if args.json:

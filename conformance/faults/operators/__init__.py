@@ -21,7 +21,8 @@ if _no_vllm or set(vllm.COLUMN) - set(OPERATORS_BY_NAME):
     raise RuntimeError(f"faults/operators/vllm.py: COLUMN must name every operator exactly; missing {_no_vllm}, "
                        f"unknown {sorted(set(vllm.COLUMN) - set(OPERATORS_BY_NAME))}")
 for _op in OPERATORS:  # the vllm-extend column lives in one module (operators/vllm.py)
-    _op.paths[vllm.PATH] = vllm.COLUMN[_op.name]
+    _v = vllm.COLUMN[_op.name]
+    _op.paths[vllm.PATH] = Apply(_v.how, _v.where, _op.paths["sglang-extend"].fn) if isinstance(_v, vllm.SameKnob) else _v
 KIND_NAMES: dict[str, str] = dict(sorted(((k, v) for fam in FAMILIES for k, v in fam.KINDS.items()),
                                         key=lambda kv: int(kv[0][1:])))
 KINDS = tuple(KIND_NAMES)

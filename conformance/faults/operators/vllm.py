@@ -12,6 +12,7 @@ the setter, B_L reachable.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Union
 
 from conformance.faults.example import Knobs
@@ -58,21 +59,21 @@ def _crossed(scn, c, ex):
     return Knobs(variant={"draft": {"target_hidden_size": None}})
 
 
-def _same_as_sglang_extend(name: str):
-    """The SGLang extend path's knob builder for this operator (a capture fault after the engine, a
-    dtype rebuild, a checkpoint or template knob: nothing SGLang-specific in the knob itself)."""
-    def fn(scn, c, ex):
-        from conformance.faults.operators import OPERATORS_BY_NAME
+@dataclass(frozen=True)
+class SameKnob:
+    """Applies on ``vllm-extend`` with the SGLang extend path's knob builder (a capture fault after
+    the engine, a dtype rebuild, a template knob: nothing SGLang-specific in the knob itself);
+    :mod:`conformance.faults.operators` resolves it to an :class:`Apply` with that builder."""
 
-        return OPERATORS_BY_NAME[name].paths["sglang-extend"].fn(scn, c, ex)
-    return fn
-
-
-def _reuse(name: str, how: str, where: str) -> Apply:
-    return Apply(how, where, _same_as_sglang_extend(name))
+    how: str
+    where: str
 
 
-COLUMN: dict[str, Union[Apply, NotApplicable]] = {
+def _reuse(name: str, how: str, where: str) -> SameKnob:
+    return SameKnob(how, where)
+
+
+COLUMN: dict[str, Union[Apply, NotApplicable, SameKnob]] = {
     "slots-swapped": NotApplicable(
         "vLLM's setter stores tuple(sorted(set(ids))) (interfaces.py:1616-1617) and LlamaModel.forward appends in "
         "layer order: no id order yields swapped blocks"),
@@ -112,4 +113,4 @@ COLUMN: dict[str, Union[Apply, NotApplicable]] = {
     "positions-not-advanced": _reuse("positions-not-advanced", "worker hands the draft the first position for every "
                                      "row", "in memory (worker stand-in)"),
 }
-"""Operator name -> how it applies on ``vllm-extend`` (or why not)."""
+"""Operator name -> how it applies on ``vllm-extend`` (or why not, or :class:`SameKnob`)."""
