@@ -69,10 +69,6 @@ class SameKnob:
     where: str
 
 
-def _reuse(name: str, how: str, where: str) -> SameKnob:
-    return SameKnob(how, where)
-
-
 COLUMN: dict[str, Union[Apply, NotApplicable, SameKnob]] = {
     "slots-swapped": NotApplicable(
         "vLLM's setter stores tuple(sorted(set(ids))) (interfaces.py:1616-1617) and LlamaModel.forward appends in "
@@ -89,14 +85,14 @@ COLUMN: dict[str, Union[Apply, NotApplicable, SameKnob]] = {
     "final-norm-output-as-aux": Apply("draft built with eagle_config.use_aux_hidden_state false: the runner hands the "
                                       "draft the target's last hidden states F and combine_hidden_states passes them "
                                       "through", "engine rebuild (draft config)", _no_aux),
-    "pre-post-norm-swapped": _reuse("pre-post-norm-swapped", "deepest aux slot handed over after its layer's input "
+    "pre-post-norm-swapped": SameKnob("deepest aux slot handed over after its layer's input "
                                     "RMSNorm (capture site after the norm)", "in memory (capture site)"),
-    "hidden-without-residual": _reuse("hidden-without-residual", "deepest aux slot minus the residual entering its layer",
+    "hidden-without-residual": SameKnob("deepest aux slot minus the residual entering its layer",
                                       "in memory (capture site)"),
     "hidden-sizes-crossed": Apply("draft config without target_hidden_size: vLLM sizes fc from hidden_size "
                                   "(llama_eagle3.py:216-219)", "engine rebuild (draft config)", _crossed),
     "decode-buffer-sized-d": NotApplicable("vllm-extend runs the prefill only; no decode-path buffer on this path"),
-    "token-sharded-rows": _reuse("token-sharded-rows", "rank 0's token shard handed on without the all-gather",
+    "token-sharded-rows": SameKnob("rank 0's token shard handed on without the all-gather",
                                  "in memory (after the engine)"),
     "draft-states-fed-back": NotApplicable("after prefill the draft always gets the target's prefill states"),
     "d2t-absolute": Apply("draft checkpoint d2t holds absolute ids (loaded as draft_id_to_target_id, used as offsets "
@@ -104,13 +100,13 @@ COLUMN: dict[str, Union[Apply, NotApplicable, SameKnob]] = {
     "d2t-missing": Apply("draft checkpoint without d2t: draft_id_to_target_id stays the zeros it was built with "
                          "(llama_eagle3.py:339-343), an identity mapping", "engine knob (checkpoint)",
                          lambda s, c, e: Knobs(d2t="missing")),
-    "chat-template-differs": _reuse("chat-template-differs", "the engine's template drops BOS",
+    "chat-template-differs": SameKnob("the engine's template drops BOS",
                                     "engine tokenizer template"),
-    "dtype-cast": _reuse("dtype-cast", "engine built with ModelConfig.dtype bfloat16 (contract: float32)",
+    "dtype-cast": SameKnob("engine built with ModelConfig.dtype bfloat16 (contract: float32)",
                          "engine rebuild (dtype)"),
-    "rows-permuted-across-requests": _reuse("rows-permuted-across-requests", "a connector splits the batch's flat rows "
+    "rows-permuted-across-requests": SameKnob("a connector splits the batch's flat rows "
                                             "in the wrong request order", "in memory (after the engine)"),
-    "positions-not-advanced": _reuse("positions-not-advanced", "worker hands the draft the first position for every "
+    "positions-not-advanced": SameKnob("worker hands the draft the first position for every "
                                      "row", "in memory (worker stand-in)"),
 }
 """Operator name -> how it applies on ``vllm-extend`` (or why not, or :class:`SameKnob`)."""
