@@ -30,6 +30,7 @@ from conformance.findings import Finding
 FACT_CHECKS: dict[str, str] = {
     "sglang_version": "check_engine_version",   # str: the installed SGLang release
     "avg_accept_length": "check_accept_length",  # float or None: avg_spec_accept_length
+    "vllm_version": "check_vllm_version",        # str: the installed vLLM release
 }
 """Facts a path may report (:attr:`conformance.paths.base.Observation.facts`) -> the function of
 :mod:`conformance.checks` that judges each (imported when needed)."""

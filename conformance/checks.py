@@ -741,6 +741,22 @@ def check_engine_version(c: Contract, installed: Optional[str]) -> list[Finding]
                     "K1")]
 
 
+def check_vllm_version(c: Contract, installed: Optional[str]) -> list[Finding]:
+    """vLLM's id readers differ between releases and runners (vllm-project/vllm#46788, #46973,
+    #50170), so a contract served with vLLM names the release its ids were resolved with
+    (``engines.vllm.version``). Another installed release is reported (skip), never passed."""
+    declared = c.engines.vllm.version if c.engines.vllm is not None else None
+    where = f"vllm {installed or 'not installed'}"
+    if declared is None:
+        return [Finding("engine_version", "skip", "vllm", None, "engines.vllm.version", installed, where,
+                        f"the contract declares no vLLM release; installed: {installed}", "K1")]
+    ok = installed == declared
+    return [Finding("engine_version", "pass" if ok else "skip", "vllm", None, declared, installed, where,
+                    f"vLLM {installed} is the release the contract's ids were resolved with" if ok else
+                    f"vLLM {installed} is not {declared}, the release the contract names: id readers may differ",
+                    "K1")]
+
+
 def check_accept_length(c: Contract, avg_accept_length: Optional[float]) -> list[Finding]:
     """Release gate on a GPU runner: ``avg_spec_accept_length`` >= ``gates.min_accept_length``.
     Acceptance is the only symptom most field reports had (FAULTS.md); it gates, it does not

@@ -226,12 +226,30 @@ class Gates(_Strict):
     )
 
 
+class VLLMServing(_Strict):
+    """The draft is served with vLLM: the release and the model runners whose aux-id readers the
+    contract's ids were resolved for (vLLM 0.33.0 has two, each with its own reader of the draft
+    config: V1 ``v1/worker/gpu_model_runner.py:5190-5227``, V2 ``v1/worker/gpu/spec_decode/eagle/
+    eagle3_utils.py:113-150``; ``VllmConfig.use_v2_model_runner``, ``config/vllm.py:731-767``,
+    picks one). The ``vllm-extend`` path runs vLLM's classes with each runner's ids."""
+
+    version: str = Field(description="vLLM release the ids were resolved with, e.g. '0.33.0'.")
+    runners: list[Literal["v1", "v2"]] = Field(
+        default_factory=lambda: ["v1", "v2"], min_length=1,
+        description="model runners that may serve the draft; each must capture capture.boundaries.",
+    )
+
+
 class Engines(_Strict):
     sglang_validated: list[str] = Field(
         default_factory=list, description="SGLang versions this contract was validated with."
     )
     sglang_model_file: Optional[str] = Field(
         None, description="SGLang model family rule used to translate ids, e.g. 'llama'."
+    )
+    vllm: Optional[VLLMServing] = Field(
+        None, description="vLLM serving (release and model runners); null: the draft is not served with vLLM "
+        "and the vllm-extend path is skipped."
     )
 
 

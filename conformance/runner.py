@@ -41,19 +41,22 @@ def training_findings(c: Contract, data_dir: Path, reference_dir: Optional[Path]
 
 
 def offline_findings(contract: Contract, files: list[Path], reference_dir: Optional[Path] = None) -> list[Finding]:
-    """Every check on every offline file (legacy speculators ``.pt``, SpecForge ``.ckpt``; one
-    capture each, read by :mod:`conformance.tools.offline_files`), robust to bad files.
+    """Every check on every offline file (legacy speculators ``.pt``, SpecForge ``.ckpt``, read by
+    :mod:`conformance.tools.offline_files`; vLLM's extraction ``.safetensors``, read by
+    :mod:`conformance.tools.vllm_hidden_states`; one capture each), robust to bad files.
 
     Raises:
         conformance.reference.ReferenceError: the reference directory cannot be loaded.
     """
     from conformance.reference import load_reference_model
+    from conformance.tools import vllm_hidden_states
     from conformance.tools.offline_files import load_capture
 
     ref_model = load_reference_model(reference_dir, contract.target) if reference_dir else None
     out: list[Finding] = []
     for i, f in enumerate(files):
-        out += sample_findings(contract, load_capture(f, contract, i), ref_model)
+        load = vllm_hidden_states.load_capture if Path(f).suffix == vllm_hidden_states.SUFFIX else load_capture
+        out += sample_findings(contract, load(f, contract, i), ref_model)
     return out
 
 

@@ -258,6 +258,46 @@ def _tool_capture(engine: str, tool: str, version: Optional[str], inferred: str,
     return CaptureFacts(engine, tool, version, inferred, ids, loc, bds, src, rule)
 
 
+def _vllm_capture(engine: str, version: str, inferred: str, t: TargetFacts, dr: DraftFacts) -> CaptureFacts:
+    """What vLLM ``version`` captures for the draft config, asked of the installed vLLM's code for
+    each model runner (:func:`conformance.tools.vllm_cpu.ids.read_draft`).
+
+    Raises:
+        DataError: the runners capture different boundaries (the message names both and the fix),
+            or vLLM's config loader rejects the draft config.
+        UsageError: vLLM ``version`` is not the installed release (or none is installed).
+    """
+    import json
+
+    from conformance.engine_ids import SGLANG_KEY, TOP_KEY
+    from conformance.notation import Boundary
+    from conformance.tools.vllm_cpu.ids import READERS, RUNNERS, VLLMNotAsked, read_draft
+
+    try:
+        cfg = json.loads(dr.file.read_text())
+        rd = read_draft(cfg, t.L, t.arch, version)
+    except VLLMNotAsked as e:
+        raise UsageError(f"--engine {engine}: {e}") from None
+    except ValueError as e:
+        raise DataError(f"{dr.file}: vLLM {version} cannot read this draft config: {e}") from None
+    got = {r: rd[r].boundaries for r in RUNNERS}
+    if len(set(got.values())) != 1:
+        raise DataError(f"{dr.file}: vLLM {version}'s model runners capture different boundaries for this draft: "
+                        + "; ".join(f"{r} {list(b)} (reads {rd[r].config_ids})" for r, b in got.items())
+                        + f". Write the ids at the top-level {TOP_KEY}, which both read first")
+    r0 = rd[RUNNERS[0]]
+    if not r0.uses_aux:
+        raise DataError(f"{dr.file}: eagle_config.use_aux_hidden_state is false: vLLM hands the draft F, not aux states")
+    loc = "top_level" if dr.top is not None else ("nested" if dr.nested is not None else "absent")
+    ids = list(r0.config_ids) if r0.config_ids is not None else None
+    where = {"nested": SGLANG_KEY, "top_level": f"top-level {TOP_KEY}", "absent": "no key"}[loc]
+    src = (f"{dr.file.name}: {where} = {ids}, read by both vLLM {version} runners" if ids is not None else
+           f"{dr.file.name}: no ids; vLLM {version} model default {list(r0.applied)}")
+    rule = f"vllm=={version} runners v1, v2 (asked of the installed code: {READERS['v1']}; {READERS['v2']})"
+    return CaptureFacts(engine, "vllm", version, inferred, ids, loc, [Boundary.parse(b) for b in r0.boundaries],
+                        src, rule)
+
+
 def capture_of(engine: str, tool: str, version: Optional[str], inferred: str, t: TargetFacts, dr: DraftFacts,
                allow_embedding: bool) -> CaptureFacts:
     """The boundaries ``tool`` captures for the draft's ids on this target.
@@ -271,6 +311,8 @@ def capture_of(engine: str, tool: str, version: Optional[str], inferred: str, t:
     try:
         if tool == "sglang":
             return _sglang_capture(engine, version, inferred, t, dr, allow_embedding)
+        if tool == "vllm" and version:
+            return _vllm_capture(engine, version, inferred, t, dr)
         return _tool_capture(engine, tool, version, inferred, t, dr, allow_embedding)
     except TranslationError as e:
         raise DataError(f"{dr.file}: {e}") from None
@@ -485,6 +527,12 @@ def _engines(cap: CaptureFacts):
     if cap.model_file:
         m["sglang_model_file"] = cap.model_file
         eol(m, "SGLang model file whose setter rule translated the ids", "sglang_model_file")
+    if cap.tool == "vllm" and cap.version:
+        v = CommentedMap()
+        v["version"] = cap.version
+        v["runners"] = _seq(["v1", "v2"])
+        eol(v, "both model runners' id readers were asked and capture the same boundaries", "runners")
+        m["vllm"] = v
     return m
 
 

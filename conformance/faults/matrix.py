@@ -28,7 +28,7 @@ from conformance.findings import Finding
 
 PATHS = tuple(name for name in registered_paths.names() if name in INJECTORS)
 """The matrix's columns: registered paths with a fault injector (``training``, ``specforge``,
-``sglang-extend``, ``sglang-decode``)."""
+``sglang-extend``, ``sglang-decode``, ``vllm-extend``)."""
 
 
 @dataclass
@@ -108,6 +108,12 @@ def _needs_sglang(path: str) -> bool:
     return "sglang" in registered_paths.get(path).needs.modules
 
 
+def _missing_module(path: str) -> Optional[str]:
+    """The first module ``path`` runs that is not installed here (None: all are), e.g. ``vllm``
+    outside ``tox -e vllm``: its column then reads ``not run``."""
+    return next((m for m in registered_paths.get(path).needs.modules if importlib.util.find_spec(m) is None), None)
+
+
 def _build_scenarios(workdir: Path, sglang: bool, timings: dict[str, float], pair: Optional[str] = None) -> dict[str, tuple]:
     """``{scenario name: (scenario, contract, example)}`` for every matrix scenario: the synthetic
     ones, or with ``pair`` the real pair's (:mod:`conformance.faults.real_scenario`: ``base`` and
@@ -118,34 +124,35 @@ def _build_scenarios(workdir: Path, sglang: bool, timings: dict[str, float], pai
     names = ("base", "final") if pair else tuple(MATRIX_SCENARIOS)
     for name in names:
         t0 = time.perf_counter()
-        for_sglang = sglang and name != "final"
+        engine = sglang or importlib.util.find_spec("vllm") is not None  # an engine harness needs the HF target
+        for_engine = engine and name != "final"
         if pair:
-            scn = build_real_scenario(pair, f"{pair}-{name}", name == "final", workdir / name, for_sglang=for_sglang)
+            scn = build_real_scenario(pair, f"{pair}-{name}", name == "final", workdir / name, for_sglang=for_engine)
         else:
-            scn = build_scenario(MATRIX_SCENARIOS[name], workdir / name, for_sglang=for_sglang)
+            scn = build_scenario(MATRIX_SCENARIOS[name], workdir / name, for_sglang=for_engine)
         ex = default_example(scn)
         out[name] = (scn, scn.contract(extra_tokens=ex.tokens()), ex)
         timings[f"build {name}"] = time.perf_counter() - t0
     return out
 
 
-def _plan(sglang: bool, results: dict[tuple[str, str], Verdict], scenarios: Sequence[str] = tuple(MATRIX_SCENARIOS)
-          ) -> dict[tuple[str, str], list[Operator]]:
+def _plan(sglang: bool, results: dict[tuple[str, str], Verdict], columns: Sequence[str] = PATHS,
+          scenarios: Sequence[str] = tuple(MATRIX_SCENARIOS)) -> dict[tuple[str, str], list[Operator]]:
     """The operators to run per (scenario, path), grouped so that each harness is built once;
     verdicts of operators that do not apply (or cannot run here) go straight to ``results``."""
     work: dict[tuple[str, str], list[Operator]] = {}
     for op in OPERATORS:
-        for path in PATHS:
+        for path in columns:
             if isinstance(op.paths[path], NotApplicable):
                 results[(op.name, path)] = Verdict("n/a", detail=op.paths[path].reason)
                 continue
             if _needs_sglang(path) and not sglang:
                 results[(op.name, path)] = Verdict("not run", detail="SGLang is not installed")
                 continue
-            missing = [m for m in registered_paths.get(path).needs.modules
-                       if m != "sglang" and importlib.util.find_spec(m) is None]
-            if missing:
-                results[(op.name, path)] = Verdict("not run", detail=f"{', '.join(missing)} is not installed")
+            missing = _missing_module(path)
+            if missing is not None:
+                results[(op.name, path)] = Verdict("not run", detail=f"{missing} is not installed (its column runs "
+                                                                     "in its own environment, e.g. tox -e vllm)")
                 continue
             names = _op_scenarios(op, path)
             if not all(n in scenarios for n in names):
@@ -190,30 +197,37 @@ def _cell_status(statuses: list[str]) -> str:
     return "not run" if "not run" in statuses else "caught"
 
 
-def _cells(results: dict[tuple[str, str], Verdict]) -> list[Cell]:
+def _cells(results: dict[tuple[str, str], Verdict], columns: Sequence[str] = PATHS) -> list[Cell]:
     """One cell per (kind, path): every operator of the kind must be caught (or not apply)."""
     cells = []
     for kind in KINDS:
-        for path in PATHS:
+        for path in columns:
             vs = [(op.name, results[(op.name, path)]) for op in OPERATORS if op.kind == kind]
             cells.append(Cell(kind, path, _cell_status([v.status for _, v in vs]), vs))
     return cells
 
 
 def run_matrix(workdir: Optional[Path] = None, sglang: Optional[bool] = None,
-               log: Callable[[str], None] = lambda s: None, pair: Optional[str] = None) -> dict[str, Any]:
-    """Run every operator on every path of its scenario(s); returns ``{"cells", "results",
-    "false_positives", "timings", "harness_builds", "pair"}``. SGLang paths are skipped (reported
-    ``not run``) when SGLang is not installed. The baseline of each (scenario, path) runs once and
-    must be free of failures; each operator's mutated run is judged against it.
+               log: Callable[[str], None] = lambda s: None, paths: Optional[Sequence[str]] = None,
+               pair: Optional[str] = None) -> dict[str, Any]:
+    """Run every operator on every path of its scenario(s); returns ``{"paths", "cells", "results",
+    "false_positives", "timings", "harness_builds", "pair"}``. A path whose tool is not installed
+    (SGLang, vLLM) is reported ``not run``. The baseline of each (scenario, path) runs once and must
+    be free of failures; each operator's mutated run is judged against it.
 
     Args:
+        paths: only these columns (default: all, :data:`PATHS`).
         pair: a real pair of :data:`conformance.faults.real_scenario.REAL_PAIRS` (e.g.
             ``"smollm2-135m"``) instead of the synthetic scenarios.
 
     Raises:
+        ValueError: ``paths`` names a path that is not a matrix column.
         conformance.faults.real_scenario.RealPairUnavailable: ``pair`` is unknown or cannot be built.
     """
+    columns = tuple(PATHS if paths is None else paths)
+    unknown = [p for p in columns if p not in PATHS]
+    if unknown:
+        raise ValueError(f"not a kill-matrix path: {', '.join(unknown)}; columns: {', '.join(PATHS)}")
     t_start = time.perf_counter()
     if sglang is None:
         sglang = importlib.util.find_spec("sglang") is not None
@@ -225,8 +239,9 @@ def run_matrix(workdir: Optional[Path] = None, sglang: Optional[bool] = None,
     timings: dict[str, float] = {}
     try:
         worlds = _build_scenarios(workdir, sglang, timings, pair)
-        work = _plan(sglang, results, tuple(worlds))
-        for (sname, path), ops in sorted(work.items(), key=lambda kv: (_needs_sglang(kv[0][1]), kv[0])):
+        work = _plan(sglang, results, columns, tuple(worlds))
+        for (sname, path), ops in sorted(work.items(), key=lambda kv: (bool(registered_paths.get(kv[0][1]).needs.modules),
+                                                                        kv[0])):
             t0 = time.perf_counter()
             _run_group(sname, path, ops, worlds[sname], pool, results, false_pos, log)
             timings[f"{sname} {path}"] = time.perf_counter() - t0
@@ -236,5 +251,5 @@ def run_matrix(workdir: Optional[Path] = None, sglang: Optional[bool] = None,
             shutil.rmtree(workdir, ignore_errors=True)
     timings["harness builds"] = pool.build_s
     timings["total"] = time.perf_counter() - t_start
-    return {"cells": _cells(results), "results": results, "false_positives": false_pos, "timings": timings,
-            "harness_builds": pool.builds, "pair": pair}
+    return {"paths": columns, "cells": _cells(results, columns), "results": results, "false_positives": false_pos,
+            "timings": timings, "harness_builds": pool.builds, "pair": pair}

@@ -11,7 +11,7 @@ from conformance.faults.operators import KIND_NAMES, KINDS, OPERATORS, NotApplic
 def matrix_json(m: dict[str, Any]) -> dict[str, Any]:
     return {
         "pair": m.get("pair"),
-        "paths": list(PATHS),
+        "paths": list(m.get("paths", PATHS)),
         "cells": [{"kind": c.kind, "name": KIND_NAMES[c.kind], "path": c.path, "status": c.status,
                    "checks": c.checks,
                    "operators": [{"operator": n, "status": v.status, "check": v.check, "detail": v.detail}
@@ -35,12 +35,13 @@ def render_matrix(m: dict[str, Any], console=None) -> None:
     t = Table(title=f"EAGLE-3 kill matrix on {on}: fault kinds x paths (each caught cell names its catching check)")
     t.add_column("kind")
     t.add_column("fault")
-    for p in PATHS:
+    columns = m.get("paths", PATHS)
+    for p in columns:
         t.add_column(p)
     by = {(c.kind, c.path): c for c in m["cells"]}
     for kind in KINDS:
         row = [kind, KIND_NAMES[kind]]
-        for p in PATHS:
+        for p in columns:
             c = by[(kind, p)]
             txt = c.status
             if c.status == "caught":

@@ -17,6 +17,12 @@ from conformance.faults.inject_training import run_training
 from conformance.faults.scenario import Scenario
 from conformance.findings import Finding
 
+def _run_vllm(scn, c, ex, k):
+    from conformance.faults.inject_vllm import run_vllm  # imports vLLM's harness only when run
+
+    return run_vllm(scn, c, ex, None, k)
+
+
 Injector = Callable[[Scenario, Contract, Example, Optional[HarnessPool], Knobs], list[Finding]]
 
 INJECTORS: dict[str, Injector] = {
@@ -24,6 +30,7 @@ INJECTORS: dict[str, Injector] = {
     "specforge": lambda scn, c, ex, pool, k: run_specforge(scn, c, ex, k),
     "sglang-extend": lambda scn, c, ex, pool, k: run_sglang(scn, c, ex, "sglang-extend", pool, k),
     "sglang-decode": lambda scn, c, ex, pool, k: run_sglang(scn, c, ex, "sglang-decode", pool, k),
+    "vllm-extend": lambda scn, c, ex, pool, k: _run_vllm(scn, c, ex, k),
 }
 """Path name -> ``(scenario, contract, example, harness pool, knobs) -> findings``."""
 

@@ -8,7 +8,7 @@ builders: which checks must catch it, which scenario it needs, and how it applie
 
 from __future__ import annotations
 
-from conformance.faults.operators import buffers, dtype, layers, rows, state, vocab
+from conformance.faults.operators import buffers, dtype, layers, rows, state, vllm, vocab
 from conformance.faults.operators.base import Apply, NotApplicable, Operator
 
 FAMILIES = (layers, state, buffers, vocab, dtype, rows)
@@ -16,6 +16,13 @@ FAMILIES = (layers, state, buffers, vocab, dtype, rows)
 
 OPERATORS: list[Operator] = [op for fam in FAMILIES for op in fam.OPERATORS]
 OPERATORS_BY_NAME = {op.name: op for op in OPERATORS}
+_no_vllm = [op.name for op in OPERATORS if op.name not in vllm.COLUMN]
+if _no_vllm or set(vllm.COLUMN) - set(OPERATORS_BY_NAME):
+    raise RuntimeError(f"faults/operators/vllm.py: COLUMN must name every operator exactly; missing {_no_vllm}, "
+                       f"unknown {sorted(set(vllm.COLUMN) - set(OPERATORS_BY_NAME))}")
+for _op in OPERATORS:  # the vllm-extend column lives in one module (operators/vllm.py)
+    _v = vllm.COLUMN[_op.name]
+    _op.paths[vllm.PATH] = Apply(_v.how, _v.where, _op.paths["sglang-extend"].fn) if isinstance(_v, vllm.SameKnob) else _v
 KIND_NAMES: dict[str, str] = dict(sorted(((k, v) for fam in FAMILIES for k, v in fam.KINDS.items()),
                                         key=lambda kv: int(kv[0][1:])))
 KINDS = tuple(KIND_NAMES)
