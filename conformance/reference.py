@@ -181,6 +181,8 @@ class ReferenceModel:
         self._model = None
         self._norm = None
         self._cache: dict[tuple[int, ...], Reference] = {}
+        self.forwards = 0  # forwards computed by this object
+        self.disk_hits = 0  # captures read back from the disk cache
 
     # the model is loaded on the first capture that misses the disk cache
     @property
@@ -311,8 +313,11 @@ class ReferenceModel:
             return self._cache[key]
         path = self._cache_file(ids)
         ref = self._read_cached(path, ids) if path is not None and path.is_file() else None
-        if ref is None:
+        if ref is not None:
+            self.disk_hits = getattr(self, "disk_hits", 0) + 1
+        else:
             ref = self._forward(ids)
+            self.forwards = getattr(self, "forwards", 0) + 1
             if path is not None:
                 self._write_cached(path, ref)
         self._cache[key] = ref
