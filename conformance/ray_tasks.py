@@ -100,7 +100,8 @@ def connect(address: Optional[str], num_cpus: int, runtime_env: Optional[dict[st
         if address:
             ray.init(address=address, **kw)
         else:
-            ray.init(num_cpus=max(int(num_cpus), 1), include_dashboard=False, **kw)
+            # address="local": always a new local Ray, never a cluster found on this machine
+            ray.init(address="local", num_cpus=max(int(num_cpus), 1), include_dashboard=False, **kw)
     except Exception as e:  # ray raises ConnectionError, RuntimeError, ValueError
         raise TaskFailed(f"cannot start or join Ray{f' at {address}' if address else ''}: "
                          f"{type(e).__name__}: {e}") from None

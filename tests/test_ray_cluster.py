@@ -95,6 +95,9 @@ print(len([n for n in ray.nodes() if n["Alive"]]))
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
         mp.undo()
+        marker = Path("/tmp/ray/ray_current_cluster")  # written by our head; stale once it is gone
+        if marker.is_file() and marker.read_text().strip() == addr:
+            marker.unlink()
 
 
 def test_two_node_scan_spreads_over_both_nodes_and_equals_one_process(two_nodes, tiny, tmp_path, capsys):
