@@ -81,7 +81,8 @@ DISK_CHECKS = ("sample_available", "slot_count", "feature_width", "verifier_widt
 
 
 class ScanError(DataError):
-    """The dataset cannot be scanned at all (not a dataset, no samples, a worker died)."""
+    """The dataset cannot be scanned at all (not a dataset, no samples, Ray unreachable, a task that
+    failed for good)."""
 
 
 # --- shard arithmetic --------------------------------------------------------------------------
@@ -259,7 +260,7 @@ class _Prefetcher:
 
 @dataclass
 class PartSpec:
-    """Everything one scanning process needs (picklable for spawn)."""
+    """Everything one scan task needs (picklable: sent to Ray workers)."""
 
     contract: dict[str, Any]
     data_dir: str
@@ -631,9 +632,11 @@ def scan(c: Contract, data_dir: str | Path, *, shard: tuple[int, int] = (0, 1), 
                           "task_peak_rss_mb": [p.get("peak_rss_mb") for p in parts]}
     if reference_dir:
         meta["reference_forward"] = {"device": ref_device, "dtype": ref_dtype, "stream_layers": stream_layers,
-                                     "cache": str(ref_cache) if ref_cache else None, "prefill": prefill,
-                                     "task_forwards": sum(p.get("reference_forwards", 0) for p in parts),
-                                     "task_disk_hits": sum(p.get("reference_disk_hits", 0) for p in parts)}
+                                     "cache": str(ref_cache) if ref_cache else None}
+        if use_ray:  # who ran the forward: the driver once (prefill), the tasks (should be 0)
+            meta["reference_forward"].update({
+                "prefill": prefill, "task_forwards": sum(p.get("reference_forwards", 0) for p in parts),
+                "task_disk_hits": sum(p.get("reference_disk_hits", 0) for p in parts)})
     return ScanResult(findings, meta)
 
 
