@@ -234,7 +234,15 @@ class ReferenceModel:
             else:
                 device_map[name] = str(self.device)
         model = model.to(self.device) if self.device.type != "cpu" else model
-        return dispatch_model(model, device_map, main_device=str(self.device), offload_index=index)
+        import logging
+
+        log = logging.getLogger("accelerate.big_modeling")  # "Some parameters are on the meta device": intended
+        level = log.level
+        log.setLevel(logging.ERROR)
+        try:
+            return dispatch_model(model, device_map, main_device=str(self.device), offload_index=index)
+        finally:
+            log.setLevel(level)
 
     def model_key(self) -> str:
         """sha256 naming this model's boundaries in the disk cache: config.json bytes, every
