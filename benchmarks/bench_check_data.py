@@ -17,7 +17,8 @@ Then, for each dataset, each reader runs in its own subprocess:
   iterated ``ds[i]`` (hidden_states and verifier_last_hidden_states touched page by page);
 - ``check-data``: ``conformance check-data CONTRACT --data DIR --no-reference --sample 0``
   (cheap checks on every row and slot, norm bands on; no fingerprints); and the same with
-  ``--workers 2``.
+  ``--workers 2`` (two Ray tasks on a local Ray started on demand: the wall time includes starting
+  Ray and the workers' imports; ``task s`` is the slowest task's own scan time).
 
 Each is measured with a cold page cache (``sync; echo 3 > /proc/sys/vm/drop_caches`` before
 every run; needs root, reported when unavailable) and again warm. Reported: GB/s (file bytes /
@@ -160,11 +161,15 @@ def child(kind: str, data: str, contract: str, out_json: str) -> None:
         n = len(files)
     dt = time.perf_counter() - t0
     workers_peak = 0.0
+    task_s = None
     if kind.startswith("check-data"):
-        workers_peak = float(json.loads(Path(out_json + ".report.json").read_text())["meta"]["peak_rss_mb"] or 0)
+        meta = json.loads(Path(out_json + ".report.json").read_text())["meta"]
+        workers_peak = float(meta["peak_rss_mb"] or 0)
+        task_s = max(meta["engine"]["task_seconds"]) if "engine" in meta else None
     Path(out_json).write_text(json.dumps({"kind": kind, "seconds": dt, "bytes": nbytes, "samples": n, "rc": rc,
                                           "maxrss_mb": vm_hwm_mb(), "maxrss_after_imports_mb": rss0,
-                                          "maxrss_workers_mb": workers_peak if ":" in kind else 0.0}))
+                                          "maxrss_workers_mb": workers_peak if ":" in kind else 0.0,
+                                          "task_seconds_max": task_s}))
 
 
 def vm_hwm_mb() -> float:
@@ -283,13 +288,14 @@ def print_table(results: dict) -> None:
 
     t = Table(title=f"check-data throughput ({results['machine']}; cache "
                     f"{'cold (drop_caches) and warm' if results.get('cold_cache') else 'warm only'})")
-    for col in ("cache", "H", "reader", "GB", "s", "GB/s", "samples/s", "x raw", "peak RSS MB",
+    for col in ("cache", "H", "reader", "GB", "s", "GB/s", "samples/s", "x raw", "task s", "peak RSS MB",
                 "target MB", "RSS ok"):
         t.add_column(col, justify="right" if col not in ("cache", "reader") else "left")
     for r in results["runs"]:
         rss = max(r["maxrss_mb"], r["maxrss_workers_mb"])
         t.add_row(r["mode"], str(r["H"]), r["kind"], f"{r['bytes'] / 1e9:.2f}", f"{r['seconds']:.2f}",
                   f"{r['gb_per_s']:.2f}", f"{r['samples_per_s']:.1f}", f"{r['ratio_to_raw']:.2f}",
+                  "" if r.get("task_seconds_max") is None else f"{r['task_seconds_max']:.2f}",
                   f"{rss:.0f}", f"{r['rss_target_mb']:.0f}", "yes" if r["rss_ok"] else "NO")
     Console(width=None if sys.stdout.isatty() else 160).print(t)
 

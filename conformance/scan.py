@@ -32,7 +32,11 @@ checks ran on every row and which on the sample.
 
 Sharding is by sample index modulo the shard count: shard ``i/N`` owns the samples ``s`` with
 ``s % N == i``. ``workers=W`` splits a shard ``i/N`` into sub-shards ``i + w*N`` of ``N*W``
-(w = 0..W-1), one spawned process each. The fingerprint sample is drawn over the whole dataset
+(w = 0..W-1), one Ray task each (:mod:`conformance.ray_tasks`: a local Ray started on demand, or
+the cluster at ``ray_address``); their results stream back and are merged here in sample order.
+With a reference, the driver first computes the boundaries of every sampled sample once into the
+reference's disk cache (:class:`conformance.reference.ReferenceModel`), so the tasks read them
+instead of each loading the target. The fingerprint sample is drawn over the whole dataset
 and cut into loader batches of ``batch_size`` consecutive sampled indices; a batch belongs to
 the shard owning its first index. So shards ``0/N .. N-1/N`` together produce exactly the
 findings of one unsharded run.
@@ -77,7 +81,8 @@ DISK_CHECKS = ("sample_available", "slot_count", "feature_width", "verifier_widt
 
 
 class ScanError(DataError):
-    """The dataset cannot be scanned at all (not a dataset, no samples, a worker died)."""
+    """The dataset cannot be scanned at all (not a dataset, no samples, Ray unreachable, a task that
+    failed for good)."""
 
 
 # --- shard arithmetic --------------------------------------------------------------------------
@@ -255,7 +260,7 @@ class _Prefetcher:
 
 @dataclass
 class PartSpec:
-    """Everything one scanning process needs (picklable for spawn)."""
+    """Everything one scan task needs (picklable: sent to Ray workers)."""
 
     contract: dict[str, Any]
     data_dir: str
@@ -265,6 +270,17 @@ class PartSpec:
     reference_dir: Optional[str] = None
     batch_size: int = 4
     block_elems: int = BLOCK_ELEMS
+    ref_device: str = "cpu"
+    ref_dtype: str = "float32"
+    stream_layers: bool = False
+    ref_cache: Optional[str] = None
+
+    def reference_model(self, target):
+        """The (process-wide cached) reference model of this spec, not loaded until needed."""
+        from conformance.reference import load_reference_model
+
+        return load_reference_model(self.reference_dir, target, device=self.ref_device, dtype=self.ref_dtype,
+                                    stream_layers=self.stream_layers, cache_dir=self.ref_cache)
 
 
 @dataclass
@@ -435,13 +451,13 @@ def _scan_loop(spec, c, rc, data, hs_dir, ids, mine, batches, pre, on_progress, 
         if i in batches:
             from conformance.assess import sample_findings
             from conformance.pairs import torch_dtype
-            from conformance.reference import load_reference_model
             from conformance.tools.speculators_loader import TrainingLoader
 
             if loader is None:
                 loader = TrainingLoader(data, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype))
                 if spec.reference_dir:
-                    ref_model = load_reference_model(spec.reference_dir, c.target)
+                    ref_model = spec.reference_model(c.target)
+                    f0, h0 = ref_model.forwards, ref_model.disk_hits
             lf: list[Finding] = []
             for cap in loader.batch(batches[i]):
                 lf += sample_findings(c, cap, ref_model)
@@ -451,7 +467,9 @@ def _scan_loop(spec, c, rc, data, hs_dir, ids, mine, batches, pre, on_progress, 
             on_progress(1, nbytes)
     return {"groups": groups, "slot_stats": {k: v.to_json() for k, v in stats.items()}, "samples": n,
             "shard_samples": len(mine), "bytes": total, "seconds": time.perf_counter() - t0,
-            "fingerprint_samples": sorted(j for b in batches.values() for j in b), "peak_rss_mb": peak_rss_mb()}
+            "fingerprint_samples": sorted(j for b in batches.values() for j in b), "peak_rss_mb": peak_rss_mb(),
+            "reference_forwards": ref_model.forwards - f0 if ref_model is not None else 0,
+            "reference_disk_hits": ref_model.disk_hits - h0 if ref_model is not None else 0}
 
 
 def peak_rss_mb() -> Optional[float]:
@@ -465,68 +483,49 @@ def peak_rss_mb() -> Optional[float]:
     return None
 
 
-# --- fan-out -----------------------------------------------------------------------------------
+# --- fan-out ---------------------------------------------------------------------------------
 
 
-def _worker_main(spec: PartSpec, wid: int, q) -> None:  # runs in a spawned process
-    pending = [0, 0]
-    last = [time.monotonic()]
+def _describe(spec: PartSpec) -> str:
+    return f"shard {spec.shard[0]}/{spec.shard[1]} (samples s % {spec.shard[1]} == {spec.shard[0]})"
 
-    def prog(ns: int, nb: int) -> None:
-        pending[0] += ns
-        pending[1] += nb
-        now = time.monotonic()
-        if now - last[0] > 0.2:
-            q.put(("progress", wid, pending[0], pending[1]))
-            pending[:] = [0, 0]
-            last[0] = now
 
+def prefill_reference(c: Contract, spec: PartSpec) -> dict[str, Any]:
+    """Compute, once in this process, the reference boundaries of every sampled sample of
+    ``spec.shard`` into the reference's disk cache (``spec.ref_cache``), so that the scan tasks
+    read them instead of each loading the target.
+
+    Returns:
+        ``{"samples": k, "forwards": f, "disk_hits": h, "seconds": s}``.
+
+    Raises:
+        ScanError: the dataset cannot be opened.
+        conformance.reference.ReferenceError: the reference cannot be loaded (missing shards, ...).
+    """
+    from datasets import load_from_disk
+
+    from conformance.reference import ReferenceError
+
+    t0 = time.perf_counter()
     try:
-        res = scan_part(spec, prog)
-        q.put(("progress", wid, pending[0], pending[1]))
-        q.put(("done", wid, res))
-    except BaseException as e:  # report, never hang the parent
-        q.put(("error", wid, f"{type(e).__name__}: {e}"))
-
-
-def _run_workers(specs: list[PartSpec], on_progress) -> list[dict[str, Any]]:
-    import multiprocessing as mp
-    import queue as _queue
-
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_worker_main, args=(s, w, q), daemon=True) for w, s in enumerate(specs)]
-    for p in procs:
-        p.start()
-    results: dict[int, dict[str, Any]] = {}
-    try:
-        while len(results) < len(procs):
-            try:
-                msg = q.get(timeout=0.5)
-            except _queue.Empty:
-                dead = [w for w, p in enumerate(procs) if not p.is_alive() and w not in results]
-                if dead:
-                    try:  # a worker may have exited right after queueing its result
-                        msg = q.get(timeout=2.0)
-                    except _queue.Empty:
-                        raise ScanError(f"worker {dead[0]} exited with code {procs[dead[0]].exitcode} "
-                                        "without a result") from None
-                else:
-                    continue
-            kind, wid = msg[0], msg[1]
-            if kind == "progress":
-                if on_progress:
-                    on_progress(msg[2], msg[3])
-            elif kind == "done":
-                results[wid] = msg[2]
-            else:
-                raise ScanError(f"worker {wid} failed: {msg[2]}")
-    finally:
-        for p in procs:
-            if p.is_alive() and len(results) < len(procs):
-                p.terminate()
-            p.join(timeout=10)
-    return [results[w] for w in range(len(procs))]
+        ds = load_from_disk(spec.data_dir)
+    except Exception as e:  # datasets raises FileNotFoundError / ValueError / pyarrow errors
+        raise ScanError(f"{spec.data_dir}: not a speculators Arrow dataset: {e}") from None
+    n = len(ds)
+    idx = [j for b in loader_batches(fingerprint_sample(n, spec.sample, spec.seed), spec.batch_size, spec.shard)
+           for j in b] if n else []
+    if not idx:
+        return {"samples": 0, "forwards": 0, "disk_hits": 0, "seconds": 0.0}
+    ids = _ArrowIds(ds)
+    model = spec.reference_model(c.target)
+    f0, h0 = model.forwards, model.disk_hits
+    for j in idx:
+        try:
+            model.capture(ids(j))
+        except ReferenceError:
+            continue  # the task reports it as a finding on that sample (sample_findings)
+    return {"samples": len(idx), "forwards": model.forwards - f0, "disk_hits": model.disk_hits - h0,
+            "seconds": round(time.perf_counter() - t0, 3)}
 
 
 # --- public entry ------------------------------------------------------------------------------
@@ -556,48 +555,88 @@ def contract_digest(c: Contract) -> str:
 
 def scan(c: Contract, data_dir: str | Path, *, shard: tuple[int, int] = (0, 1), workers: int = 1,
          sample: int = 32, seed: int = 0, reference_dir: Optional[str | Path] = None, batch_size: int = 4,
-         progress: bool = False, block_elems: int = BLOCK_ELEMS) -> ScanResult:
+         progress: bool = False, block_elems: int = BLOCK_ELEMS, ray_address: Optional[str] = None,
+         ref_device: str = "cpu", ref_dtype: str = "float32", stream_layers: bool = False,
+         ref_cache: Optional[str | Path | bool] = None, max_retries: int = 2,
+         ray_runtime_env: Optional[dict[str, Any]] = None) -> ScanResult:
     """Scan shard ``shard`` of a speculators 0.9.0 dataset against contract ``c``.
 
     Args:
         c: the contract.
         data_dir: Arrow ``save_to_disk`` directory with ``hidden_states/hs_{i}.safetensors``.
         shard: ``(i, N)``: this run covers samples ``s % N == i`` (see :func:`shard_indices`).
-        workers: processes (spawned) to split the shard over; 1 scans in this process.
+        workers: Ray tasks to split the shard over (a local Ray started on demand, or the cluster at
+            ``ray_address``); 1 without ``ray_address`` scans in this process, without Ray.
         sample: fingerprint sample size over the whole dataset (``-1``: all; 0: none).
         seed: seed of the fingerprint sample.
         reference_dir: HF target directory for fingerprints; None: fingerprints are skipped.
         batch_size: loader batch size for the sampled samples (CollateFn packing).
         progress: show a rich progress bar (samples/s, GB/s) on stderr.
         block_elems: elements per float32 block of the RMS pass.
+        ray_address: Ray cluster to run the tasks on (``host:port``, ``auto``); None: local Ray.
+        ref_device, ref_dtype, stream_layers: how the reference forward runs
+            (:class:`conformance.reference.ReferenceModel`).
+        ref_cache: folder of the reference's disk cache of boundaries; False: none; None: none
+            in-process, :func:`conformance.reference.default_cache_dir` with Ray tasks.
+        max_retries: Ray re-runs of a task whose worker dies.
+        ray_runtime_env: extra Ray runtime_env for a local Ray started here.
 
     Returns:
         A :class:`ScanResult`.
 
     Raises:
-        ScanError: not a dataset, no samples, or a worker failed.
+        ScanError: not a dataset, no samples, Ray unreachable, or a task failed for good (the
+            message names its shard).
         ValueError: ``workers < 1``.
         conformance.reference.ReferenceError: the reference model cannot be loaded (1 worker).
     """
     if workers < 1:
         raise ValueError("workers must be >= 1")
     i, count = shard
+    use_ray = workers > 1 or bool(ray_address)
+    if use_ray and reference_dir and ref_cache is None:
+        from conformance.reference import default_cache_dir
+
+        ref_cache = default_cache_dir()
     base = PartSpec(contract=c.model_dump(mode="json"), data_dir=str(data_dir), shard=shard, sample=sample,
                     seed=seed, reference_dir=str(reference_dir) if reference_dir else None,
-                    batch_size=batch_size, block_elems=block_elems)
+                    batch_size=batch_size, block_elems=block_elems, ref_device=ref_device, ref_dtype=ref_dtype,
+                    stream_layers=stream_layers, ref_cache=str(ref_cache) if ref_cache else None)
+    ref_cache = base.ref_cache
     specs = [base] if workers == 1 else [
         PartSpec(**{**base.__dict__, "shard": (i + w * count, count * workers)}) for w in range(workers)]
     t0 = time.perf_counter()
+    prefill = None
     with _Progress(progress, _count_hint(data_dir, shard) if progress else None) as bar:
-        if workers == 1:
+        if not use_ray:
             parts = [scan_part(specs[0], bar.advance)]
         else:
-            parts = _run_workers(specs, bar.advance)
+            from conformance.ray_tasks import TaskFailed, run_tasks
+
+            if base.reference_dir and base.ref_cache and sample != 0:
+                prefill = prefill_reference(c, base)
+            try:
+                parts = run_tasks(scan_part, specs, describe=_describe, on_progress=bar.advance,
+                                  address=ray_address, max_retries=max_retries, runtime_env=ray_runtime_env)
+            except TaskFailed as e:
+                raise ScanError(str(e)) from None
     seconds = time.perf_counter() - t0
     groups = sorted((g for p in parts for g in p["groups"]), key=lambda g: (g[0], g[1]))
     findings = [Finding(**d) for g in groups for d in g[2]]
     meta = _scan_meta(c, data_dir, parts, findings, seconds, shard=shard, workers=workers, sample=sample, seed=seed,
                       reference_dir=reference_dir, batch_size=batch_size)
+    if use_ray:
+        meta["engine"] = {"kind": "ray", "address": ray_address or "local (started on demand)",
+                          "tasks": len(parts), "nodes": len({p["ray"]["node_id"] for p in parts}),
+                          "task_seconds": [round(p["seconds"], 3) for p in parts],
+                          "task_peak_rss_mb": [p.get("peak_rss_mb") for p in parts]}
+    if reference_dir:
+        meta["reference_forward"] = {"device": ref_device, "dtype": ref_dtype, "stream_layers": stream_layers,
+                                     "cache": str(ref_cache) if ref_cache else None}
+        if use_ray:  # who ran the forward: the driver once (prefill), the tasks (should be 0)
+            meta["reference_forward"].update({
+                "prefill": prefill, "task_forwards": sum(p.get("reference_forwards", 0) for p in parts),
+                "task_disk_hits": sum(p.get("reference_disk_hits", 0) for p in parts)})
     return ScanResult(findings, meta)
 
 

@@ -34,7 +34,20 @@ def add_parser(sub) -> None:
     d.add_argument("--shard", default="0/1", metavar="i/N",
                    help="scan only the samples s with s %% N == i (default 0/1: all)")
     d.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="processes to split the shard over on this machine (default 1)")
+                   help="Ray tasks to split the shard over (default 1: in this process, no Ray); a local Ray "
+                        "is started on demand unless --ray-address is given")
+    d.add_argument("--ray-address", metavar="ADDR",
+                   help="run the tasks on this Ray cluster (host:port of the head, or 'auto')")
+    d.add_argument("--device", default="cpu",
+                   help="torch device of the reference forward (default cpu; e.g. cuda, cuda:1)")
+    d.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                   help="compute dtype of the reference forward (default float32)")
+    d.add_argument("--stream-layers", action="store_true",
+                   help="reference forward one decoder layer at a time from the safetensors shards "
+                        "(targets larger than memory)")
+    d.add_argument("--reference-cache", metavar="DIR",
+                   help="disk cache of reference boundaries (default with --workers > 1 or --ray-address: "
+                        "<model cache>/reference; 'none': no disk cache)")
     d.set_defaults(func=run)
 
 
@@ -118,16 +131,22 @@ def run(args) -> int:
         check_output(args.json, "--json", inputs=(args.contract,), input_dirs=(data, ref_dir))
     if getattr(args, "markdown", None):
         check_output(args.markdown, "--markdown", inputs=(args.contract, args.json), input_dirs=(data, ref_dir))
-    if ref_dir is not None and workers > 1:
-        try:  # fail fast, in this process, with a one-line error
-            load_reference_model(ref_dir, c.target)
+    ray_address = getattr(args, "ray_address", None)
+    ref_opts = {"device": getattr(args, "device", "cpu"), "dtype": getattr(args, "dtype", "float32"),
+                "stream_layers": bool(getattr(args, "stream_layers", False))}
+    cache = getattr(args, "reference_cache", None)
+    if ref_dir is not None:
+        try:  # fail fast, in this process, with a one-line error (config, shards, device; no weights read)
+            load_reference_model(ref_dir, c.target, **ref_opts)
         except ReferenceError as e:
             raise UsageError(str(e)) from None
     progress = not args.quiet and sys.stderr.isatty()
     try:
         res = scan(c, data, shard=shard, workers=workers, sample=sample,
                    seed=int(getattr(args, "seed", 0)), reference_dir=ref_dir, batch_size=args.batch_size,
-                   progress=progress)
+                   progress=progress, ray_address=ray_address, ref_device=ref_opts["device"],
+                   ref_dtype=ref_opts["dtype"], stream_layers=ref_opts["stream_layers"],
+                   ref_cache=False if cache == "none" else cache)
     except (ScanError, ReferenceError) as e:
         raise UsageError(str(e)) from None
     findings = res.findings

@@ -1,0 +1,143 @@
+"""check-data on a local Ray (conformance.ray_tasks): same findings as one process, progress across
+tasks, the reference computed once and shared through its disk cache, a worker that dies mid-shard
+retried, one that keeps dying reported with its shard (exit 2).
+
+One local Ray (2 CPUs) is started for the module, with a worker setup hook (Ray's own
+``worker_process_setup_hook``) that makes a worker process exit hard (``os._exit``) when it reaches
+a chosen sample, as a crashed or OOM-killed worker would; which sample and how many times is read
+from a control file, so scans without it run normally.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.cli import main
+from conformance.scan import ScanError, scan
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = REPO / "contracts" / "tiny-llama.yaml"
+
+pytestmark = pytest.mark.slow
+
+CTL = "CONFORMANCE_TEST_CRASH"
+
+
+def _crash_hook() -> None:  # runs in every Ray worker process at start
+    import os
+
+    import conformance.scan as scan_mod
+
+    ctl = os.environ.get("CONFORMANCE_TEST_CRASH")
+    orig = scan_mod._disk_findings
+
+    def wrapped(c, rc, i, *a, **k):
+        if ctl and os.path.exists(ctl):
+            with open(ctl) as f:
+                want = json.load(f)
+            if i == want["sample"]:
+                cnt = ctl + ".count"
+                n = int(open(cnt).read()) if os.path.exists(cnt) else 0
+                if n < want["times"]:
+                    with open(cnt, "w") as f:
+                        f.write(str(n + 1))
+                    os._exit(1)  # the worker process dies mid-shard
+        return orig(c, rc, i, *a, **k)
+
+    scan_mod._disk_findings = wrapped
+
+
+@pytest.fixture(scope="module")
+def ray_local(tmp_path_factory):
+    import ray
+    import ray.cloudpickle
+
+    ctl = tmp_path_factory.mktemp("crash") / "ctl.json"
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+             runtime_env={"worker_process_setup_hook": _crash_hook,
+                          "env_vars": {CTL: str(ctl), "PYTHONPATH": os.pathsep.join(
+                              [str(REPO), os.environ.get("PYTHONPATH", "")])}})
+    try:
+        yield ctl
+    finally:
+        ray.shutdown()
+
+
+def _crash(ctl: Path, sample: int, times: int) -> None:
+    Path(str(ctl) + ".count").unlink(missing_ok=True)
+    ctl.write_text(json.dumps({"sample": sample, "times": times}))
+
+
+def _no_crash(ctl: Path) -> None:
+    ctl.unlink(missing_ok=True)
+    Path(str(ctl) + ".count").unlink(missing_ok=True)
+
+
+def _key(f) -> str:
+    return json.dumps(f.to_json(), sort_keys=True)
+
+
+def test_ray_workers_equal_one_process_and_share_the_reference(ray_local, tiny, tiny_contract, tmp_path):
+    _no_crash(ray_local)
+    kw = dict(sample=4, seed=1, reference_dir=tiny.target_dir, batch_size=2)
+    one = scan(tiny_contract, tiny.data_dir, **kw)
+    cache = tmp_path / "refcache"
+    two = scan(tiny_contract, tiny.data_dir, workers=2, ref_cache=cache, **kw)
+    assert [_key(f) for f in two.findings] == [_key(f) for f in one.findings]
+    assert any(f.check == "slot_identity" and f.status == "pass" for f in two.findings)
+    assert two.meta["engine"]["kind"] == "ray" and two.meta["engine"]["tasks"] == 2
+    rf = two.meta["reference_forward"]
+    # the driver ran the forward once per sampled sample; the tasks only read the disk cache
+    assert rf["prefill"]["samples"] == 4 and rf["prefill"]["forwards"] == 4
+    assert rf["task_forwards"] == 0 and rf["task_disk_hits"] == 4
+    assert len(list(cache.rglob("*.safetensors"))) == 4
+    # a second run reads everything from the cache: no forward at all
+    again = scan(tiny_contract, tiny.data_dir, workers=2, ref_cache=cache, **kw)
+    assert again.meta["reference_forward"]["prefill"]["forwards"] == 0
+    assert [_key(f) for f in again.findings] == [_key(f) for f in one.findings]
+
+
+def test_progress_streams_across_tasks(ray_local, tiny, tiny_contract):
+    from conformance.ray_tasks import run_tasks
+    from conformance.scan import PartSpec, scan_part
+
+    _no_crash(ray_local)
+    specs = [PartSpec(contract=tiny_contract.model_dump(mode="json"), data_dir=str(tiny.data_dir), shard=(w, 3),
+                      sample=0) for w in range(3)]
+    got = []
+    parts = run_tasks(scan_part, specs, on_progress=lambda ns, nb: got.append((ns, nb)))
+    assert sum(ns for ns, _ in got) == 12 == sum(p["shard_samples"] for p in parts)
+    assert sum(nb for _, nb in got) == sum(p["bytes"] for p in parts) > 0
+
+
+def test_worker_dying_mid_shard_is_retried(ray_local, tiny, tiny_contract):
+    _crash(ray_local, sample=5, times=1)  # shard 1/2 owns 1, 3, 5, 7, ...: dies after 1 and 3
+    try:
+        two = scan(tiny_contract, tiny.data_dir, sample=0, workers=2)
+    finally:
+        crashed = Path(str(ray_local) + ".count").read_text() if Path(str(ray_local) + ".count").exists() else "0"
+        _no_crash(ray_local)
+    assert crashed == "1", "the injected crash did not happen"
+    one = scan(tiny_contract, tiny.data_dir, sample=0)
+    assert [_key(f) for f in two.findings] == [_key(f) for f in one.findings]
+    assert two.meta["shard_samples"] == 12
+
+
+def test_worker_that_keeps_dying_names_its_shard(ray_local, tiny, tiny_contract, capsys):
+    _crash(ray_local, sample=5, times=99)
+    try:
+        with pytest.raises(ScanError, match=r"shard 1/2 .*worker died 2 time"):
+            scan(tiny_contract, tiny.data_dir, sample=0, workers=2, max_retries=1)
+        rc = main(["check-data", str(TINY), "--data", str(tiny.data_dir), "--no-reference", "--sample", "0",
+                   "--workers", "2", "--quiet"])
+    finally:
+        _no_crash(ray_local)
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "shard 1/2" in err and "not checked" in err and "Traceback" not in err
