@@ -20,6 +20,7 @@ _MODULES = (
     "sglang_decode",  # SGLang target verify -> draft extend after verify
     "cross_path",     # the same tokens through the loader, extend and verify, row by row
     "sglang_engine",  # a real sglang.Engine on a GPU
+    "cpu_accept",     # greedy speculative loop on SGLang's CPU classes, trained draft: accept length
 )
 
 
