@@ -66,10 +66,10 @@ RECIPE: dict[str, Any] = {
     "draft_layers": 1,
     "draft_vocab_size": 4096,
     "total_seq_len": 1024,            # CollateFn packing length (tokens per step)
-    "docs_per_step": 6,
-    "epochs": 5,
-    "lr": 1e-3,
-    "ttt_steps": 3,
+    "docs_per_step": 4,
+    "epochs": 10,
+    "lr": 3e-3,
+    "ttt_steps": 2,
     "ttt_step_loss_decay": 1.0,
     "seed": 0,
 }
@@ -301,7 +301,7 @@ def _train(recipe, target_dir: Path, data: Path, seqs, ckpt: Path, log):
     class _Grab(logging.Handler):
         def emit(self, record):
             msg = record.msg
-            if isinstance(msg, dict) and "train" in msg:
+            if isinstance(msg, dict) and isinstance(msg.get("train"), dict) and "loss" in msg["train"]:
                 last.clear()
                 last.update({k: round(float(v), 4) for k, v in msg["train"].items()
                              if isinstance(v, (int, float))})

@@ -5,8 +5,8 @@
 2. the ``sglang-engine`` path on the real pair: a real ``sglang.Engine`` with EAGLE3 and
    hidden-state return, its prefill/decode checks and the accept-length gate
    (``gates.min_accept_length``, from ``--floor`` or the contract);
-3. the same engine with a fault that passes every shape check (the draft config's ids shifted by
-   one: SGLang captures B_3, B_16, B_28): the gate must fail;
+3. the same engine with a fault that passes every shape check (the seed incident's shape: the
+   draft config's ids [-1, 1, 14], SGLang captures B_0, B_2, B_15): the gate must fail;
 4. the CPU loop's figure on the same prompts for comparison.
 
 Prints one JSON object; exit 0 when the correct pair passes the gate and the faulty one fails it.
@@ -69,19 +69,19 @@ def main() -> int:
                 "failing_checks": shape_fail, "seconds": round(time.perf_counter() - t, 1)}
 
     out["correct"] = engine(td.draft_dir)
-    bad = Path(tempfile.mkdtemp(prefix="draft-ids-shifted-"))
+    bad = Path(tempfile.mkdtemp(prefix="draft-embedding-prepended-"))
     try:
         for f in td.draft_dir.iterdir():
             shutil.copy(f, bad / f.name)
         cfg = json.loads((bad / "config.json").read_text())
-        cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [i + 1 for i in RECIPE["sglang_ids"]]
+        cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [-1] + list(RECIPE["sglang_ids"][:-1])
         (bad / "config.json").write_text(json.dumps(cfg, indent=2))
-        out["ids_shifted"] = engine(bad)
+        out["embedding_prepended"] = engine(bad)
     finally:
         shutil.rmtree(bad, ignore_errors=True)
     out["seconds"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(out, indent=1))
-    good = out["correct"]["gate"] == "pass" and out["ids_shifted"]["gate"] == "fail"
+    good = out["correct"]["gate"] == "pass" and out["embedding_prepended"]["gate"] == "fail"
     return 0 if good else 1
 
 

@@ -118,16 +118,21 @@ def test_speculation_is_lossless_and_the_lossless_check_can_fail(loop):
 
 @pytest.mark.slow
 def test_gate_fails_on_a_fault_that_passes_every_shape_check(loop):
-    """ids-shifted: SGLang captures B_3, B_16, B_28; three 576-wide slots as before (widths,
-    counts and fc all as declared), and the contract's accept-length floor fails."""
+    """embedding-prepended (the seed incident's shape): SGLang captures B_0, B_2, B_15; three
+    576-wide slots as before (widths, counts and fc all as declared), and the contract's
+    accept-length floor fails. Measured on the cpu-accept path's own prompts and lengths."""
     from conformance.faults.acceptance import FAULTS, measure
 
     c = load_contract(SMOL)
     h = loop["h"]
-    fault = next(f for f in FAULTS if f.name == "ids-shifted")
-    good = measure(h, loop["ref"], loop["prompts"], None, loop["d2t"], k=3, max_new=16)
+    from conformance.paths import cpu_accept
+    from conformance.trained_draft import eval_prompts
+
+    prompts = eval_prompts(loop["td"].target_dir, 3, cpu_accept.PROMPT_TOKENS)
+    fault = next(f for f in FAULTS if f.name == "embedding-prepended")
+    good = measure(h, loop["ref"], prompts, None, loop["d2t"], k=3, max_new=24)
     assert check_accept_length(c, good.mean_accept_length, path="cpu-accept")[0].status == "pass"
-    bad = measure(h, loop["ref"], loop["prompts"], fault, loop["d2t"], k=3, max_new=16)
+    bad = measure(h, loop["ref"], prompts, fault, loop["d2t"], k=3, max_new=24)
     assert not bad.errors and bad.fc_calls > 0 and bad.lossless
     assert check_accept_length(c, bad.mean_accept_length, path="cpu-accept")[0].status == "fail"
     # the shapes were right: same slot count and width reached the draft
