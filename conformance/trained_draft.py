@@ -13,11 +13,13 @@ The recipe (:data:`RECIPE`):
 1. **Data, with the project's own data path.** Corpus items split by a seeded hash into a held-out
    evaluation set (:func:`eval_prompts`: the acceptance loop's prompts) and the training set.
    Every training item is tokenized with the target's tokenizer (chat items with its chat
-   template, :mod:`conformance.corpus`) and, as speculators' own data generation does with a
-   serving engine, regenerated: a prefix of the item followed by the target's greedy
-   continuation (HF ``generate``, greedy). Both sequences go through
-   :func:`conformance.datagen.write_speculators_dataset` (the target's float32 forward; slots
-   ``B_2, B_15, B_27`` and the verifier slot ``B_30``, speculators 0.9.0 format).
+   template, :mod:`conformance.corpus`) and cut at ``max_tokens``. With ``regen_tokens`` > 0 each
+   item is also regenerated, as speculators' own data generation does with a serving engine: a
+   prefix of it followed by the target's greedy continuation (HF ``generate``). The recipe has it
+   off (0): at about 7 tokens/s on the busy 2-core machine it would take about 20 minutes. The
+   sequences go through :func:`conformance.datagen.write_speculators_dataset` (the target's
+   float32 forward; slots ``B_2, B_15, B_27`` and the verifier slot ``B_30``, speculators 0.9.0
+   format).
 2. **Vocabulary.** Token frequencies over the training sequences, then speculators' own
    ``build_vocab_mappings_from_distribution`` (``train/vocab_mapping.py:74-110``) for a reduced
    draft vocabulary of ``draft_vocab_size`` ids (``d2t`` offsets, ``t2d`` mask).

@@ -147,7 +147,7 @@ NOT_MEASURED: dict[str, str] = {
     "hidden-sizes-crossed": "K6: the real pair has equal widths (576), fc is sized the same either way",
     "chat-template-differs": "K11: prompts are token ids from the corpus; no template is applied in the loop",
     "dtype-cast": "K12: a bfloat16 target on this CPU runs about 8x slower than float32 (no AVX512-BF16); "
-                  "the GPU script measures the bfloat16 pair",
+                  "not measured (the GPU script serves float32 too)",
 }
 
 

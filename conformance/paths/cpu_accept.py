@@ -40,7 +40,7 @@ def prepare(c, pair):
         return Skipped(f"cpu-accept: no trained draft for this pair (fixtures with one: {', '.join(TRAINED)})")
     if c.target.dtype != "float32":
         return Skipped(f"cpu-accept: the trained draft is measured with the float32 target; this contract "
-                       f"serves {c.target.dtype} (the GPU script measures it)")
+                       f"serves {c.target.dtype}")
     return _State(c, ensure_trained_draft(TRAINED[c.fixture]))
 
 
