@@ -21,6 +21,7 @@ observation part    judged by
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Optional
 
 from conformance.contract import Contract
@@ -79,7 +80,7 @@ def sample_findings(c: Contract, cap, ref_model=None) -> list[Finding]:
     return out + [f for f in fs if f.check != "finite"] + check_finite(c, cap)
 
 
-def assess(c: Contract, obs, reference: Callable[[], Any]) -> list[Finding]:
+def assess(c: Contract, obs, reference: Callable[[], Any], path: Optional[str] = None) -> list[Finding]:
     """Findings of one observation, in the order captures, shapes-only, pairs, facts.
 
     Args:
@@ -87,6 +88,8 @@ def assess(c: Contract, obs, reference: Callable[[], Any]) -> list[Finding]:
         obs: a :class:`conformance.paths.base.Observation`.
         reference: returns the reference model (loaded on first need; called only when
             ``obs`` holds captures to fingerprint).
+        path: the name of the path that made ``obs``; handed to the fact checks that take a
+            ``path`` (the accept-length gate names the path that measured it).
 
     Raises:
         ValueError: a fact this module has no check for.
@@ -109,7 +112,11 @@ def assess(c: Contract, obs, reference: Callable[[], Any]) -> list[Finding]:
         for name, value in obs.facts.items():
             if name not in FACT_CHECKS:
                 raise ValueError(f"no check for the fact {name!r}; known: {', '.join(FACT_CHECKS)}")
-            out += getattr(checks, FACT_CHECKS[name])(c, value)
+            fn = getattr(checks, FACT_CHECKS[name])
+            if path is not None and "path" in inspect.signature(fn).parameters:
+                out += fn(c, value, path=path)  # the finding names the path that measured it
+            else:
+                out += fn(c, value)
     return out
 
 

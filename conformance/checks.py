@@ -757,21 +757,29 @@ def check_vllm_version(c: Contract, installed: Optional[str]) -> list[Finding]:
                     "K1")]
 
 
-def check_accept_length(c: Contract, avg_accept_length: Optional[float]) -> list[Finding]:
-    """Release gate on a GPU runner: ``avg_spec_accept_length`` >= ``gates.min_accept_length``.
-    Acceptance is the only symptom most field reports had (FAULTS.md); it gates, it does not
-    diagnose."""
+def check_accept_length(c: Contract, avg_accept_length: Optional[float], path: str = "sglang-engine") -> list[Finding]:
+    """Release gate: the mean accept length (tokens committed per verify step, bonus included:
+    SGLang's ``avg_spec_accept_length``) >= ``gates.min_accept_length``. Acceptance is the only
+    symptom most field reports had (FAULTS.md); it gates, it does not diagnose.
+
+    Args:
+        avg_accept_length: the measured mean (>= 1), or None when nothing was measured.
+        path: the path that measured it: ``sglang-engine`` (a real engine's server info, GPU) or
+            ``cpu-accept`` (the greedy speculative loop on the SGLang CPU harness).
+    """
     floor = c.gates.min_accept_length
-    where = "sglang.Engine server info"
+    where = "sglang.Engine server info" if path == "sglang-engine" else f"{path}: mean tokens per verify step"
     if floor is None:
-        return [Finding("accept_length", "skip", "sglang-engine", None, None, avg_accept_length, where,
+        return [Finding("accept_length", "skip", path, None, None, avg_accept_length, where,
                         "the contract sets no gates.min_accept_length: acceptance not gated", "")]
     if avg_accept_length is None:
-        return [Finding("accept_length", "fail", "sglang-engine", None, floor, None, where,
+        return [Finding("accept_length", "fail", path, None, floor, None, where,
+                        "no accept length was measured" if path != "sglang-engine" else
                         "the engine reported no avg_spec_accept_length", "")]
     ok = avg_accept_length >= floor
-    return [Finding("accept_length", "pass" if ok else "fail", "sglang-engine", None, floor, avg_accept_length,
-                    where, f"avg_spec_accept_length {avg_accept_length:.3f} (floor {floor})", "")]
+    name = "avg_spec_accept_length" if path == "sglang-engine" else "mean accept length"
+    return [Finding("accept_length", "pass" if ok else "fail", path, None, floor, avg_accept_length,
+                    where, f"{name} {avg_accept_length:.3f} (floor {floor})", "")]
 
 
 # --- kill-matrix additions: per-row fingerprint, tensor dtypes, vocab mapping, golden tokens ------

@@ -67,10 +67,10 @@ def run_path(path: Path, c: Contract, pair: LocalPair) -> Union[list[Finding], S
     if path.first is not None:
         obs = path.first(state)
         if obs is not None:
-            findings += assess(c, obs, reference)
+            findings += assess(c, obs, reference, path.name)
             if obs.stop_on_failure and any(f.status == "fail" for f in findings):
                 return findings
     if path.observe is not None:
         observe = path.observe
-        findings += drive(lambda data: assess(c, observe(state, data.draw), reference))
+        findings += drive(lambda data: assess(c, observe(state, data.draw), reference, path.name))
     return findings

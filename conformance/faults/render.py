@@ -61,3 +61,36 @@ def render_matrix(m: dict[str, Any], console=None) -> None:
                   f"{sum(c.status == 'n/a' for c in m['cells'])} not applicable, {len(missed)} missed; "
                   f"{m['harness_builds']} SGLang harness builds ({tm.get('harness builds', 0):.1f} s), "
                   f"total {tm['total']:.1f} s")
+
+
+def acceptance_json(t: dict[str, Any]) -> dict[str, Any]:
+    """The faults-vs-acceptance table (:func:`conformance.faults.acceptance.run_table`) as JSON."""
+    from dataclasses import asdict
+
+    return {"setup": t["setup"], "rows": [asdict(r) for r in t["rows"]], "not_measured": t["not_measured"]}
+
+
+def _fmt(x, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def render_acceptance(t: dict[str, Any], console=None) -> None:
+    """One line per fault: kind, mean accept length, acceptance rate, lossless, the kill-matrix
+    checks that catch it; then the faults not measured and why."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = console or Console()
+    s = t["setup"]
+    tab = Table(title=f"accept length per fault: SmolLM2-135M + trained EAGLE-3 draft, {s['prompts']} held-out "
+                      f"prompts x {s['max_new_tokens']} tokens, k = {s['num_draft_tokens']} (CPU, SGLang classes)")
+    for col in ("fault", "kind", "accept length", "acceptance", "lossless", "fc ran", "caught by (kill matrix)"):
+        tab.add_column(col)
+    for r in t["rows"]:
+        acc = _fmt(r.mean_accept_length, ".2f") if not r.errors else f"crash ({r.errors[0][:60]})"
+        tab.add_row(r.name, r.kind, acc, _fmt(r.acceptance_rate, ".0%"),
+                    "-" if r.lossless is None else ("yes" if r.lossless else "NO"),
+                    "yes" if r.fc_calls else "no", ", ".join(r.checks))
+    con.print(tab)
+    for name, why in t["not_measured"].items():
+        con.print(f"not measured: {name}: {why}")
