@@ -144,6 +144,9 @@ def _mtp(t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], engine: Optional
     doc["alignment"]["target"] = 0
     eol(doc["alignment"], "MTP: the hidden row t is token t's own state (speculators shift_batch_mtp: no shift)",
         "target")
+    doc["alignment"]["loss_mask_reason"] = (
+        "MTP: target offset 0 (the hidden row t is the state of token t itself) while the loss mask keeps the EAGLE "
+        "offset 1 of speculators shift_batch; unverified for MTP heads (docs/families.md)")
     doc["provenance"]["verifier_last"] = src
     _method_comments(doc, "MTP", "no layer ids (the head reads the target's last hidden state)")
     m = CommentedMap()

@@ -108,5 +108,8 @@ COLUMN: dict[str, Union[Apply, NotApplicable, SameKnob]] = {
                                             "in the wrong request order", "in memory (after the engine)"),
     "positions-not-advanced": SameKnob("worker hands the draft the first position for every "
                                      "row", "in memory (worker stand-in)"),
+    "loss-mask-unshifted": NotApplicable("serving has no loss mask and no training-time shift (a SpecForge "
+                                         "trainer fault, SpecForge#885/#895)"),
+    "double-shift": NotApplicable("serving has no training-time shift (a SpecForge trainer fault, SpecForge#448)"),
 }
 """Operator name -> how it applies on ``vllm-extend`` (or why not, or :class:`SameKnob`)."""
