@@ -963,12 +963,6 @@ CAPTURE_CHECKS.append(check_tensor_dtypes)
 
 # --- diagnosis additions: magnitude against the reference, the draft's pre-fc norm ---------------
 
-#: a slot whose median per-token RMS ratio to its reference boundary lies outside
-#: [1/MAGNITUDE_MAX_RATIO, MAGNITUDE_MAX_RATIO] has the wrong magnitude (bf16 storage moves the
-#: ratio by < 1%; a normalized or rescaled tensor by far more)
-MAGNITUDE_MAX_RATIO = 1.1
-
-
 def _ratio_stats(x: torch.Tensor, r: torch.Tensor) -> dict:
     """Per-token RMS of ``x`` against ``r`` ([n, d] each): median ratio, its p90/p10 spread, and
     the median and p90/p10 spread of ``x``'s own per-token RMS."""
@@ -987,10 +981,11 @@ def _ratio_stats(x: torch.Tensor, r: torch.Tensor) -> dict:
             "slot_rms": float(rx.median()), "slot_rms_spread": spread(rx), "tokens": int(rx.numel())}
 
 
-def check_magnitude(c: Contract, cap: Capture, ref: Reference, max_ratio: float = MAGNITUDE_MAX_RATIO) -> list[Finding]:
+def check_magnitude(c: Contract, cap: Capture, ref: Reference, max_ratio: Optional[float] = None) -> list[Finding]:
     """K4/K12: a slot that points the way of its declared boundary (mean cosine >=
     ``gates.slot_identity_min_cosine``) also has its magnitude: the median over tokens of
-    ``rms(slot_t) / rms(B_t)`` lies in ``[1/max_ratio, max_ratio]``.
+    ``rms(slot_t) / rms(B_t)`` lies in ``[1/max_ratio, max_ratio]`` (default by serving dtype:
+    :func:`conformance.gates.magnitude_max_ratio`, 1.1 float32, 3.0 bf16; docs/gates.md).
 
     Compares with the reference itself, so it needs no calibrated norm bands: it catches a slot
     normalized without its norm weights (per-token RMS 1) and a rescaled slot (FP8 read without
@@ -1005,6 +1000,7 @@ def check_magnitude(c: Contract, cap: Capture, ref: Reference, max_ratio: float 
     if not _usable(cap, d):
         return [_f("magnitude", "skip", cap, None, None, None, "no rows to compare", "K4")]
     gate = gates.row_min_cosine(c)
+    max_ratio = max_ratio if max_ratio is not None else gates.magnitude_max_ratio(c)
     want = f"median rms(slot)/rms(reference) in [{1 / max_ratio:.3g}, {max_ratio:.3g}]"
     targets: list[tuple[str, Boundary, torch.Tensor, torch.Tensor]] = [
         (_slot_label(i), c.aux[i], s, cap.rows) for i, s in enumerate(cap.slots(d))

@@ -38,6 +38,13 @@ ROW_MIN_COSINE = {"float32": 0.99, "bfloat16": 0.85, "float16": 0.85}
 CROSS_PATH_MIN_COSINE = {"float32": 0.999, "bfloat16": 0.98, "float16": 0.98}
 #: a token whose declared boundary has this cosine with another is not resolvable
 RESOLVABLE_MAX_COSINE = 0.999
+#: magnitude check (checks.check_magnitude): the median per-token rms(slot)/rms(reference) must lie
+#: in [1/r, r]. float32 serving: bf16 storage moves it by < 1%, so 1.1. A bf16 forward: the
+#: per-path benchmark (docs/gates.md) measured 0.463 (2.16x off) on a one-row bf16 decode capture,
+#: so 3.0; the faults the check exists for sit far outside either (a slot normalized without its
+#: weights has RMS ~1 against 10-40 at SmolLM2's mid depths; FP8 read without its scales is off by
+#: the scale factor).
+MAGNITUDE_MAX_RATIO = {"float32": 1.1, "bfloat16": 3.0, "float16": 3.0}
 
 
 def _dtype(c) -> str:
@@ -65,6 +72,12 @@ def cross_path_min_cosine(c) -> float:
 def resolvable_max_cosine(c) -> float:
     g = c.gates.resolvable_max_cosine
     return float(g) if g is not None else RESOLVABLE_MAX_COSINE
+
+
+def magnitude_max_ratio(c) -> float:
+    """Magnitude band factor by serving dtype (no contract key: the faults it exists for are an
+    order of magnitude outside it)."""
+    return MAGNITUDE_MAX_RATIO[_dtype(c)]
 
 
 def angle_deg(cos: float) -> float:

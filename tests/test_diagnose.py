@@ -243,6 +243,25 @@ def test_magnitude_check_pass_fail_and_skip(tiny_contract, good_caps, tiny_ref):
     assert got["slot 0"].status == "skip"
 
 
+def test_magnitude_band_by_serving_dtype_still_catches_a_rescaled_slot(tiny_contract, good_caps, tiny_ref):
+    """A bf16-served contract allows the measured bf16 forward noise (3x, docs/gates.md) but a
+    slot off by a factor of 10 still fails; float32 keeps 1.1x."""
+    from dataclasses import replace
+
+    from conformance.checks import check_magnitude
+
+    bf16 = tiny_contract.model_copy(update={"target": tiny_contract.target.model_copy(update={"dtype": "bfloat16"})})
+    cap = max(good_caps, key=lambda x: len(x.rows))
+    ref = tiny_ref.capture(cap.token_ids)
+    f = cap.feature.float().clone()
+    f[:, 64:128] *= 0.5  # within the bf16 allowance, outside the float32 one
+    assert {x.slot: x.status for x in check_magnitude(bf16, replace(cap, feature=f), ref)}["slot 1"] == "pass"
+    assert {x.slot: x.status for x in check_magnitude(tiny_contract, replace(cap, feature=f), ref)}["slot 1"] == "fail"
+    f[:, 64:128] = cap.feature.float()[:, 64:128] * 0.1  # e.g. FP8 read without a scale of 10
+    got = {x.slot: x for x in check_magnitude(bf16, replace(cap, feature=f), ref)}
+    assert got["slot 1"].status == "fail", got["slot 1"].message
+
+
 # --- JSON findings in, merged paths ----------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ from conformance.tools import specforge_loader as sl  # noqa: E402
 from conftest import contract_with  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-SF_TINY = REPO / "contracts" / "specforge" / "tiny-llama.yaml"
+SF_TINY = REPO / "contracts" / "tiny-llama-specforge.yaml"
 AUX = ["B_2", "B_4", "B_5"]
 
 
