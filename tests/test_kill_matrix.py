@@ -254,8 +254,9 @@ def test_matrix_on_the_real_pair_catches_every_applicable_fault(tmp_path, capsys
     status = {(c["kind"], c["path"]): c["status"] for c in doc["cells"]}
     assert "missed" not in status.values()
     assert {k for (k, _), v in status.items() if v == "caught"} == set(faults.KINDS) - {"K6"}
-    assert {p for (k, p), v in status.items() if k == "K6"} and all(
-        v == "n/a" for (k, _), v in status.items() if k == "K6")
+    # K6 is n/a on every path that runs here (a column whose tool is absent, vLLM, reads "not run")
+    assert any(v == "n/a" for (k, _), v in status.items() if k == "K6")
+    assert all(v in ("n/a", "not run") for (k, _), v in status.items() if k == "K6")
     # every cell the synthetic matrix catches on a path is caught on the real pair too, K6 aside
     from test_identity import _load
 
