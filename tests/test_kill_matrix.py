@@ -264,6 +264,21 @@ def test_matrix_on_the_real_pair_catches_every_applicable_fault(tmp_path, capsys
     assert all(status[kp] == "caught" for kp, v in synthetic.items() if v == "caught" and kp[0] != "K6")
 
 
+def test_faults_refuses_bad_options_before_any_work(tmp_path, capsys):
+    """A --json path that is an existing non-JSON file (a contract, say) is never overwritten;
+    --prompts / --tokens must be positive and apply to --acceptance only: exit 2, the reason."""
+    from conformance.cli import main
+
+    contract = tmp_path / "c.yaml"
+    contract.write_text("name: x\n")
+    assert main(["faults", "--json", str(contract)]) == 2
+    assert "refusing to overwrite" in capsys.readouterr().err and contract.read_text() == "name: x\n"
+    assert main(["faults", "--acceptance", "--prompts", "0"]) == 2
+    assert "at least 1" in capsys.readouterr().err
+    assert main(["faults", "--tokens", "8"]) == 2
+    assert "--acceptance only" in capsys.readouterr().err
+
+
 def test_unknown_real_pair_is_a_usage_error(capsys):
     from conformance.cli import main
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conformance.cli.common import EXIT_OK, EXIT_VIOLATIONS, console
+from conformance.cli.common import EXIT_OK, EXIT_VIOLATIONS, check_output, console
 
 
 def add_parser(sub) -> None:
@@ -42,8 +42,16 @@ def run(args) -> int:
 
     con = console()
     log = (lambda s: con.print(f"[dim]{s}[/dim]")) if args.verbose else (lambda s: None)
+    if args.json:
+        check_output(args.json, "--json")
+        if Path(args.json).exists() and Path(args.json).suffix.lower() != ".json":
+            raise UsageError(f"--json {args.json}: exists and is not a .json file; refusing to overwrite it")
     if args.acceptance:
+        if args.prompts < 1 or args.tokens < 1:
+            raise UsageError(f"--prompts {args.prompts} / --tokens {args.tokens}: both must be at least 1")
         return _acceptance(args, con, log)
+    if args.prompts != 4 or args.tokens != 32:
+        raise UsageError("--prompts and --tokens apply to --acceptance only")
     cols = [p.strip() for p in args.paths.split(",") if p.strip()] if args.paths else None
     matrices, fam = [], None
     for pair in dict.fromkeys(args.pair or ["synthetic"]):

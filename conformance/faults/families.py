@@ -259,7 +259,7 @@ def render_families(m: dict[str, Any], console=None) -> None:
 
     console = console or Console()
     style = {"caught": "green", "n/a": "dim", "missed": "bold red", "not run": "yellow"}
-    t = Table(title="DFlash / MTP kill matrix (issue 14): fault kinds x paths")
+    t = Table(title="DFlash / MTP kill matrix: fault kinds x paths (docs/families.md)")
     t.add_column("kind")
     t.add_column("fault")
     for p in PATHS:

@@ -73,7 +73,7 @@ def build_real_scenario(fixture: str, name: str, final: bool, workdir: Path, *, 
     from conformance.reference import load_reference_model
 
     if fixture not in REAL_PAIRS:
-        raise RealPairUnavailable(f"no real pair {fixture!r} in the kill matrix; known: {', '.join(REAL_PAIRS)}")
+        raise RealPairUnavailable(f"no real pair {fixture!r} in the kill matrix; known: synthetic (the tiny scenarios), {', '.join(REAL_PAIRS)}")
     try:
         fname, raw = fixture_spec(fixture)
         spec = resolve_spec(fname, raw)
