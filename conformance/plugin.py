@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, settings
 from conformance import paths as registered_paths
 
 settings.register_profile(
-    "ci", max_examples=8, derandomize=True, deadline=None, database=None,
+    "ci", max_examples=5, derandomize=True, deadline=None, database=None,
     suppress_health_check=list(HealthCheck), print_blob=True,
 )
 settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
