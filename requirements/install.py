@@ -20,23 +20,31 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "requirements" / "cpu-lock.txt"
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
-        return 2
-    env = Path(argv[0]).resolve()
+def install(env: Path, locks: tuple[Path, ...], requirements: Path, after=None) -> None:
+    """Build ``env`` (torch 2.13.0 CPU first, then ``requirements`` and this project, all
+    ``--no-deps``) unless its marker holds the digest of ``locks`` + pyproject.toml. ``after(py)``
+    runs once the packages are in, before the marker is written."""
     marker = env / ".conformance-lock.sha256"
-    digest = hashlib.sha256(LOCK.read_bytes() + (ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in (*locks, ROOT / "pyproject.toml"))).hexdigest()
     if marker.is_file() and marker.read_text().strip() == digest:
-        return 0
+        return
     py = env / "bin" / "python"
     if not py.exists():
         venv.EnvBuilder(with_pip=True, clear=True).create(env)
     pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    for args in (["torch==2.13.0"], ["--no-deps", "-r", str(LOCK)],
+    for args in (["torch==2.13.0"], ["--no-deps", "-r", str(requirements)],
                  ["--no-deps", "--no-build-isolation", "-e", str(ROOT)]):
         subprocess.run(pip + args, check=True)
+    if after is not None:
+        after(py)
     marker.write_text(digest + "\n")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+        return 2
+    install(Path(argv[0]).resolve(), (LOCK,), LOCK)
     return 0
 
 

@@ -18,38 +18,28 @@ of this environment pays for importing torch.
 Usage: python requirements/install_vllm.py ENV_DIR
 """
 
-import hashlib
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from install import ROOT, install  # requirements/install.py (this script's directory is on sys.path)
+
 SHIM = ("import os; os.environ.get('CONFORMANCE_TORCH_PREPARE') == '1' and "
         "__import__('conformance.torch_env', fromlist=['prepare']).prepare()\n")
 LOCKS = (ROOT / "requirements" / "cpu-lock.txt", ROOT / "requirements" / "vllm-lock.txt")
+
+
+def _shim(py: Path) -> None:
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    (Path(site) / "conformance-vllm-shim.pth").write_text(SHIM)
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
-    env = Path(argv[0]).resolve()
-    marker = env / ".conformance-lock.sha256"
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in (*LOCKS, ROOT / "pyproject.toml"))).hexdigest()
-    if marker.is_file() and marker.read_text().strip() == digest:
-        return 0
-    py = env / "bin" / "python"
-    if not py.exists():
-        venv.EnvBuilder(with_pip=True, clear=True).create(env)
-    pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    for args in (["torch==2.13.0"], ["--no-deps", "-r", str(LOCKS[1])],
-                 ["--no-deps", "--no-build-isolation", "-e", str(ROOT)]):
-        subprocess.run(pip + args, check=True)
-    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-    (Path(site) / "conformance-vllm-shim.pth").write_text(SHIM)
-    marker.write_text(digest + "\n")
+    install(Path(argv[0]).resolve(), LOCKS, LOCKS[1], after=_shim)
     return 0
 
 

@@ -58,15 +58,13 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
-import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 from conformance.capture import Capture
+from conformance.draft_dir import with_ids_at
 from conformance.torch_env import prepare
 
 prepare()
@@ -103,7 +101,7 @@ class DraftForwardError(RuntimeError):
 # --------------------------------------------------------------------------------------------
 
 
-def _greedy_accepted(predict: list[int], drafts: list[int], wanted: int) -> int:
+def greedy_accepted(predict: list[int], drafts: list[int], wanted: int) -> int:
     """Accepted tokens (bonus included) of one request under greedy verification, at most
     ``wanted``: draft token j+1 is accepted while it equals the target's argmax at verify row j
     (SGLang 0.5.23 ``speculative/eagle_utils.py`` -> ``verify_tree_greedy_func``, on a topk-1
@@ -199,26 +197,8 @@ class SGLangCPUHarness:
     def _maybe_rewrite_draft(self, draft_dir: Path, key: Optional[str]) -> Path:
         if key is None:
             return draft_dir
-        if key not in ("nested", "top_level", "absent"):
-            raise ValueError(f"draft_ids_key must be nested/top_level/absent, got {key!r}")
-        cfg = json.loads((draft_dir / "config.json").read_text())
-        eagle = dict(cfg.get("eagle_config") or {})
-        ids = eagle.pop("eagle_aux_hidden_state_layer_ids", None)
-        if ids is None:
-            ids = cfg.pop("eagle_aux_hidden_state_layer_ids", None)
-        else:
-            cfg.pop("eagle_aux_hidden_state_layer_ids", None)
-        if key == "nested" and ids is not None:
-            eagle["eagle_aux_hidden_state_layer_ids"] = ids
-        elif key == "top_level" and ids is not None:
-            cfg["eagle_aux_hidden_state_layer_ids"] = ids
-        cfg["eagle_config"] = eagle
-        self._tmpdir = tempfile.mkdtemp(prefix="sglang_cpu_draft_")
-        out = Path(self._tmpdir)
-        for f in draft_dir.iterdir():
-            if f.name != "config.json" and f.is_file():
-                os.symlink(f.resolve(), out / f.name)
-        (out / "config.json").write_text(json.dumps(cfg, indent=1))
+        out = with_ids_at(draft_dir, key, prefer="nested", prefix="sglang_cpu_draft_")
+        self._tmpdir = str(out)
         return out
 
     def _build(self) -> None:
@@ -603,7 +583,7 @@ class SGLangCPUHarness:
                                     aux=not feed_final_hidden)
         hidden = vout.hidden_states  # [bs*n, K*d] (or [bs*n, d] = F when feed_final_hidden)
         predict = vout.next_token_logits.argmax(-1).to(torch.int64)  # [bs*n]
-        accepted = [_greedy_accepted(predict[i * n:(i + 1) * n].tolist(), draft_tokens[i], a)
+        accepted = [greedy_accepted(predict[i * n:(i + 1) * n].tolist(), draft_tokens[i], a)
                     for i, a in enumerate(accepted)]
         accept_lens = torch.tensor(accepted, dtype=torch.int32)
         select_index = torch.arange(0, bs * n, n) + accept_lens - 1

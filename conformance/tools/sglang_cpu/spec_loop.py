@@ -42,6 +42,8 @@ from typing import Callable, Optional
 
 import torch
 
+from conformance.tools.sglang_cpu.harness import greedy_accepted
+
 Tensor = torch.Tensor
 
 
@@ -239,9 +241,7 @@ def _one(h, run: SpecRun, k: int, max_new: int, knobs: LoopKnobs) -> None:
         vout = h._target_forward(vfb, [(_KEY, k + 1)], store=True, attend_cache=True,
                                  aux=not knobs.final_on_decode)
         predict = vout.next_token_logits.argmax(-1).to(torch.int64)
-        a = 1
-        while a <= k and drafts[a - 1] == int(predict[a - 1]):
-            a += 1
+        a = greedy_accepted(predict.tolist(), [bonus] + drafts, k + 1)
         run.accept_lengths.append(a)
         run.proposed += k
         run.accepted += a - 1

@@ -59,6 +59,7 @@ from types import SimpleNamespace
 from typing import Any, Optional
 
 from conformance.capture import Capture
+from conformance.draft_dir import with_ids_at
 from conformance.torch_env import prepare
 
 prepare()
@@ -72,7 +73,6 @@ from conformance.tools.vllm_cpu.runtime import Segments, init_process, vllm_vers
 
 RUNNERS = ("v1", "v2")
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-_TOP = "eagle_aux_hidden_state_layer_ids"
 
 
 class VLLMCPUHarness:
@@ -120,24 +120,8 @@ class VLLMCPUHarness:
     def _maybe_rewrite_draft(self, draft_dir: Path, key: Optional[str]) -> Path:
         if key is None:
             return draft_dir
-        if key not in ("nested", "top_level", "absent"):
-            raise ValueError(f"draft_ids_key must be nested/top_level/absent, got {key!r}")
-        cfg = json.loads((draft_dir / "config.json").read_text())
-        eagle = dict(cfg.get("eagle_config") or {})
-        ids = cfg.pop(_TOP, None)
-        nested = eagle.pop(_TOP, None)
-        ids = ids if ids is not None else nested
-        if key == "nested" and ids is not None:
-            eagle[_TOP] = ids
-        elif key == "top_level" and ids is not None:
-            cfg[_TOP] = ids
-        cfg["eagle_config"] = eagle
-        self._tmpdir = tempfile.mkdtemp(prefix="vllm_cpu_draft_")
-        out = Path(self._tmpdir)
-        for f in draft_dir.iterdir():
-            if f.name != "config.json" and f.is_file():
-                os.symlink(f.resolve(), out / f.name)
-        (out / "config.json").write_text(json.dumps(cfg, indent=1))
+        out = with_ids_at(draft_dir, key, prefer="top_level", prefix="vllm_cpu_draft_")
+        self._tmpdir = str(out)
         return out
 
     def _build(self) -> None:
