@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 Status = Literal["pass", "fail", "skip"]
@@ -40,11 +40,13 @@ class Finding:
     gate: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        if not d["gate"]:
-            del d["gate"]
-        for k in ("expected", "observed"):
-            d[k] = _jsonable(d[k])
+        # field by field (dataclasses.asdict deep-copies every value first: 5x slower, and
+        # _jsonable copies what it keeps anyway); the key order is the field order, as asdict's
+        d = {"check": self.check, "status": self.status, "path": self.path, "slot": self.slot,
+             "expected": _jsonable(self.expected), "observed": _jsonable(self.observed), "where": self.where,
+             "message": self.message, "fault": self.fault}
+        if self.gate:
+            d["gate"] = self.gate
         return d
 
 

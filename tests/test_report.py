@@ -220,3 +220,17 @@ def test_failing_run_on_every_path_fits_a_screen_per_contract(pytester, tmp_path
     # the same fault on the two engine paths is one diagnosis; training adds its data-generation fix
     assert text.count("DIAGNOSIS ") == 1 and "on training" in text and "sglang-extend" in text
     assert "--layer-ids 3 4 5 8" in text and "eagle_aux_hidden_state_layer_ids: [2, 3, 4]" in text
+
+
+def test_finding_to_json_carries_every_field():
+    """to_json writes the fields one by one: a field added to Finding must appear in the JSON."""
+    import dataclasses
+
+    from conformance.findings import Finding
+
+    f = Finding("slot_identity", "fail", "training", "slot 0", "B_2", {"best": "B_3", "cos": 0.912345678},
+                "sample 3", "slot 0 is B_3", "K2", gate="gates.identity_noise_deg")
+    d = f.to_json()
+    assert list(d) == [x.name for x in dataclasses.fields(Finding)]
+    assert d["observed"] == {"best": "B_3", "cos": 0.912346}
+    assert "gate" not in dataclasses.replace(f, gate="").to_json()
