@@ -48,13 +48,27 @@ def slot_identity_checked(findings: Iterable) -> bool:
 def verdict(findings: list, unchecked_reason: Optional[str] = None) -> tuple[str, str]:
     """The final verdict: ``(kind, text)``, kind one of ``"violations"``, ``"conforms"``,
     ``"conforms on shapes only"`` (nothing failed, but no slot identity was judged; the text
-    names ``unchecked_reason``, default "no reference model")."""
+    names ``unchecked_reason``, by default the reason read from the findings: a skipped
+    slot-identity finding's message, or the paths run when none of them judges identity)."""
     if any(_get(f, "status") == "fail" for f in findings):
         return "violations", "VIOLATIONS"
     if slot_identity_checked(findings):
         return "conforms", "CONFORMS"
     return ("conforms on shapes only", "CONFORMS ON SHAPES ONLY: slot identity, order and alignment were not "
-            f"checked ({unchecked_reason or 'no reference model'})")
+            f"checked ({unchecked_reason or _unchecked_why(findings)})")
+
+
+def _unchecked_why(findings: list) -> str:
+    """Why no slot identity was judged, from the findings themselves: a skipped slot_identity
+    finding's own message, else the paths that ran, none of which judges slot identity (e.g. a
+    run of ``cpu-accept`` alone, which measures acceptance)."""
+    for f in findings:
+        if _get(f, "check") == "slot_identity" and _get(f, "status") == "skip":
+            return str(_get(f, "message") or "slot identity skipped")
+    paths = sorted({str(_get(f, "path")) for f in findings} - {"contract", "data"})
+    if paths:
+        return f"the paths run here do not judge slot identity: {', '.join(paths)}"
+    return "no path judged slot identity"
 
 
 def render_table(findings: list[Finding], title: str, console=None, extra: Optional[dict[str, str]] = None,

@@ -234,3 +234,19 @@ def test_finding_to_json_carries_every_field():
     assert list(d) == [x.name for x in dataclasses.fields(Finding)]
     assert d["observed"] == {"best": "B_3", "cos": 0.912346}
     assert "gate" not in dataclasses.replace(f, gate="").to_json()
+
+
+def test_shapes_only_verdict_names_why_from_the_findings():
+    """A run of a path that does not judge slot identity (cpu-accept alone) is not blamed on a
+    missing reference model; a skipped slot_identity finding gives its own reason."""
+    from conformance.findings import Finding
+    from conformance.report import verdict
+
+    accept = Finding("accept_length", "pass", "cpu-accept", None, 1.1, 1.18, "3 prompts", "accept length 1.18")
+    kind, text = verdict([accept])
+    assert kind == "conforms on shapes only"
+    assert "do not judge slot identity: cpu-accept" in text and "no reference model" not in text
+    skip = Finding("slot_identity", "skip", "training", None, None, None, "sample 0",
+                   "no reference model: slot identity, order and alignment not checked")
+    assert "(no reference model: slot identity" in verdict([accept, skip])[1]
+    assert verdict([accept], "custom reason")[1].endswith("(custom reason)")
