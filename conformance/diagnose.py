@@ -16,6 +16,9 @@ kind                  FAULTS what the findings show
 one-slot-input        K5/K7/ the draft got 1 x d instead of K x d (``draft_input_width``, ``slot_count``,
                       K9     ``fc_ran``); slot 0's identity tells F (no-aux fallback, K5), the first aux
                              slot (a d-wide side buffer, K7) or no boundary (the draft's own states, K9)
+other-model-width     K6     every stored slot is w wide where the target's d is not w (the verifier
+                             slot's width; the feature a whole number of w-wide slots): another model's
+                             hidden states, not a slot count
 slot-count            K3     fewer slots than declared; the declared B_L is the one missing
 embedding-for-last    K2     slot 0 is B_0 and every later slot (and the verifier) holds the boundary
                              declared one slot earlier: the embedding was captured in place of B_L
@@ -51,6 +54,7 @@ from conformance.notation import Boundary
 #: kind -> (FAULTS.md kind, one line); the catalogue of diagnoses (docs and tests use it)
 KINDS: dict[str, tuple[str, str]] = {
     "one-slot-input": ("K5", "the draft got 1 x d instead of the K x d concat; fc was skipped"),
+    "other-model-width": ("K6", "every stored slot is another width than the target's: another model's states"),
     "slot-count": ("K3", "fewer aux slots than declared (B_L unreachable)"),
     "embedding-for-last": ("K2", "the embedding B_0 was captured in place of B_L"),
     "engine-default": ("K1", "the engine's (or generator's) default layers, not the declared ids"),
@@ -400,6 +404,36 @@ def _one_slot_input(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Di
     return [Diagnosis("one-slot-input", fault, title, tuple(ev), tuple(fix), (v.path,), ("feature",),
                       _explained(v, ("draft_input_width", "slot_count", "feature_width", "fc_ran") + _IDENTITY_CHECKS),
                       {v.path: f"{n} {v.unit}"}, ids)]
+
+
+def _other_width(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
+    """Every slot is w wide where the target's d is not w: hidden states of another model (or a
+    contract naming the wrong target), not a wrong slot count. Read from the verifier slot's width
+    (one slot, stored on its own) and a feature width that is a whole number of w-wide slots."""
+    d, K = c.draft.target_hidden_size, c.num_slots
+    vw = [f for f in v.failing("verifier_width") if isinstance(f.observed, int) and f.observed not in (0, d)]
+    if not vw:
+        return []
+    w = Counter(f.observed for f in vw).most_common(1)[0][0]
+    widths = [f.observed for f in v.failing("feature_width") if isinstance(f.observed, int)]
+    if not widths or any(x % w for x in widths):
+        return []
+    n = Counter(x // w for x in widths).most_common(1)[0][0]
+    ev = [f"the verifier slot is {w} wide and the aux feature {n} x {w} = {n * w}; the target "
+          f"{c.target.name} has d = {c.target.hidden_size}, the contract's {K} aux slots x {d} = {K * d}",
+          f"every stored slot is {w} wide: the hidden states come from a model of width {w}, not from "
+          f"this target (a slot-count reading of {n * w}/{d} would be wrong)"]
+    fix = [f"regenerate the data with the target {c.target.name} (hidden size {c.target.hidden_size})",
+           f"or, if the data is right, check the contract against the model that produced it "
+           f"(hidden size {w}): `conformance init --target <that model>`"]
+    used.update({"slot_count", "feature_width", "verifier_width", "draft_input_width", "fc_shape", "norm_band"}
+                | set(_IDENTITY_CHECKS))
+    return [Diagnosis("other-model-width", "K6", f"the hidden states are {w} wide: another model's, not "
+                      f"{c.target.name}'s (d = {c.target.hidden_size})", tuple(ev), tuple(fix), (v.path,),
+                      ("feature", "verifier"),
+                      _explained(v, ("slot_count", "feature_width", "verifier_width", "draft_input_width",
+                                     "norm_band") + _IDENTITY_CHECKS),
+                      {v.path: f"{len(vw)} {v.unit}"}, {})]
 
 
 def _slot_count(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
@@ -769,7 +803,7 @@ def _rows_misassigned(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[
         {v.path: f"{len(bad)}/{n_all} {v.unit}"})]
 
 
-_RULES = (_one_slot_input, _slot_count, _embedding_for_last, _engine_default, _convention_shift, _permuted,
+_RULES = (_one_slot_input, _other_width, _slot_count, _embedding_for_last, _engine_default, _convention_shift, _permuted,
           _no_boundary, _slot_off, _loose_match, _verifier_state, _magnitude, _pre_fc_norm, _rows_misassigned)
 
 

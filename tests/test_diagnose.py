@@ -404,3 +404,28 @@ def test_validate_id_rules_without_an_engine():
     assert layer_id_problems(61, ["B_2", "B_30", "B_58"], [2, 29, 57], "nested", model_file="deepseek_v2")
     # SGLang ignores a top-level key: the values are not read (its defaults apply; init says so)
     assert layer_id_problems(8, ["B_2", "B_4", "B_5"], [3, 4, 5], "top_level", model_file="llama") == []
+
+
+def test_data_of_another_width_is_another_model_not_a_slot_count(tiny, tmp_path):
+    """Hidden states twice the target's width: the feature is a whole number of d-wide "slots",
+    but the verifier slot's own width says the data is another model's (found by a fresh-user
+    trial: the top diagnosis used to be a slot count)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from conformance.cli import main
+
+    data = tmp_path / "wide"
+    shutil.copytree(tiny.data_dir, data)
+    for p in sorted((data / "hidden_states").glob("hs_*.safetensors")):
+        t = load_file(str(p))
+        t["hidden_states"] = torch.cat([t["hidden_states"], t["hidden_states"]], dim=-1).contiguous()
+        save_file(t, str(p))
+    out = tmp_path / "r.json"
+    assert main(["check-data", str(REPO / "contracts" / "tiny-llama.yaml"), "--data", str(data), "--no-reference",
+                 "--quiet", "--json", str(out)]) == 1
+    ds = json.loads(out.read_text())["diagnoses"]
+    assert ds[0]["kind"] == "other-model-width" and ds[0]["fault"] == "K6", [d["kind"] for d in ds]
+    assert "slot-count" not in [d["kind"] for d in ds]
+    assert "128 wide" in ds[0]["title"], ds[0]["title"]  # tiny-llama: d = 64, stored 2 x 64
