@@ -19,9 +19,10 @@ shard given twice) raise :class:`MergeError`, a :class:`conformance.errors.DataE
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from conformance.errors import DataError
 
@@ -176,13 +177,59 @@ def merge_docs(docs: list[dict[str, Any]], names: list[str], allow_missing: bool
     return {"contract": docs[0]["contract"], "findings": findings, "meta": meta}
 
 
-def merge_reports(out: str | Path, inputs: list[str | Path], allow_missing: bool = False) -> dict[str, Any]:
+def merge_reports(out: str | Path, inputs: list[str | Path], allow_missing: bool = False,
+                  contract: Any = None) -> dict[str, Any]:
     """Merge the reports ``inputs`` and write the result to ``out``. Returns the merged document.
+
+    With ``contract`` (the :class:`conformance.contract.Contract` the parts were judged against:
+    see :func:`parts_contract`), the merged findings are diagnosed as one run
+    (:func:`conformance.diagnose.diagnose`) and the document gains ``diagnoses``.
 
     Raises:
         MergeError: see :func:`load_report` and :func:`merge_docs`; ``out`` is not written.
     """
     docs = [load_report(p) for p in inputs]
     merged = merge_docs(docs, [str(p) for p in inputs], allow_missing)
+    if contract is not None:
+        from conformance.diagnose import diagnose
+
+        merged = {"contract": merged["contract"],
+                  "diagnoses": [d.to_json() for d in diagnose(contract, merged["findings"])],
+                  "findings": merged["findings"], "meta": merged["meta"]}
     Path(out).write_text(json.dumps(merged, indent=1))
     return merged
+
+
+def parts_contract(inputs: list[str | Path], given: Optional[str | Path] = None) -> tuple[Optional[Path], str]:
+    """The contract file to diagnose merged parts with, and why (or why none).
+
+    ``given`` (``merge-reports --contract``) must have the parts' ``meta.contract_sha256``; without
+    it, the parts' own ``contract`` path is used when that file exists here with the same sha256.
+
+    Returns:
+        (path or None, a sentence for the summary).
+
+    Raises:
+        MergeError: ``given`` is not the parts' contract (another sha256), or cannot be read.
+    """
+    docs = [load_report(p) for p in inputs]
+    shas = {_identity(d) for d in docs} - {None}
+    sha = shas.pop() if len(shas) == 1 else None
+    if given is not None:
+        gp = Path(given)
+        try:
+            got = hashlib.sha256(gp.read_bytes()).hexdigest()
+        except OSError as e:
+            raise MergeError(f"--contract {gp}: cannot read: {e}") from None
+        if sha is not None and got != sha:
+            raise MergeError(f"--contract {gp} has sha256 {got[:12]}; the parts were judged against "
+                             f"{docs[0]['contract']!r} (sha256 {sha[:12]}): not the same contract")
+        return gp, f"diagnosed with {gp}"
+    cp = Path(str(docs[0]["contract"]))
+    if sha is None:
+        return None, "no diagnoses: the parts carry no contract sha256 (pass --contract)"
+    if not cp.is_file():
+        return None, f"no diagnoses: the parts' contract {cp} is not here (pass --contract)"
+    if hashlib.sha256(cp.read_bytes()).hexdigest() != sha:
+        return None, f"no diagnoses: {cp} changed since the parts were written (pass --contract)"
+    return cp, f"diagnosed with {cp}"

@@ -338,3 +338,37 @@ def test_json_passes_counts_folds_passes_and_keeps_failures(tmp_path):
     assert sum(f["count"] for f in passes) == sum(f["status"] == "pass" for f in a)
     assert len({(f["path"], f["check"], f["slot"]) for f in passes}) == len(passes) < len(a)
     assert main(["merge-reports", str(tmp_path / "m.json"), str(folded)]) == 1
+
+
+def test_merge_diagnoses_like_one_run(tiny, tmp_path, capsys):
+    """merge-reports names the fault behind the merged findings as one unsharded run does, with the
+    parts' own contract (found by its path and sha256) or --contract; another contract is refused."""
+    from safetensors.torch import load_file, save_file
+
+    data = tmp_path / "wide"
+    shutil.copytree(tiny.data_dir, data)
+    for p in sorted((data / "hidden_states").glob("hs_*.safetensors")):  # another model's width
+        t = load_file(str(p))
+        t["hidden_states"] = torch.cat([t["hidden_states"], t["hidden_states"]], dim=-1).contiguous()
+        save_file(t, str(p))
+    base = ["--data", str(data), "--no-reference", "--sample", "0", "--quiet"]
+    whole, a, b = tmp_path / "whole.json", tmp_path / "a.json", tmp_path / "b.json"
+    assert main(["check-data", str(TINY), *base, "--json", str(whole)]) == 1
+    assert main(["check-data", str(TINY), *base, "--shard", "0/2", "--json", str(a)]) == 1
+    assert main(["check-data", str(TINY), *base, "--shard", "1/2", "--json", str(b)]) == 1
+    out = tmp_path / "m.json"
+    capsys.readouterr()
+    assert main(["merge-reports", str(out), str(a), str(b)]) == 1
+    text = capsys.readouterr().out
+    kinds = [d["kind"] for d in json.loads(out.read_text())["diagnoses"]]
+    assert kinds == [d["kind"] for d in json.loads(whole.read_text())["diagnoses"]] and kinds[0] == "other-model-width"
+    assert "K6 other-model-width" in text and "fix:" in text
+    # --contract: the same file elsewhere is fine; another contract is refused (exit 2, out untouched)
+    same = tmp_path / "same.yaml"
+    same.write_bytes(TINY.read_bytes())
+    assert main(["merge-reports", str(tmp_path / "m2.json"), str(a), str(b), "--contract", str(same)]) == 1
+    other = tmp_path / "other.yaml"
+    other.write_text(TINY.read_text().replace("name: tiny-llama-eagle3", "name: tiny-llama-other"))
+    assert main(["merge-reports", str(tmp_path / "m3.json"), str(a), str(b), "--contract", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert "not the same contract" in err and "Traceback" not in err and not (tmp_path / "m3.json").exists()
