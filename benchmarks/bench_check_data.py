@@ -18,7 +18,11 @@ Then, for each dataset, each reader runs in its own subprocess:
 - ``check-data``: ``conformance check-data CONTRACT --data DIR --no-reference --sample 0``
   (cheap checks on every row and slot, norm bands on; no fingerprints); and the same with
   ``--workers 2`` (two Ray tasks on a local Ray started on demand: the wall time includes starting
-  Ray and the workers' imports; ``task s`` is the slowest task's own scan time).
+  Ray and the workers' imports; ``task s`` is the slowest task's own scan time); and
+  ``--workers 2 --ray-address`` on a one-node cluster started before the clock (``ray start
+  --head``, 2 CPUs: a cluster that is already running; the run pays its workers' start and
+  imports). ``x 1 worker`` is one worker's seconds over these runs' seconds; ``tasks x 1 worker``
+  the same over the slowest task's scan seconds.
 
 Each is measured with a cold page cache (``sync; echo 3 > /proc/sys/vm/drop_caches`` before
 every run; needs root, reported when unavailable) and again warm. Reported: GB/s (file bytes /
@@ -155,9 +159,10 @@ def child(kind: str, data: str, contract: str, out_json: str) -> None:
             _touch(item["verifier_last_hidden_states"])
         n, rc = len(ds), 0
     else:
-        workers = kind.split(":")[1] if ":" in kind else "1"
+        workers = kind.split(":")[1].split("@")[0] if ":" in kind else "1"
+        extra = ["--ray-address", os.environ["BENCH_RAY_ADDRESS"]] if kind.endswith("@cluster") else []
         rc = main(["check-data", contract, "--data", data, "--no-reference", "--sample", "0", "--quiet",
-                   "--workers", workers, "--json", out_json + ".report.json"])
+                   "--workers", workers, "--json", out_json + ".report.json", *extra])
         n = len(files)
     dt = time.perf_counter() - t0
     workers_peak = 0.0
@@ -193,8 +198,63 @@ def drop_caches() -> bool:
         return False
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RayHead:
+    """A one-node Ray cluster (``ray start --block --head``, 2 CPUs) started before a measurement
+    and ended after it, as on a cluster that is already running: the measured run pays its job's
+    worker start and imports, not the cluster's start."""
+
+    def __enter__(self) -> str:
+        import socket
+
+        self.port = _free_port()
+        env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+               "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent), os.environ.get("PYTHONPATH", "")])}
+        self.proc = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--block", "--head",
+                                      "--num-cpus=2", "--disable-usage-stats", "--include-dashboard=false",
+                                      "--node-ip-address=127.0.0.1", f"--port={self.port}"],
+                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError("ray head did not start") from None
+                time.sleep(0.5)
+        time.sleep(3)  # the raylet registers after the GCS port opens
+        os.environ["BENCH_RAY_ADDRESS"] = f"127.0.0.1:{self.port}"
+        os.environ["RAY_AUTH_MODE"] = "disabled"
+        return os.environ["BENCH_RAY_ADDRESS"]
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=60)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
 def run_child(kind: str, ds: dict, tmp: Path) -> dict:
-    out = tmp / f"child-{kind.replace(':', '')}-{ds['H']}.json"
+    if kind.endswith("@cluster"):
+        with RayHead():
+            return _run_child(kind, ds, tmp)
+    return _run_child(kind, ds, tmp)
+
+
+def _run_child(kind: str, ds: dict, tmp: Path) -> dict:
+    out = tmp / f"child-{kind.replace(':', '').replace('@', '-')}-{ds['H']}.json"
     subprocess.run([sys.executable, str(HERE), "--child", kind, ds["dir"], ds["contract"], str(out)], check=True)
     r = json.loads(out.read_text())
     r["gb_per_s"] = r["bytes"] / 1e9 / r["seconds"]
@@ -215,7 +275,7 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {platform.system()} {platform.release()}"
 
 
-KINDS = ["raw", "speculators", "check-data", "check-data:2"]
+KINDS = ["raw", "speculators", "check-data", "check-data:2", "check-data:2@cluster"]
 
 
 def main() -> int:
@@ -268,6 +328,12 @@ def main() -> int:
         for r in results["runs"]:
             raw = next(x for x in results["runs"] if x["mode"] == r["mode"] and x["H"] == r["H"] and x["kind"] == "raw")
             r["ratio_to_raw"] = r["gb_per_s"] / raw["gb_per_s"]
+            one = next((x for x in results["runs"] if x["mode"] == r["mode"] and x["H"] == r["H"]
+                        and x["kind"] == "check-data"), None)
+            if one is not None and r["kind"].startswith("check-data:"):
+                r["ratio_to_one_worker"] = one["seconds"] / r["seconds"]
+                if r.get("task_seconds_max"):
+                    r["task_ratio_to_one_worker"] = one["seconds"] / r["task_seconds_max"]
             rss = max(r["maxrss_mb"], r["maxrss_workers_mb"])
             r["rss_target_mb"] = r["largest_shard_mb"] + 512
             r["rss_ok"] = rss <= r["rss_target_mb"]
@@ -288,14 +354,16 @@ def print_table(results: dict) -> None:
 
     t = Table(title=f"check-data throughput ({results['machine']}; cache "
                     f"{'cold (drop_caches) and warm' if results.get('cold_cache') else 'warm only'})")
-    for col in ("cache", "H", "reader", "GB", "s", "GB/s", "samples/s", "x raw", "task s", "peak RSS MB",
-                "target MB", "RSS ok"):
+    for col in ("cache", "H", "reader", "GB", "s", "GB/s", "samples/s", "x raw", "task s", "x 1 worker",
+                "tasks x 1 worker", "peak RSS MB", "target MB", "RSS ok"):
         t.add_column(col, justify="right" if col not in ("cache", "reader") else "left")
     for r in results["runs"]:
         rss = max(r["maxrss_mb"], r["maxrss_workers_mb"])
         t.add_row(r["mode"], str(r["H"]), r["kind"], f"{r['bytes'] / 1e9:.2f}", f"{r['seconds']:.2f}",
                   f"{r['gb_per_s']:.2f}", f"{r['samples_per_s']:.1f}", f"{r['ratio_to_raw']:.2f}",
                   "" if r.get("task_seconds_max") is None else f"{r['task_seconds_max']:.2f}",
+                  "" if r.get("ratio_to_one_worker") is None else f"{r['ratio_to_one_worker']:.2f}",
+                  "" if r.get("task_ratio_to_one_worker") is None else f"{r['task_ratio_to_one_worker']:.2f}",
                   f"{rss:.0f}", f"{r['rss_target_mb']:.0f}", "yes" if r["rss_ok"] else "NO")
     Console(width=None if sys.stdout.isatty() else 160).print(t)
 

@@ -234,6 +234,9 @@ def run_matrix(workdir: Optional[Path] = None, sglang: Optional[bool] = None,
     own = workdir is None
     workdir = Path(workdir or tempfile.mkdtemp(prefix="conformance-faults-"))
     pool = HarnessPool()
+    import conformance.faults.inject_vllm as inject_vllm  # its harness pool lives for the process (vLLM groups)
+
+    v0 = (inject_vllm._POOL.builds, inject_vllm._POOL.build_s)
     results: dict[tuple[str, str], Verdict] = {}
     false_pos: list[dict] = []
     timings: dict[str, float] = {}
@@ -250,6 +253,8 @@ def run_matrix(workdir: Optional[Path] = None, sglang: Optional[bool] = None,
         if own:
             shutil.rmtree(workdir, ignore_errors=True)
     timings["harness builds"] = pool.build_s
+    timings["vllm harness builds"] = inject_vllm._POOL.build_s - v0[1]
     timings["total"] = time.perf_counter() - t_start
     return {"paths": columns, "cells": _cells(results, columns), "results": results, "false_positives": false_pos,
-            "timings": timings, "harness_builds": pool.builds, "pair": pair}
+            "timings": timings, "harness_builds": pool.builds, "vllm_harness_builds": inject_vllm._POOL.builds - v0[0],
+            "pair": pair}

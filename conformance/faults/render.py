@@ -60,7 +60,9 @@ def render_matrix(m: dict[str, Any], console=None) -> None:
     console.print(f"{sum(c.status == 'caught' for c in m['cells'])} caught, "
                   f"{sum(c.status == 'n/a' for c in m['cells'])} not applicable, {len(missed)} missed; "
                   f"{m['harness_builds']} SGLang harness builds ({tm.get('harness builds', 0):.1f} s), "
-                  f"total {tm['total']:.1f} s")
+                  + (f"{m['vllm_harness_builds']} vLLM harness builds ({tm.get('vllm harness builds', 0):.1f} s), "
+                     if m.get("vllm_harness_builds") else "")
+                  + f"total {tm['total']:.1f} s")
 
 
 def acceptance_json(t: dict[str, Any]) -> dict[str, Any]:
