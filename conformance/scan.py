@@ -454,7 +454,8 @@ def _scan_loop(spec, c, rc, data, hs_dir, ids, mine, batches, pre, on_progress, 
             from conformance.tools.speculators_loader import TrainingLoader
 
             if loader is None:
-                loader = TrainingLoader(data, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype))
+                loader = TrainingLoader(data, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype),
+                                        transfer=c.training.transfer)
                 if spec.reference_dir:
                     ref_model = spec.reference_model(c.target)
                     f0, h0 = ref_model.forwards, ref_model.disk_hits
