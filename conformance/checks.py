@@ -1184,22 +1184,25 @@ def check_fp8_scale_error(c: Contract, cap: Capture, ref: Reference) -> list[Fin
     hs-connectors' fp8 backend quantises the whole [T, N, H] stack of a sample with one scale per
     token shared by all N slots (``amax / 448``, hs_connectors/fp8_utils.py:29-51): a large value in
     one slot (B_L, a massive activation) coarsens the small slots of the same token, down to
-    flushing their values to zero. Training captures only (provenance ``transfer``); rows at
-    ``norm_bands.exclude_positions`` and rows whose reference is zero are not judged.
+    flushing their values to zero. Judged on training captures of FP8 payloads only (provenance
+    ``transfer`` and a float8 ``payload``; plain payloads give no finding). Rows at
+    ``norm_bands.exclude_positions`` and rows whose reference is zero are not judged; a slot whose
+    best-matching reference boundary (:func:`identify`) is not the declared one is skipped: the
+    identity checks report what it is (a cosine floor cannot tell: FP8's own error lowers cosine).
 
     One finding per slot; ``observed``: ``median`` and ``max`` error over tokens, ``token`` (the
     worst token's index), ``zeroed`` (fraction of that token's values that are 0 where the
     reference is not), ``payload`` (fp8 or the stored dtype).
     """
     reader = cap.provenance.get("transfer")
-    if reader is None:
+    p = cap.provenance.get("payload") or {}
+    if reader is None or p.get("dtype") not in FP8_DTYPES:
         return []
     d = c.draft.target_hidden_size
     if not _usable(cap, d):
         return [_f("fp8_scale_error", "skip", cap, None, None, None, "no rows to compare", "K12")]
     tol = gates.fp8_max_relative_error(c)
-    p = cap.provenance.get("payload") or {}
-    kind = "fp8" if p.get("dtype") in FP8_DTYPES else (p.get("dtype") or "unknown")
+    kind = "fp8"
     want = f"per-token ||x - B|| / ||B|| <= {tol:g}"
     targets = [(_slot_label(i), c.aux[i], s, cap.rows) for i, s in enumerate(cap.slots(d))
                if i < c.num_slots and s.shape[-1] == d]
@@ -1221,6 +1224,12 @@ def check_fp8_scale_error(c: Contract, cap: Capture, ref: Reference) -> list[Fin
         if not xs.shape[0]:
             out.append(_f("fp8_scale_error", "skip", cap, label, want, None, "no finite rows", "K12"))
             continue
+        best, best_cos, _ = identify(x, rows, ref, keep)
+        if best != b:
+            out.append(_f("fp8_scale_error", "skip", cap, label, want, None,
+                          f"{label} matches {best} best (cos {best_cos:.4f}), not {b}: identity checks report what "
+                          "it is", "K12"))
+            continue
         err = (xs - rs).norm(dim=-1) / rn
         j = int(err.argmax())
         worst = float(err[j])
@@ -1229,11 +1238,11 @@ def check_fp8_scale_error(c: Contract, cap: Capture, ref: Reference) -> list[Fin
                "payload": kind, "tokens": int(err.numel())}
         good = worst <= tol
         msg = (f"{label} ({b}) relative error vs the reference: median {obs['median']:.4f}, max {worst:.4f} at "
-               f"token {obs['token']} ({kind} payload, {reader} backend)")
+               f"token {obs['token']} (fp8 payload, {reader} backend)")
         if not good:
             msg += (f" > {GATE_FP8} {tol:g}; {zeroed:.0%} of that token's values are zero where the reference is not"
                     + (" (one FP8 scale per token is shared by all slots: a large value in another slot of this "
-                       "token coarsens this one)" if kind == "fp8" else ""))
+                       "token coarsens this one)" if reader == "fp8" else " (read without its scales)"))
         out.append(_f("fp8_scale_error", "pass" if good else "fail", cap, label, want, obs, msg, "K12",
                       "" if good else GATE_FP8))
     return out

@@ -53,6 +53,10 @@ def _t_fp8_outlier(scn, c, ex):
     return Knobs(hs_transform=tf, transfer_write="fp8", transfer_read="fp8")
 
 
+def _t_fp8_good(scn, c, ex):
+    return Knobs(transfer_write="fp8", transfer_read="fp8")  # correct FP8 data, read with FP8Transfer
+
+
 OPERATORS: list[Operator] = [
     Operator("dtype-cast", "K12", "hidden states in the wrong dtype", ("dtype", "tensor_dtype"), {
         "training": Apply("hidden states stored as float32 (contract: bfloat16)", "data files", _t_dtype),
@@ -64,13 +68,13 @@ OPERATORS: list[Operator] = [
              ("transfer_backend", "dtype", "magnitude", "fp8_scale_error"), {
         "training": Apply("files written by hs-connectors' fp8 backend (float8_e4m3fn + per-token scales); the "
                           "trainer reads them with the file backend (contract training.transfer: file)",
-                          "data files", _t_fp8_as_file),
+                          "data files", _t_fp8_as_file, baseline=_t_fp8_good),
         **_NOT_HSC}),
     Operator("fp8-scale-outlier", "K12", "a massive value in B_L coarsens the early slots through FP8's shared "
              "per-token scale", ("fp8_scale_error",), {
         "training": Apply(f"one value of B_L at a middle token set to {OUTLIER_RATIO:g}x the first aux slot's RMS there, "
                           "written "
                           "by hs-connectors' fp8 backend and read with FP8Transfer (training.transfer: fp8)",
-                          "data files", _t_fp8_outlier),
+                          "data files", _t_fp8_outlier, baseline=_t_fp8_good),
         **_NOT_HSC}),
 ]
