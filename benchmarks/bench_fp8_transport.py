@@ -16,8 +16,14 @@ last), quantises and dequantises them with hs_connectors' own functions, and pri
 - the same with one massive value injected into B_L of a token (``--outlier`` x that token's amax),
   the fault the gate exists for (ECOSYSTEM.md 2.2 item 4).
 
+With ``--checks``, the fixture's own stored data (and its ``-bf16`` variant's, written by a
+bfloat16 forward) is rewritten as the fp8 backend writes it and run through ``check-data``
+(every sample through speculators' loader with ``FP8Transfer``, every check against the float32
+reference), once with ``training.transfer: fp8`` (correct: must not fail) and once with ``file``
+(FP8 read as plain files: which checks see it).
+
 Usage: python benchmarks/bench_fp8_transport.py [--fixture smollm2-135m] [--slots B_4 B_15 B_27 B_30]
-       [--bf16] [--outliers 3 10 30 100]
+       [--bf16] [--outliers 3 10 30 100] [--checks]
 """
 
 from __future__ import annotations
@@ -49,7 +55,11 @@ def main() -> None:
     ap.add_argument("--slots", nargs="+", default=None, help="default: the fixture's data slots, then B_4 B_15 B_27 B_L")
     ap.add_argument("--bf16", action="store_true", help="also a bfloat16 forward (GPU-style GEMM) as the data")
     ap.add_argument("--outliers", nargs="+", type=float, default=[3, 10, 30, 100])
+    ap.add_argument("--checks", action="store_true", help="only: every check on the fixture's data as FP8 "
+                    "(and its -bf16 variant's), read with fp8 and with file")
     a = ap.parse_args()
+    if a.checks:
+        return run_checks(a.fixture)
 
     from conformance.fixture_base import fixture_spec
     from conformance.fixtures_real import corpus_samples, emulate_half_gemm, load_tokenizer, resolve_spec
@@ -114,6 +124,49 @@ def main() -> None:
                 z0 = max(z0, float(((deq[t, 0] == 0) & (x[t, 0] != 0)).float().mean()))
             print(f"{f:6g} " + " ".join(f"{w:14.4f}" for w in worst) + f"  {z0:.3f}")
     print(f"\n{time.perf_counter() - t0:.1f} s")
+
+
+def run_checks(fixture: str) -> None:
+    import collections
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from safetensors.torch import load_file, save_file
+
+    from conformance.contract import load_contract
+    from conformance.datagen import hs_payload
+    from conformance.fixtures import REPO_ROOT, build_fixture
+    from conformance.scan import scan
+
+    for name in (fixture, fixture + "-bf16"):
+        t0 = time.perf_counter()
+        built = build_fixture(name)
+        c = load_contract(REPO_ROOT / "contracts" / f"{name}.yaml")
+        with tempfile.TemporaryDirectory() as tmp:
+            d = Path(tmp) / "data"
+            shutil.copytree(built.data_dir, d)
+            for p in sorted((d / "hidden_states").glob("hs_*.safetensors")):  # as FP8HiddenStatesConnector writes
+                t = load_file(str(p))
+                save_file(hs_payload(t["hidden_states"], t["token_ids"], "fp8"), str(p))
+            for tr in ("fp8", "file"):
+                cc = c.model_copy(update={"training": c.training.model_copy(update={"transfer": tr})})
+                res = scan(cc, d, sample=-1, reference_dir=built.target_dir)
+                n = res.meta["samples"]
+                fails = collections.Counter(f"{f.path}:{f.check}" for f in res.findings if f.status == "fail")
+                print(f"{name} ({c.target.dtype} target, {n} samples) FP8 data read with {tr}: "
+                      f"{sum(fails.values())} failed findings {dict(sorted(fails.items()))}")
+                fe = [f for f in res.findings if f.check == "fp8_scale_error" and isinstance(f.observed, dict)]
+                for slot in sorted({f.slot for f in fe}, key=lambda s: (s == "verifier", s)):
+                    xs = [f.observed for f in fe if f.slot == slot]
+                    worst = max(xs, key=lambda o: o["max"])
+                    print(f"   fp8_scale_error {slot:>8}: max {worst['max']:.4f} (token {worst['token']}), "
+                          f"median of sample medians {sorted(o['median'] for o in xs)[len(xs) // 2]:.4f}")
+                mag = [f.observed["rms_ratio"] for f in res.findings if f.check == "magnitude"
+                       and isinstance(f.observed, dict) and "rms_ratio" in f.observed]
+                if mag:
+                    print(f"   magnitude rms ratio: min {min(mag):.3f} max {max(mag):.3f} over {len(mag)} slot findings")
+        print(f"   {time.perf_counter() - t0:.1f} s")
 
 
 if __name__ == "__main__":
