@@ -152,9 +152,13 @@ class TrainingLoader:
             warnings.simplefilter("always")
             try:
                 item = self.dataset[i]
-            except Exception as e:  # a corrupt shard raises from safetensors
+            except Exception as e:  # a corrupt shard raises from safetensors (FP8Transfer: ill-shaped scales)
                 msg = " ".join(str(e).split())[:300]
-                return None, f"{name} could not be read: {type(e).__name__}: {msg}"
+                p = read_payload(self.data_dir / name)
+                why = ""
+                if p is not None and p["scales"] is not None and p["scales"] != [p["shape"][0], 1, 1]:
+                    why = f" ({SCALES_KEY} is {p['scales']}, expected [T, 1, 1] = [{p['shape'][0]}, 1, 1])"
+                return None, f"{name} could not be read{why}: {type(e).__name__}: {msg}"
         if isinstance(item, SampleUnavailable):
             reason = item.reason or "; ".join(str(x.message) for x in w) or "sample unavailable"
             if not (self.data_dir / name).exists():
