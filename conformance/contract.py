@@ -159,6 +159,12 @@ class Training(_Strict):
         "speculators", description="speculators (ArrowDataset + CollateFn(shift_batch)) or specforge "
         "(OfflineManifestReader -> FeatureDataLoader -> TargetHead.preprocess).")
     version: Optional[str] = Field(None, description="The trainer release the pairing was stated for, e.g. '0.2.0'.")
+    transfer: Literal["file", "fp8"] = Field(
+        "file", description="speculators only: the hs-connectors 0.9.0 backend the trainer reads hidden_states/hs_{i}"
+        ".safetensors with. file: FileTransfer, the tensors as stored (speculators ArrowDataset's default, "
+        "train/data.py:184); fp8: FP8Transfer, float8_e4m3fn hidden_states times their per-token "
+        "hidden_states_scales [T, 1, 1], dequantised to data_dtype (hs_connectors/transfer.py:212-248), as "
+        "FP8HiddenStatesConnector writes them (fp8_hidden_states_connector.py:41-56).")
 
 
 class NormBand(_Strict):
@@ -223,6 +229,13 @@ class Gates(_Strict):
     )
     min_accept_length: Optional[float] = Field(
         None, ge=1, description="avg accept length floor (cpu-accept, sglang-engine); null = not gated."
+    )
+    fp8_max_relative_error: Optional[float] = Field(
+        None, gt=0, le=1,
+        description="Training data (fp8_scale_error): per token and slot, ||x - B|| / ||B|| of what the trainer "
+        "receives against the reference boundary must not exceed this. hs-connectors' fp8 backend shares one scale "
+        "per token across all slots (fp8_utils.py:29-51), so a large value in one slot coarsens the others. null: "
+        "by target.dtype (float32 0.10, bfloat16/float16 0.55; docs/gates.md, FP8 transport).",
     )
 
 
@@ -719,6 +732,10 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
                     f"loss-mask offset {al.loss_mask} differs from the target offset {al.target}: the first "
                     "drafted position gets no loss and a stale one is supervised (sgl-project/SpecForge#885, "
                     "#895); align them, or state why in alignment.loss_mask_reason"))
+    if c.training.transfer != "file" and c.training.tool != "speculators":
+        out.append((("training", "transfer"),
+                    f"transfer {c.training.transfer!r} is an hs-connectors backend, read by speculators; training.tool "
+                    f"{c.training.tool!r} reads its own files (use transfer: file)"))
     ids = c.draft.layer_ids
     if ids.location == "absent" and ids.values is not None:
         out.append((("draft", "layer_ids", "values"), "location is 'absent' but values are given"))

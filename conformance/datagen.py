@@ -8,6 +8,12 @@ Layout (docs/REFERENCE.md section 5.1; speculators src/speculators/train/data.py
 - ``hidden_states/hs_{i}.safetensors`` with ``hidden_states`` [T, N, H] and ``token_ids`` [T],
   ``i`` being the Arrow row, slots stacked in the order given (aux ascending, verifier last, as
   vLLM's connector stores them).
+
+``transfer="fp8"`` writes each file as hs-connectors 0.9.0's ``FP8HiddenStatesConnector._write_tensors``
+does (hs_connectors/fp8_hidden_states_connector.py:49-56): ``quantize_tensor_to_fp8`` of the
+[T, N, H] stack (one float32 scale per token, fp8_utils.py:29-51), saved as float8_e4m3fn
+``hidden_states`` plus ``hidden_states_scales`` [T, 1, 1] and ``token_ids``. The connector module
+itself imports vLLM, so its two steps are called here with hs-connectors' own functions.
 """
 
 from __future__ import annotations
@@ -23,6 +29,32 @@ import torch  # noqa: E402
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
+TRANSFERS = ("file", "fp8")
+
+
+def hs_payload(hs: torch.Tensor, token_ids: torch.Tensor, transfer: str = "file") -> dict[str, torch.Tensor]:
+    """The tensors one ``hs_{i}.safetensors`` file holds for hs-connectors backend ``transfer``.
+
+    Args:
+        hs: [T, N, H] hidden states in the model dtype (what vLLM's connector hands over).
+        token_ids: [T] int64.
+        transfer: ``"file"`` (``{"hidden_states": hs, "token_ids"}``, vLLM's
+            ``ExampleHiddenStatesConnector``) or ``"fp8"`` (``FP8HiddenStatesConnector``: float8_e4m3fn
+            ``hidden_states``, float32 ``hidden_states_scales`` [T, 1, 1], ``token_ids``).
+
+    Raises:
+        ValueError: an unknown ``transfer``.
+    """
+    if transfer == "file":
+        return {"hidden_states": hs.contiguous(), "token_ids": token_ids}
+    if transfer == "fp8":
+        from hs_connectors.fp8_utils import SCALES_KEY, quantize_tensor_to_fp8
+
+        fp8_hs, scales = quantize_tensor_to_fp8(hs)  # fp8_hidden_states_connector.py:50
+        return {"hidden_states": fp8_hs.contiguous(), SCALES_KEY: scales.contiguous(), "token_ids": token_ids}
+    raise ValueError(f"unknown hs-connectors backend {transfer!r}; known: {', '.join(TRANSFERS)}")
+
+
 def write_speculators_dataset(
     out: Path,
     reference,
@@ -31,12 +63,17 @@ def write_speculators_dataset(
     slots: Sequence[str],
     dtype: str = "bfloat16",
     loss_masks: Sequence[Sequence[int]] | None = None,
+    transfer: str = "file",
 ) -> Path:
     """Capture ``slots`` (canonical boundaries, e.g. ["B_2","B_4","B_5","B_8"]) for each sample
-    with ``reference`` (a :class:`conformance.reference.ReferenceModel`) and write the dataset.
+    with ``reference`` (a :class:`conformance.reference.ReferenceModel`) and write the dataset;
+    ``transfer`` is the hs-connectors backend that writes the files (:func:`hs_payload`).
 
-    Returns ``out``. Raises ``FileExistsError`` if ``out`` exists (inputs are never overwritten).
+    Returns ``out``. Raises ``FileExistsError`` if ``out`` exists (inputs are never overwritten),
+    ``ValueError`` for an unknown ``transfer``.
     """
+    if transfer not in TRANSFERS:
+        raise ValueError(f"unknown hs-connectors backend {transfer!r}; known: {', '.join(TRANSFERS)}")
     from datasets import Dataset
     from safetensors.torch import save_file
     from speculators.data_generation.preprocessing import build_speculator_training_dataset
@@ -53,6 +90,5 @@ def write_speculators_dataset(
     for i, ids in enumerate(rows["input_ids"]):
         ref = reference.capture(ids)
         hs = torch.stack([ref.boundary(b) for b in slots], dim=1).to(_DTYPES[dtype]).contiguous()
-        save_file({"hidden_states": hs, "token_ids": torch.tensor(ids, dtype=torch.long)},
-                  str(hs_dir / f"hs_{i}.safetensors"))
+        save_file(hs_payload(hs, torch.tensor(ids, dtype=torch.long), transfer), str(hs_dir / f"hs_{i}.safetensors"))
     return out

@@ -33,6 +33,8 @@ not-a-boundary        K4     a slot matches no boundary while others do (a layer
 verifier-norm-state   K4     the verifier slot is F where B_L is declared, or the reverse
 magnitude             K4/K12 a slot points the right way at the wrong magnitude (normalized without its
                              weights: K4; rescaled by a constant: K12)
+fp8-transport         K12    hs-connectors FP8 data read without its scales (the `file` backend, or no
+                             hidden_states_scales), or FP8's shared per-token scale coarsening a slot
 pre-fc-norm           K4     the fc input lacks (or has) the pre-fc norm the contract declares
 rows-misassigned      K13    slot identity holds on average but individual rows belong to other tokens
 ====================  =====  ============================================================================
@@ -65,6 +67,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "not-a-boundary": ("K4", "a slot that is no residual-stream boundary"),
     "verifier-norm-state": ("K4", "verifier slot F where B_L is declared, or the reverse"),
     "magnitude": ("K4", "right direction, wrong magnitude against the reference"),
+    "fp8-transport": ("K12", "FP8 training data read without its scales, or coarsened by the shared per-token scale"),
     "pre-fc-norm": ("K4", "the pre-fc norm the draft declares is missing on the path (or the reverse)"),
     "rows-misassigned": ("K13", "rows of other tokens or requests"),
 }
@@ -713,8 +716,46 @@ def _verifier_state(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Di
                       _explained(v, _VERIFIER_CHECKS, ["verifier"]), {v.path: f"{n}/{judged} {v.unit}"})]
 
 
+def _fp8_transport(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
+    """hs-connectors transport (checks ``transfer_backend``, ``fp8_scale_error``)."""
+    out = []
+    tb = v.failing("transfer_backend")
+    n_tb = len([f for f in v.by_check.get("transfer_backend", []) if f.status != "skip"])
+    if tb:
+        unscaled = [f for f in tb if "never rescaled" in f.message]
+        title = ("FP8 data read without its scales: values never rescaled" if unscaled else
+                 "the hidden-states files do not match the hs-connectors backend the contract declares")
+        ev = (tb[0].message, "every row keeps its direction (cosine fingerprints pass) but is off by its own "
+              "per-token factor 448/amax: the per-token FP8 scale was never applied")
+        fix = ("read FP8 data with hs-connectors' fp8 backend (FP8Transfer; speculators ArrowDataset(transfer=...), "
+               "speculators train config data.hidden_states_backend: fp8, train/config/resolution.py:444) and declare training.transfer: fp8 in the contract",
+               "or regenerate the data with the file backend (plain bf16 hidden states)")
+        out.append(Diagnosis("fp8-transport", "K12", title, ev[:1] + ((ev[1],) if unscaled else ()), fix,
+                             (v.path,), ("feature",), ("transfer_backend",) + tuple(
+                                 ch for ch in ("dtype", "magnitude", "fp8_scale_error") if v.failing(ch)),
+                             {v.path: f"{len(tb)}/{n_tb} {v.unit}"}))
+        used.update({"transfer_backend", "magnitude", "fp8_scale_error", "dtype"})
+        return out
+    fe = v.failing("fp8_scale_error")
+    if fe:
+        worst = max(fe, key=lambda f: float(f.observed.get("max", 0)) if isinstance(f.observed, dict) else 0)
+        n_fe = len([f for f in v.by_check.get("fp8_scale_error", []) if f.status != "skip"])
+        out.append(Diagnosis(
+            "fp8-transport", "K12", "training values far from the reference at some tokens (FP8's shared per-token "
+            "scale coarsens small slots)", (worst.message,),
+            ("find what makes that token's amax large (a massive activation, a stray value in B_L); FP8 with one "
+             "scale per token cannot carry a small slot beside it: store those samples with the file backend (bf16), "
+             "or raise gates.fp8_max_relative_error only with a measured reason",),
+            (v.path,), tuple(sorted({f.slot for f in fe if f.slot})), ("fp8_scale_error",),
+            {v.path: f"{len(fe)}/{n_fe} slot findings"}))
+        used.add("fp8_scale_error")
+    return out
+
+
 def _magnitude(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
     # the check itself skips slots that point elsewhere, so its failures are its own
+    if "transfer_backend" in used:
+        return []  # FP8 read as plain files: the fp8-transport diagnosis names the cause
     bad: dict[str, list[Finding]] = {}
     for f in v.failing("magnitude"):
         if isinstance(f.observed, dict) and "rms_ratio" in f.observed:
@@ -803,8 +844,9 @@ def _rows_misassigned(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[
         {v.path: f"{len(bad)}/{n_all} {v.unit}"})]
 
 
-_RULES = (_one_slot_input, _other_width, _slot_count, _embedding_for_last, _engine_default, _convention_shift, _permuted,
-          _no_boundary, _slot_off, _loose_match, _verifier_state, _magnitude, _pre_fc_norm, _rows_misassigned)
+_RULES = (_one_slot_input, _other_width, _slot_count, _embedding_for_last, _engine_default, _convention_shift,
+          _permuted, _no_boundary, _slot_off, _loose_match, _verifier_state, _fp8_transport, _magnitude, _pre_fc_norm,
+          _rows_misassigned)
 
 
 # --- entry ----------------------------------------------------------------------------------------

@@ -45,6 +45,13 @@ RESOLVABLE_MAX_COSINE = 0.999
 #: weights has RMS ~1 against 10-40 at SmolLM2's mid depths; FP8 read without its scales is off by
 #: the scale factor).
 MAGNITUDE_MAX_RATIO = {"float32": 1.1, "bfloat16": 3.0, "float16": 3.0}
+#: fp8_scale_error (checks.check_fp8_scale_error): per-token per-slot relative error of the training
+#: data against the float32 reference. hs-connectors' FP8 (e4m3, 3 mantissa bits, one scale per token)
+#: on SmolLM2-135M's corpus (benchmarks/bench_fp8_transport.py, docs/gates.md "FP8 transport"): worst
+#: correct token 0.050 with a float32 forward (median 0.026), 0.274 with a bfloat16 forward (its own
+#: noise); the default is 2x the worst correct case. One value of B_L at 300x / 1000x the token's amax
+#: raises B_4's error to 0.13 / 0.35 (46% / 87% of its values flushed to zero).
+FP8_MAX_RELATIVE_ERROR = {"float32": 0.10, "bfloat16": 0.55, "float16": 0.55}
 
 
 def _dtype(c) -> str:
@@ -78,6 +85,13 @@ def magnitude_max_ratio(c) -> float:
     """Magnitude band factor by serving dtype (no contract key: the faults it exists for are an
     order of magnitude outside it)."""
     return MAGNITUDE_MAX_RATIO[_dtype(c)]
+
+
+def fp8_max_relative_error(c) -> float:
+    """Per-token relative error tolerance of the training data (``gates.fp8_max_relative_error``
+    or the dtype default :data:`FP8_MAX_RELATIVE_ERROR`)."""
+    g = c.gates.fp8_max_relative_error
+    return float(g) if g is not None else FP8_MAX_RELATIVE_ERROR[_dtype(c)]
 
 
 def angle_deg(cos: float) -> float:

@@ -275,7 +275,7 @@ def conformance_training_captures():
         except PairUnavailable as e:
             pytest.skip(str(e))
         loader = TrainingLoader(pair.data_dir, contract.draft.target_hidden_size, contract.num_slots,
-                                torch_dtype(contract.data_dtype))
+                                torch_dtype(contract.data_dtype), transfer=contract.training.transfer)
         return loader.batch(indices)
 
     return get

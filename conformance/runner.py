@@ -32,7 +32,8 @@ def training_findings(c: Contract, data_dir: Path, reference_dir: Optional[Path]
 
     if ref_model is None and reference_dir:
         ref_model = load_reference_model(reference_dir, c.target)
-    loader = loader or TrainingLoader(data_dir, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype))
+    loader = loader or TrainingLoader(data_dir, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype),
+                                      transfer=c.training.transfer)
     out: list[Finding] = []
     for batch in batches:
         for cap in loader.batch(list(batch)):

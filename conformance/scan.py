@@ -50,7 +50,7 @@ import os
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -79,7 +79,12 @@ PREFETCH = 2
 SHARDING = "modulo: shard i/N owns the samples s with s % N == i"
 
 DISK_CHECKS = ("sample_available", "slot_count", "feature_width", "verifier_width", "dtype", "id_dtype",
-               "finite", "row_count", "token_ids", "norm_band")
+               "finite", "row_count", "token_ids", "norm_band", "transfer_backend")
+
+SCALES_KEY = "hidden_states_scales"
+"""hs-connectors' FP8 scales key (``hs_connectors.fp8_utils.SCALES_KEY``)."""
+
+_DTYPE_OF = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 class ScanError(DataError):
@@ -410,24 +415,41 @@ def _disk_findings(c: Contract, rc: Contract, i: int, hs_path: Path, src_ids: to
                 return unavailable(f"{hs_path.name} has no {sorted(missing)}"), nbytes
             hs = f.get_tensor("hidden_states")
             tok = f.get_tensor("token_ids")
+            scales = f.get_tensor(SCALES_KEY) if SCALES_KEY in keys else None
     except Exception as e:  # safetensors raises SafetensorError / OSError on a corrupt file
         return unavailable(f"{hs_path.name} could not be read: {type(e).__name__}: {e}"), nbytes
     if hs.ndim != 3:
         return unavailable(f"{hs_path.name}: hidden_states is {list(hs.shape)}, expected [T, N, H]"), nbytes
     T, N, H = hs.shape
+    payload = {"file": f"hidden_states/{hs_path.name}", "dtype": str(hs.dtype).replace("torch.", ""),
+               "shape": [T, N, H], "scales": list(scales.shape) if scales is not None else None,
+               "scales_dtype": str(scales.dtype).replace("torch.", "") if scales is not None else None}
+    # hs-connectors' fp8 backend (training.transfer: fp8): the trainer sees hidden_states x scales
+    # (FP8Transfer, transfer.py:212-248); the per-row RMS is taken of those values
+    dequant = c.training.transfer == "fp8" and (scales is not None or payload["dtype"] in checks.FP8_DTYPES)
+    if dequant:
+        if scales is None:
+            return unavailable(f"{hs_path.name}: {payload['dtype']} hidden_states without {SCALES_KEY} "
+                               "(training.transfer: fp8 needs them)"), nbytes
+        if list(scales.shape) != [T, 1, 1] or not scales.is_floating_point():
+            return unavailable(f"{hs_path.name}: {SCALES_KEY} is {list(scales.shape)} {payload['scales_dtype']}, "
+                               f"expected [T, 1, 1] = [{T}, 1, 1] float32 (one scale per token)"), nbytes
     tok = tok.reshape(-1)
     cap = Capture(DISK_PATH, where, token_ids=tok, feature=hs[:, :-1].flatten(1),
                   rows=torch.arange(int(tok.shape[0]), dtype=torch.long),
                   verifier_last=hs[:, -1] if N else None, verifier_offset=0, source_token_ids=src_ids,
-                  provenance={"sample": i, "file": str(hs_path)})
+                  provenance={"sample": i, "file": str(hs_path), "payload": payload,
+                              "transfer": c.training.transfer})
     # one streamed pass over the data: per-row per-slot RMS, float32 [T, N]
     buf = buf_holder[0] if buf_holder else None
     rows_per_block = max(1, block_elems // max(N * H, 1))
     if hs.dtype != torch.float32 and N * H and (buf is None or buf.shape[1:] != (N, H) or buf.shape[0] < min(rows_per_block, T)):
         buf = torch.empty(max(1, min(rows_per_block, T)), N, H, dtype=torch.float32)
         buf_holder[:] = [buf]
-    r = slot_rms(hs, block_elems, buf, _band_edges(c, N) if H == c.draft.target_hidden_size else None) \
-        if N else torch.zeros(T, 0)
+    edges = _band_edges(c, N) if H == c.draft.target_hidden_size and not dequant else None  # fp8: exact anyway
+    r = slot_rms(hs, block_elems, buf, edges) if N else torch.zeros(T, 0)
+    if dequant:
+        r = r * scales.reshape(T, 1).float()  # rms(q * s_t) = s_t * rms(q): one scale per token
     reduced = Capture(DISK_PATH, where, token_ids=tok, feature=r[:, :-1] if N else r,
                       rows=torch.arange(T, dtype=torch.long), verifier_last=r[:, -1:] if N else None, verifier_offset=0,
                       provenance=cap.provenance)
@@ -438,6 +460,11 @@ def _disk_findings(c: Contract, rc: Contract, i: int, hs_path: Path, src_ids: to
     for chk in checks.CAPTURE_CHECKS:
         if chk is checks.check_finite:
             out += chk(c, reduced)
+        elif dequant and chk in (checks.check_dtype, checks.check_tensor_dtypes):
+            # what the trainer receives: FP8Transfer's dequantize_dtype (data_dtype), not the float8 codes
+            deq = _DTYPE_OF[c.data_dtype]
+            out += chk(c, replace(cap, feature=torch.empty(0, dtype=deq),
+                                  verifier_last=torch.empty(0, dtype=deq) if N else None))
         elif chk is checks.check_norm_bands:
             if c.norm_bands.status != "calibrated":
                 out += chk(c, cap)  # a skip; reads no data
@@ -524,7 +551,8 @@ def _scan_loop(spec, c, rc, data, hs_dir, ids, mine, batches, pre, on_progress, 
             from conformance.tools.speculators_loader import TrainingLoader
 
             if loader is None:
-                loader = TrainingLoader(data, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype))
+                loader = TrainingLoader(data, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype),
+                                        transfer=c.training.transfer)
                 if spec.reference_dir:
                     ref_model = spec.reference_model(c.target)
                     f0, h0 = ref_model.forwards, ref_model.disk_hits

@@ -95,9 +95,11 @@ def test_kill_training(op, tmp_path_factory):
         scn = build_scenario(spec, work, samples=samples)
         c = scn.contract()
         ex = Example(batches, [], [], [], [])
-        k = op.paths["training"].fn(scn, c, ex)
+        ap = op.paths["training"]
+        k = ap.fn(scn, c, ex)
         assume(k is not None)
-        base = run_path(scn, c, ex, "training", None)
+        # the operator's own unmutated input where it has one (correct FP8 data for the FP8 faults)
+        base = run_path(scn, c, ex, "training", None, *([ap.baseline(scn, c, ex)] if ap.baseline else []))
         _no_false_positive(base, f"training data ({spec})")
         try:
             mut = run_path(scn, c, ex, "training", None, k)

@@ -76,7 +76,8 @@ def collect_data_rms(c, data_dir: Path) -> tuple[dict, list[list[int]], int]:
     from conformance.tools.speculators_loader import TrainingDataError, TrainingLoader, default_batches
 
     try:
-        loader = TrainingLoader(data_dir, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype))
+        loader = TrainingLoader(data_dir, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype),
+                                transfer=c.training.transfer)
     except TrainingDataError as e:
         raise DataError(str(e)) from None
     n = len(loader)
@@ -204,7 +205,8 @@ def identity_problems(c, data_dir: Path, ref_model, sample: int = IDENTITY_SAMPL
     from conformance.tools.speculators_loader import TrainingDataError, TrainingLoader, default_batches
 
     try:
-        loader = TrainingLoader(data_dir, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype))
+        loader = TrainingLoader(data_dir, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype),
+                                transfer=c.training.transfer)
     except TrainingDataError as e:
         raise DataError(str(e)) from None
     n = len(loader)

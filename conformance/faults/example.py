@@ -52,7 +52,9 @@ class Knobs:
     Training (the data generator / trainer): ``slots`` (on-disk slot list, aux then verifier),
     ``hs_transform(scn, ref, hs [T,N,d] f32) -> hs``, ``rows_from`` (flat-buffer row
     reassignment across samples), ``disk_dtype``, ``mapping`` (good/absolute/missing),
-    ``train_template``.
+    ``train_template``, ``transfer_write`` (the hs-connectors backend that writes the files:
+    ``"fp8"`` as ``FP8HiddenStatesConnector``), ``transfer_read`` (the backend the trainer reads
+    with, restated as the run's ``training.transfer``).
     Serving (the engine): ``draft_config`` (the config SGLang's resolver reads), ``d2t``
     (good/absolute/missing in the draft checkpoint), ``handoff`` (the tensor handed to the draft
     after verify -> tensor: a side-path buffer), ``feed_draft_states``, ``serving_template``,
@@ -78,6 +80,8 @@ class Knobs:
     capture: Optional[Callable] = None
     sf_transform: Optional[Callable] = None
     alignment: Optional[dict] = None
+    transfer_write: Optional[str] = None
+    transfer_read: Optional[str] = None
 
 
 

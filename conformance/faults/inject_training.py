@@ -1,6 +1,7 @@
 """Faults injected where training data is made: the data generator writes speculators 0.9.0
 files with the knobs' faults (Arrow dataset with speculators' own features,
-``hidden_states/hs_{i}.safetensors``, ``d2t-{N}.npy`` / ``t2d-{N}.npy``), and the REAL
+``hidden_states/hs_{i}.safetensors`` written by the hs-connectors backend the knobs or the
+contract name, ``d2t-{N}.npy`` / ``t2d-{N}.npy``), and the REAL
 speculators loader (``ArrowDataset`` + ``CollateFn(shift_batch)``) and ``_load_mappings`` read
 them back."""
 
@@ -46,7 +47,7 @@ def write_dataset(out: Path, scn: Scenario, contract: Contract, k: Knobs) -> Pat
     from datasets import Dataset
     from safetensors.torch import save_file
 
-    from conformance.datagen import _DTYPES
+    from conformance.datagen import _DTYPES, hs_payload
 
     out.mkdir(parents=True)
     samples, masks = scn.samples, scn.masks
@@ -69,8 +70,9 @@ def write_dataset(out: Path, scn: Scenario, contract: Contract, k: Knobs) -> Pat
             shutil.rmtree(out, ignore_errors=True)
             raise NoOp("the data fault changed no stored row of this example")
     (out / "hidden_states").mkdir()
+    writer = k.transfer_write or contract.training.transfer  # hs-connectors backend (datagen.hs_payload)
     for i, (ids, hs) in enumerate(zip(samples, hs_all)):
-        save_file({"hidden_states": hs.to(dtype).contiguous(), "token_ids": torch.tensor(ids, dtype=torch.long)},
+        save_file(hs_payload(hs.to(dtype), torch.tensor(ids, dtype=torch.long), writer),
                   str(out / "hidden_states" / f"hs_{i}.safetensors"))
     N = scn.spec.draft_vocab
     if k.mapping != "missing":
@@ -98,8 +100,12 @@ def run_training(scn: Scenario, contract: Contract, ex: Example, k: Knobs = Knob
     from conformance.checks import check_chat_template, check_golden_tokens, check_vocab_mapping, run_checks
     from conformance.tools.speculators_loader import TrainingLoader
 
+    if k.transfer_read is not None:  # the trainer reads with another hs-connectors backend: the run's contract says so
+        contract = contract.model_copy(update={"training": contract.training.model_copy(
+            update={"transfer": k.transfer_read})})
     data = write_dataset(scn.fresh_dir("data"), scn, contract, k)
-    loader = TrainingLoader(data, contract.draft.target_hidden_size, contract.num_slots, torch.bfloat16)
+    loader = TrainingLoader(data, contract.draft.target_hidden_size, contract.num_slots, torch.bfloat16,
+                            transfer=contract.training.transfer)
     out: list[Finding] = []
     for batch in ex.batches:
         caps = apply_capture(k, scn, loader.batch(list(batch)))

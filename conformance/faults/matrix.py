@@ -65,7 +65,9 @@ def evaluate(op: Operator, path: str, scn: Scenario, contract: Contract, ex: Exa
     k = ap.fn(scn, contract, ex)
     if k is None:
         return Verdict("noop", detail="the fault is a no-op on this example")
-    if base is None:
+    if ap.baseline is not None:  # the operator's own unmutated input (e.g. correct FP8 data)
+        base = run_path(scn, contract, ex, path, pool, ap.baseline(scn, contract, ex))
+    elif base is None:
         base = run_path(scn, contract, ex, path, pool)
     try:
         mut = run_path(scn, contract, ex, path, pool, k)
@@ -179,12 +181,18 @@ def _run_group(sname: str, path: str, ops: list[Operator], world: tuple, pool: H
         if k is None:
             results[(op.name, path)] = Verdict("noop", detail="no-op on the matrix example")
             continue
+        own = op.paths[path].baseline
+        b = base
+        if own is not None:  # the operator's own unmutated input (e.g. correct FP8 data), judged like the shared one
+            b = run_path(scn, c, ex, path, pool, own(scn, c, ex))
+            false_pos += [{"scenario": sname, "operator_baseline": op.name, **f.to_json()}
+                          for f in b if f.status == "fail"]
         try:
             mut = run_path(scn, c, ex, path, pool, k)
         except NoOp as e:
             results[(op.name, path)] = Verdict("noop", detail=str(e))
             continue
-        v = judge(op.checks, base, mut)
+        v = judge(op.checks, b, mut)
         results[(op.name, path)] = v
         log(f"{op.kind:>4} {op.name:<30} {path:<14} {sname:<6} {v.status} {v.check or ''}")
 

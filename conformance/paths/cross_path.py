@@ -32,7 +32,8 @@ def prepare(c, pair) -> _State:
     if pair.data_dir is not None:
         from conformance.tools.speculators_loader import TrainingLoader
 
-        loader = TrainingLoader(pair.data_dir, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype))
+        loader = TrainingLoader(pair.data_dir, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype),
+                                transfer=c.training.transfer)
     return _State(c, h, loader, prompt_pool(pair.target_dir))
 
 

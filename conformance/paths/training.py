@@ -29,7 +29,8 @@ def prepare(c, pair):
                        f"{c.training.tool} path reads it")
     from conformance.tools.speculators_loader import TrainingLoader
 
-    loader = TrainingLoader(pair.data_dir, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype))
+    loader = TrainingLoader(pair.data_dir, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype),
+                            transfer=c.training.transfer)
     return _State(loader, len(loader))
 
 

@@ -9,6 +9,14 @@ preprocess step (src/speculators/models/eagle3/data.py:8-44), exactly as the tra
 packed batch is split back into documents with its ``document_ids``; each document becomes one
 :class:`conformance.capture.Capture`.
 
+The hidden-states files are read with the hs-connectors 0.9.0 backend the contract names
+(``training.transfer``): ``file`` -> ``hs_connectors.transfer.FileTransfer`` (the tensors as
+stored; what ``ArrowDataset`` builds itself when given none, train/data.py:184), ``fp8`` ->
+``hs_connectors.transfer.FP8Transfer(dequantize_dtype=dtype)`` (float8 ``hidden_states`` times
+``hidden_states_scales``, transfer.py:212-248). Each capture's provenance records the backend
+(``transfer``) and what the file held (``payload``: on-disk dtype, scales shape), read from the
+safetensors header, so a check can tell FP8 data read as plain files.
+
 Nothing here re-implements the loader: the routing, shift and packing are speculators' own.
 Used by the ``training`` and ``cross-path`` paths, ``check-data``'s fingerprint sample,
 ``calibrate`` and the kill matrix.
@@ -38,6 +46,61 @@ class TrainingDataError(Exception):
     """The dataset directory cannot be opened as a speculators 0.9.0 dataset at all."""
 
 
+TRANSFERS = ("file", "fp8")
+"""hs-connectors 0.9.0 backends the loader can read with (``training.transfer``)."""
+
+SCALES_KEY = "hidden_states_scales"
+"""The FP8 scales' key (``hs_connectors.fp8_utils.SCALES_KEY``, fp8_utils.py:15)."""
+
+
+def make_transfer(name: str, hs_dir: Path, dtype):
+    """hs-connectors' own reader for backend ``name`` over ``hs_dir``: ``FileTransfer(hs_dir)`` or
+    ``FP8Transfer(hs_dir, dequantize_dtype=dtype)``.
+
+    Raises:
+        ValueError: ``name`` is not one of :data:`TRANSFERS`.
+    """
+    from hs_connectors.transfer import FileTransfer, FP8Transfer
+
+    if name == "file":
+        return FileTransfer(hs_dir)
+    if name == "fp8":
+        return FP8Transfer(hs_dir, dequantize_dtype=dtype)
+    raise ValueError(f"unknown hs-connectors backend {name!r}; known: {', '.join(TRANSFERS)}")
+
+
+def read_payload(path: Path) -> Optional[dict]:
+    """What a ``hs_{i}.safetensors`` file holds, from its header only (no tensor data read):
+    ``{"file", "dtype"`` (of ``hidden_states``, e.g. ``"float8_e4m3fn"``), ``"shape"``,
+    ``"scales"`` (shape of ``hidden_states_scales``, None when absent), ``"scales_dtype"}``.
+    None when the file cannot be read (the loader reports why)."""
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            keys = set(f.keys())
+            if "hidden_states" not in keys:
+                return None
+            hs = f.get_slice("hidden_states")
+            out = {"file": f"hidden_states/{path.name}", "dtype": _st_dtype(hs.get_dtype()),
+                   "shape": list(hs.get_shape()), "scales": None, "scales_dtype": None}
+            if SCALES_KEY in keys:
+                sc = f.get_slice(SCALES_KEY)
+                out["scales"] = list(sc.get_shape())
+                out["scales_dtype"] = _st_dtype(sc.get_dtype())
+            return out
+    except Exception:  # a corrupt or truncated file: the loader's own read reports it
+        return None
+
+
+_ST_DTYPES = {"F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "BF16": "bfloat16", "F16": "float16",
+              "F32": "float32", "F64": "float64", "I64": "int64", "I32": "int32"}
+
+
+def _st_dtype(code: str) -> str:
+    return _ST_DTYPES.get(code, code.lower())
+
+
 class TrainingLoader:
     """The real speculators loader over one dataset directory.
 
@@ -45,20 +108,28 @@ class TrainingLoader:
         data_dir: Arrow ``save_to_disk`` dir with ``hidden_states/hs_{i}.safetensors`` beside it.
         target_hidden_size: d (CollateFn's ``hidden_size``).
         num_aux: K (CollateFn's ``num_target_layers``).
-        dtype: the dtype CollateFn casts hidden states to (the trainer's), e.g. torch.bfloat16.
+        dtype: the dtype CollateFn casts hidden states to (the trainer's), e.g. torch.bfloat16; also
+            FP8Transfer's ``dequantize_dtype``.
+        transfer: the hs-connectors backend the trainer reads the files with (``training.transfer``):
+            ``"file"`` or ``"fp8"`` (:func:`make_transfer`).
 
     Raises:
         TrainingDataError: the directory is missing or is not an Arrow dataset.
+        ValueError: an unknown ``transfer``.
     """
 
-    def __init__(self, data_dir: str | Path, target_hidden_size: int, num_aux: int, dtype=torch.bfloat16):
+    def __init__(self, data_dir: str | Path, target_hidden_size: int, num_aux: int, dtype=torch.bfloat16,
+                 transfer: str = "file"):
         from speculators.train.data import ArrowDataset
 
         self.data_dir = Path(data_dir)
         if not self.data_dir.is_dir():
             raise TrainingDataError(f"{self.data_dir}: no such data directory")
+        self.transfer = transfer
+        reader = make_transfer(transfer, self.data_dir / "hidden_states", dtype)
         try:
-            self.dataset = ArrowDataset(max_len=1 << 30, datapath=str(self.data_dir), on_missing="warn")
+            self.dataset = ArrowDataset(max_len=1 << 30, datapath=str(self.data_dir), on_missing="warn",
+                                        transfer=reader)
         except Exception as e:  # datasets raises FileNotFoundError / ValueError / pyarrow errors
             raise TrainingDataError(f"{self.data_dir}: not a speculators Arrow dataset: {e}") from None
         self.d = target_hidden_size
@@ -81,9 +152,13 @@ class TrainingLoader:
             warnings.simplefilter("always")
             try:
                 item = self.dataset[i]
-            except Exception as e:  # a corrupt shard raises from safetensors
+            except Exception as e:  # a corrupt shard raises from safetensors (FP8Transfer: ill-shaped scales)
                 msg = " ".join(str(e).split())[:300]
-                return None, f"{name} could not be read: {type(e).__name__}: {msg}"
+                p = read_payload(self.data_dir / name)
+                why = ""
+                if p is not None and p["scales"] is not None and p["scales"] != [p["shape"][0], 1, 1]:
+                    why = f" ({SCALES_KEY} is {p['scales']}, expected [T, 1, 1] = [{p['shape'][0]}, 1, 1])"
+                return None, f"{name} could not be read{why}: {type(e).__name__}: {msg}"
         if isinstance(item, SampleUnavailable):
             reason = item.reason or "; ".join(str(x.message) for x in w) or "sample unavailable"
             if not (self.data_dir / name).exists():
@@ -174,7 +249,10 @@ class TrainingLoader:
                 source_token_ids=src_ids,
                 provenance={"sample": i, "data_dir": str(self.data_dir),
                             "on_disk_dtype": str(item["hidden_states"].dtype).replace("torch.", ""),
-                            "loader": "speculators.train.data.ArrowDataset + CollateFn(shift_batch)"},
+                            "transfer": self.transfer,
+                            "payload": read_payload(self.data_dir / f"hidden_states/hs_{i}.safetensors"),
+                            "loader": f"speculators.train.data.ArrowDataset(transfer=hs_connectors {self.transfer}) "
+                                      "+ CollateFn(shift_batch)"},
             ))
         return out
 

@@ -30,11 +30,14 @@ class NotApplicable:
 class Apply:
     """How an operator applies on one path: words, where it is injected, and the knob builder
     ``fn(scn, contract, example) -> Knobs | None`` (None: the fault is a no-op on this example,
-    e.g. a shift on a 1-row capture)."""
+    e.g. a shift on a 1-row capture), and optionally the operator's own ``baseline`` knobs."""
 
     how: str
     where: str  # "data files" | "engine knob" | "engine rebuild" | "in memory (after the engine)" ...
     fn: Callable[[Scenario, Contract, Example], Optional[Knobs]]
+    baseline: Optional[Callable[[Scenario, Contract, Example], Knobs]] = None
+    """The operator's own unmutated input, when the path's shared baseline lacks what the fault
+    changes (e.g. correct FP8 data for an FP8 fault); None: the shared baseline."""
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,10 @@ COLUMN: dict[str, Union[Apply, NotApplicable, SameKnob]] = {
                                     "engine tokenizer template"),
     "dtype-cast": SameKnob("engine built with ModelConfig.dtype bfloat16 (contract: float32)",
                          "engine rebuild (dtype)"),
+    "fp8-read-as-file": NotApplicable("vllm-extend checks what the draft receives in memory; the FP8 files vLLM's "
+                                      "connector writes are read by the training column"),
+    "fp8-scale-outlier": NotApplicable("vllm-extend checks what the draft receives in memory; the FP8 files vLLM's "
+                                       "connector writes are read by the training column"),
     "rows-permuted-across-requests": SameKnob("a connector splits the batch's flat rows "
                                             "in the wrong request order", "in memory (after the engine)"),
     "positions-not-advanced": SameKnob("worker hands the draft the first position for every "
