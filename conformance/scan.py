@@ -8,13 +8,12 @@ captures, the directory-level findings):
 - :data:`SPECULATORS`: a speculators 0.9.0 dataset (Arrow table + ``hidden_states/hs_{i}.safetensors``),
   described below;
 - :data:`VLLM_EXTRACTION`: a directory of vLLM's extraction files (``{req_id}.safetensors``,
-  ``hidden_states`` [T, N, H] + ``token_ids`` [T], no Arrow table; sample ``i`` is the ``i``-th file in
-  natural order). The same all-rows pass runs on every file with the file's own token ids (no
-  Arrow ids to compare them with); the fingerprint sample is read by
+  ``hidden_states`` [T, N, H] + ``token_ids`` [T], no Arrow table; sample ``i`` is the ``i``-th file of
+  :func:`extraction_files`, natural order). The same all-rows pass runs on every file with the
+  file's own token ids (no Arrow ids to compare them with); the fingerprint sample is read by
   :mod:`conformance.tools.vllm_hidden_states` (path :data:`VLLM_PATH`) with check-offline's rule
   for which planes are aux and which is the verifier (see :class:`_VllmExtractionSource`).
-  Non-safetensors files below the directory are listed (a skipped ``data_files`` finding), never
-  opened.
+  Other files and subdirectories are listed (a skipped ``data_files`` finding), never opened.
 
 For every sample ``i`` of its shard of a speculators dataset the scanner
 
@@ -61,7 +60,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -534,18 +532,37 @@ def _is_arrow_dir(d: Path) -> bool:
     return any((d / m).is_file() for m in _ARROW_MARKERS) or (d.is_dir() and any(d.glob("*.arrow")))
 
 
+def extraction_files(d: Path) -> tuple[Path, list[Path]]:
+    """The vLLM extraction files of directory ``d``: the ``*.safetensors`` files directly in it, or,
+    when it has none, those directly in ``d/hidden_states`` (speculators' datagen before the Arrow
+    table exists); natural order (:func:`conformance.tools.vllm_hidden_states.find_files`: ``req-2``
+    before ``req-10``). Subdirectories are not searched. Returns (the folder read, its files),
+    files empty when neither holds one."""
+    import glob as _glob
+
+    from conformance.tools.vllm_hidden_states import SUFFIX, find_files
+
+    for sub in (d, d / "hidden_states"):
+        try:
+            if sub.is_dir() and any(p.suffix == SUFFIX and p.is_file() for p in sub.iterdir()):
+                return sub, find_files(_glob.escape(str(sub)) + "/*" + SUFFIX)
+        except (OSError, DataError):
+            continue
+    return d, []
+
+
 def detect_format(data_dir: str | Path, requested: str = "auto") -> str:
     """The layout of ``data_dir``: ``requested`` when it names one of :data:`FORMATS`; for ``"auto"``,
     :data:`SPECULATORS` when the directory holds a ``datasets`` ``save_to_disk`` table (any file of
-    :data:`_ARROW_MARKERS`, or a top-level ``*.arrow``), else :data:`VLLM_EXTRACTION` when some
-    ``*.safetensors`` file below it (searched recursively, natural order, headers only) holds both
-    ``hidden_states`` and ``token_ids`` and no speculators dataset lies below it (a directory
-    *above* a dataset is a wrong ``--data``, not extraction output).
+    :data:`_ARROW_MARKERS`, or a top-level ``*.arrow``), else :data:`VLLM_EXTRACTION` when a
+    file of :func:`extraction_files` (directly in it, or in its ``hidden_states/``) holds both
+    ``hidden_states`` and ``token_ids`` (headers only, natural order, first match wins). Nothing
+    deeper is looked at, so a wrong ``--data`` such as ``/`` costs one listing.
 
     Raises:
-        ScanError: ``auto`` and neither layout is there, or datasets lie below (the message says
-            what was expected and what was found); ValueError: ``requested`` is not ``auto`` or
-            one of :data:`FORMATS`.
+        ScanError: ``auto`` and neither layout is there (the message says what was expected and
+            what was found, and names datasets one level below); ValueError: ``requested`` is
+            not ``auto`` or one of :data:`FORMATS`.
     """
     if requested in FORMATS:
         return requested
@@ -554,35 +571,29 @@ def detect_format(data_dir: str | Path, requested: str = "auto") -> str:
     d = Path(data_dir)
     if _is_arrow_dir(d):
         return SPECULATORS
-    from conformance.tools import vllm_hidden_states
+    from conformance.tools.vllm_hidden_states import SUFFIX
 
-    files: list[Path] = []
-    others: list[str] = []
-    nested: list[str] = []
-    if d.is_dir():
-        for root, dirs, names in os.walk(d):
-            dirs.sort()
-            r = Path(root)
-            if r != d and any(n in _ARROW_MARKERS or n.endswith(".arrow") for n in names):
-                nested.append(r.relative_to(d).as_posix())
-            for n in sorted(names):
-                (files.append(r / n) if n.endswith(vllm_hidden_states.SUFFIX)
-                 else others.append((r / n).relative_to(d).as_posix()))
-    if nested:
-        raise ScanError(f"{d}: not a dataset itself, but speculators dataset(s) lie below it: {_names(nested)}; "
-                        "give one of them as --data (or --format vllm-extraction to read every *.safetensors "
-                        "below as vLLM extraction files)")
-    for f in vllm_hidden_states.find_files(d) if files else []:
+    try:
+        entries = sorted(d.iterdir()) if d.is_dir() else []
+    except OSError as e:
+        raise ScanError(f"{d}: cannot be listed: {e.strerror or e}") from None
+    _, candidates = extraction_files(d)
+    for f in candidates:
         keys = _safetensors_keys(f)
         if keys is not None and set(_VLLM_KEYS) <= keys:
             return VLLM_EXTRACTION
-    found = (f"{len(files)} *.safetensors file(s), none holding both 'hidden_states' and 'token_ids'" if files
-             else "no *.safetensors file") + (f"; other files: {_names(others)}" if others else "")
+    nested = [p.name for p in entries if p.is_dir() and _is_arrow_dir(p)]
+    if nested:
+        raise ScanError(f"{d}: not a speculators Arrow dataset itself, but speculators dataset(s) lie below it: "
+                        f"{_names(nested)}; give one of them as --data")
+    others = [p.name for p in entries if p.is_file() and p.suffix != SUFFIX]
+    found = (f"{len(candidates)} *.safetensors file(s), none holding both 'hidden_states' and 'token_ids'"
+             if candidates else "no *.safetensors file") + (f"; other files: {_names(others)}" if others else "")
     hint = (" (legacy .pt / SpecForge .ckpt files: use conformance check-offline)"
             if any(o.endswith((".pt", ".ckpt", ".ckpt.gz")) for o in others) else "")
-    raise ScanError(f"{d}: not a speculators 0.9.0 dataset (no Arrow save_to_disk table: dataset_info.json + "
-                    f"state.json) and not vLLM extraction output (*.safetensors files holding 'hidden_states' "
-                    f"[T, N, H] and 'token_ids' [T]); found {found}{hint}")
+    raise ScanError(f"{d}: not a speculators Arrow dataset (no save_to_disk table: dataset_info.json + state.json) "
+                    f"and not vLLM extraction output (*.safetensors files holding 'hidden_states' [T, N, H] and "
+                    f"'token_ids' [T]); found {found}{hint}")
 
 
 def _names(xs: list[str], most: int = 8) -> str:
@@ -634,9 +645,9 @@ class _SpeculatorsSource:
 
 
 class _VllmExtractionSource:
-    """Sample ``i`` of a directory of vLLM extraction files: the ``i``-th ``*.safetensors`` file below
-    it in natural order (:func:`conformance.tools.vllm_hidden_states.find_files`); its token ids are
-    the file's own ``token_ids`` (there is no Arrow table to compare them with).
+    """Sample ``i`` of a directory of vLLM extraction files: the ``i``-th of :func:`extraction_files`
+    (natural order; the connector writes one flat folder); its token ids are the file's own
+    ``token_ids`` (there is no Arrow table to compare them with).
 
     Which planes are aux and which is the verifier follows the reader's rule
     (:func:`conformance.tools.vllm_hidden_states.load_capture`, as ``check-offline``): the first K
@@ -658,11 +669,11 @@ class _VllmExtractionSource:
         self.data = data
         if not data.is_dir():
             raise ScanError(f"{data}: not a directory of vLLM extraction files")
-        try:
-            self.files = vh.find_files(data)
-        except DataError as e:
-            raise ScanError(f"{e} (expected vLLM extraction output: *.safetensors files holding "
-                            "'hidden_states' [T, N, H] and 'token_ids' [T])") from None
+        self.folder, self.files = extraction_files(data)
+        if not self.files:
+            raise ScanError(f"{data}: no *{vh.SUFFIX} files in it or in its hidden_states/ (expected vLLM "
+                            "extraction output: *.safetensors files holding 'hidden_states' [T, N, H] and "
+                            "'token_ids' [T])")
         self.n = len(self.files)
 
     def file(self, i: int) -> Path:
@@ -701,23 +712,26 @@ class _VllmExtractionSource:
         return [self.vh.load_capture(self.files[j], c, j) for j in batch]
 
     def dataset_findings(self) -> list[Finding]:
-        """One skipped ``data_files`` finding (path ``"data"``) naming the files below the directory
-        that are not ``*.safetensors`` (never opened: a pickle is not loaded; skipped, not failed:
-        without an Arrow table nothing says they were meant to be samples), else one pass."""
+        """One skipped ``data_files`` finding (path ``"data"``) naming what the folder read (and
+        ``--data`` above it) holds besides the extraction files: other files and subdirectories,
+        none of them opened (a pickle is never loaded); skipped, not failed: without an Arrow
+        table nothing says they were meant to be samples. Else one pass."""
         suffix = self.vh.SUFFIX
         try:
-            others = sorted(p.relative_to(self.data).as_posix() for p in self.data.rglob("*")
-                            if p.is_file() and p.suffix != suffix)
+            entries = {p for q in {self.data, self.folder} for p in q.iterdir()}
         except OSError as e:
             return [Finding("data_files", "fail", "data", None, f"*{suffix} only", e.strerror or str(e),
                             str(self.data), f"{self.data} cannot be listed: {e.strerror or e}", "K13")]
+        files = set(self.files)
+        others = sorted(p.relative_to(self.data).as_posix() + ("/" if p.is_dir() else "") for p in entries
+                        if p not in files and p != self.folder)
         if others:
-            return [Finding("data_files", "skip", "data", None, f"*{suffix} only", f"{len(others)} other files",
-                            str(self.data), f"{len(others)} files in {self.data} are not vLLM extraction files and "
-                            f"were not checked (none is opened; a pickle is never loaded): {_names(others)}",
+            return [Finding("data_files", "skip", "data", None, f"*{suffix} only", f"{len(others)} other entries",
+                            str(self.data), f"{len(others)} entries in {self.data} are not vLLM extraction files "
+                            f"and were not checked (none is opened; a pickle is never loaded): {_names(others)}",
                             "K13")]
         return [Finding("data_files", "pass", "data", None, f"*{suffix} only", f"{self.n} files", str(self.data),
-                        f"{self.data} holds {self.n} *{suffix} files and nothing else", "K13")]
+                        f"{self.folder} holds {self.n} *{suffix} files and nothing else", "K13")]
 
 
 def open_source(layout: str, data: str | Path):

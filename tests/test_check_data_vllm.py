@@ -192,6 +192,8 @@ def test_bad_files_are_findings_naming_the_file_never_a_traceback(good_dir, tmp_
                "token_ids": torch.ones(5, dtype=torch.int32)}, str(d / "dtypes.safetensors"))
     marker = tmp_path / "marker"
     (d / "evil.pt").write_bytes(pickle.dumps(_Boom(marker)))
+    (d / "sub").mkdir()  # the connector writes one flat folder: subdirectories are listed, not read
+    shutil.copy(d / "req-0.safetensors", d / "sub" / "nested.safetensors")
     before = _hash(d)
     rc, doc, _ = _check(tmp_path, capsys, d, "--sample", -1)
     assert rc == 1 and not marker.exists()
@@ -207,6 +209,7 @@ def test_bad_files_are_findings_naming_the_file_never_a_traceback(good_dir, tmp_
     assert {("dtype", "on disk"), ("id_dtype", "token_ids")} <= wrong
     stray = [f for f in doc["findings"] if f["check"] == "data_files"]
     assert len(stray) == 1 and stray[0]["status"] == "skip" and "evil.pt" in stray[0]["message"]
+    assert "sub/" in stray[0]["message"] and not [f for f in doc["findings"] if "nested" in f["where"]]
     assert _hash(d) == before
 
 
@@ -223,7 +226,7 @@ def test_not_extraction_output_exit_2_saying_what_was_expected(tmp_path, capsys,
     before = _hash(d)
     rc, doc, cap = _check(tmp_path, capsys, d)
     assert rc == 2 and doc is None
-    assert "not a speculators 0.9.0 dataset" in cap.err and "'hidden_states'" in cap.err, cap.err
+    assert "not a speculators Arrow dataset" in cap.err and "'hidden_states'" in cap.err, cap.err
     if layout == "only-pt":
         assert "check-offline" in cap.err and not (tmp_path / "marker").exists()
     assert _hash(d) == before
@@ -252,8 +255,12 @@ def test_auto_detection_and_forcing(tiny, good_dir, tmp_path, capsys):
     assert detect_format(tiny.data_dir) == SPECULATORS
     assert detect_format(good_dir) == VLLM_EXTRACTION
     assert detect_format(good_dir, SPECULATORS) == SPECULATORS  # forced: not looked at
-    with pytest.raises(ScanError, match="not a speculators 0.9.0 dataset"):
+    with pytest.raises(ScanError, match="not a speculators Arrow dataset"):
         detect_format(tmp_path)
+    # speculators' datagen before its Arrow table exists: hidden_states/hs_{i}.safetensors only
+    pre = tmp_path / "pre"
+    shutil.copytree(tiny.data_dir / "hidden_states", pre / "hidden_states")
+    assert detect_format(pre) == VLLM_EXTRACTION
     rc, doc, _ = _check(tmp_path, capsys, tiny.data_dir, "--no-reference", "--sample", 0)
     assert rc == 0 and doc["meta"]["format"] == SPECULATORS
     rc, doc, cap = _check(tmp_path, capsys, good_dir, "--format", "speculators")
