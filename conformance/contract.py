@@ -11,18 +11,50 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from conformance.notation import Boundary
 
 SCHEMA_VERSION = 1
 
 
+def _not_bool(v: Any) -> Any:
+    """Refuse a boolean where a number literal is expected (``True == 1`` in Python, not in JSON Schema)."""
+    if isinstance(v, bool):
+        raise ValueError(f"expected a number, got the boolean {str(v).lower()}")
+    return v
+
+
+def _integral(v: Any) -> Any:
+    """Floats with no fractional part as the ints they are (8.0 -> 8, also inside a list); anything
+    else unchanged.
+
+    JSON Schema's ``integer`` is "a number with a zero fractional part" (draft 2020-12 validation
+    section 6.1.1; ``jsonschema`` 4.26 and ajv accept 8.0), and in JSON's data model 8.0 *is* 8, so
+    an editor validating against ``contract.schema.json`` accepts ``8.0`` for an integer: the model
+    does too. Strings ("8") and booleans are left alone, for the strict types to refuse."""
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, list):
+        return [_integral(x) for x in v]
+    return v
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Base of every contract model: unknown keys refused, frozen, and *strict* types, so that
+    ``validate`` refuses exactly what the JSON Schema refuses: no string-to-number ("8"), no
+    string-to-bool ("no", "true", "1"), no number-to-bool (0, 1), no bool-to-number (True). A
+    ``number`` field still takes an int (as JSON Schema's ``number`` does)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _json_numbers(cls, v: Any) -> Any:
+        return _integral(v)
 
 
 # --- target / draft --------------------------------------------------------------------------
@@ -389,7 +421,7 @@ class Positions(_Strict):
 class Contract(_Strict):
     """One target/draft pair's contract (the YAML file's root)."""
 
-    schema_version: Literal[1] = 1
+    schema_version: Annotated[Literal[1], BeforeValidator(_not_bool)] = 1
     name: str
     method: Method = Field(
         "eagle3", description="Draft method: eagle3 (default when absent), eagle1/eagle2, dflash (see the "
@@ -589,8 +621,15 @@ def _yaml_problem(e: yaml.YAMLError, text: str) -> Problem:
 _KINDS = {list: "a list", str: "a single string", int: "a number", float: "a number", bool: "a boolean"}
 
 
-def parse_contract(text: str, file: str = "<string>") -> Contract:
+def parse_contract(text: str, file: str = "<string>", *, known_fixture: bool = False) -> Contract:
     """Parse and validate contract YAML text.
+
+    Args:
+        text: the YAML.
+        file: how to name it in problems.
+        known_fixture: also refuse a ``fixture`` that names no fixture (:func:`fixture_problems`;
+            ``conformance validate`` sets it; commands that run a contract do not, so that an
+            explicit ``--reference`` / ``--no-reference`` still runs one whose fixture is absent).
 
     Raises:
         ContractError: malformed YAML (with line:column), a document that is not a mapping, keys
@@ -631,18 +670,24 @@ def parse_contract(text: str, file: str = "<string>") -> Contract:
             msg = err["msg"]
             if err["type"] == "extra_forbidden":
                 msg = "unknown key"
+            elif err["type"].endswith("_type") and isinstance(err.get("input"), (str, bool, int, float)):
+                v = err["input"]  # strict types: say what was given (a quoted "8" is a string in YAML)
+                kind = ("the boolean" if isinstance(v, bool) else "the string" if isinstance(v, str)
+                        else "the number")
+                msg += f", got {kind} {str(v).lower() if isinstance(v, bool) else repr(v)}"
             problems.append(Problem(loc, msg, line, col))
         raise ContractError(file, problems) from None
     problems = [
-        Problem(loc, msg, *_locate(lines, loc)) for loc, msg in semantic_problems(contract)
+        Problem(loc, msg, *_locate(lines, loc)) for loc, msg in
+        semantic_problems(contract) + (fixture_problems(contract) if known_fixture else [])
     ]
     if problems:
         raise ContractError(file, problems)
     return contract
 
 
-def load_contract(path: str | Path) -> Contract:
-    """Load a contract file (read-only).
+def load_contract(path: str | Path, *, known_fixture: bool = False) -> Contract:
+    """Load a contract file (read-only). ``known_fixture``: see :func:`parse_contract`.
 
     Raises:
         ContractError: the file is missing or unreadable, or any problem listed in
@@ -663,7 +708,7 @@ def load_contract(path: str | Path) -> Contract:
         col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
         raise ContractError(str(p), [Problem((), f"not UTF-8 text: byte 0x{raw[e.start]:02x} cannot be decoded "
                                                  f"({e.reason})", line, col)]) from None
-    c = parse_contract(text, str(p))
+    c = parse_contract(text, str(p), known_fixture=known_fixture)
     object.__setattr__(c, "_source", p)  # frozen model: remember where it came from
     return c
 
@@ -811,6 +856,30 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
 
     out += method_problems(c)
     return out
+
+
+def fixture_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """``fixture`` names a fixture :func:`conformance.fixtures.build_fixture` can find: a folder of
+    ``fixtures/`` holding ``fixture.json``, or a folder path holding one (resolved as
+    :func:`conformance.fixture_base.fixture_spec` resolves it), whose ``fixture.json`` is JSON.
+    Returns (key path, message) pairs naming the known fixtures; empty when it resolves or is unset.
+
+    Not part of :func:`semantic_problems` (it reads the file system); ``conformance validate``
+    runs it, commands that run a contract report an absent fixture when they need it."""
+    if not c.fixture:
+        return []
+    from conformance.fixture_base import FixtureError, known_fixtures, fixture_spec
+
+    try:
+        fixture_spec(c.fixture)
+    except FixtureError as e:
+        if "no such fixture" not in str(e):
+            return [(("fixture",), f"fixture {c.fixture!r}: {e}")]
+        known = known_fixtures()
+        return [(("fixture",), f"fixture {c.fixture!r} is not a known fixture; known: "
+                 + (", ".join(known) if known else "none (no fixtures/ folder next to the package)")
+                 + " (or a folder path holding fixture.json)")]
+    return []
 
 
 # --- JSON Schema -----------------------------------------------------------------------------

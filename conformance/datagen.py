@@ -1,4 +1,5 @@
-"""Write training data in the speculators 0.9.0 on-disk format from a target's real forward.
+"""Write training data in the speculators 0.9.0 on-disk format (or as vLLM's extraction connector
+writes it: :func:`write_vllm_extraction`) from a target's real forward.
 
 Layout (docs/REFERENCE.md section 5.1; speculators src/speculators/train/data.py
 ``ArrowDataset`` and hs_connectors ``FileTransfer``):
@@ -91,4 +92,45 @@ def write_speculators_dataset(
         ref = reference.capture(ids)
         hs = torch.stack([ref.boundary(b) for b in slots], dim=1).to(_DTYPES[dtype]).contiguous()
         save_file(hs_payload(hs, torch.tensor(ids, dtype=torch.long), transfer), str(hs_dir / f"hs_{i}.safetensors"))
+    return out
+
+
+def write_vllm_extraction(
+    out: Path,
+    reference,
+    samples: Sequence[Sequence[int]],
+    *,
+    slots: Sequence[str],
+    dtype: str = "bfloat16",
+    names: Sequence[str] | None = None,
+) -> Path:
+    """Write ``samples`` as vLLM's extraction connector does: one ``{req_id}.safetensors`` per
+    request holding ``hidden_states`` [T, N, H] (``slots`` stacked along dim 1, raw boundaries from
+    ``reference``'s forward, no fc, no norm) and ``token_ids`` [T] int64, no Arrow table (vLLM 0.33.0
+    ``distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py:359-436``:
+    safetensors ``save_file`` of ``{"hidden_states", "token_ids"}``).
+
+    Args:
+        out: directory to create.
+        reference: a :class:`conformance.reference.ReferenceModel`.
+        samples: token ids per request.
+        slots: canonical boundaries per plane (e.g. the aux ids plus ``B_L``, as speculators'
+            launcher lists them).
+        dtype: stored dtype of the hidden states.
+        names: request ids (file stems); default ``req-{i}``.
+
+    Returns ``out``. Raises ``FileExistsError`` if ``out`` exists (inputs are never overwritten).
+    """
+    from safetensors.torch import save_file
+
+    out = Path(out)
+    if out.exists():
+        raise FileExistsError(f"{out} exists; refusing to overwrite")
+    out.mkdir(parents=True)
+    stems = list(names) if names is not None else [f"req-{i}" for i in range(len(samples))]
+    for stem, ids in zip(stems, samples):
+        ref = reference.capture(list(map(int, ids)))
+        hs = torch.stack([ref.boundary(b) for b in slots], dim=1).to(_DTYPES[dtype]).contiguous()
+        save_file({"hidden_states": hs, "token_ids": torch.tensor(list(map(int, ids)), dtype=torch.long)},
+                  str(out / f"{stem}.safetensors"))
     return out

@@ -28,6 +28,15 @@ class BuiltFixture:
     spec: dict[str, Any]
 
 
+def known_fixtures() -> list[str]:
+    """Names of the fixtures under :data:`FIXTURES_DIR` (folders holding ``fixture.json``; build
+    output ``_build`` and hidden folders excluded), sorted."""
+    if not FIXTURES_DIR.is_dir():
+        return []
+    return sorted(p.name for p in FIXTURES_DIR.iterdir()
+                  if p.is_dir() and not p.name.startswith(("_", ".")) and (p / "fixture.json").is_file())
+
+
 def fixture_spec(name_or_dir: str | Path) -> tuple[str, dict[str, Any]]:
     p = Path(name_or_dir)
     if not p.is_dir():

@@ -13,7 +13,7 @@ Missing shards (of i/N, some i absent) add a failed finding ``shards_complete`` 
 ``"data"``: a crashed or forgotten shard task must not look like a pass. ``--allow-missing``
 records it as a skip instead.
 
-Parts that cannot be merged (unreadable or malformed, different contracts or datasets, the same
+Parts that cannot be merged (unreadable or malformed, different contracts or datasets, data read in different formats, the same
 shard given twice) raise :class:`MergeError`, a :class:`conformance.errors.DataError`.
 """
 
@@ -66,7 +66,8 @@ def _check_mergeable(docs: list[dict[str, Any]], names: list[str], metas: list[d
     """The parts' dataset sizes (as strings).
 
     Raises:
-        MergeError: different contracts, different dataset sizes, or a shard given twice.
+        MergeError: different contracts, different dataset sizes, data read in different formats
+            (``meta.format``: a speculators dataset and vLLM extraction files), or a shard given twice.
     """
     ids = [_identity(d) for d in docs]
     if all(ids):
@@ -80,6 +81,11 @@ def _check_mergeable(docs: list[dict[str, Any]], names: list[str], metas: list[d
         if len(set(cs)) > 1:
             odd = next(k for k, x in enumerate(cs) if x != cs[0])
             raise MergeError(f"{names[odd]} is a report of contract {cs[odd]!r}, {names[0]} of {cs[0]!r}")
+    fmts = [(n, m["format"]) for n, m in zip(names, metas) if "format" in m]
+    if len({f for _, f in fmts}) > 1:
+        odd = next(k for k, (_, f) in enumerate(fmts) if f != fmts[0][1])
+        raise MergeError(f"{fmts[odd][0]} read its data as format {fmts[odd][1]!r}, {fmts[0][0]} as "
+                         f"{fmts[0][1]!r}: not one dataset read one way")
     sizes = {str(m["samples"]) for m in metas if "samples" in m}
     if len(sizes) > 1:
         raise MergeError(f"the parts describe datasets of different sizes {sorted(sizes)}: not one dataset")
@@ -156,7 +162,7 @@ def merge_docs(docs: list[dict[str, Any]], names: list[str], allow_missing: bool
     sizes = _check_mergeable(docs, names, metas)
     findings = [f for d in docs for f in d["findings"]]
     meta: dict[str, Any] = {"merged_from": list(names), "parts": len(docs)}
-    for key in ("contract_name", "contract_sha256", "sharding", "reference"):
+    for key in ("contract_name", "contract_sha256", "sharding", "reference", "format", "reader"):
         vals = {json.dumps(m.get(key)) for m in metas if key in m}
         if len(vals) == 1:
             meta[key] = json.loads(vals.pop())

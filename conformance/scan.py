@@ -1,7 +1,21 @@
-"""Streaming scan of a speculators 0.9.0 dataset: cheap checks on every row, fingerprints on a sample.
+"""Streaming scan of training data: cheap checks on every row, fingerprints on a sample.
 
 ``conformance check-data`` runs here (its arguments and output: :mod:`conformance.cli.check_data`).
-For every sample ``i`` of its shard the scanner
+Two layouts (:data:`FORMATS`, told apart by :func:`detect_format` or forced) share one scan loop
+through a per-sample source (:func:`open_source`: sample ``i``'s file, its ids, its fingerprint
+captures, the directory-level findings):
+
+- :data:`SPECULATORS`: a speculators 0.9.0 dataset (Arrow table + ``hidden_states/hs_{i}.safetensors``),
+  described below;
+- :data:`VLLM_EXTRACTION`: a directory of vLLM's extraction files (``{req_id}.safetensors``,
+  ``hidden_states`` [T, N, H] + ``token_ids`` [T], no Arrow table; sample ``i`` is the ``i``-th file of
+  :func:`extraction_files`, natural order). The same all-rows pass runs on every file with the
+  file's own token ids (no Arrow ids to compare them with); the fingerprint sample is read by
+  :mod:`conformance.tools.vllm_hidden_states` (path :data:`VLLM_PATH`) with check-offline's rule
+  for which planes are aux and which is the verifier (see :class:`_VllmExtractionSource`).
+  Other files and subdirectories are listed (a skipped ``data_files`` finding), never opened.
+
+For every sample ``i`` of its shard of a speculators dataset the scanner
 
 - memory-maps ``hidden_states/hs_{i}.safetensors`` with ``safetensors.safe_open`` (framework
   "pt"; nothing is read until touched) and reads the Arrow ``input_ids`` row (``datasets
@@ -63,6 +77,7 @@ from conformance.capture import Capture  # noqa: E402
 from conformance.contract import Contract, contract_source  # noqa: E402
 from conformance.errors import DataError  # noqa: E402
 from conformance.findings import Finding  # noqa: E402
+from conformance.tools.vllm_hidden_states import PATH as VLLM_PATH  # noqa: E402
 
 DISK_PATH = "training-disk"
 """Finding path of the all-rows scan (tensors as stored on disk for training)."""
@@ -328,6 +343,7 @@ class PartSpec:
     ref_dtype: str = "float32"
     stream_layers: bool = False
     ref_cache: Optional[str] = None
+    layout: str = "speculators"
 
     def reference_model(self, target):
         """The (process-wide cached) reference model of this spec, not loaded until needed."""
@@ -369,15 +385,16 @@ def merge_slot_stats(parts: list[dict[str, dict[str, Any]]]) -> dict[str, dict[s
     return out
 
 
-def _band_edges(c: Contract, n: int) -> Optional[list[list[float]]]:
-    """Per stored slot (aux slots, verifier last), the RMS values a norm-band verdict turns on:
-    the band's lo and hi and the massive-activation cut (:func:`conformance.checks.band_rows`)."""
+def _band_edges(c: Contract, n: int, verifier: bool = True) -> Optional[list[list[float]]]:
+    """Per stored slot (aux slots, then the verifier when ``verifier``), the RMS values a norm-band
+    verdict turns on: the band's lo and hi and the massive-activation cut
+    (:func:`conformance.checks.band_rows`)."""
     if c.norm_bands.status != "calibrated":
         return None
     ratio = c.norm_bands.massive_activation_ratio
     out = []
     for k in range(n):
-        b = c.verifier_last.parsed if k == n - 1 else (c.aux[k] if k < c.num_slots else None)
+        b = c.verifier_last.parsed if verifier and k == n - 1 else (c.aux[k] if k < c.num_slots else None)
         band = c.band_for(b) if b is not None else None
         if band is None:
             out.append([])
@@ -389,9 +406,16 @@ def _band_edges(c: Contract, n: int) -> Optional[list[list[float]]]:
     return out
 
 
-def _disk_findings(c: Contract, rc: Contract, i: int, hs_path: Path, src_ids: torch.Tensor,
-                   stats: dict[str, _Stats], block_elems: int, buf_holder: list) -> tuple[list[Finding], int]:
-    """All-rows checks of sample ``i``. Returns (findings, bytes read)."""
+def _disk_findings(c: Contract, rc: Contract, i: int, hs_path: Path, src_ids: Optional[torch.Tensor],
+                   stats: dict[str, _Stats], block_elems: int, buf_holder: list,
+                   verifier: bool = True) -> tuple[list[Finding], int]:
+    """All-rows checks of sample ``i``. Returns (findings, bytes read); never raises for bad data.
+
+    ``src_ids``: the sample's token ids from elsewhere (the Arrow row), compared with the file's;
+    None leaves that comparison out (vLLM extraction files: nothing else holds the ids).
+    ``verifier``: the last of the N planes is the verifier (speculators' routing, N = K + 1);
+    False reads all N planes as aux slots (raw vLLM extraction output with N = K: no B_L plane),
+    so ``feature = hs.flatten(1)`` and the verifier's width, finiteness and band do not apply."""
     from safetensors import safe_open
 
     from conformance import checks
@@ -401,7 +425,8 @@ def _disk_findings(c: Contract, rc: Contract, i: int, hs_path: Path, src_ids: to
     norow = torch.zeros(0, dtype=torch.long)
 
     def unavailable(reason: str) -> list[Finding]:
-        cap = Capture(DISK_PATH, where, src_ids, empty, norow, source_token_ids=src_ids, unavailable=reason)
+        ids = src_ids if src_ids is not None else norow
+        cap = Capture(DISK_PATH, where, ids, empty, norow, source_token_ids=src_ids, unavailable=reason)
         return checks.check_sample_available(c, cap)
 
     if not hs_path.is_file():
@@ -435,9 +460,10 @@ def _disk_findings(c: Contract, rc: Contract, i: int, hs_path: Path, src_ids: to
             return unavailable(f"{hs_path.name}: {SCALES_KEY} is {list(scales.shape)} {payload['scales_dtype']}, "
                                f"expected [T, 1, 1] = [{T}, 1, 1] float32 (one scale per token)"), nbytes
     tok = tok.reshape(-1)
-    cap = Capture(DISK_PATH, where, token_ids=tok, feature=hs[:, :-1].flatten(1),
+    last = verifier and N > 0  # the last plane is the verifier slot
+    cap = Capture(DISK_PATH, where, token_ids=tok, feature=hs[:, :-1].flatten(1) if last else hs.flatten(1),
                   rows=torch.arange(int(tok.shape[0]), dtype=torch.long),
-                  verifier_last=hs[:, -1] if N else None, verifier_offset=0, source_token_ids=src_ids,
+                  verifier_last=hs[:, -1] if last else None, verifier_offset=0, source_token_ids=src_ids,
                   provenance={"sample": i, "file": str(hs_path), "payload": payload,
                               "transfer": c.training.transfer})
     # one streamed pass over the data: per-row per-slot RMS, float32 [T, N]
@@ -446,12 +472,12 @@ def _disk_findings(c: Contract, rc: Contract, i: int, hs_path: Path, src_ids: to
     if hs.dtype != torch.float32 and N * H and (buf is None or buf.shape[1:] != (N, H) or buf.shape[0] < min(rows_per_block, T)):
         buf = torch.empty(max(1, min(rows_per_block, T)), N, H, dtype=torch.float32)
         buf_holder[:] = [buf]
-    edges = _band_edges(c, N) if H == c.draft.target_hidden_size and not dequant else None  # fp8: exact anyway
+    edges = _band_edges(c, N, last) if H == c.draft.target_hidden_size and not dequant else None  # fp8: exact
     r = slot_rms(hs, block_elems, buf, edges) if N else torch.zeros(T, 0)
     if dequant:
         r = r * scales.reshape(T, 1).float()  # rms(q * s_t) = s_t * rms(q): one scale per token
-    reduced = Capture(DISK_PATH, where, token_ids=tok, feature=r[:, :-1] if N else r,
-                      rows=torch.arange(T, dtype=torch.long), verifier_last=r[:, -1:] if N else None, verifier_offset=0,
+    reduced = Capture(DISK_PATH, where, token_ids=tok, feature=r[:, :-1] if last else r,
+                      rows=torch.arange(T, dtype=torch.long), verifier_last=r[:, -1:] if last else None, verifier_offset=0,
                       provenance=cap.provenance)
     from conformance import datacheck
 
@@ -464,7 +490,7 @@ def _disk_findings(c: Contract, rc: Contract, i: int, hs_path: Path, src_ids: to
             # what the trainer receives: FP8Transfer's dequantize_dtype (data_dtype), not the float8 codes
             deq = _DTYPE_OF[c.data_dtype]
             out += chk(c, replace(cap, feature=torch.empty(0, dtype=deq),
-                                  verifier_last=torch.empty(0, dtype=deq) if N else None))
+                                  verifier_last=torch.empty(0, dtype=deq) if last else None))
         elif chk is checks.check_norm_bands:
             if c.norm_bands.status != "calibrated":
                 out += chk(c, cap)  # a skip; reads no data
@@ -474,7 +500,7 @@ def _disk_findings(c: Contract, rc: Contract, i: int, hs_path: Path, src_ids: to
             out += chk(c, cap)
     fin = torch.isfinite(r)
     for k in range(N):
-        s = stats.setdefault(_slot_label(k, N), _Stats())
+        s = stats.setdefault(_slot_label(k, N) if last else f"slot {k}", _Stats())
         col, ok = r[:, k], fin[:, k]
         s.rows += T
         nf = int(ok.sum())
@@ -492,72 +518,60 @@ def scan_part(spec: PartSpec, on_progress: Optional[Callable[[int, int], None]] 
     """Scan one shard in this process.
 
     Args:
-        spec: what to scan (contract as a dict, data directory, shard, sample, reference).
+        spec: what to scan (contract as a dict, data directory and its layout, shard, sample, reference).
         on_progress: called with (samples done, bytes read) increments after each sample.
 
     Returns:
         A JSON-able dict: ``groups`` ([[sample, order, [finding json...]], ...]), ``slot_stats``,
         ``samples`` (dataset size), ``shard_samples``, ``bytes``, ``seconds``,
-        ``fingerprint_samples`` (the sampled indices this part ran through the loader).
+        ``fingerprint_samples`` (the sampled indices this part fingerprinted), ``format``.
 
     Raises:
-        ScanError: the directory is not a speculators Arrow dataset or holds no samples.
+        ScanError: the directory is not of ``spec.layout`` or holds no samples.
         conformance.reference.ReferenceError: the reference model cannot be loaded.
     """
-    from datasets import load_from_disk
-
     t0 = time.perf_counter()
     c = Contract.model_validate(spec.contract)
     rc = _reduced_contract(c)
-    data = Path(spec.data_dir)
-    try:
-        ds = load_from_disk(str(data))
-    except Exception as e:  # datasets raises FileNotFoundError / ValueError / pyarrow errors
-        raise ScanError(f"{data}: not a speculators Arrow dataset: {e}") from None
-    n = len(ds)
+    src = open_source(spec.layout, spec.data_dir)
+    n = src.n
     if n == 0:
-        raise ScanError(f"{data}: the dataset holds no samples")
-    ids = _ArrowIds(ds)
-    hs_dir = data / "hidden_states"
+        raise ScanError(f"{spec.data_dir}: the dataset holds no samples")
     mine = list(shard_indices(n, spec.shard))
     sample = fingerprint_sample(n, spec.sample, spec.seed)
     batches = {b[0]: b for b in loader_batches(sample, spec.batch_size, spec.shard)}
-    pre = _Prefetcher([hs_dir / f"hs_{j}.safetensors" for j in mine])
+    pre = _Prefetcher([src.file(j) for j in mine])
     try:
-        res = _scan_loop(spec, c, rc, data, hs_dir, ids, mine, batches, pre, on_progress, t0, n)
+        res = _scan_loop(spec, c, rc, src, mine, batches, pre, on_progress, t0, n)
     finally:
         pre.close()
     if spec.shard[0] == 0:  # dataset-level findings (files vs rows), once over all shards
-        from conformance import datacheck
-
-        res["groups"].insert(0, [-1, 0, [f.to_json() for f in datacheck.dataset_findings(data, n)]])
+        res["groups"].insert(0, [-1, 0, [f.to_json() for f in src.dataset_findings()]])
+    res["format"] = src.format
     return res
 
 
-def _scan_loop(spec, c, rc, data, hs_dir, ids, mine, batches, pre, on_progress, t0, n) -> dict[str, Any]:
+def _scan_loop(spec, c, rc, src, mine, batches, pre, on_progress, t0, n) -> dict[str, Any]:
     stats: dict[str, _Stats] = {}
     groups: list[list[Any]] = []
     total = 0
     buf_holder: list = []
-    loader = ref_model = None
+    ref_model = None
+    sampled = False
     for pos, i in enumerate(mine):
         pre.advance(pos)
-        found, nbytes = _disk_findings(c, rc, i, hs_dir / f"hs_{i}.safetensors", ids(i), stats,
-                                       spec.block_elems, buf_holder)
+        found, nbytes = src.disk_findings(c, rc, i, stats, spec.block_elems, buf_holder)
         groups.append([i, 0, [f.to_json() for f in found]])
         if i in batches:
             from conformance.assess import sample_findings
-            from conformance.pairs import torch_dtype
-            from conformance.tools.speculators_loader import TrainingLoader
 
-            if loader is None:
-                loader = TrainingLoader(data, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype),
-                                        transfer=c.training.transfer)
+            if not sampled:
+                sampled = True
                 if spec.reference_dir:
                     ref_model = spec.reference_model(c.target)
                     f0, h0 = ref_model.forwards, ref_model.disk_hits
             lf: list[Finding] = []
-            for cap in loader.batch(batches[i]):
+            for cap in src.captures(c, batches[i]):
                 lf += sample_findings(c, cap, ref_model)
             groups.append([i, 1, [f.to_json() for f in lf]])
         total += nbytes
@@ -581,6 +595,266 @@ def peak_rss_mb() -> Optional[float]:
     return None
 
 
+# --- data layouts: where sample i's ids and file come from -------------------------------------
+
+SPECULATORS = "speculators"
+"""Layout: a speculators 0.9.0 dataset (Arrow ``save_to_disk`` table + ``hidden_states/hs_{i}.safetensors``)."""
+
+VLLM_EXTRACTION = "vllm-extraction"
+"""Layout: a directory of vLLM extraction files (``{req_id}.safetensors`` as ``ExampleHiddenStatesConnector``
+writes them; no Arrow table), read by :mod:`conformance.tools.vllm_hidden_states`."""
+
+FORMATS = (SPECULATORS, VLLM_EXTRACTION)
+
+READERS = {
+    SPECULATORS: {DISK_PATH: "safetensors.safe_open (hidden_states/hs_{i}.safetensors) + Arrow input_ids",
+                  LOADER_PATH: "speculators 0.9.0 ArrowDataset + CollateFn(shift_batch)"},
+    VLLM_EXTRACTION: {DISK_PATH: "safetensors.safe_open ({req_id}.safetensors; token ids: the file's own)",
+                      VLLM_PATH: "conformance.tools.vllm_hidden_states.load_capture (safetensors.safe_open; "
+                                 "rows paired at the contract's alignment offsets, no loss mask)"},
+}
+"""What read each path of a scan, per layout (the report's ``meta.reader``)."""
+
+_ARROW_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")
+"""Files ``datasets.load_from_disk`` looks for (datasets 5.1.0 ``load.py:1742-1746``: DATASET_INFO_FILENAME
++ DATASET_STATE_JSON_FILENAME, or DATASETDICT_JSON_FILENAME). Any one of them, or a top-level
+``*.arrow`` file, makes a directory a speculators dataset for detection, so that a dataset whose
+table is damaged (say ``state.json`` lost) is reported as such rather than read as bare files."""
+
+_VLLM_KEYS = ("hidden_states", "token_ids")
+
+
+def _safetensors_keys(path: Path) -> Optional[set[str]]:
+    """The tensor names in a safetensors file's header (nothing else is read), None if it is not one."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return set(f.keys())
+    except Exception:  # SafetensorError / OSError: not safetensors, truncated header, unreadable
+        return None
+
+
+def _is_arrow_dir(d: Path) -> bool:
+    return any((d / m).is_file() for m in _ARROW_MARKERS) or (d.is_dir() and any(d.glob("*.arrow")))
+
+
+def extraction_files(d: Path) -> tuple[Path, list[Path]]:
+    """The vLLM extraction files of directory ``d``: the ``*.safetensors`` files directly in it, or,
+    when it has none, those directly in ``d/hidden_states`` (speculators' datagen before the Arrow
+    table exists); natural order (:func:`conformance.tools.vllm_hidden_states.find_files`: ``req-2``
+    before ``req-10``). Subdirectories are not searched. Returns (the folder read, its files),
+    files empty when neither holds one."""
+    import glob as _glob
+
+    from conformance.tools.vllm_hidden_states import SUFFIX, find_files
+
+    for sub in (d, d / "hidden_states"):
+        try:
+            if sub.is_dir() and any(p.suffix == SUFFIX and p.is_file() for p in sub.iterdir()):
+                return sub, find_files(_glob.escape(str(sub)) + "/*" + SUFFIX)
+        except (OSError, DataError):
+            continue
+    return d, []
+
+
+def detect_format(data_dir: str | Path, requested: str = "auto") -> str:
+    """The layout of ``data_dir``: ``requested`` when it names one of :data:`FORMATS`; for ``"auto"``,
+    :data:`SPECULATORS` when the directory holds a ``datasets`` ``save_to_disk`` table (any file of
+    :data:`_ARROW_MARKERS`, or a top-level ``*.arrow``), else :data:`VLLM_EXTRACTION` when a
+    file of :func:`extraction_files` (directly in it, or in its ``hidden_states/``) holds both
+    ``hidden_states`` and ``token_ids`` (headers only, natural order, first match wins). Nothing
+    deeper is looked at, so a wrong ``--data`` such as ``/`` costs one listing.
+
+    Raises:
+        ScanError: ``auto`` and neither layout is there (the message says what was expected and
+            what was found, and names datasets one level below); ValueError: ``requested`` is
+            not ``auto`` or one of :data:`FORMATS`.
+    """
+    if requested in FORMATS:
+        return requested
+    if requested != "auto":
+        raise ValueError(f"format must be auto or one of {list(FORMATS)}, got {requested!r}")
+    d = Path(data_dir)
+    if _is_arrow_dir(d):
+        return SPECULATORS
+    from conformance.tools.vllm_hidden_states import SUFFIX
+
+    try:
+        entries = sorted(d.iterdir()) if d.is_dir() else []
+    except OSError as e:
+        raise ScanError(f"{d}: cannot be listed: {e.strerror or e}") from None
+    _, candidates = extraction_files(d)
+    for f in candidates:
+        keys = _safetensors_keys(f)
+        if keys is not None and set(_VLLM_KEYS) <= keys:
+            return VLLM_EXTRACTION
+    nested = [p.name for p in entries if p.is_dir() and _is_arrow_dir(p)]
+    if nested:
+        raise ScanError(f"{d}: not a speculators Arrow dataset itself, but speculators dataset(s) lie below it: "
+                        f"{_names(nested)}; give one of them as --data")
+    others = [p.name for p in entries if p.is_file() and p.suffix != SUFFIX]
+    found = (f"{len(candidates)} *.safetensors file(s), none holding both 'hidden_states' and 'token_ids'"
+             if candidates else "no *.safetensors file") + (f"; other files: {_names(others)}" if others else "")
+    hint = (" (legacy .pt / SpecForge .ckpt files: use conformance check-offline)"
+            if any(o.endswith((".pt", ".ckpt", ".ckpt.gz")) for o in others) else "")
+    raise ScanError(f"{d}: not a speculators Arrow dataset (no save_to_disk table: dataset_info.json + state.json) "
+                    f"and not vLLM extraction output (*.safetensors files holding 'hidden_states' [T, N, H] and "
+                    f"'token_ids' [T]); found {found}{hint}")
+
+
+def _names(xs: list[str], most: int = 8) -> str:
+    return ", ".join(xs[:most]) + (f" and {len(xs) - most} more" if len(xs) > most else "")
+
+
+class _SpeculatorsSource:
+    """Sample ``i`` of a speculators 0.9.0 dataset: Arrow row ``i``'s ``input_ids`` and
+    ``hidden_states/hs_{i}.safetensors``; the fingerprint sample goes through speculators' own
+    loader (:class:`conformance.tools.speculators_loader.TrainingLoader`), path :data:`LOADER_PATH`."""
+
+    format = SPECULATORS
+
+    def __init__(self, data: Path):
+        from datasets import load_from_disk
+
+        try:
+            self.ds = load_from_disk(str(data))
+        except Exception as e:  # datasets raises FileNotFoundError / ValueError / pyarrow errors
+            raise ScanError(f"{data}: not a speculators Arrow dataset: {e}") from None
+        self.data = data
+        self.n = len(self.ds)
+        self.ids = _ArrowIds(self.ds)
+        self._loader = None
+
+    def file(self, i: int) -> Path:
+        return self.data / "hidden_states" / f"hs_{i}.safetensors"
+
+    def token_ids(self, i: int) -> Optional[torch.Tensor]:
+        return self.ids(i)
+
+    def disk_findings(self, c: Contract, rc: Contract, i: int, stats: dict, block_elems: int,
+                      buf_holder: list) -> tuple[list[Finding], int]:
+        return _disk_findings(c, rc, i, self.file(i), self.ids(i), stats, block_elems, buf_holder)
+
+    def captures(self, c: Contract, batch: list[int]) -> list[Capture]:
+        if self._loader is None:
+            from conformance.pairs import torch_dtype
+            from conformance.tools.speculators_loader import TrainingLoader
+
+            self._loader = TrainingLoader(self.data, c.draft.target_hidden_size, c.num_slots,
+                                          torch_dtype(c.data_dtype), transfer=c.training.transfer)
+        return self._loader.batch(batch)
+
+    def dataset_findings(self) -> list[Finding]:
+        from conformance import datacheck
+
+        return datacheck.dataset_findings(self.data, self.n)
+
+
+class _VllmExtractionSource:
+    """Sample ``i`` of a directory of vLLM extraction files: the ``i``-th of :func:`extraction_files`
+    (natural order; the connector writes one flat folder); its token ids are the file's own
+    ``token_ids`` (there is no Arrow table to compare them with).
+
+    Which planes are aux and which is the verifier follows the reader's rule
+    (:func:`conformance.tools.vllm_hidden_states.load_capture`, as ``check-offline``): the first K
+    planes are the contract's aux slots; with N = K + 1 the last is B_L, the verifier. So a file
+    with N != K goes through the same all-rows pass as a speculators shard
+    (``feature = hs[:, :-1]``, ``verifier = hs[:, -1]``; N = K + 2, e.g. an embedding prepended,
+    is a slot-count failure there), and a file with N = K (raw connector output without B_L)
+    through the same pass with ``verifier=False`` (feature = all K planes, no verifier slot). The fingerprint
+    sample is read by :func:`~conformance.tools.vllm_hidden_states.load_capture` (path
+    ``"training-vllm"``: unshifted rows paired at the contract's alignment offsets, no loss mask).
+    """
+
+    format = VLLM_EXTRACTION
+
+    def __init__(self, data: Path):
+        from conformance.tools import vllm_hidden_states as vh
+
+        self.vh = vh
+        self.data = data
+        if not data.is_dir():
+            raise ScanError(f"{data}: not a directory of vLLM extraction files")
+        self.folder, self.files = extraction_files(data)
+        if not self.files:
+            raise ScanError(f"{data}: no *{vh.SUFFIX} files in it or in its hidden_states/ (expected vLLM "
+                            "extraction output: *.safetensors files holding 'hidden_states' [T, N, H] and "
+                            "'token_ids' [T])")
+        self.n = len(self.files)
+
+    def file(self, i: int) -> Path:
+        return self.files[i]
+
+    def where(self, i: int) -> str:
+        return f"sample {i} ({self.files[i].name})"
+
+    def token_ids(self, i: int) -> Optional[torch.Tensor]:
+        got, why = self.vh.read(self.files[i])
+        return None if why else got["token_ids"]
+
+    def _planes(self, path: Path) -> Optional[int]:
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                shape = f.get_slice("hidden_states").get_shape()
+        except Exception:  # unreadable or no such key: the all-rows pass reports it
+            return None
+        return int(shape[1]) if len(shape) == 3 else None
+
+    def disk_findings(self, c: Contract, rc: Contract, i: int, stats: dict, block_elems: int,
+                      buf_holder: list) -> tuple[list[Finding], int]:
+        from dataclasses import replace
+
+        path = self.files[i]
+        # no Arrow ids: None leaves check_token_ids_match out (it would compare the file with itself);
+        # N = K planes are all aux (no B_L plane), N = K + 1 end with the verifier (vllm_hidden_states' rule)
+        found, nbytes = _disk_findings(c, rc, i, path, None, stats, block_elems, buf_holder,
+                                       verifier=self._planes(path) != len(c.aux))
+        plain, named = f"sample {i}", self.where(i)
+        return [replace(f, where=named) if f.where == plain else f for f in found], nbytes
+
+    def captures(self, c: Contract, batch: list[int]) -> list[Capture]:
+        return [self.vh.load_capture(self.files[j], c, j) for j in batch]
+
+    def dataset_findings(self) -> list[Finding]:
+        """One skipped ``data_files`` finding (path ``"data"``) naming what the folder read (and
+        ``--data`` above it) holds besides the extraction files: other files and subdirectories,
+        none of them opened (a pickle is never loaded); skipped, not failed: without an Arrow
+        table nothing says they were meant to be samples. Else one pass."""
+        suffix = self.vh.SUFFIX
+        try:
+            entries = {p for q in {self.data, self.folder} for p in q.iterdir()}
+        except OSError as e:
+            return [Finding("data_files", "fail", "data", None, f"*{suffix} only", e.strerror or str(e),
+                            str(self.data), f"{self.data} cannot be listed: {e.strerror or e}", "K13")]
+        files = set(self.files)
+        others = sorted(p.relative_to(self.data).as_posix() + ("/" if p.is_dir() else "") for p in entries
+                        if p not in files and p != self.folder)
+        if others:
+            return [Finding("data_files", "skip", "data", None, f"*{suffix} only", f"{len(others)} other entries",
+                            str(self.data), f"{len(others)} entries in {self.data} are not vLLM extraction files "
+                            f"and were not checked (none is opened; a pickle is never loaded): {_names(others)}",
+                            "K13")]
+        return [Finding("data_files", "pass", "data", None, f"*{suffix} only", f"{self.n} files", str(self.data),
+                        f"{self.folder} holds {self.n} *{suffix} files and nothing else", "K13")]
+
+
+def open_source(layout: str, data: str | Path):
+    """The per-sample source of ``data`` in ``layout`` (one of :data:`FORMATS`).
+
+    Raises:
+        ScanError: ``data`` is not of that layout, or holds no sample files.
+    """
+    data = Path(data)
+    if layout == SPECULATORS:
+        return _SpeculatorsSource(data)
+    if layout == VLLM_EXTRACTION:
+        return _VllmExtractionSource(data)
+    raise ValueError(f"unknown layout {layout!r}")
+
+
 # --- fan-out ---------------------------------------------------------------------------------
 
 
@@ -600,26 +874,23 @@ def prefill_reference(c: Contract, spec: PartSpec) -> dict[str, Any]:
         ScanError: the dataset cannot be opened.
         conformance.reference.ReferenceError: the reference cannot be loaded (missing shards, ...).
     """
-    from datasets import load_from_disk
-
     from conformance.reference import ReferenceError
 
     t0 = time.perf_counter()
-    try:
-        ds = load_from_disk(spec.data_dir)
-    except Exception as e:  # datasets raises FileNotFoundError / ValueError / pyarrow errors
-        raise ScanError(f"{spec.data_dir}: not a speculators Arrow dataset: {e}") from None
-    n = len(ds)
+    src = open_source(spec.layout, spec.data_dir)
+    n = src.n
     idx = [j for b in loader_batches(fingerprint_sample(n, spec.sample, spec.seed), spec.batch_size, spec.shard)
            for j in b] if n else []
     if not idx:
         return {"samples": 0, "forwards": 0, "disk_hits": 0, "seconds": 0.0}
-    ids = _ArrowIds(ds)
     model = spec.reference_model(c.target)
     f0, h0 = model.forwards, model.disk_hits
     for j in idx:
+        ids = src.token_ids(j)
+        if ids is None:
+            continue  # an unreadable file: the task reports it as a finding on that sample
         try:
-            model.capture(ids(j))
+            model.capture(ids)
         except ReferenceError:
             continue  # the task reports it as a finding on that sample (sample_findings)
     return {"samples": len(idx), "forwards": model.forwards - f0, "disk_hits": model.disk_hits - h0,
@@ -656,12 +927,15 @@ def scan(c: Contract, data_dir: str | Path, *, shard: tuple[int, int] = (0, 1), 
          progress: bool = False, block_elems: int = BLOCK_ELEMS, ray_address: Optional[str] = None,
          ref_device: str = "cpu", ref_dtype: str = "float32", stream_layers: bool = False,
          ref_cache: Optional[str | Path | bool] = None, max_retries: int = 2,
-         ray_runtime_env: Optional[dict[str, Any]] = None) -> ScanResult:
-    """Scan shard ``shard`` of a speculators 0.9.0 dataset against contract ``c``.
+         ray_runtime_env: Optional[dict[str, Any]] = None, data_format: str = "auto") -> ScanResult:
+    """Scan shard ``shard`` of a speculators 0.9.0 dataset, or of a directory of vLLM extraction
+    files, against contract ``c``.
 
     Args:
         c: the contract.
-        data_dir: Arrow ``save_to_disk`` directory with ``hidden_states/hs_{i}.safetensors``.
+        data_dir: Arrow ``save_to_disk`` directory with ``hidden_states/hs_{i}.safetensors``, or a
+            directory of vLLM's ``{req_id}.safetensors`` extraction files (sample ``i``: the
+            ``i``-th file in natural order).
         shard: ``(i, N)``: this run covers samples ``s % N == i`` (see :func:`shard_indices`).
         workers: Ray tasks to split the shard over (a local Ray started on demand, or the cluster at
             ``ray_address``); 1 without ``ray_address`` scans in this process, without Ray.
@@ -678,19 +952,22 @@ def scan(c: Contract, data_dir: str | Path, *, shard: tuple[int, int] = (0, 1), 
             in-process, :func:`conformance.reference.default_cache_dir` with Ray tasks.
         max_retries: Ray re-runs of a task whose worker dies.
         ray_runtime_env: extra Ray runtime_env for a local Ray started here.
+        data_format: ``"auto"`` (see :func:`detect_format`), :data:`SPECULATORS` or
+            :data:`VLLM_EXTRACTION`.
 
     Returns:
         A :class:`ScanResult`.
 
     Raises:
-        ScanError: not a dataset, no samples, Ray unreachable, or a task failed for good (the
-            message names its shard).
-        ValueError: ``workers < 1``.
+        ScanError: not a dataset of the format (or, with ``auto``, of neither), no samples, Ray
+            unreachable, or a task failed for good (the message names its shard).
+        ValueError: ``workers < 1``, an unknown ``data_format``.
         conformance.reference.ReferenceError: the reference model cannot be loaded (1 worker).
     """
     if workers < 1:
         raise ValueError("workers must be >= 1")
     i, count = shard
+    fmt = detect_format(data_dir, data_format)
     use_ray = workers > 1 or bool(ray_address)
     if use_ray and reference_dir and ref_cache is None:
         from conformance.reference import default_cache_dir
@@ -699,13 +976,13 @@ def scan(c: Contract, data_dir: str | Path, *, shard: tuple[int, int] = (0, 1), 
     base = PartSpec(contract=c.model_dump(mode="json"), data_dir=str(data_dir), shard=shard, sample=sample,
                     seed=seed, reference_dir=str(reference_dir) if reference_dir else None,
                     batch_size=batch_size, block_elems=block_elems, ref_device=ref_device, ref_dtype=ref_dtype,
-                    stream_layers=stream_layers, ref_cache=str(ref_cache) if ref_cache else None)
+                    stream_layers=stream_layers, ref_cache=str(ref_cache) if ref_cache else None, layout=fmt)
     ref_cache = base.ref_cache
     specs = [base] if workers == 1 else [
         PartSpec(**{**base.__dict__, "shard": (i + w * count, count * workers)}) for w in range(workers)]
     t0 = time.perf_counter()
     prefill = None
-    with _Progress(progress, _count_hint(data_dir, shard) if progress else None) as bar:
+    with _Progress(progress, _count_hint(data_dir, shard, fmt) if progress else None) as bar:
         if not use_ray:
             parts = [scan_part(specs[0], bar.advance)]
         else:
@@ -722,7 +999,7 @@ def scan(c: Contract, data_dir: str | Path, *, shard: tuple[int, int] = (0, 1), 
     groups = sorted((g for p in parts for g in p["groups"]), key=lambda g: (g[0], g[1]))
     findings = [Finding(**d) for g in groups for d in g[2]]
     meta = _scan_meta(c, data_dir, parts, findings, seconds, shard=shard, workers=workers, sample=sample, seed=seed,
-                      reference_dir=reference_dir, batch_size=batch_size)
+                      reference_dir=reference_dir, batch_size=batch_size, fmt=fmt)
     if use_ray:
         meta["engine"] = {"kind": "ray", "address": ray_address or "local (started on demand)",
                           "tasks": len(parts), "nodes": len({p["ray"]["node_id"] for p in parts}),
@@ -747,12 +1024,26 @@ def _unchecked_reason(reference_dir, fps: list[int], sample: int) -> str:
     return "every fingerprint was skipped"
 
 
-def _scope(c: Contract, fps: list[int], seed: int, reference_dir) -> dict[str, str]:
+def _scope(c: Contract, fps: list[int], seed: int, reference_dir, fmt: str = SPECULATORS) -> dict[str, str]:
     """Which checks ran on every row (disk path) and which on the sample (loader path)."""
+    bands = "" if c.norm_bands.status == "calibrated" else " (norm bands uncalibrated: skipped)"
+    if fmt == VLLM_EXTRACTION:
+        fp = (" and fingerprints (slot identity, order, verifier, alignment) against the reference"
+              if reference_dir else "; no reference: fingerprints skipped")
+        return {
+            DISK_PATH: ("every row and slot of every file in this shard (vLLM extraction {req_id}.safetensors; "
+                        "token ids from the file itself: there is no Arrow table, so stored ids are not "
+                        "compared with a dataset's): " + ", ".join(k for k in DISK_CHECKS if k != "token_ids")
+                        + ", token_range" + bands),
+            VLLM_PATH: (f"only the {len(fps)} sampled files in this shard (seed {seed}), through "
+                   "conformance.tools.vllm_hidden_states (the first K planes are aux, plane K the verifier B_L "
+                   "when N = K + 1; rows paired at the contract's alignment offsets, no loss mask): capture "
+                   "checks, alignment" + fp),
+        }
     return {
         DISK_PATH: ("every row and slot of every sample in this shard (hidden_states/hs_{i}.safetensors "
                     "and the Arrow input_ids): " + ", ".join(DISK_CHECKS)
-                    + ("" if c.norm_bands.status == "calibrated" else " (norm bands uncalibrated: skipped)")),
+                    + bands),
         LOADER_PATH: (f"only the {len(fps)} sampled samples in this shard (seed {seed}), through "
                       "speculators ArrowDataset + CollateFn(shift_batch): capture checks, shift alignment"
                       + (" and fingerprints (slot identity, order, verifier, alignment) against the reference"
@@ -762,7 +1053,7 @@ def _scope(c: Contract, fps: list[int], seed: int, reference_dir) -> dict[str, s
 
 def _scan_meta(c: Contract, data_dir, parts: list[dict[str, Any]], findings: list[Finding], seconds: float, *,
                shard: tuple[int, int], workers: int, sample: int, seed: int, reference_dir,
-               batch_size: int) -> dict[str, Any]:
+               batch_size: int, fmt: str = SPECULATORS) -> dict[str, Any]:
     """The report metadata of a scan from its parts (see :class:`ScanResult`)."""
     from conformance import report
 
@@ -771,6 +1062,8 @@ def _scan_meta(c: Contract, data_dir, parts: list[dict[str, Any]], findings: lis
     checked = report.slot_identity_checked(findings)
     return {
         "data": str(data_dir),
+        "format": fmt,
+        "reader": dict(READERS[fmt]),
         "samples": parts[0]["samples"],
         "shard": f"{i}/{count}",
         "sharding": SHARDING,
@@ -778,7 +1071,7 @@ def _scan_meta(c: Contract, data_dir, parts: list[dict[str, Any]], findings: lis
         "workers": workers,
         "reference": str(reference_dir) if reference_dir else "none (slot identity not checked)",
         "fingerprint_sample": {"size": sample, "seed": seed, "batch_size": batch_size, "indices": fps},
-        "scope": _scope(c, fps, seed, reference_dir),
+        "scope": _scope(c, fps, seed, reference_dir, fmt),
         "slot_stats": merge_slot_stats([p["slot_stats"] for p in parts]),
         "bytes": sum(p["bytes"] for p in parts),
         "seconds": round(seconds, 3),
@@ -802,12 +1095,10 @@ def human_bytes(n: float) -> str:
     return f"{n / 1e12:.2f} TB"
 
 
-def _count_hint(data_dir, shard) -> Optional[int]:
+def _count_hint(data_dir, shard, fmt: str = SPECULATORS) -> Optional[int]:
     """Number of samples in the shard, for the progress bar (None if unknown)."""
     try:
-        from datasets import load_from_disk
-
-        return len(shard_indices(len(load_from_disk(str(data_dir))), shard))
+        return len(shard_indices(open_source(fmt, data_dir).n, shard))
     except Exception:  # the scan itself reports an unreadable dataset
         return None
 

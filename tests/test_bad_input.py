@@ -132,7 +132,7 @@ def test_huge_and_missing_contract(tmp_path, capsys):
 def test_internal_errors_say_so(monkeypatch, capsys):
     import conformance.contract as contract
 
-    def boom(path):
+    def boom(path, **options):
         raise RuntimeError("simulated\nbug")
 
     monkeypatch.setattr(contract, "load_contract", boom)

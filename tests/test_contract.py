@@ -122,3 +122,138 @@ def test_boundary_parse():
     for bad in ("B12", "b_1", "L3", "B_-1", 3):
         with pytest.raises(ValueError):
             Boundary.parse(bad)
+
+
+# --- validate and the JSON Schema refuse the same values (strict types) -----------------------------
+
+
+def _schema_errors(text: str) -> list[tuple]:
+    """Key paths the checked-in JSON Schema refuses in ``text`` (jsonschema, draft 2020-12)."""
+    v = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
+    return [tuple(e.absolute_path) for e in v.iter_errors(yaml.safe_load(text))]
+
+
+def _validate(tmp_path, text: str, capsys) -> tuple[int, str, Path]:
+    from conformance.cli import main
+
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    rc = main(["validate", str(p)])
+    return rc, capsys.readouterr().out, p
+
+
+@pytest.mark.parametrize("old,new", [
+    ("  num_hidden_layers: 8\n", '  num_hidden_layers: "8"\n'),         # a quoted number is a string
+    ("  allow_embedding: false\n", '  allow_embedding: "no"\n'),        # a quoted no is a string
+    ("  allow_embedding: false\n", "  allow_embedding: 0\n"),           # a number is not a boolean
+    ("  feature_width: 192 ", "  feature_width: true "),                # a boolean is not a number
+    ("  input_token: 1\n", '  input_token: "1"\n'),
+    ("  exclude_positions: [0]\n", '  exclude_positions: ["0"]\n'),
+    ("  identity_noise_deg: ", '  identity_noise_deg: "1.5" '),         # number fields too
+], ids=["int-string", "bool-string-no", "bool-number", "int-bool", "offset-string", "list-item-string",
+        "number-string"])
+def test_validate_and_schema_refuse_the_same_values_naming_file_and_line(tmp_path, capsys, old, new):
+    assert TINY.count(old) == 1
+    text = TINY.replace(old, new)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if new.strip() in ln)
+    key = new.split(":")[0].strip()
+    refused = _schema_errors(text)
+    assert refused and all(k == key or (isinstance(k, int) and path[-2] == key) for path in refused
+                           for k in path[-1:]), refused
+    rc, out, p = _validate(tmp_path, text, capsys)
+    assert rc == 2
+    hit = [ln for ln in out.splitlines() if ln.startswith(f"{p}:{line}:")]
+    assert hit and key in hit[0] and "got " in hit[0], out
+
+
+def test_integral_float_is_an_integer_for_both(tmp_path, capsys):
+    """JSON Schema's integer is a number with a zero fractional part (draft 2020-12; 8.0 is 8 in
+    JSON's data model): both accept 8.0, and the model holds the int 8; 8.5 is refused by both."""
+    text = TINY.replace("  num_hidden_layers: 8\n", "  num_hidden_layers: 8.0\n")
+    assert not _schema_errors(text)
+    assert parse_contract(text, "c.yaml").target.num_hidden_layers == 8
+    assert type(parse_contract(text, "c.yaml").target.num_hidden_layers) is int
+    half = TINY.replace("  num_hidden_layers: 8\n", "  num_hidden_layers: 8.5\n")
+    assert _schema_errors(half) == [("target", "num_hidden_layers")]
+    assert _validate(tmp_path, half, capsys)[0] == 2
+
+
+def _leaves(d, path=()):
+    if isinstance(d, dict):
+        for k, v in d.items():
+            yield from _leaves(v, path + (k,))
+    elif isinstance(d, list):
+        for i, v in enumerate(d):
+            yield from _leaves(v, path + (i,))
+    else:
+        yield path, d
+
+
+def test_every_scalar_key_model_and_schema_agree_on_mistyped_values():
+    """For every scalar of a contract (optional blocks included), the mistyped values a YAML author
+    writes (quoted numbers and booleans, yes/no strings, 0/1 for booleans, booleans for numbers,
+    integral floats, numbers for strings) are accepted by the model exactly when the schema
+    accepts them."""
+    import copy
+
+    from pydantic import ValidationError
+
+    from conformance.contract import Contract
+
+    base = yaml.safe_load(TINY)
+    base["vocab"] = {"size": 512, "draft_size": 256, "d2t_present": True, "t2d_present": True}
+    base["tokenizer"] = {"add_bos": True, "enable_thinking": False,
+                         "golden": {"messages": [{"role": "user", "content": "hi"}], "ids": [1, 5]}}
+    base["norm_bands"]["massive_activation_ratio"] = 4.0
+    base["gates"]["identity_noise_deg"] = 1.0
+    base["positions"] = {"serving_max_len": 64, "draft_max_position_embeddings": 128}
+    v = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
+    assert v.is_valid(base)
+    Contract.model_validate(base)
+    disagree, tried = [], 0
+    for path, val in list(_leaves(base)):
+        if isinstance(val, bool):
+            bad = ["no", "yes", "true", "1", 0, 1, 1.0]
+        elif isinstance(val, int):
+            bad = [str(val), float(val), True, val + 0.5]
+        elif isinstance(val, float):
+            bad = [str(val), True, 2]
+        else:
+            bad = [1, True, 1.5]
+        for b in bad:
+            d = copy.deepcopy(base)
+            node = d
+            for k in path[:-1]:
+                node = node[k]
+            node[path[-1]] = b
+            try:
+                Contract.model_validate(d)
+                model_ok = True
+            except ValidationError:
+                model_ok = False
+            tried += 1
+            if model_ok != v.is_valid(d):
+                disagree.append((".".join(map(str, path)), b, "schema accepts" if v.is_valid(d) else "model accepts"))
+    assert tried > 150 and not disagree, disagree
+
+
+# --- fixture names ----------------------------------------------------------------------------------
+
+
+def test_unknown_fixture_is_a_validate_error_naming_the_known_ones(tmp_path, capsys):
+    from conformance.fixture_base import known_fixtures
+
+    text = TINY.replace("fixture: tiny-llama\n", "fixture: tiny-lama\n")
+    rc, out, p = _validate(tmp_path, text, capsys)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if ln.startswith("fixture:"))
+    assert rc == 2
+    hit = [ln for ln in out.splitlines() if ln.startswith(f"{p}:{line}:")]
+    assert hit and "'tiny-lama' is not a known fixture" in hit[0], out
+    assert {"tiny-llama", "smollm2-135m"} <= set(known_fixtures())
+    assert all(n in hit[0] for n in known_fixtures())
+    # running such a contract with an explicit reference (or none) stays possible: only validate refuses
+    assert load_contract(p).fixture == "tiny-lama"
+    # a fixture folder given as a path is a fixture
+    rc, out, _ = _validate(tmp_path, TINY.replace("fixture: tiny-llama\n", f"fixture: {REPO / 'fixtures' / 'tiny-llama'}\n"),
+                           capsys)
+    assert rc == 0, out

@@ -1,4 +1,8 @@
-"""``conformance check-data CONTRACT --data DIR``: a speculators 0.9.0 dataset against a contract.
+"""``conformance check-data CONTRACT --data DIR``: training data against a contract: a speculators
+0.9.0 dataset (Arrow table + ``hidden_states/hs_{i}.safetensors``) or a directory of vLLM's
+extraction files (``{req_id}.safetensors`` from ``extract_hidden_states`` + its example
+hidden-states connector, no Arrow table). ``--format auto`` (the default) tells them apart
+(:func:`conformance.scan.detect_format`); ``--format speculators|vllm-extraction`` forces one.
 
 The scan itself (cheap checks on every row, fingerprints on a seeded sample, shards, workers) is
 :func:`conformance.scan.scan`; this module checks the arguments, names the faults behind the
@@ -14,9 +18,15 @@ from conformance.errors import UsageError
 
 
 def add_parser(sub) -> None:
-    d = sub.add_parser("check-data", help="check a speculators 0.9.0 dataset against a contract")
+    d = sub.add_parser("check-data", help="check a speculators 0.9.0 dataset or vLLM extraction files against a "
+                                          "contract")
     d.add_argument("contract", metavar="CONTRACT")
-    d.add_argument("--data", required=True, metavar="DIR", help="speculators 0.9.0 dataset directory")
+    d.add_argument("--data", required=True, metavar="DIR",
+                   help="speculators 0.9.0 dataset directory, or a directory of vLLM extraction files "
+                        "({req_id}.safetensors with hidden_states and token_ids)")
+    d.add_argument("--format", dest="data_format", default="auto", choices=("auto", "speculators", "vllm-extraction"),
+                   help="layout of --data (default auto: an Arrow dataset is speculators, else *.safetensors "
+                        "files holding hidden_states and token_ids are vllm-extraction)")
     add_reference_options(d)
     d.add_argument("--json", metavar="OUT", help="write findings as JSON")
     d.add_argument("--json-passes", choices=("all", "counts"), default="all",
@@ -28,8 +38,9 @@ def add_parser(sub) -> None:
                    help="list passing and skipped checks too (folded into counts by default)")
     d.add_argument("--markdown", metavar="FILE", help="write the report as Markdown (for CI job summaries)")
     d.add_argument("--sample", type=int, default=32, metavar="N",
-                   help="samples (seeded, over the whole dataset) run through the speculators loader and "
-                        "fingerprinted; the cheap checks run on every row of every sample (default 32; -1: all)")
+                   help="samples (seeded, over the whole dataset) run through the speculators loader (vLLM "
+                        "files: the vLLM extraction reader) and fingerprinted; the cheap checks run on every row "
+                        "of every sample (default 32; -1: all)")
     d.add_argument("--seed", type=int, default=0, help="seed of the fingerprint sample (default 0)")
     d.add_argument("--shard", default="0/1", metavar="i/N",
                    help="scan only the samples s with s %% N == i (default 0/1: all)")
@@ -94,7 +105,7 @@ def _print(args, c, res, diagnoses) -> None:
     findings = res.findings
     m = res.meta
     verbose = bool(getattr(args, "verbose", False))
-    extra = {"data": m["data"], "samples": f"{m['shard_samples']} of {m['samples']} (shard {m['shard']}, "
+    extra = {"data": m["data"], "format": m["format"], "samples": f"{m['shard_samples']} of {m['samples']} (shard {m['shard']}, "
              f"{SHARDING})", "reference": m["reference"]}
     if verbose:
         extra.update({f"scope {k}": v for k, v in m["scope"].items()})
@@ -121,11 +132,15 @@ def run(args) -> int:
     from conformance import report
     from conformance.diagnose import diagnose
     from conformance.reference import ReferenceError, load_reference_model
-    from conformance.scan import DISK_PATH, ScanError, scan
+    from conformance.scan import DISK_PATH, ScanError, detect_format, scan
 
     c = load_contract(args.contract)
     data = check_data_dir(args.data)
     shard, workers, sample = _options(args)
+    try:
+        fmt = detect_format(data, getattr(args, "data_format", "auto") or "auto")
+    except ScanError as e:
+        raise UsageError(str(e)) from None
     ref_dir = resolve_reference(c, args)
     if args.json:
         check_output(args.json, "--json", inputs=(args.contract,), input_dirs=(data, ref_dir))
@@ -146,7 +161,7 @@ def run(args) -> int:
                    seed=int(getattr(args, "seed", 0)), reference_dir=ref_dir, batch_size=args.batch_size,
                    progress=progress, ray_address=ray_address, ref_device=ref_opts["device"],
                    ref_dtype=ref_opts["dtype"], stream_layers=ref_opts["stream_layers"],
-                   ref_cache=False if cache == "none" else cache)
+                   ref_cache=False if cache == "none" else cache, data_format=fmt)
     except (ScanError, ReferenceError) as e:
         raise UsageError(str(e)) from None
     findings = res.findings

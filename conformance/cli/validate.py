@@ -1,4 +1,5 @@
-"""``conformance validate CONTRACT...``: schema and semantic validation; exit 2 if any is invalid."""
+"""``conformance validate CONTRACT...``: schema and semantic validation, and the ``fixture`` a
+contract names must exist (:func:`conformance.contract.fixture_problems`); exit 2 if any is invalid."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def run(args) -> int:
     bad = 0
     for p in args.contracts:
         try:
-            c = load_contract(p)
+            c = load_contract(p, known_fixture=True)
         except ContractError as e:
             bad += 1
             for prob in e.problems:
