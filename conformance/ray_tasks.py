@@ -39,6 +39,10 @@ CONNECT_TIMEOUT_S = 5.0
 POLL_S = 0.3
 """Seconds between progress polls while tasks run."""
 
+START_WARN_S = 60.0
+"""After this many seconds, parts whose Ray task has checked no sample yet are named on stderr
+(Ray keeps a task that finds no free CPU pending without a word)."""
+
 
 class TaskFailed(DataError):
     """A part could not be run: Ray unreachable, a task that raised, or a worker that kept dying.
@@ -188,8 +192,13 @@ def run_tasks(fn: Callable[[Any, Callable[[int, int], None]], dict[str, Any]], s
         out: dict[int, dict[str, Any]] = {}
         seen = [[0, 0] for _ in specs]
         shown = [0, 0]
+        running: set[int] = set()  # parts that reported a checked sample (not `started`: ours)
+        t_dispatch, warned = time.monotonic(), False
         while pending:
             ready, _ = ray.wait(pending, num_returns=1, timeout=POLL_S)
+            if not warned and time.monotonic() - t_dispatch > START_WARN_S and len(running) < len(specs):
+                warned = True
+                _warn_not_started([describe(specs[k]) for k in range(len(specs)) if k not in running])
             for g in ready:
                 k = gens[g]
                 try:
@@ -210,6 +219,7 @@ def run_tasks(fn: Callable[[Any, Callable[[int, int], None]], dict[str, Any]], s
                     raise TaskFailed(f"{describe(specs[k])}: its Ray task's worker died {max_retries + 1} "
                                      f"time(s) ({type(e).__name__}: {str(e).splitlines()[0]}); its samples "
                                      "were not checked", k) from None
+                running.add(k)  # a sample checked (or the result): it runs
                 if msg[0] == "done":
                     out[k] = msg[1]
                 else:
@@ -222,6 +232,23 @@ def run_tasks(fn: Callable[[Any, Callable[[int, int], None]], dict[str, Any]], s
     finally:
         if started:
             ray.shutdown()
+
+
+def _warn_not_started(parts: list[str]) -> None:
+    """Say on stderr which parts have checked no sample yet: most likely waiting for a worker (a
+    cluster whose CPUs other jobs hold, or whose nodes lack the resources), which Ray does without
+    a word."""
+    import sys
+
+    import ray
+
+    try:
+        free = {k: v for k, v in ray.available_resources().items() if k == "CPU" or not k.startswith("node:")}
+    except Exception:  # the cluster went away: ray.wait reports it
+        free = {}
+    print(f"conformance: after {START_WARN_S:.0f} s, the Ray task(s) of {', '.join(parts)} have checked no sample "
+          f"yet: waiting for a free CPU on the cluster (available now: {free or 'none'}), or a first sample that "
+          "takes long; still waiting (Ctrl-C stops)", file=sys.stderr, flush=True)
 
 
 def _cancel(refs: list) -> None:

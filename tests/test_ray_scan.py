@@ -141,3 +141,32 @@ def test_worker_that_keeps_dying_names_its_shard(ray_local, tiny, tiny_contract,
     assert rc == 2
     err = capsys.readouterr().err
     assert "shard 1/2" in err and "not checked" in err and "Traceback" not in err
+
+
+def test_a_task_waiting_for_a_cpu_is_named(ray_local, tiny, tiny_contract, monkeypatch, capsys):
+    """Ray keeps a task pending without a word while other work holds the cluster's CPUs: after
+    START_WARN_S the parts not started are named on stderr, and the run still completes."""
+    import time
+
+    import ray
+
+    from conformance import ray_tasks
+    from conformance.scan import PartSpec, scan_part
+
+    _no_crash(ray_local)
+    assert ray.is_initialized()  # the module's local Ray (a remote call must not auto-connect elsewhere)
+    monkeypatch.setattr(ray_tasks, "START_WARN_S", 1.0)
+
+    @ray.remote(num_cpus=1)
+    def hold(s: float) -> None:
+        time.sleep(s)
+
+    blocker = [hold.remote(12.0), hold.remote(4.0)]  # both CPUs held: no part can start for 4 s
+    time.sleep(1.0)
+    specs = [PartSpec(contract=tiny_contract.model_dump(mode="json"), data_dir=str(tiny.data_dir), shard=(w, 2),
+                      sample=0) for w in range(2)]
+    parts = ray_tasks.run_tasks(scan_part, specs, describe=lambda s: f"shard {s.shard[0]}/{s.shard[1]}")
+    ray.get(blocker)
+    assert sum(p["shard_samples"] for p in parts) == 12
+    err = capsys.readouterr().err
+    assert "have checked no sample yet" in err and "shard 0/2" in err and "shard 1/2" in err, err
