@@ -492,3 +492,30 @@ def test_data_that_is_a_file_says_not_a_directory(tiny, capsys):
     assert "is not a directory" in err and "no such data directory" not in err
     assert main(["calibrate", str(TINY), "--data", str(TINY), "--no-reference"]) == 2
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_reference_cache_and_markdown_paths_refused(tiny, tmp_path, capsys):
+    """--reference-cache writes files: never inside the dataset or the reference model, never over a
+    file; --markdown and --json must be two files. Exit 2, one line, nothing written."""
+    def digest(d: Path) -> str:
+        h = hashlib.sha256()
+        for p in sorted(d.rglob("*")):
+            h.update(str(p.relative_to(d)).encode())
+        return h.hexdigest()
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny.data_dir, data)
+    before = digest(data)
+    base = ["check-data", str(TINY), "--data", str(data), "--reference", str(tiny.target_dir), "--sample", "2",
+            "--quiet"]
+    a_file = tmp_path / "cache.txt"
+    a_file.write_text("not a directory")
+    for cache, words in ((data, "lies inside the input directory"), (data / "sub", "lies inside the input directory"),
+                         (tiny.target_dir, "lies inside the input directory"), (a_file, "is a file")):
+        assert main([*base, "--reference-cache", str(cache)]) == 2
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err, err
+    assert digest(data) == before and a_file.read_text() == "not a directory"
+    out = tmp_path / "r.json"
+    assert main([*base, "--json", str(out), "--markdown", str(out)]) == 2
+    assert "is also the --json output" in capsys.readouterr().err and not out.exists()

@@ -12,6 +12,8 @@ the JSON and Markdown. Exit 0 conforms, 1 violations, 2 bad input.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from conformance.cli.common import (EXIT_BAD_INPUT, add_reference_options, check_data_dir, check_output,
                                     error, exit_code, load_contract, resolve_reference)
 from conformance.errors import UsageError
@@ -145,11 +147,21 @@ def run(args) -> int:
     if args.json:
         check_output(args.json, "--json", inputs=(args.contract,), input_dirs=(data, ref_dir))
     if getattr(args, "markdown", None):
-        check_output(args.markdown, "--markdown", inputs=(args.contract, args.json), input_dirs=(data, ref_dir))
+        if args.json and Path(args.markdown).resolve() == Path(args.json).resolve():
+            raise UsageError(f"--markdown {args.markdown}: is also the --json output; give two files")
+        check_output(args.markdown, "--markdown", inputs=(args.contract,), input_dirs=(data, ref_dir))
+    cache = getattr(args, "reference_cache", None)
+    if cache is not None and cache != "none":
+        if Path(cache).exists() and not Path(cache).is_dir():
+            raise UsageError(f"--reference-cache {cache}: is a file; give a directory (or 'none')")
+        for d in (data, ref_dir):  # the cache writes files: never into an input
+            if d is not None and (Path(cache).resolve() == Path(d).resolve()
+                                  or Path(d).resolve() in Path(cache).resolve().parents):
+                raise UsageError(f"--reference-cache {cache}: lies inside the input directory {d}; "
+                                 "refusing to write there")
     ray_address = getattr(args, "ray_address", None)
     ref_opts = {"device": getattr(args, "device", "cpu"), "dtype": getattr(args, "dtype", "float32"),
                 "stream_layers": bool(getattr(args, "stream_layers", False))}
-    cache = getattr(args, "reference_cache", None)
     if ref_dir is not None:
         try:  # fail fast, in this process, with a one-line error (config, shards, device; no weights read)
             load_reference_model(ref_dir, c.target, **ref_opts)
