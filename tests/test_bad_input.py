@@ -519,3 +519,11 @@ def test_reference_cache_and_markdown_paths_refused(tiny, tmp_path, capsys):
     out = tmp_path / "r.json"
     assert main([*base, "--json", str(out), "--markdown", str(out)]) == 2
     assert "is also the --json output" in capsys.readouterr().err and not out.exists()
+
+
+def test_init_with_a_missing_model_at_the_root_names_it(tmp_path, capsys):
+    """A target that does not exist is reported missing, not as "-o lies inside the input directory /"."""
+    assert main(["init", "--target", "/no-such-target", "--draft", "/no-such-draft", "-o",
+                 str(tmp_path / "c.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "no such" in err and "lies inside" not in err and "Traceback" not in err, err

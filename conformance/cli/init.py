@@ -30,7 +30,9 @@ def run(args) -> int:
     from conformance.authoring.yaml_doc import dump_contract, write_new
 
     inputs = [Path(a) / "config.json" if Path(a).is_dir() else Path(a) for a in (args.target, args.draft)]
-    dirs = [Path(a) if Path(a).is_dir() else Path(a).parent for a in (args.target, args.draft)]
+    # a directory, or the directory of a config file given by name; a path that does not exist is
+    # no directory to protect (derive_any_contract reports it missing)
+    dirs = [Path(a) if Path(a).is_dir() else Path(a).parent for a in (args.target, args.draft) if Path(a).exists()]
     out = check_output(args.output, "-o", inputs=tuple(inputs), input_dirs=tuple(dirs), need_parent=False)
     doc = derive_any_contract(args.target, args.draft, engine=args.engine, verifier=args.verifier,
                           name=args.name, allow_embedding=args.allow_embedding, out_file=out)
