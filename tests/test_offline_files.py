@@ -215,3 +215,18 @@ def test_safe_load_refuses_code_directly(tmp_path):
     torch.save({"a": _Evil(marker)}, p)
     obj, why = of.safe_load(p)
     assert obj is None and "refused" in why and not marker.exists()
+
+
+def test_folder_of_vllm_files_with_a_stray_pickle_is_read_whole(tmp_path, tiny, tiny_ref, samples, capsys):
+    """A vLLM extraction folder with one stray .pt: every file is read (the pickle through
+    weights_only=True), not the pickle alone (found by a fresh-user trial)."""
+    from conformance.datagen import write_vllm_extraction
+
+    d = write_vllm_extraction(tmp_path / "vx", tiny_ref, samples, slots=AUX + ["B_8"])
+    torch.save(_legacy(tiny_ref, samples[0]), d / "stray.pt")
+    before = _hash(d)
+    rc, findings, err = _run([TINY, "--files", d, "--reference", tiny.target_dir], tmp_path, capsys)
+    read = {f["where"].split(" ")[0] for f in findings if f["check"] == "sample_available"}
+    assert len([f for f in findings if f["check"] == "sample_available"]) == len(samples) + 1, read
+    assert rc == 0, [f for f in findings if f["status"] == "fail"][:3]
+    assert _hash(d) == before

@@ -9,8 +9,8 @@ makes); everything else by the project's reader.
 Pickled files are read only through ``torch.load(weights_only=True)`` (see
 :mod:`conformance.tools.offline_files`); a pickle that would run code is refused and reported.
 vLLM's ``{req_id}.safetensors`` files are read with safetensors (see
-:mod:`conformance.tools.vllm_hidden_states`); a directory is searched for them when it holds no
-``.pt`` / ``.ckpt`` file.
+:mod:`conformance.tools.vllm_hidden_states`); a directory is searched for both kinds, and every
+file found is read (a folder of extraction files with one stray pickle is read whole).
 Exit codes as everywhere: 0 conforms, 1 violations, 2 bad input (no file matched, no file could
 be read, or the reference could not be loaded).
 """
@@ -31,7 +31,7 @@ def add_parser(sub) -> None:
                             "hidden-state files against a contract")
     p.add_argument("contract", metavar="CONTRACT")
     p.add_argument("--files", required=True, metavar="DIR_OR_GLOB",
-                   help="a directory (searched recursively for *.pt / *.ckpt, else for vLLM's *.safetensors), "
+                   help="a directory (searched recursively for *.pt / *.ckpt and vLLM's *.safetensors), "
                         "one file, or a glob")
     add_reference_options(p)
     p.add_argument("--json", metavar="OUT", help="write findings as JSON")
@@ -68,15 +68,20 @@ def run(args) -> int:
     if _specforge_dir(c, args.files):
         files = []
     else:
+        # a directory: every .pt / .ckpt file and every vLLM .safetensors file in it (a folder of
+        # extraction files with one stray pickle is read whole, not as the pickle alone)
+        files, errs = [], []
         try:
-            files = find_files(args.files)
+            files += find_files(args.files)
         except OfflineFilesError as e:
-            if not Path(args.files).is_dir():
-                raise
+            errs.append(e)
+        if Path(args.files).is_dir():
             try:
-                files = find_vllm_files(args.files)
-            except DataError:
-                raise e from None
+                files += find_vllm_files(args.files)
+            except DataError as e:
+                errs.append(e)
+        if not files:
+            raise errs[0]
     ref_dir: Optional[Path] = resolve_reference(c, args)
     if args.json:
         check_output(args.json, "--json", inputs=(args.contract, *files),
