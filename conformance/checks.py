@@ -1140,7 +1140,7 @@ def check_transfer_backend(c: Contract, cap: Capture) -> list[Finding]:
     - a scale that is zero, negative or not finite (``payload["bad_scale"]``, set from the scales'
       values by :func:`conformance.fp8_payload.bad_scale`: ``{"token", "value", "count"}``), naming the first token.
 
-    ``observed["problems"]`` lists the kinds found (``fp8-read-as-file``, ``fp8-without-scales``,
+    A failure's ``observed["problems"]`` lists the kinds found (``fp8-read-as-file``, ``fp8-without-scales``,
     ``scales-beside-plain``, ``scales-shape``, ``scales-dtype``, ``bad-scale``, ``plain-as-fp8``) for
     the diagnosis to say what to fix.
     """
@@ -1194,9 +1194,9 @@ def check_transfer_backend(c: Contract, cap: Capture) -> list[Finding]:
     if not fp8 and not scaled and reader == "fp8":
         problem("plain-as-fp8", f"{f} holds plain {p['dtype']} hidden_states but the contract says training.transfer: "
                 "fp8 (FP8Transfer passes them through; the contract does not describe this data)")
-    obs = {"file": f, "dtype": p["dtype"], "scales": p.get("scales"), "scales_dtype": p.get("scales_dtype"),
-           "reader": reader, "problems": kinds}
+    obs = {"file": f, "dtype": p["dtype"], "scales": p.get("scales"), "reader": reader}
     if problems:
+        obs.update(scales_dtype=p.get("scales_dtype"), problems=kinds)
         return [_f("transfer_backend", "fail", cap, None, want, obs, "; ".join(problems), "K12")]
     kind = f"{p['dtype']} with per-token scales" if scaled else f"plain {p['dtype']}"
     return [_f("transfer_backend", "pass", cap, None, want, obs, f"{kind} read with the {reader} backend", "K12")]
