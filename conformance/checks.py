@@ -1127,8 +1127,8 @@ def check_transfer_backend(c: Contract, cap: Capture) -> list[Finding]:
     ``scales_dtype``, ``file``); ``transfer`` the backend that reads it (``file`` / ``fp8``).
     Fails, naming the file:
 
-    - an FP8 payload (float8 ``hidden_states``) read with the ``file`` backend: ``FileTransfer`` returns the quantised values and speculators'
-      ``CollateFn`` casts them to the trainer dtype without the scale (every row off by its
+    - an FP8 payload (float8 ``hidden_states``) read with the ``file`` backend: ``FileTransfer``
+      returns the quantised values and speculators' ``CollateFn`` casts them to the trainer dtype without the scale (every row off by its
       per-token factor ``amax/448``, directions kept: cosine-based identity checks cannot see it);
     - float8 ``hidden_states`` without ``hidden_states_scales``: ``FP8Transfer`` then passes them
       through unscaled (hs_connectors/transfer.py:226-227, ``SCALES_KEY not in sample``);
@@ -1138,10 +1138,11 @@ def check_transfer_backend(c: Contract, cap: Capture) -> list[Finding]:
     - plain hidden states where the contract says ``training.transfer: fp8`` (the contract does
       not describe the data);
     - a scale that is zero, negative or not finite (``payload["bad_scale"]``, set from the scales'
-      values by :func:`conformance.fp8_payload.bad_scale`: ``{"token", "value", "count"}``), naming the first token.
+      values by :func:`conformance.fp8_payload.bad_scale`: ``{"token", "value", "count"}``), naming
+      the first token.
 
-    A failure's ``observed["problems"]`` lists the kinds found (``fp8-read-as-file``, ``fp8-without-scales``,
-    ``scales-beside-plain``, ``scales-shape``, ``scales-dtype``, ``bad-scale``, ``plain-as-fp8``) for
+    A failure's ``observed["problems"]`` lists the kinds found (``fp8-read-as-file``,
+    ``fp8-without-scales``, ``scales-beside-plain``, ``scales-shape``, ``scales-dtype``, ``bad-scale``, ``plain-as-fp8``) for
     the diagnosis to say what to fix.
     """
     p = cap.provenance.get("payload", "absent")

@@ -70,11 +70,12 @@ def make_transfer(name: str, hs_dir: Path, dtype):
 
 
 def read_payload(path: Path) -> Optional[dict]:
-    """What a ``hs_{i}.safetensors`` file holds, from its header only (no tensor data read):
+    """What a ``hs_{i}.safetensors`` file holds, from its header (and the T scale values only):
     ``{"file", "dtype"`` (of ``hidden_states``, e.g. ``"float8_e4m3fn"``), ``"shape"``,
     ``"scales"`` (shape of ``hidden_states_scales``, None when absent), ``"scales_dtype"``,
     ``"bad_scale"`` (the first token whose scale is not > 0: :func:`conformance.fp8_payload.bad_scale`;
-    the scales' T values are the only tensor data read)``}``. None when the file cannot be read (the loader reports why)."""
+    the scales' T values are the only tensor data read)``}``. None when the file cannot be read (the
+    loader reports why)."""
     try:
         from safetensors import safe_open
 

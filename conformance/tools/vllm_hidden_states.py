@@ -35,6 +35,8 @@ from conformance.errors import DataError
 torch_env.prepare()
 import torch  # noqa: E402
 
+from conformance.fp8_payload import SCALES_KEY  # noqa: E402  (hs-connectors' FP8 scales key)
+
 PATH = "training-vllm"  # "training*": judged as training data (dtype, positions), stored
 SUFFIX = ".safetensors"
 
@@ -61,11 +63,6 @@ def find_files(spec: str | Path) -> list[Path]:
         if not files:
             raise DataError(f"{spec}: no such file or directory, and no file matches it as a glob")
     return sorted(files, key=_natural)
-
-
-SCALES_KEY = "hidden_states_scales"
-"""hs-connectors' FP8 scales key (``hs_connectors.fp8_utils.SCALES_KEY``, fp8_utils.py:15): the
-``FP8HiddenStatesConnector`` writes float8_e4m3fn ``hidden_states`` plus float32 scales [T, 1, 1]."""
 
 
 def read(path: Path) -> tuple[Optional[dict], Optional[str]]:
