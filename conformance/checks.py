@@ -369,7 +369,13 @@ def check_no_embedding(c: Contract, cap: Capture, ref: Reference) -> list[Findin
         if s.shape[-1] != d:
             continue
         cos = float(torch.nn.functional.cosine_similarity(s.float()[keep], emb[keep], dim=-1).mean())
-        got, _, _ = identify(s, cap.rows, ref, keep)
+        got, best_cos, _ = identify(s, cap.rows, ref, keep)
+        if best_cos < NO_MATCH_COSINE:
+            # matches no boundary (zeros, another checkpoint): the identity checks report it; B_0 is no claim
+            out.append(_f("no_embedding", "skip", cap, _slot_label(i), "not B_0", f"cos to B_0 {cos:.4f}",
+                          f"slot {i} matches no boundary (best {got}, cos {best_cos:.4f} < {NO_MATCH_COSINE}): "
+                          "slot_identity reports what it is", "K2"))
+            continue
         bad = got.index == 0 and not got.final
         out.append(_f("no_embedding", "fail" if bad else "pass", cap, _slot_label(i), "not B_0",
                       f"cos to B_0 {cos:.4f}",
@@ -1121,17 +1127,23 @@ def check_transfer_backend(c: Contract, cap: Capture) -> list[Finding]:
     ``scales_dtype``, ``file``); ``transfer`` the backend that reads it (``file`` / ``fp8``).
     Fails, naming the file:
 
-    - an FP8 payload (float8 ``hidden_states`` or a ``hidden_states_scales`` key) read with the
-      ``file`` backend: ``FileTransfer`` returns the quantised values and speculators'
-      ``CollateFn`` casts them to the trainer dtype without the scale (every row off by its
+    - an FP8 payload (float8 ``hidden_states``) read with the ``file`` backend: ``FileTransfer``
+      returns the quantised values and speculators' ``CollateFn`` casts them to the trainer dtype without the scale (every row off by its
       per-token factor ``amax/448``, directions kept: cosine-based identity checks cannot see it);
     - float8 ``hidden_states`` without ``hidden_states_scales``: ``FP8Transfer`` then passes them
       through unscaled (hs_connectors/transfer.py:226-227, ``SCALES_KEY not in sample``);
     - scales that are not float32 [T, 1, 1] (what ``quantize_tensor_to_fp8`` returns,
-      fp8_utils.py:29-51), or scales beside non-float8 hidden states (``FP8Transfer`` multiplies
-      them anyway);
+      fp8_utils.py:29-51), or scales beside non-float8 hidden states (plain data with a scales
+      tensor beside it: ``FP8Transfer`` would multiply them, ``FileTransfer`` ignores them);
     - plain hidden states where the contract says ``training.transfer: fp8`` (the contract does
-      not describe the data).
+      not describe the data);
+    - a scale that is zero, negative or not finite (``payload["bad_scale"]``, set from the scales'
+      values by :func:`conformance.fp8_payload.bad_scale`: ``{"token", "value", "count"}``), naming
+      the first token.
+
+    A failure's ``observed["problems"]`` lists the kinds found (``fp8-read-as-file``,
+    ``fp8-without-scales``, ``scales-beside-plain``, ``scales-shape``, ``scales-dtype``, ``bad-scale``, ``plain-as-fp8``) for
+    the diagnosis to say what to fix.
     """
     p = cap.provenance.get("payload", "absent")
     reader = cap.provenance.get("transfer")
@@ -1144,30 +1156,48 @@ def check_transfer_backend(c: Contract, cap: Capture) -> list[Finding]:
     want = f"payload matches the {reader} backend (contract training.transfer: {c.training.transfer})"
     fp8 = p["dtype"] in FP8_DTYPES
     scaled = p.get("scales") is not None
-    problems = []
-    if (fp8 or scaled) and reader == "file":
-        problems.append(
-            f"FP8 data read as plain files: values never rescaled (hs-connectors `file` backend on `fp8` data: "
-            f"{f} holds {p['dtype']} hidden_states" + (f" and {p['scales']} hidden_states_scales" if scaled else "")
-            + f"; contract training.transfer is {c.training.transfer!r}, the fp8 data needs 'fp8', FP8Transfer)")
+    problems, kinds = [], []
+
+    def problem(kind: str, msg: str) -> None:
+        kinds.append(kind)
+        problems.append(msg)
+
+    if fp8 and reader == "file":
+        problem("fp8-read-as-file",
+                f"FP8 data read as plain files: values never rescaled (hs-connectors `file` backend on `fp8` data: "
+                f"{f} holds {p['dtype']} hidden_states" + (f" and {p['scales']} hidden_states_scales" if scaled else "")
+                + f"; contract training.transfer is {c.training.transfer!r}, the fp8 data needs 'fp8', FP8Transfer)")
     elif fp8 and not scaled:
-        problems.append(f"{f} holds {p['dtype']} hidden_states but no hidden_states_scales: FP8Transfer passes "
-                        "them through unscaled (values never rescaled)")
+        problem("fp8-without-scales", f"{f} holds {p['dtype']} hidden_states but no hidden_states_scales: "
+                "FP8Transfer passes them through unscaled (values never rescaled)")
     elif scaled and not fp8:
-        problems.append(f"{f} holds {p['dtype']} hidden_states beside hidden_states_scales: FP8Transfer multiplies "
-                        "plain values by the scales")
-    if scaled and not problems:
+        if reader == "file":
+            problem("scales-beside-plain",
+                    f"{f} holds plain {p['dtype']} hidden_states with a hidden_states_scales tensor beside them (not "
+                    "FP8 data): the `file` backend ignores the scales, FP8Transfer would multiply the plain values "
+                    "by them; the file is neither plain nor FP8 payload")
+        else:
+            problem("scales-beside-plain",
+                    f"{f} holds plain {p['dtype']} hidden_states beside hidden_states_scales: FP8Transfer multiplies "
+                    "plain values by the scales")
+    if scaled and fp8 and reader == "fp8":
         T = p["shape"][0] if p.get("shape") else None
         if p["scales"] != [T, 1, 1]:
-            problems.append(f"{f}: hidden_states_scales is {p['scales']}, expected [T, 1, 1] = [{T}, 1, 1] "
-                            "(one scale per token, hs_connectors fp8_utils.py:29-51)")
+            problem("scales-shape", f"{f}: hidden_states_scales is {p['scales']}, expected [T, 1, 1] = [{T}, 1, 1] "
+                    "(one scale per token, hs_connectors fp8_utils.py:29-51)")
         if p.get("scales_dtype") != "float32":
-            problems.append(f"{f}: hidden_states_scales is {p.get('scales_dtype')}, expected float32")
+            problem("scales-dtype", f"{f}: hidden_states_scales is {p.get('scales_dtype')}, expected float32")
+    bs = p.get("bad_scale")
+    if scaled and bs:
+        problem("bad-scale", f"{f}: hidden_states_scales at token {bs['token']} is {bs['value']:g} ({bs['count']} "
+                "token(s) with a scale <= 0 or not finite); quantize_tensor_to_fp8 writes amax/448 clamped "
+                "at 1e-12, always > 0 (hs_connectors fp8_utils.py:29-51)")
     if not fp8 and not scaled and reader == "fp8":
-        problems.append(f"{f} holds plain {p['dtype']} hidden_states but the contract says training.transfer: fp8 "
-                        "(FP8Transfer passes them through; the contract does not describe this data)")
+        problem("plain-as-fp8", f"{f} holds plain {p['dtype']} hidden_states but the contract says training.transfer: "
+                "fp8 (FP8Transfer passes them through; the contract does not describe this data)")
     obs = {"file": f, "dtype": p["dtype"], "scales": p.get("scales"), "reader": reader}
     if problems:
+        obs.update(scales_dtype=p.get("scales_dtype"), problems=kinds)
         return [_f("transfer_backend", "fail", cap, None, want, obs, "; ".join(problems), "K12")]
     kind = f"{p['dtype']} with per-token scales" if scaled else f"plain {p['dtype']}"
     return [_f("transfer_backend", "pass", cap, None, want, obs, f"{kind} read with the {reader} backend", "K12")]

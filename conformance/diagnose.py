@@ -722,14 +722,36 @@ def _fp8_transport(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Dia
     tb = v.failing("transfer_backend")
     n_tb = len([f for f in v.by_check.get("transfer_backend", []) if f.status != "skip"])
     if tb:
+        kinds = {k for f in tb if isinstance(f.observed, dict) for k in f.observed.get("problems") or ()}
         unscaled = [f for f in tb if "never rescaled" in f.message]
+        first = tb[0].observed if isinstance(tb[0].observed, dict) else {}
+        dtype = first.get("dtype", "plain")
         title = ("FP8 data read without its scales: values never rescaled" if unscaled else
                  "the hidden-states files do not match the hs-connectors backend the contract declares")
         ev = (tb[0].message, "every row keeps its direction (cosine fingerprints pass) but is off by its own "
               "per-token factor 448/amax: the per-token FP8 scale was never applied")
-        fix = ("read FP8 data with hs-connectors' fp8 backend (FP8Transfer; speculators ArrowDataset(transfer=...), "
-               "speculators train config data.hidden_states_backend: fp8, train/config/resolution.py:444) and declare training.transfer: fp8 in the contract",
-               "or regenerate the data with the file backend (plain bf16 hidden states)")
+        fix: tuple[str, ...] = ()
+        if "plain-as-fp8" in kinds:
+            fix += (f"the files are plain {dtype}: declare training.transfer: file, or regenerate with the FP8 "
+                    "connector (hs-connectors FP8HiddenStatesConnector)",)
+        if "scales-beside-plain" in kinds:
+            title = "plain hidden states with a hidden_states_scales tensor beside them (not FP8 data)"
+            fix += (f"the files hold plain {dtype} hidden states with a stray hidden_states_scales tensor: write them "
+                    "without it (vLLM's ExampleHiddenStatesConnector, hs-connectors file backend), or regenerate the "
+                    "data with the FP8 connector (float8_e4m3fn hidden_states plus their scales)",)
+        if kinds & {"scales-shape", "scales-dtype", "bad-scale"}:
+            title = "the FP8 files' hidden_states_scales are not what FP8Transfer can apply"
+            fix += ("the scales must be float32 [T, 1, 1], one positive scale per token (amax/448 clamped at 1e-12: "
+                    "hs_connectors.fp8_utils.quantize_tensor_to_fp8, fp8_utils.py:29-51): regenerate with the FP8 "
+                    "connector",)
+        if "fp8-without-scales" in kinds:
+            fix += ("the float8 files lost their hidden_states_scales: regenerate with the FP8 connector, which "
+                    "writes both", )
+        if "fp8-read-as-file" in kinds or not fix:
+            fix += ("read FP8 data with hs-connectors' fp8 backend (FP8Transfer; speculators ArrowDataset(transfer=...), "
+                    "speculators train config data.hidden_states_backend: fp8, train/config/resolution.py:444) and "
+                    "declare training.transfer: fp8 in the contract",
+                    "or regenerate the data with the file backend (plain bf16 hidden states)")
         out.append(Diagnosis("fp8-transport", "K12", title, ev[:1] + ((ev[1],) if unscaled else ()), fix,
                              (v.path,), ("feature",), ("transfer_backend",) + tuple(
                                  ch for ch in ("dtype", "magnitude", "fp8_scale_error") if v.failing(ch)),

@@ -408,14 +408,16 @@ def _band_edges(c: Contract, n: int, verifier: bool = True) -> Optional[list[lis
 
 def _disk_findings(c: Contract, rc: Contract, i: int, hs_path: Path, src_ids: Optional[torch.Tensor],
                    stats: dict[str, _Stats], block_elems: int, buf_holder: list,
-                   verifier: bool = True) -> tuple[list[Finding], int]:
+                   verifier: bool = True, name: Optional[str] = None) -> tuple[list[Finding], int]:
     """All-rows checks of sample ``i``. Returns (findings, bytes read); never raises for bad data.
 
     ``src_ids``: the sample's token ids from elsewhere (the Arrow row), compared with the file's;
     None leaves that comparison out (vLLM extraction files: nothing else holds the ids).
     ``verifier``: the last of the N planes is the verifier (speculators' routing, N = K + 1);
     False reads all N planes as aux slots (raw vLLM extraction output with N = K: no B_L plane),
-    so ``feature = hs.flatten(1)`` and the verifier's width, finiteness and band do not apply."""
+    so ``feature = hs.flatten(1)`` and the verifier's width, finiteness and band do not apply.
+    ``name``: the file as findings name it, relative to the data directory (default
+    ``hidden_states/{file name}``, speculators' layout)."""
     from safetensors import safe_open
 
     from conformance import checks
@@ -446,9 +448,9 @@ def _disk_findings(c: Contract, rc: Contract, i: int, hs_path: Path, src_ids: Op
     if hs.ndim != 3:
         return unavailable(f"{hs_path.name}: hidden_states is {list(hs.shape)}, expected [T, N, H]"), nbytes
     T, N, H = hs.shape
-    payload = {"file": f"hidden_states/{hs_path.name}", "dtype": str(hs.dtype).replace("torch.", ""),
-               "shape": [T, N, H], "scales": list(scales.shape) if scales is not None else None,
-               "scales_dtype": str(scales.dtype).replace("torch.", "") if scales is not None else None}
+    from conformance import fp8_payload
+
+    payload = fp8_payload.payload(name or f"hidden_states/{hs_path.name}", hs, scales)
     # hs-connectors' fp8 backend (training.transfer: fp8): the trainer sees hidden_states x scales
     # (FP8Transfer, transfer.py:212-248); the per-row RMS is taken of those values
     dequant = c.training.transfer == "fp8" and (scales is not None or payload["dtype"] in checks.FP8_DTYPES)
@@ -789,6 +791,13 @@ class _VllmExtractionSource:
     def where(self, i: int) -> str:
         return f"sample {i} ({self.files[i].name})"
 
+    def name(self, i: int) -> str:
+        """File ``i`` relative to the data directory (as the user finds it)."""
+        try:
+            return self.files[i].relative_to(self.data).as_posix()
+        except ValueError:
+            return str(self.files[i])
+
     def token_ids(self, i: int) -> Optional[torch.Tensor]:
         got, why = self.vh.read(self.files[i])
         return None if why else got["token_ids"]
@@ -811,12 +820,12 @@ class _VllmExtractionSource:
         # no Arrow ids: None leaves check_token_ids_match out (it would compare the file with itself);
         # N = K planes are all aux (no B_L plane), N = K + 1 end with the verifier (vllm_hidden_states' rule)
         found, nbytes = _disk_findings(c, rc, i, path, None, stats, block_elems, buf_holder,
-                                       verifier=self._planes(path) != len(c.aux))
+                                       verifier=self._planes(path) != len(c.aux), name=self.name(i))
         plain, named = f"sample {i}", self.where(i)
         return [replace(f, where=named) if f.where == plain else f for f in found], nbytes
 
     def captures(self, c: Contract, batch: list[int]) -> list[Capture]:
-        return [self.vh.load_capture(self.files[j], c, j) for j in batch]
+        return [self.vh.load_capture(self.files[j], c, j, name=self.name(j)) for j in batch]
 
     def dataset_findings(self) -> list[Finding]:
         """One skipped ``data_files`` finding (path ``"data"``) naming what the folder read (and

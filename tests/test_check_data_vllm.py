@@ -278,9 +278,15 @@ def test_speculators_shards_read_as_extraction_files_give_the_same_all_rows_verd
     assert a.meta["format"] == SPECULATORS and b.meta["format"] == VLLM_EXTRACTION
 
     def key(res, drop):
-        return [(f.check, f.status, f.slot, json.dumps(f.to_json()["observed"]), f.where.split(" (")[0])
+        def obs(f):  # the file as each layout names it (relative to its data directory) aside
+            o = f.to_json()["observed"]
+            return json.dumps({k: v for k, v in o.items() if k != "file"} if isinstance(o, dict) else o)
+        return [(f.check, f.status, f.slot, obs(f), f.where.split(" (")[0])
                 for f in res.findings if f.path == DISK_PATH and f.check not in drop]
     assert key(a, {"token_ids"}) == key(b, set())
+    names = lambda res: {f.observed["file"] for f in res.findings if f.check == "transfer_backend"}  # noqa: E731
+    assert names(a) == {f"hidden_states/hs_{i}.safetensors" for i in range(a.meta["samples"])}
+    assert names(b) == {f"hs_{i}.safetensors" for i in range(b.meta["samples"])}
     assert a.meta["slot_stats"] == b.meta["slot_stats"]
 
 
@@ -339,3 +345,90 @@ def test_workers_2_same_findings_as_1(good_dir, tiny_contract):
     two = scan(tiny_contract, good_dir, sample=0, workers=2)
     assert [f.to_json() for f in two.findings] == [f.to_json() for f in one.findings]
     assert two.meta["format"] == VLLM_EXTRACTION and two.meta["engine"]["tasks"] == 2
+
+
+# --- hs-connectors FP8 payloads in extraction files ------------------------------------------------
+
+
+def _to_fp8(d: Path, mutate=None) -> Path:
+    """Rewrite every file of ``d`` as hs-connectors' ``FP8HiddenStatesConnector`` writes it
+    (:func:`conformance.datagen.hs_payload`); ``mutate(name, tensors)`` may change the written tensors."""
+    from safetensors.torch import load_file, save_file
+
+    from conformance.datagen import hs_payload
+
+    for p in sorted(d.glob("*.safetensors")):
+        t = load_file(str(p))
+        out = hs_payload(t["hidden_states"], t["token_ids"], "fp8")
+        if mutate is not None:
+            mutate(p.stem, out)
+        save_file(out, str(p))
+    return d
+
+
+def _contract(tmp_path: Path, transfer: str) -> Path:
+    p = tmp_path / f"tiny-{transfer}.yaml"
+    text = TINY.read_text()
+    assert "\ntraining:" not in text
+    p.write_text(text + f"training:\n  transfer: {transfer}\n")
+    return p
+
+
+def _check_with(tmp_path, capsys, contract, data, *extra):
+    out = tmp_path / f"r{len(list(tmp_path.glob('r*.json')))}.json"
+    rc = main(["check-data", str(contract), "--data", str(data), "--quiet", "--json", str(out), *map(str, extra)])
+    cap = capsys.readouterr()
+    assert "Traceback" not in cap.err + cap.out
+    return rc, json.loads(out.read_text()), cap.out + cap.err
+
+
+@pytest.fixture(scope="module")
+def fp8_dir(write):
+    return _to_fp8(write(GOOD))
+
+
+def test_fp8_extraction_files_read_through_fp8_conform(fp8_dir, tmp_path, capsys):
+    """transfer: fp8 on FP8 connector files: the fingerprint reader dequantises with hs-connectors'
+    own ``dequantize_fp8_tensor`` (no float8 dtype failure, no magnitude diagnosis), and
+    ``transfer_backend`` / ``fp8_scale_error`` judge the vLLM captures as they judge training data."""
+    before = _hash(fp8_dir)
+    rc, doc, out = _check_with(tmp_path, capsys, _contract(tmp_path, "fp8"), fp8_dir, "--sample", -1)
+    assert rc == 0, [f["message"] for f in _fails(doc)]
+    assert not doc["diagnoses"]
+    tb = [f for f in doc["findings"] if f["check"] == "transfer_backend"]
+    assert {f["path"] for f in tb} == {DISK_PATH, VLLM_PATH} and all(f["status"] == "pass" for f in tb)
+    assert len([f for f in tb if f["path"] == VLLM_PATH]) == 7
+    fe = [f for f in doc["findings"] if f["check"] == "fp8_scale_error"]
+    assert fe and {f["path"] for f in fe} == {VLLM_PATH} and all(f["status"] == "pass" for f in fe)
+    assert {f["slot"] for f in fe} == {"slot 0", "slot 1", "slot 2", "verifier"}
+    dt = [f for f in doc["findings"] if f["check"] == "dtype" and f["path"] == VLLM_PATH]
+    assert dt and all(f["status"] == "pass" for f in dt)
+    assert _hash(fp8_dir) == before
+
+
+def test_fp8_extraction_files_read_as_file_fail_naming_the_file_as_it_is(fp8_dir, tmp_path, capsys):
+    rc, doc, out = _check_with(tmp_path, capsys, _contract(tmp_path, "file"), fp8_dir, "--sample", -1)
+    assert rc == 1
+    bad = [f for f in _fails(doc) if f["check"] == "transfer_backend"]
+    assert {f["path"] for f in bad} == {DISK_PATH, VLLM_PATH}
+    for f in bad:
+        i = int(f["where"].split()[1])
+        assert "FP8 data read as plain files" in f["message"]
+        assert f"req-{i}.safetensors holds" in f["message"] and "hidden_states/" not in f["message"]
+        assert (fp8_dir / f["observed"]["file"]).is_file()  # the evidence names a file that exists
+    assert "fp8-transport" in {d["kind"] for d in doc["diagnoses"]}
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0])
+def test_nonpositive_fp8_scale_fails_naming_file_and_token(write, tmp_path, capsys, value):
+    def bad(stem, t):
+        if stem == "req-3":
+            t["hidden_states_scales"][5] = value
+
+    d = _to_fp8(write(GOOD), bad)
+    rc, doc, _ = _check_with(tmp_path, capsys, _contract(tmp_path, "fp8"), d, "--sample", -1)
+    assert rc == 1
+    bad_f = [f for f in _fails(doc) if f["check"] == "transfer_backend"]
+    assert {f["path"] for f in bad_f} == {DISK_PATH, VLLM_PATH}  # the all-rows pass and the loader
+    assert {f["where"] for f in bad_f} == {"sample 3 (req-3.safetensors)"}
+    assert all("req-3.safetensors" in f["message"] and "at token 5 is" in f["message"] for f in bad_f)

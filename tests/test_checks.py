@@ -102,6 +102,22 @@ def test_no_embedding(tiny_contract, cap, ref):
     assert _status(checks.check_no_embedding(tiny_contract, cap, ref), "no_embedding") == {"pass"}
 
 
+def test_no_embedding_claims_b0_only_when_b0_is_a_match(tiny_contract, cap, ref):
+    """All-zero slot data matches no boundary (every cosine 0: argmax lands on B_0 by index): no
+    "slot is B_0" claim; the slot is skipped as matching nothing, and slot_identity fails it."""
+    zero = torch.zeros_like(cap.feature)
+    bad = replace(cap, feature=torch.cat([zero[:, :64], cap.feature[:, 64:]], dim=1))
+    fs = checks.check_no_embedding(tiny_contract, bad, ref)
+    s0 = [f for f in fs if f.slot == "slot 0"]
+    assert [f.status for f in s0] == ["skip"] and "matches no boundary" in s0[0].message
+    assert "is B_0" not in s0[0].message
+    assert _status(fs, "no_embedding", "slot 1") == {"pass"}
+    ident = [f for f in checks.check_slot_identity(tiny_contract, bad, ref) if f.slot == "slot 0"]
+    assert [f.status for f in ident] == ["fail"] and "matches no boundary" in ident[0].message
+    allzero = checks.check_no_embedding(tiny_contract, replace(cap, feature=zero), ref)
+    assert {f.status for f in allzero} == {"skip"} and not any("is B_0" in f.message for f in allzero)
+
+
 def test_slot_count_and_width_catch_missing_slot(tiny_contract, cap):
     bad = replace(cap, feature=cap.feature[:, :128])  # K-1 slots: B_L unreachable style
     assert _status(checks.check_slot_count(tiny_contract, bad), "slot_count") == {"fail"}

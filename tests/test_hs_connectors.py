@@ -174,6 +174,9 @@ def test_transfer_backend_pure():
         ({**fp8, "scales_dtype": "int64"}, "fp8", "expected float32"),
         ({**plain, "scales": [3, 1, 1], "scales_dtype": "float32"}, "fp8", "multiplies plain values"),
         (plain, "fp8", "the contract says training.transfer: fp8"),
+        ({**fp8, "bad_scale": {"token": 2, "value": 0.0, "count": 1}}, "fp8", "at token 2 is 0"),
+        ({**plain, "scales": [3, 1, 1], "scales_dtype": "float32"}, "file", "plain bfloat16 hidden_states with a "
+         "hidden_states_scales tensor beside them (not FP8 data)"),
     ]:
         fs = checks.check_transfer_backend(c, cap(p, r))
         assert [f.status for f in fs] == ["fail"] and words in fs[0].message, (p, r, fs[0].message)
@@ -248,6 +251,22 @@ def _int_scales(p: Path):
     save_file(t, str(p))
 
 
+def _zero_scale(p: Path):
+    from safetensors.torch import load_file, save_file
+
+    t = load_file(str(p))
+    t["hidden_states_scales"][4:] = 0.0  # tokens 4.. all scale 0: their values dequantise to zero
+    save_file(t, str(p))
+
+
+def _negative_scale(p: Path):
+    from safetensors.torch import load_file, save_file
+
+    t = load_file(str(p))
+    t["hidden_states_scales"][4] *= -1  # token 4 flipped
+    save_file(t, str(p))
+
+
 def _truncate(p: Path):
     b = p.read_bytes()
     p.write_bytes(b[: len(b) // 2])
@@ -258,7 +277,9 @@ def _truncate(p: Path):
     (_flat_scales, "hidden_states_scales is [", "sample_available"),
     (_int_scales, "hidden_states_scales is [", "transfer_backend"),
     (_truncate, "hs_3.safetensors could not be read", "sample_available"),
-], ids=["scales_missing", "scales_wrong_shape", "scales_int", "truncated"])
+    (_zero_scale, "hidden_states_scales at token 4 is 0", "transfer_backend"),
+    (_negative_scale, "hidden_states_scales at token 4 is -", "transfer_backend"),
+], ids=["scales_missing", "scales_wrong_shape", "scales_int", "truncated", "scales_zero", "scales_negative"])
 def test_bad_fp8_shard_is_a_finding_naming_the_file(mutate, disk_words, loader_check, fp8_copy, tiny, tmp_path,
                                                      capsys):
     mutate(_shard(fp8_copy, 3))
@@ -272,6 +293,9 @@ def test_bad_fp8_shard_is_a_finding_naming_the_file(mutate, disk_words, loader_c
     assert loader and all(f["where"].startswith("sample 3 ") for f in loader), loader
     hit = [f for f in loader if f["check"] == loader_check]
     assert hit and any("hs_3.safetensors" in f["message"] for f in hit), loader
+    if mutate in (_zero_scale, _negative_scale):  # the loader names the file and the first bad token too
+        assert any("hidden_states_scales at token 4 is" in f["message"] for f in hit), hit
+        assert any("hidden_states/hs_3.safetensors" in f["message"] for f in hit + disk)
     if mutate is _flat_scales:  # FP8Transfer raises on the broadcast; the finding names the key and shape
         assert any("hidden_states_scales is [" in f["message"] for f in hit), hit
     ok = {f["where"].split(" (")[0] for f in fs if f["check"] == "sample_available" and f["status"] == "pass"
@@ -361,3 +385,63 @@ def test_real_pair_fp8_read_as_file_which_checks_catch_it(tmp_path):
     assert 0 < len(fails["file"].get("magnitude", ())) <= 6
     for chk in ("slot_identity", "row_fingerprint", "verifier_identity", "slot_order"):
         assert chk not in fails["file"], chk
+
+
+# --- what the fp8-transport diagnosis tells the user to fix ----------------------------------------
+
+
+def _plain_with_scales(d: Path) -> None:
+    """Plain bf16 shards with a stray ``hidden_states_scales`` (float32 [T, 1, 1] ones) beside them."""
+    from safetensors.torch import load_file, save_file
+
+    for p in sorted((d / "hidden_states").glob("hs_*.safetensors")):
+        t = load_file(str(p))
+        t["hidden_states_scales"] = torch.ones(t["hidden_states"].shape[0], 1, 1)
+        save_file(t, str(p))
+
+
+def _bf16_scales(d: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    for p in sorted((d / "hidden_states").glob("hs_*.safetensors")):
+        t = load_file(str(p))
+        t["hidden_states_scales"] = t["hidden_states_scales"].to(torch.bfloat16)
+        save_file(t, str(p))
+
+
+def test_fp8_transport_fix_says_what_the_files_are(fp8_data, tiny, tmp_path, capsys):
+    """The fix matches the fault: plain data under ``transfer: fp8`` is told to declare ``file`` (the
+    contract already says fp8); plain data with a stray scales tensor is called that, not FP8 data read
+    without scales; bf16 scales are told the scales must be float32 [T, 1, 1]."""
+    plain = tmp_path / "plain"
+    shutil.copytree(tiny.data_dir, plain)
+    stray = tmp_path / "stray"
+    shutil.copytree(tiny.data_dir, stray)
+    _plain_with_scales(stray)
+    bf16 = tmp_path / "bf16"
+    shutil.copytree(fp8_data, bf16)
+    _bf16_scales(bf16)
+    fp8c, filec = _fp8_contract(tmp_path, "fp8"), _fp8_contract(tmp_path, "file")
+
+    def diag(contract, d):
+        out = tmp_path / "d.json"
+        rc = main(["check-data", str(contract), "--data", str(d), "--reference", str(tiny.target_dir), "--quiet",
+                   "--json", str(out), "--sample", "2"])
+        cap = capsys.readouterr()
+        assert "Traceback" not in cap.err + cap.out and rc == 1
+        ds = [x for x in json.loads(out.read_text())["diagnoses"] if x["kind"] == "fp8-transport"]
+        assert ds, ds  # one per path that read the files (the all-rows scan, the loader)
+        assert all(x["fix"] == ds[0]["fix"] and x["title"] == ds[0]["title"] for x in ds), ds
+        return ds[0]
+
+    d = diag(fp8c, plain)
+    fix = " ".join(d["fix"])
+    assert "the files are plain bfloat16: declare training.transfer: file, or regenerate with the FP8 connector" in fix
+    assert "declare training.transfer: fp8" not in fix
+    d = diag(filec, stray)
+    text = d["title"] + " " + " ".join(d["evidence"]) + " " + " ".join(d["fix"])
+    assert "plain" in d["title"] and "hidden_states_scales tensor beside them" in d["title"]
+    assert "read without its scales" not in text and "448/amax" not in text and "never rescaled" not in text
+    d = diag(fp8c, bf16)
+    fix = " ".join(d["fix"])
+    assert "the scales must be float32 [T, 1, 1]" in fix and "declare training.transfer: fp8" not in fix

@@ -70,12 +70,16 @@ def make_transfer(name: str, hs_dir: Path, dtype):
 
 
 def read_payload(path: Path) -> Optional[dict]:
-    """What a ``hs_{i}.safetensors`` file holds, from its header only (no tensor data read):
+    """What a ``hs_{i}.safetensors`` file holds, from its header (and the T scale values only):
     ``{"file", "dtype"`` (of ``hidden_states``, e.g. ``"float8_e4m3fn"``), ``"shape"``,
-    ``"scales"`` (shape of ``hidden_states_scales``, None when absent), ``"scales_dtype"}``.
-    None when the file cannot be read (the loader reports why)."""
+    ``"scales"`` (shape of ``hidden_states_scales``, None when absent), ``"scales_dtype"``,
+    ``"bad_scale"`` (the first token whose scale is not > 0: :func:`conformance.fp8_payload.bad_scale`;
+    the scales' T values are the only tensor data read)``}``. None when the file cannot be read (the
+    loader reports why)."""
     try:
         from safetensors import safe_open
+
+        from conformance import fp8_payload
 
         with safe_open(str(path), framework="pt") as f:
             keys = set(f.keys())
@@ -84,10 +88,14 @@ def read_payload(path: Path) -> Optional[dict]:
             hs = f.get_slice("hidden_states")
             out = {"file": f"hidden_states/{path.name}", "dtype": _st_dtype(hs.get_dtype()),
                    "shape": list(hs.get_shape()), "scales": None, "scales_dtype": None}
+            out["bad_scale"] = None
             if SCALES_KEY in keys:
                 sc = f.get_slice(SCALES_KEY)
                 out["scales"] = list(sc.get_shape())
                 out["scales_dtype"] = _st_dtype(sc.get_dtype())
+                st = f.get_tensor(SCALES_KEY)  # T values: the only tensor data read
+                if st.is_floating_point() and st.numel() and st.dim():
+                    out["bad_scale"] = fp8_payload.bad_scale(st)
             return out
     except Exception:  # a corrupt or truncated file: the loader's own read reports it
         return None

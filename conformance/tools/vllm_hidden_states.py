@@ -35,6 +35,8 @@ from conformance.errors import DataError
 torch_env.prepare()
 import torch  # noqa: E402
 
+from conformance.fp8_payload import SCALES_KEY  # noqa: E402  (hs-connectors' FP8 scales key)
+
 PATH = "training-vllm"  # "training*": judged as training data (dtype, positions), stored
 SUFFIX = ".safetensors"
 
@@ -64,7 +66,8 @@ def find_files(spec: str | Path) -> list[Path]:
 
 
 def read(path: Path) -> tuple[Optional[dict], Optional[str]]:
-    """``{"hidden_states": [T, N, H], "token_ids": [T]}`` or (None, why not), never raising."""
+    """``{"hidden_states": [T, N, H], "token_ids": [T], "hidden_states_scales": [T, 1, 1] or None}``
+    or (None, why not), never raising."""
     from safetensors import safe_open
 
     try:
@@ -75,6 +78,7 @@ def read(path: Path) -> tuple[Optional[dict], Optional[str]]:
                 return None, (f"{path.name}: not a vLLM hidden-states file: no {missing} "
                               f"(keys {sorted(keys)})")
             hs, ids = f.get_tensor("hidden_states"), f.get_tensor("token_ids")
+            scales = f.get_tensor(SCALES_KEY) if SCALES_KEY in keys else None
     except Exception as e:
         return None, f"{path.name} could not be read as safetensors: {type(e).__name__}: {' '.join(str(e).split())[:160]}"
     if hs.dim() != 3:
@@ -85,11 +89,31 @@ def read(path: Path) -> tuple[Optional[dict], Optional[str]]:
         return None, f"{path.name}: token_ids holds {ids.shape[0]} tokens but hidden_states {hs.shape[0]} rows"
     if not hs.is_floating_point():
         return None, f"{path.name}: hidden_states are {str(hs.dtype).replace('torch.', '')}, not floating point"
-    return {"hidden_states": hs, "token_ids": ids.long()}, None
+    return {"hidden_states": hs, "token_ids": ids.long(), SCALES_KEY: scales}, None
 
 
-def load_capture(path: str | Path, contract, index: Optional[int] = None):
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def _name(t: torch.Tensor) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def load_capture(path: str | Path, contract, index: Optional[int] = None, name: Optional[str] = None):
     """One connector file as a :class:`~conformance.capture.Capture` against ``contract``.
+
+    ``name``: how findings name the file (default its file name; check-data passes the path
+    relative to the data directory).
+
+    FP8 payloads (hs-connectors' ``FP8HiddenStatesConnector``: float8 ``hidden_states`` and float32
+    ``hidden_states_scales`` [T, 1, 1]) are read as the contract's ``training.transfer`` says: ``fp8``
+    dequantises with hs-connectors' own ``dequantize_fp8_tensor`` to ``data_dtype`` (what
+    ``FP8Transfer(dequantize_dtype=...)`` does, hs_connectors/transfer.py:212-248); ``file`` keeps the
+    stored values (``FileTransfer``). Provenance ``transfer`` (the backend) and ``payload`` (the file's
+    ``dtype``, ``shape``, ``scales`` shape, ``scales_dtype``, ``bad_scale``: the first token whose scale is
+    not > 0, :func:`conformance.fp8_payload.bad_scale`) let ``transfer_backend`` and ``fp8_scale_error``
+    judge the file as they judge speculators' training data. Scales that are not [T, 1, 1] floats under
+    ``transfer: fp8`` -> an unavailable capture naming the file (``FP8Transfer`` cannot apply them).
 
     ``feature`` [R, K*H] is the first K planes concatenated (K = the contract's aux count) for the
     rows ``rows`` [R] that survive the contract's pairing (as :mod:`conformance.tools.offline_files`
@@ -112,8 +136,21 @@ def load_capture(path: str | Path, contract, index: Optional[int] = None):
     t, why = read(path)
     if why:
         return unavailable(why)
-    hs, ids = t["hidden_states"], t["token_ids"]
+    from conformance import fp8_payload
+
+    hs, ids, scales = t["hidden_states"], t["token_ids"], t[SCALES_KEY]
     T, N, H = (int(x) for x in hs.shape)
+    transfer = contract.training.transfer
+    payload = fp8_payload.payload(name or path.name, hs, scales)
+    if transfer == "fp8" and scales is not None:
+        if list(scales.shape) != [T, 1, 1] or not scales.is_floating_point():
+            return unavailable(f"{path.name}: {SCALES_KEY} is {list(scales.shape)} {_name(scales)}, expected "
+                               f"[T, 1, 1] = [{T}, 1, 1] float32 (one scale per token)")
+        from hs_connectors.fp8_utils import dequantize_fp8_tensor
+
+        hs = dequantize_fp8_tensor(hs, scales, dtype=_DTYPES[contract.data_dtype])  # FP8Transfer._dequantize
+    # what the trainer's reader hands over (as speculators_loader records it); the stored dtype is in payload
+    on_disk = _name(hs)
     if N not in (K, K + 1):
         return unavailable(f"{path.name}: hidden_states holds {N} planes; the contract has {K} aux slots "
                            f"(expected {K}, or {K + 1} with B_L last)")
@@ -132,7 +169,8 @@ def load_capture(path: str | Path, contract, index: Optional[int] = None):
         draft_input_ids=ids[rows + a.input_token],
         position_ids=rows + a.position,
         provenance={"file": str(path), "format": "vLLM extract_hidden_states connector", "planes": N,
-                    "on_disk_dtype": str(hs.dtype).replace("torch.", ""),
-                    "loader": "safetensors.safe_open; pairing at the contract's alignment offsets (no loss mask in the "
-                              "connector's file)"},
+                    "on_disk_dtype": on_disk, "payload": payload, "transfer": transfer,
+                    "loader": "safetensors.safe_open" + (" + hs_connectors.fp8_utils.dequantize_fp8_tensor"
+                                                         if transfer == "fp8" and scales is not None else "")
+                              + "; pairing at the contract's alignment offsets (no loss mask in the connector's file)"},
     )
