@@ -473,3 +473,62 @@ def test_dataset_identity_of_vllm_files_is_names_and_sizes_not_the_path(tiny, tm
     assert dataset_identity(moved, VLLM_EXTRACTION, 12) != ident
     victim.rename(moved / ("x" + victim.name))  # another file name
     assert dataset_identity(moved, VLLM_EXTRACTION, 12) != ident
+
+
+@pytest.fixture(scope="module")
+def seed_incident(tiny, tiny_ref, tmp_path_factory):
+    """Data captured at B_0, B_2, B_4, B_5 for a contract of B_2, B_4, B_5 (+ verifier): the slots
+    shifted by one boundary (as tests/test_cli_and_plugin.py's seed_incident_data)."""
+    from conformance.datagen import write_speculators_dataset
+    from conformance.fixtures import sample_token_ids
+
+    samples = sample_token_ids(tiny.spec, 4, 3, 16, seed=11)
+    return write_speculators_dataset(tmp_path_factory.mktemp("seed") / "data", tiny_ref, samples,
+                                     slots=["B_0", "B_2", "B_4", "B_5"])
+
+
+@pytest.fixture(scope="module")
+def noise_in_two(tiny, tmp_path_factory):
+    """A copy of the tiny dataset whose samples 1 and 2 hold noise (of the stored RMS) in every slot:
+    a minority of samples (2 of 12) that match no boundary of the reference."""
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path_factory.mktemp("noise") / "data"
+    shutil.copytree(tiny.data_dir, out)
+    g = torch.Generator().manual_seed(7)
+    for i in (1, 2):
+        f = out / "hidden_states" / f"hs_{i}.safetensors"
+        d = load_file(str(f))
+        hs = d["hidden_states"]
+        scale = hs.float().pow(2).mean().sqrt()
+        d["hidden_states"] = (torch.randn(hs.shape, generator=g) * scale).to(hs.dtype)
+        save_file(d, str(f))
+    return out
+
+
+@pytest.mark.parametrize("data", ["noise_in_two", "seed_incident"])
+def test_counts_parts_merged_diagnose_like_the_unsharded_full_run(data, request, tiny, tmp_path, capsys):
+    """A folded pass entry stands for ``count`` findings: the diagnoses of --json-passes counts
+    reports (one, or shards merged) equal those of the unsharded full report (kinds and support
+    strings). noise_in_two: 2 of 12 samples fail, so counting a folded entry as one pass
+    turned "2/12 samples" into "2/3" and a minority into a false majority."""
+    base = ["check-data", str(TINY), "--data", str(request.getfixturevalue(data)), "--reference",
+            str(tiny.target_dir), "--quiet"]
+
+    def diag(doc):
+        return sorted((d["kind"], json.dumps(d["support"], sort_keys=True)) for d in doc["diagnoses"])
+
+    whole = tmp_path / "whole.json"
+    assert main([*base, "--json", str(whole)]) == 1
+    want = diag(json.loads(whole.read_text()))
+    assert want and all(sup != "{}" for _, sup in want), want  # the fault is diagnosed, with its support
+    counts = tmp_path / "counts.json"
+    assert main([*base, "--json", str(counts), "--json-passes", "counts"]) == 1
+    assert diag(json.loads(counts.read_text())) == want
+    for passes in ("all", "counts"):
+        parts = [tmp_path / f"{passes}-{k}.json" for k in range(2)]
+        for k, p in enumerate(parts):
+            main([*base, "--shard", f"{k}/2", "--json", str(p), "--json-passes", passes])
+        out = tmp_path / f"m-{passes}.json"
+        assert main(["merge-reports", str(out), *map(str, parts), "--quiet"]) == 1
+        assert diag(json.loads(out.read_text())) == want, passes
