@@ -128,6 +128,24 @@ def _as_finding(f: Any) -> Finding:
     return Finding(**{k: f.get(k, "" if k in ("message", "fault") else None) for k in keys})
 
 
+def _weight(f: Any) -> int:
+    """How many findings ``f`` stands for: a folded pass entry of ``--json-passes counts``
+    (:func:`conformance.report._pass_counts`) its ``count`` (an int >= 0), anything else 1."""
+    n = f.get("count") if isinstance(f, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 1
+
+
+def _expand(findings: Iterable[Any]) -> list[Finding]:
+    """Findings as :class:`Finding` objects, a folded entry with ``count`` n repeated n times (the
+    same object, not copies), so that support counts ("n/m samples") and majorities are those
+    of the full report."""
+    out: list[Finding] = []
+    for f in findings:
+        x = _as_finding(f)
+        out.extend([x] * _weight(f))
+    return out
+
+
 def _parse(text: Any) -> Optional[Boundary]:
     try:
         return Boundary.parse(text) if isinstance(text, (str, Boundary)) else None
@@ -879,7 +897,9 @@ def diagnose(contract: Contract, findings: Iterable[Any], *, translate: Optional
 
     Args:
         contract: the contract the findings were judged against.
-        findings: :class:`conformance.findings.Finding` objects or their JSON dicts (a report file).
+        findings: :class:`conformance.findings.Finding` objects or their JSON dicts (a report file);
+            a dict with ``count`` (a pass entry folded by ``--json-passes counts``,
+            :func:`conformance.report._pass_counts`) weighs as ``count`` findings.
         translate: ``(tool, boundaries, contract) -> ToolIds`` for the ids to write (default
             :func:`translate_ids`, i.e. :func:`conformance.engine_ids.boundaries_to_tool`).
 
@@ -889,7 +909,7 @@ def diagnose(contract: Contract, findings: Iterable[Any], *, translate: Optional
         Empty when nothing failed or no pattern is recognised (the failing checks still say what
         failed).
     """
-    fs = [_as_finding(f) for f in findings]
+    fs = _expand(findings)
     if not any(f.status == "fail" for f in fs):
         return []
     fx = _Fixer(contract, translate or translate_ids)

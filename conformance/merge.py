@@ -13,8 +13,12 @@ Missing shards (of i/N, some i absent) add a failed finding ``shards_complete`` 
 ``"data"``: a crashed or forgotten shard task must not look like a pass. ``--allow-missing``
 records it as a skip instead.
 
-Parts that cannot be merged (unreadable or malformed, different contracts or datasets, data read in different formats, the same
-shard given twice) raise :class:`MergeError`, a :class:`conformance.errors.DataError`.
+Parts that cannot be merged raise :class:`MergeError`, a :class:`conformance.errors.DataError`:
+unreadable or malformed; different contracts; datasets of different sizes or of different
+``meta.dataset_identity`` (:func:`conformance.scan.dataset_identity`; parts without it, older
+reports, are compared by size only); data read in different formats; different shard counts
+(``0/3`` with ``1/2``: no set of such parts covers every sample once); different fingerprint
+settings (``--sample``, ``--seed``, ``--batch-size``); the same shard given twice.
 """
 
 from __future__ import annotations
@@ -66,8 +70,9 @@ def _check_mergeable(docs: list[dict[str, Any]], names: list[str], metas: list[d
     """The parts' dataset sizes (as strings).
 
     Raises:
-        MergeError: different contracts, different dataset sizes, data read in different formats
-            (``meta.format``: a speculators dataset and vLLM extraction files), or a shard given twice.
+        MergeError: different contracts, different dataset sizes or identities, data read in
+            different formats (``meta.format``: a speculators dataset and vLLM extraction files),
+            different shard counts, different fingerprint settings, or a shard given twice.
     """
     ids = [_identity(d) for d in docs]
     if all(ids):
@@ -89,14 +94,54 @@ def _check_mergeable(docs: list[dict[str, Any]], names: list[str], metas: list[d
     sizes = {str(m["samples"]) for m in metas if "samples" in m}
     if len(sizes) > 1:
         raise MergeError(f"the parts describe datasets of different sizes {sorted(sizes)}: not one dataset")
+    ident = [(n, m["dataset_identity"], m.get("data", "?")) for n, m in zip(names, metas) if "dataset_identity" in m]
+    if len({i for _, i, _ in ident}) > 1:
+        odd = next(x for x in ident if x[1] != ident[0][1])
+        raise MergeError(f"{odd[0]} checked dataset {odd[1]} (data {odd[2]}), {ident[0][0]} dataset "
+                         f"{ident[0][1]} (data {ident[0][2]}): not the same dataset")
+    _check_fingerprint_settings(names, metas)
     seen: dict[str, str] = {}
+    counts: list[tuple[str, str, int]] = []
     for name, s in zip(names, [m.get("shard") for m in metas]):
         if s is None:
             continue
+        try:
+            i, n = (int(x) for x in str(s).split("/"))
+            if not 0 <= i < n:
+                raise ValueError
+        except ValueError:
+            raise MergeError(f"{name}: meta.shard {s!r} is not i/N with 0 <= i < N") from None
+        if counts and n != counts[0][2]:
+            raise MergeError(f"shard {s} in {name}, shard {counts[0][1]} in {counts[0][0]}: parts of different "
+                             "shard counts cannot cover the dataset once")
+        counts.append((name, s, n))
         if s in seen:
             raise MergeError(f"shard {s} is in both {seen[s]} and {name}: its findings would count twice")
         seen[s] = name
     return sizes
+
+
+#: ``meta.fingerprint_sample`` keys that decide which samples are fingerprinted and by which shard
+#: (:func:`conformance.scan.fingerprint_sample`, :func:`conformance.scan.loader_batches`), and their flags
+_FP_SETTINGS = (("size", "--sample"), ("seed", "--seed"), ("batch_size", "--batch-size"))
+
+
+def _check_fingerprint_settings(names: list[str], metas: list[dict[str, Any]]) -> None:
+    """Parts must draw the same fingerprint sample: same ``--sample``, ``--seed`` and ``--batch-size``
+    (the batch decides which shard fingerprints a sampled sample). Parts without
+    ``meta.fingerprint_sample`` are not compared.
+
+    Raises:
+        MergeError: a setting differs; the message names it, its values and the two parts.
+    """
+    fs = [(n, m["fingerprint_sample"]) for n, m in zip(names, metas) if isinstance(m.get("fingerprint_sample"), dict)]
+    for key, flag in _FP_SETTINGS:
+        have = [(n, f[key]) for n, f in fs if key in f]
+        odd = next((x for x in have if x[1] != have[0][1]), None)
+        if odd is not None:
+            raise MergeError(f"{odd[0]} ran with {flag} {odd[1]}, {have[0][0]} with {flag} {have[0][1]}: "
+                             "the parts fingerprinted different samples, so their fingerprint samples do not "
+                             "add up to one run's")
 
 
 def _shard_coverage(meta: dict[str, Any], shards: list, allow_missing: bool) -> list[dict[str, Any]]:
@@ -154,7 +199,7 @@ def merge_docs(docs: list[dict[str, Any]], names: list[str], allow_missing: bool
     ``shards_complete`` finding: status fail, or skip with ``allow_missing``.
 
     Raises:
-        MergeError: different contracts, different dataset sizes, or a shard given twice.
+        MergeError: see :func:`_check_mergeable`.
     """
     if not docs:
         raise MergeError("no reports to merge")
@@ -162,7 +207,7 @@ def merge_docs(docs: list[dict[str, Any]], names: list[str], allow_missing: bool
     sizes = _check_mergeable(docs, names, metas)
     findings = [f for d in docs for f in d["findings"]]
     meta: dict[str, Any] = {"merged_from": list(names), "parts": len(docs)}
-    for key in ("contract_name", "contract_sha256", "sharding", "reference", "format", "reader"):
+    for key in ("contract_name", "contract_sha256", "sharding", "reference", "format", "reader", "dataset_identity"):
         vals = {json.dumps(m.get(key)) for m in metas if key in m}
         if len(vals) == 1:
             meta[key] = json.loads(vals.pop())

@@ -705,6 +705,43 @@ def detect_format(data_dir: str | Path, requested: str = "auto") -> str:
                     f"'token_ids' [T]); found {found}{hint}")
 
 
+def dataset_identity(data_dir: str | Path, fmt: str, samples: int) -> str:
+    """A cheap identity of the dataset at ``data_dir`` (no sample is read), recorded as
+    ``meta.dataset_identity`` so that :mod:`conformance.merge` refuses parts of two datasets of one
+    size. It never includes the absolute path: the same dataset mounted elsewhere has the same identity.
+
+    - :data:`SPECULATORS`: ``"arrow:<fingerprints>:<samples>"``, the ``_fingerprint`` field(s) of
+      the ``datasets`` ``save_to_disk`` ``state.json`` (of ``data_dir`` and, for a dataset dict, of
+      its immediate subfolders; ``datasets`` arrow_dataset.py ``Dataset.save_to_disk`` writes it),
+      ``"-"`` when there is none or it cannot be read, and the number of samples.
+    - :data:`VLLM_EXTRACTION`: ``"files:<sha256>"`` of the sorted lines ``"<name> <size in bytes>"``
+      of :func:`extraction_files`.
+
+    Never raises: an unreadable state.json or file counts as absent.
+    """
+    import json
+
+    d = Path(data_dir)
+    if fmt == VLLM_EXTRACTION:
+        lines = []
+        for f in extraction_files(d)[1]:
+            try:
+                size = f.stat().st_size
+            except OSError:
+                size = -1
+            lines.append(f"{f.name} {size}")
+        return "files:" + hashlib.sha256("\n".join(sorted(lines)).encode()).hexdigest()
+    fps = []
+    for state in [d / "state.json", *sorted(d.glob("*/state.json"))]:
+        try:
+            fp = json.loads(state.read_text(encoding="utf-8")).get("_fingerprint")
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            continue
+        if isinstance(fp, str) and fp:
+            fps.append(fp if state.parent == d else f"{state.parent.name}={fp}")
+    return f"arrow:{','.join(fps) or '-'}:{samples}"
+
+
 def _names(xs: list[str], most: int = 8) -> str:
     return ", ".join(xs[:most]) + (f" and {len(xs) - most} more" if len(xs) > most else "")
 
@@ -1080,6 +1117,7 @@ def _scan_meta(c: Contract, data_dir, parts: list[dict[str, Any]], findings: lis
         "workers": workers,
         "reference": str(reference_dir) if reference_dir else "none (slot identity not checked)",
         "fingerprint_sample": {"size": sample, "seed": seed, "batch_size": batch_size, "indices": fps},
+        "dataset_identity": dataset_identity(data_dir, fmt, parts[0]["samples"]),
         "scope": _scope(c, fps, seed, reference_dir, fmt),
         "slot_stats": merge_slot_stats([p["slot_stats"] for p in parts]),
         "bytes": sum(p["bytes"] for p in parts),

@@ -271,6 +271,22 @@ def test_diagnose_reads_json_findings_as_well(base):
     assert [d.to_json() for d in from_json] == [d.to_json() for d in diagnose(base[2], fs)]
 
 
+def test_folded_pass_counts_weigh_as_their_count(base):
+    """A report written with --json-passes counts (report._pass_counts: passes folded per path,
+    check and slot with a ``count``) diagnoses as the full report: a folded entry is ``count`` passes.
+    The fault is on a minority of the findings (one faulty run among three good ones), where
+    counting a folded entry as one pass would turn it into a majority."""
+    from conformance import report
+
+    bad = _train(base, _op(base, "ids-shifted"))
+    good = _train(base)
+    full = [f.to_json() for f in bad + good * 3]
+    folded = json.loads(json.dumps(report._pass_counts(bad + good * 3)))
+    assert len(folded) < len(full) and any(f.get("count", 1) > 1 for f in folded)
+    want = [d.to_json() for d in diagnose(base[2], full)]
+    assert [d.to_json() for d in diagnose(base[2], folded)] == want
+
+
 # --- SGLang paths: the real harness ------------------------------------------------------------------
 
 sglang_only = pytest.mark.skipif(not HAS_SGLANG, reason="SGLang is not installed")

@@ -372,3 +372,163 @@ def test_merge_diagnoses_like_one_run(tiny, tmp_path, capsys):
     assert main(["merge-reports", str(tmp_path / "m3.json"), str(a), str(b), "--contract", str(other)]) == 2
     err = capsys.readouterr().err
     assert "not the same contract" in err and "Traceback" not in err and not (tmp_path / "m3.json").exists()
+
+
+# --- merge-reports refuses parts that do not belong together ------------------------------------
+
+
+def _part(tmp_path, name, data, *extra) -> Path:
+    out = tmp_path / name
+    rc = main(["check-data", str(TINY), "--data", str(data), "--no-reference", "--quiet", "--json", str(out),
+               *map(str, extra)])
+    assert rc == 0, rc
+    return out
+
+
+def test_merge_refuses_parts_of_different_shard_counts(tiny, tmp_path, capsys):
+    """0/3, 1/2 and 2/3 cover samples {0,3,6,9} + {1,3,5,7,9,11} + {2,5,8,11}: sample 10 never
+    checked, 3/5/9/11 twice; refused (exit 2) naming the two parts and their shard counts."""
+    a = _part(tmp_path, "A.json", tiny.data_dir, "--sample", 0, "--shard", "0/3")
+    b = _part(tmp_path, "B.json", tiny.data_dir, "--sample", 0, "--shard", "1/2")
+    c = _part(tmp_path, "C.json", tiny.data_dir, "--sample", 0, "--shard", "2/3")
+    out = tmp_path / "m.json"
+    capsys.readouterr()
+    assert main(["merge-reports", str(out), str(a), str(b), str(c)]) == 2
+    err = capsys.readouterr().err
+    assert (f"shard 1/2 in {b}, shard 0/3 in {a}: parts of different shard counts cannot cover the dataset once"
+            in err), err
+    assert "Traceback" not in err and not out.exists()
+
+
+@pytest.mark.parametrize("flag,values", [("--seed", (0, 1)), ("--sample", (2, 3)), ("--batch-size", (2, 4))])
+def test_merge_refuses_parts_with_different_fingerprint_settings(tiny, tmp_path, capsys, flag, values):
+    settings = {"--seed": 0, "--sample": 2, "--batch-size": 2}
+    parts = []
+    for k, v in enumerate(values):
+        opts = [x for f, d in {**settings, flag: v}.items() for x in (f, d)]
+        parts.append(_part(tmp_path, f"p{k}.json", tiny.data_dir, *opts, "--shard", f"{k}/2"))
+    out = tmp_path / "m.json"
+    capsys.readouterr()
+    assert main(["merge-reports", str(out), *map(str, parts)]) == 2
+    err = capsys.readouterr().err
+    assert f"{parts[1]} ran with {flag} {values[1]}, {parts[0]} with {flag} {values[0]}" in err, err
+    assert "Traceback" not in err and not out.exists()
+    # the same settings merge
+    same = _part(tmp_path, "same.json", tiny.data_dir, *[x for f, d in settings.items() for x in (f, d)],
+                 "--shard", "1/2")
+    assert main(["merge-reports", str(out), str(parts[0]), str(same), "--quiet"]) == 0
+
+
+@pytest.fixture(scope="module")
+def other_same_size(tiny, tiny_ref, tmp_path_factory):
+    """Another speculators dataset of the tiny pair with as many samples as the tiny fixture's."""
+    from datasets import load_from_disk
+
+    from conformance.datagen import write_speculators_dataset
+    from conformance.fixtures import sample_token_ids
+
+    n = len(load_from_disk(str(tiny.data_dir)))
+    samples = sample_token_ids(tiny.spec, n, 6, 16, seed=1234)
+    return write_speculators_dataset(tmp_path_factory.mktemp("other") / "data", tiny_ref, samples,
+                                     slots=["B_1", "B_2", "B_3", "B_5"])
+
+
+def test_merge_refuses_parts_of_different_datasets_of_one_size(tiny, other_same_size, tmp_path, capsys):
+    a = _part(tmp_path, "a.json", tiny.data_dir, "--sample", 0, "--shard", "0/2")
+    b = _part(tmp_path, "b.json", other_same_size, "--sample", 0, "--shard", "1/2")
+    ma, mb = (json.loads(p.read_text())["meta"] for p in (a, b))
+    assert ma["samples"] == mb["samples"] and ma["dataset_identity"] != mb["dataset_identity"]
+    out = tmp_path / "m.json"
+    capsys.readouterr()
+    assert main(["merge-reports", str(out), str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert f"{b} checked dataset {mb['dataset_identity']}" in err and str(a) in err, err
+    assert "not the same dataset" in err and "Traceback" not in err and not out.exists()
+    # the same dataset at another path (another machine's mount) merges
+    moved = tmp_path / "elsewhere" / "data"
+    shutil.copytree(tiny.data_dir, moved)
+    c = _part(tmp_path, "c.json", moved, "--sample", 0, "--shard", "1/2")
+    assert json.loads(c.read_text())["meta"]["dataset_identity"] == ma["dataset_identity"]
+    assert main(["merge-reports", str(out), str(a), str(c), "--quiet"]) == 0
+    assert json.loads(out.read_text())["meta"]["complete"] is True
+    # older parts without the field merge as before (compared by size only)
+    for p in (a, b):
+        doc = json.loads(p.read_text())
+        del doc["meta"]["dataset_identity"]
+        p.write_text(json.dumps(doc))
+    assert main(["merge-reports", str(out), str(a), str(b), "--quiet"]) == 0
+
+
+def test_dataset_identity_of_vllm_files_is_names_and_sizes_not_the_path(tiny, tmp_path):
+    from conformance.scan import VLLM_EXTRACTION, dataset_identity
+
+    d = tmp_path / "a"
+    shutil.copytree(tiny.data_dir / "hidden_states", d)
+    moved = tmp_path / "b" / "mount"
+    shutil.copytree(d, moved)
+    ident = dataset_identity(d, VLLM_EXTRACTION, 12)
+    assert ident.startswith("files:") and dataset_identity(moved, VLLM_EXTRACTION, 12) == ident
+    victim = sorted(moved.glob("*.safetensors"))[0]
+    victim.write_bytes(victim.read_bytes() + b"\0")  # another file size
+    assert dataset_identity(moved, VLLM_EXTRACTION, 12) != ident
+    victim.rename(moved / ("x" + victim.name))  # another file name
+    assert dataset_identity(moved, VLLM_EXTRACTION, 12) != ident
+
+
+@pytest.fixture(scope="module")
+def seed_incident(tiny, tiny_ref, tmp_path_factory):
+    """Data captured at B_0, B_2, B_4, B_5 for a contract of B_2, B_4, B_5 (+ verifier): the slots
+    shifted by one boundary (as tests/test_cli_and_plugin.py's seed_incident_data)."""
+    from conformance.datagen import write_speculators_dataset
+    from conformance.fixtures import sample_token_ids
+
+    samples = sample_token_ids(tiny.spec, 4, 3, 16, seed=11)
+    return write_speculators_dataset(tmp_path_factory.mktemp("seed") / "data", tiny_ref, samples,
+                                     slots=["B_0", "B_2", "B_4", "B_5"])
+
+
+@pytest.fixture(scope="module")
+def noise_in_two(tiny, tmp_path_factory):
+    """A copy of the tiny dataset whose samples 1 and 2 hold noise (of the stored RMS) in every slot:
+    a minority of samples (2 of 12) that match no boundary of the reference."""
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path_factory.mktemp("noise") / "data"
+    shutil.copytree(tiny.data_dir, out)
+    g = torch.Generator().manual_seed(7)
+    for i in (1, 2):
+        f = out / "hidden_states" / f"hs_{i}.safetensors"
+        d = load_file(str(f))
+        hs = d["hidden_states"]
+        scale = hs.float().pow(2).mean().sqrt()
+        d["hidden_states"] = (torch.randn(hs.shape, generator=g) * scale).to(hs.dtype)
+        save_file(d, str(f))
+    return out
+
+
+@pytest.mark.parametrize("data", ["noise_in_two", "seed_incident"])
+def test_counts_parts_merged_diagnose_like_the_unsharded_full_run(data, request, tiny, tmp_path, capsys):
+    """A folded pass entry stands for ``count`` findings: the diagnoses of --json-passes counts
+    reports (one, or shards merged) equal those of the unsharded full report (kinds and support
+    strings). noise_in_two: 2 of 12 samples fail, so counting a folded entry as one pass
+    turned "2/12 samples" into "2/3" and a minority into a false majority."""
+    base = ["check-data", str(TINY), "--data", str(request.getfixturevalue(data)), "--reference",
+            str(tiny.target_dir), "--quiet"]
+
+    def diag(doc):
+        return sorted((d["kind"], json.dumps(d["support"], sort_keys=True)) for d in doc["diagnoses"])
+
+    whole = tmp_path / "whole.json"
+    assert main([*base, "--json", str(whole)]) == 1
+    want = diag(json.loads(whole.read_text()))
+    assert want and all(sup != "{}" for _, sup in want), want  # the fault is diagnosed, with its support
+    counts = tmp_path / "counts.json"
+    assert main([*base, "--json", str(counts), "--json-passes", "counts"]) == 1
+    assert diag(json.loads(counts.read_text())) == want
+    for passes in ("all", "counts"):
+        parts = [tmp_path / f"{passes}-{k}.json" for k in range(2)]
+        for k, p in enumerate(parts):
+            main([*base, "--shard", f"{k}/2", "--json", str(p), "--json-passes", passes])
+        out = tmp_path / f"m-{passes}.json"
+        assert main(["merge-reports", str(out), *map(str, parts), "--quiet"]) == 1
+        assert diag(json.loads(out.read_text())) == want, passes
