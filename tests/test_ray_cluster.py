@@ -104,7 +104,13 @@ def test_two_node_scan_spreads_over_both_nodes_and_equals_one_process(two_nodes,
     one, two = tmp_path / "one.json", tmp_path / "two.json"
     base = ["check-data", str(TINY), "--data", str(tiny.data_dir), "--no-reference", "--sample", "2", "--quiet"]
     assert main([*base, "--json", str(one)]) == 0
-    assert main([*base, "--workers", "2", "--ray-address", two_nodes, "--json", str(two)]) == 0
+    # the cluster run in its own process, as a user runs it: Ray in this pytest process may already
+    # have been started and shut down by another test, and re-joining another cluster from the same
+    # process after that hung (the tasks never ran)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-m", "conformance.cli", *base, "--workers", "2", "--ray-address", two_nodes,
+                        "--json", str(two)], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     a, b = json.loads(one.read_text()), json.loads(two.read_text())
     key = lambda f: json.dumps(f, sort_keys=True)  # noqa: E731
     assert [key(f) for f in b["findings"]] == [key(f) for f in a["findings"]]
