@@ -55,6 +55,17 @@ def good_caps(tiny_loader):
     return tiny_loader.batch(idx)
 
 
+def tree_digest(root) -> str:
+    """sha256 over every file under ``root`` (relative names and bytes): inputs must be unchanged."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in sorted(Path(root).rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(root)).encode() + p.read_bytes())
+    return h.hexdigest()
+
+
 def contract_with(contract, **changes):
     """A copy of ``contract`` with dotted-path fields replaced, validated through the model.
 

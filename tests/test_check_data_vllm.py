@@ -9,7 +9,6 @@ which boundary a plane holds is judged against the reference, never against the 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import pickle
 import shutil
@@ -17,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import tree_digest
 import torch
 
 from conformance.cli import main
@@ -29,12 +29,6 @@ AUX = ["B_2", "B_4", "B_5"]
 GOOD = AUX + ["B_8"]  # the aux ids then L, as speculators' launcher lists them (N = K + 1)
 
 
-def _hash(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(str(p.relative_to(root)).encode() + p.read_bytes())
-    return h.hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +68,7 @@ def _fails(doc, path=None):
 
 
 def test_connector_files_conform_every_file_scanned_fingerprints_on_the_sample(good_dir, prompts, tmp_path, capsys):
-    before = _hash(good_dir)
+    before = tree_digest(good_dir)
     rc, doc, _ = _check(tmp_path, capsys, good_dir, "--sample", 3, "--seed", 1)
     assert rc == 0, [f["message"] for f in _fails(doc)]
     m = doc["meta"]
@@ -95,7 +89,7 @@ def test_connector_files_conform_every_file_scanned_fingerprints_on_the_sample(g
     assert {f["path"] for f in doc["findings"] if f["check"] == "verifier_identity"} == {VLLM_PATH}
     assert set(m["slot_stats"]) == {"slot 0", "slot 1", "slot 2", "verifier"}
     assert m["slot_stats"]["slot 0"]["rows"] == sum(map(len, prompts))
-    assert _hash(good_dir) == before
+    assert tree_digest(good_dir) == before
 
 
 def test_sampled_findings_equal_check_offlines_on_the_same_files(good_dir, write, tiny, tiny_contract):
@@ -194,7 +188,7 @@ def test_bad_files_are_findings_naming_the_file_never_a_traceback(good_dir, tmp_
     (d / "evil.pt").write_bytes(pickle.dumps(_Boom(marker)))
     (d / "sub").mkdir()  # the connector writes one flat folder: subdirectories are listed, not read
     shutil.copy(d / "req-0.safetensors", d / "sub" / "nested.safetensors")
-    before = _hash(d)
+    before = tree_digest(d)
     rc, doc, _ = _check(tmp_path, capsys, d, "--sample", -1)
     assert rc == 1 and not marker.exists()
     na = [(f["path"], f["where"], f["message"]) for f in doc["findings"]
@@ -210,7 +204,7 @@ def test_bad_files_are_findings_naming_the_file_never_a_traceback(good_dir, tmp_
     stray = [f for f in doc["findings"] if f["check"] == "data_files"]
     assert len(stray) == 1 and stray[0]["status"] == "skip" and "evil.pt" in stray[0]["message"]
     assert "sub/" in stray[0]["message"] and not [f for f in doc["findings"] if "nested" in f["where"]]
-    assert _hash(d) == before
+    assert tree_digest(d) == before
 
 
 @pytest.mark.parametrize("layout", ["empty", "only-pt", "no-keys"])
@@ -223,13 +217,13 @@ def test_not_extraction_output_exit_2_saying_what_was_expected(tmp_path, capsys,
         (d / "a.pt").write_bytes(pickle.dumps(_Boom(tmp_path / "marker")))
     elif layout == "no-keys":
         save_file({"weight": torch.zeros(2, 2)}, str(d / "model.safetensors"))
-    before = _hash(d)
+    before = tree_digest(d)
     rc, doc, cap = _check(tmp_path, capsys, d)
     assert rc == 2 and doc is None
     assert "not a speculators Arrow dataset" in cap.err and "'hidden_states'" in cap.err, cap.err
     if layout == "only-pt":
         assert "check-offline" in cap.err and not (tmp_path / "marker").exists()
-    assert _hash(d) == before
+    assert tree_digest(d) == before
 
 
 def test_the_directory_above_a_dataset_is_not_read_as_extraction_files(tiny, tmp_path, capsys):
@@ -391,7 +385,7 @@ def test_fp8_extraction_files_read_through_fp8_conform(fp8_dir, tmp_path, capsys
     """transfer: fp8 on FP8 connector files: the fingerprint reader dequantises with hs-connectors'
     own ``dequantize_fp8_tensor`` (no float8 dtype failure, no magnitude diagnosis), and
     ``transfer_backend`` / ``fp8_scale_error`` judge the vLLM captures as they judge training data."""
-    before = _hash(fp8_dir)
+    before = tree_digest(fp8_dir)
     rc, doc, out = _check_with(tmp_path, capsys, _contract(tmp_path, "fp8"), fp8_dir, "--sample", -1)
     assert rc == 0, [f["message"] for f in _fails(doc)]
     assert not doc["diagnoses"]
@@ -403,7 +397,7 @@ def test_fp8_extraction_files_read_through_fp8_conform(fp8_dir, tmp_path, capsys
     assert {f["slot"] for f in fe} == {"slot 0", "slot 1", "slot 2", "verifier"}
     dt = [f for f in doc["findings"] if f["check"] == "dtype" and f["path"] == VLLM_PATH]
     assert dt and all(f["status"] == "pass" for f in dt)
-    assert _hash(fp8_dir) == before
+    assert tree_digest(fp8_dir) == before
 
 
 def test_fp8_extraction_files_read_as_file_fail_naming_the_file_as_it_is(fp8_dir, tmp_path, capsys):

@@ -4,12 +4,12 @@ torch.load(weights_only=True); a pickle that would run code is refused and never
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 
 import pytest
+from conftest import tree_digest
 import torch
 
 from conformance.cli import main
@@ -21,12 +21,6 @@ TINY = REPO / "contracts" / "tiny-llama.yaml"
 AUX = ["B_2", "B_4", "B_5"]
 
 
-def _hash(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(str(p.relative_to(root)).encode() + p.read_bytes())
-    return h.hexdigest()
 
 
 def _legacy(ref, ids, slots=AUX + ["B_8"]):
@@ -72,12 +66,12 @@ def test_legacy_pt_conforms_and_files_are_untouched(tmp_path, tiny, tiny_ref, sa
     d.mkdir()
     for i, ids in enumerate(samples):
         torch.save(_legacy(tiny_ref, ids), d / f"sample_{i}.pt")
-    before = _hash(d)
+    before = tree_digest(d)
     rc, fs, _ = _run([TINY, "--files", d, "--reference", tiny.target_dir], tmp_path, capsys)
     assert rc == 0, [f["message"] for f in fs if f["status"] == "fail"]
     assert {f["path"] for f in fs} == {"training-legacy"}
     assert sum(f["check"] == "slot_identity" and f["status"] == "pass" for f in fs) == 3 * len(samples)
-    assert _hash(d) == before
+    assert tree_digest(d) == before
 
 
 def test_legacy_pt_seed_incident_names_the_embedding(tmp_path, tiny, tiny_ref, samples, capsys):
@@ -132,7 +126,7 @@ def test_pickle_that_would_run_code_is_refused_never_executed(tmp_path, tiny, ti
     d.mkdir()
     torch.save(_legacy(tiny_ref, samples[0]), d / "a_good.pt")
     torch.save({"input_ids": torch.arange(4), "hidden_states": [_Evil(marker)]}, d / "b_evil.pt")
-    before = _hash(d)
+    before = tree_digest(d)
     rc, fs, _ = _run([TINY, "--files", d, "--reference", tiny.target_dir], tmp_path, capsys)
     assert not marker.exists()
     assert rc == 1  # the good file is still checked
@@ -140,7 +134,7 @@ def test_pickle_that_would_run_code_is_refused_never_executed(tmp_path, tiny, ti
     assert len(bad) == 1 and "b_evil.pt" in bad[0]["message"] and "refused" in bad[0]["message"]
     assert "posix.system" in bad[0]["message"] or "os.system" in bad[0]["message"]
     assert any(f["check"] == "slot_identity" and f["status"] == "pass" for f in fs)
-    assert _hash(d) == before
+    assert tree_digest(d) == before
     # only the evil file: nothing could be read -> exit 2, and still nothing executed
     rc, _, err = _run([TINY, "--files", d / "b_evil.pt", "--no-reference"], tmp_path, capsys)
     assert rc == 2 and "could be read" in err
@@ -224,9 +218,9 @@ def test_folder_of_vllm_files_with_a_stray_pickle_is_read_whole(tmp_path, tiny, 
 
     d = write_vllm_extraction(tmp_path / "vx", tiny_ref, samples, slots=AUX + ["B_8"])
     torch.save(_legacy(tiny_ref, samples[0]), d / "stray.pt")
-    before = _hash(d)
+    before = tree_digest(d)
     rc, findings, err = _run([TINY, "--files", d, "--reference", tiny.target_dir], tmp_path, capsys)
     read = {f["where"].split(" ")[0] for f in findings if f["check"] == "sample_available"}
     assert len([f for f in findings if f["check"] == "sample_available"]) == len(samples) + 1, read
     assert rc == 0, [f for f in findings if f["status"] == "fail"][:3]
-    assert _hash(d) == before
+    assert tree_digest(d) == before

@@ -7,7 +7,6 @@ findings naming the file, and a pickle that would run code is never executed."""
 from __future__ import annotations
 
 import gzip
-import hashlib
 import os
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from conformance.checks import run_checks  # noqa: E402
 from conformance.contract import load_contract, semantic_problems  # noqa: E402
 from conformance.tools import specforge_loader as sl  # noqa: E402
 
-from conftest import contract_with  # noqa: E402
+from conftest import contract_with, tree_digest  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SF_TINY = REPO / "contracts" / "tiny-llama-specforge.yaml"
@@ -50,12 +49,6 @@ def sf_data(tmp_path_factory, tiny_ref, samples):
     return sl.write_dataset(out, tiny_ref.capture, ids, masks, aux=AUX, batch_size=2, compress=(1,))
 
 
-def _hash(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(str(p.relative_to(root)).encode() + p.read_bytes())
-    return h.hexdigest()
 
 
 def test_layout_is_specforges(sf_data):
@@ -150,11 +143,11 @@ def test_bad_files_are_findings_naming_the_file_never_executed(tmp_path, sf_data
     with gzip.open(d / "data_5.ckpt.gz", "wb") as f:
         f.write(b"not a torch file")                                                  # foreign .gz
     (d / "data_6.ckpt").write_bytes(good.read_bytes())                                # a good one
-    before = _hash(d)
+    before = tree_digest(d)
     loader = sl.SpecForgeLoader(d, 64)
     caps = loader.batch(list(range(len(loader))))
     assert not marker.exists()
-    assert _hash(d) == before
+    assert tree_digest(d) == before
     why = {Path(c.provenance["file"]).name: c.unavailable for c in caps}
     assert "refused" in why["data_0.ckpt"] and "system" in why["data_0.ckpt"]
     assert "data_1.ckpt" in why["data_1.ckpt"]
@@ -219,12 +212,12 @@ def test_check_offline_reads_a_specforge_directory_through_specforges_chain(tmp_
     from conformance.cli import main
 
     out = tmp_path / "f.json"
-    before = _hash(sf_data)
+    before = tree_digest(sf_data)
     assert main(["check-offline", str(SF_TINY), "--files", str(sf_data), "--quiet", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert not [f for f in doc["findings"] if f["status"] == "fail"]
     assert any(f["check"] == "loss_mask_alignment" and f["status"] == "pass" for f in doc["findings"])
-    assert _hash(sf_data) == before
+    assert tree_digest(sf_data) == before
     # a contract stating speculators' pairing fails on the same files (verifier F, unshifted mask)
     assert main(["check-offline", str(REPO / "contracts" / "tiny-llama.yaml"), "--files", str(sf_data),
                  "--quiet"]) == 1
