@@ -77,6 +77,7 @@ from conformance.capture import Capture  # noqa: E402
 from conformance.contract import Contract, contract_source  # noqa: E402
 from conformance.errors import DataError  # noqa: E402
 from conformance.findings import Finding  # noqa: E402
+from conformance.fp8_payload import SCALES_KEY  # noqa: E402  (hs-connectors' FP8 scales key)
 from conformance.tools.vllm_hidden_states import PATH as VLLM_PATH  # noqa: E402
 
 DISK_PATH = "training-disk"
@@ -96,8 +97,6 @@ SHARDING = "modulo: shard i/N owns the samples s with s % N == i"
 DISK_CHECKS = ("sample_available", "slot_count", "feature_width", "verifier_width", "dtype", "id_dtype",
                "finite", "row_count", "token_ids", "norm_band", "transfer_backend")
 
-SCALES_KEY = "hidden_states_scales"
-"""hs-connectors' FP8 scales key (``hs_connectors.fp8_utils.SCALES_KEY``)."""
 
 _DTYPE_OF = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -471,7 +470,9 @@ def _disk_findings(c: Contract, rc: Contract, i: int, hs_path: Path, src_ids: Op
     # one streamed pass over the data: per-row per-slot RMS, float32 [T, N]
     buf = buf_holder[0] if buf_holder else None
     rows_per_block = max(1, block_elems // max(N * H, 1))
-    if hs.dtype != torch.float32 and N * H and (buf is None or buf.shape[1:] != (N, H) or buf.shape[0] < min(rows_per_block, T)):
+    # float32 scratch, kept across samples, for the dtypes slot_rms converts in row blocks (not
+    # float32, read directly; not bfloat16, reduced by torch's bf16 norm without a copy)
+    if hs.dtype not in (torch.float32, torch.bfloat16) and N * H and (buf is None or buf.shape[1:] != (N, H) or buf.shape[0] < min(rows_per_block, T)):
         buf = torch.empty(max(1, min(rows_per_block, T)), N, H, dtype=torch.float32)
         buf_holder[:] = [buf]
     edges = _band_edges(c, N, last) if H == c.draft.target_hidden_size and not dequant else None  # fp8: exact

@@ -33,6 +33,8 @@ from conformance import torch_env
 torch_env.prepare()
 import torch  # noqa: E402
 
+from conformance.fp8_payload import SCALES_KEY  # noqa: E402  (hs-connectors' FP8 scales key)
+
 PATH = "training"
 """The ``Capture.path`` of what this loader hands the draft."""
 
@@ -49,8 +51,6 @@ class TrainingDataError(Exception):
 TRANSFERS = ("file", "fp8")
 """hs-connectors 0.9.0 backends the loader can read with (``training.transfer``)."""
 
-SCALES_KEY = "hidden_states_scales"
-"""The FP8 scales' key (``hs_connectors.fp8_utils.SCALES_KEY``, fp8_utils.py:15)."""
 
 
 def make_transfer(name: str, hs_dir: Path, dtype):
