@@ -12,23 +12,31 @@ T up to 4096, random values scaled per slot, and a contract with calibrated norm
 Then, for each dataset, each reader runs in its own subprocess:
 
 - ``raw``: ``safetensors.torch.load_file`` of every file, every tensor touched (one element per
-  4 KiB page, so every byte is read from disk);
+  4 KiB page, so every byte is read from disk; from a warm cache this only maps the cached
+  pages: no byte is copied or computed on);
+- ``raw-read``: every file read whole into one reusable 16 MiB buffer (``readinto``: every byte
+  copied out of the page cache once, the least any reader that looks at every value pays warm);
 - ``speculators``: ``speculators.train.data.ArrowDataset(max_len, datapath, on_missing="raise")``
   iterated ``ds[i]`` (hidden_states and verifier_last_hidden_states touched page by page);
 - ``check-data``: ``conformance check-data CONTRACT --data DIR --no-reference --sample 0``
-  (cheap checks on every row and slot, norm bands on; no fingerprints); and the same with
+  (cheap checks on every row and slot, norm bands on; no fingerprints; one worker with its
+  default CPUs: every core of the machine); ``check-data-1cpu``, the same with
+  ``--cpus-per-worker 1`` (one torch thread); and the same with
   ``--workers 2`` (two Ray tasks on a local Ray started on demand: the wall time includes starting
   Ray and the workers' imports; ``task s`` is the slowest task's own scan time); and
   ``--workers 2 --ray-address`` on a one-node cluster started before the clock (``ray start
-  --head``, 2 CPUs: a cluster that is already running; the run pays its workers' start and
-  imports). ``x 1 worker`` is one worker's seconds over these runs' seconds; ``tasks x 1 worker``
+  --head`` with this machine's CPUs, ``--cpus-per-worker`` half of them: a cluster that is
+  already running; the run pays its workers' start and imports). ``x 1 worker`` is one worker's seconds over these runs' seconds; ``tasks x 1 worker``
   the same over the slowest task's scan seconds.
 
 Each is measured with a cold page cache (``sync; echo 3 > /proc/sys/vm/drop_caches`` before
-every run; needs root, reported when unavailable) and again warm. Reported: GB/s (file bytes /
-wall seconds of the read loop, imports excluded), samples/s, ratio to raw, and peak RSS
-(``ru_maxrss`` of the subprocess) against the target "largest shard + 512 MB". Results are
-printed as a table and written as JSON. The data is deleted afterwards unless ``--keep``.
+every run; needs root, reported when unavailable) and again warm, ``--repeat R`` rounds each (a
+round runs every reader once, in turn, so drift of the disk or the machine hits all readers
+alike; the median round is reported with the min-max spread). Reported: GB/s (file bytes /
+wall seconds of the read loop, imports excluded), samples/s, ratio to raw and to raw-read, torch
+threads per worker, and peak RSS (``VmHWM`` of the subprocess; of the largest Ray task for the
+Ray readers) against the target "largest shard + 512 MB". Results are printed as a table and
+written as JSON. The data is deleted afterwards unless ``--keep``.
 """
 
 from __future__ import annotations
@@ -151,6 +159,13 @@ def child(kind: str, data: str, contract: str, out_json: str) -> None:
             for t in load_file(str(p)).values():
                 _touch(t)
         n, rc = len(files), 0
+    elif kind == "raw-read":
+        buf = memoryview(bytearray(16 << 20))
+        for p in files:
+            with open(p, "rb", buffering=0) as f:
+                while f.readinto(buf):
+                    pass
+        n, rc = len(files), 0
     elif kind == "speculators":
         ds = ArrowDataset(1 << 30, data, on_missing="raise")
         for i in range(len(ds)):
@@ -160,21 +175,28 @@ def child(kind: str, data: str, contract: str, out_json: str) -> None:
         n, rc = len(ds), 0
     else:
         workers = kind.split(":")[1].split("@")[0] if ":" in kind else "1"
-        extra = ["--ray-address", os.environ["BENCH_RAY_ADDRESS"]] if kind.endswith("@cluster") else []
+        extra = []
+        if kind.endswith("@cluster"):  # the machine's cores split over the tasks, as --workers does locally
+            extra = ["--ray-address", os.environ["BENCH_RAY_ADDRESS"],
+                     "--cpus-per-worker", str(max(_cores() // int(workers), 1))]
+        if kind.endswith("-1cpu"):
+            extra = ["--cpus-per-worker", "1"]
         rc = main(["check-data", contract, "--data", data, "--no-reference", "--sample", "0", "--quiet",
                    "--workers", workers, "--json", out_json + ".report.json", *extra])
         n = len(files)
     dt = time.perf_counter() - t0
     workers_peak = 0.0
     task_s = None
+    threads = [torch.get_num_threads()]
     if kind.startswith("check-data"):
         meta = json.loads(Path(out_json + ".report.json").read_text())["meta"]
         workers_peak = float(meta["peak_rss_mb"] or 0)
         task_s = max(meta["engine"]["task_seconds"]) if "engine" in meta else None
+        threads = meta["threads_per_worker"]
     Path(out_json).write_text(json.dumps({"kind": kind, "seconds": dt, "bytes": nbytes, "samples": n, "rc": rc,
                                           "maxrss_mb": vm_hwm_mb(), "maxrss_after_imports_mb": rss0,
                                           "maxrss_workers_mb": workers_peak if ":" in kind else 0.0,
-                                          "task_seconds_max": task_s}))
+                                          "task_seconds_max": task_s, "threads": threads}))
 
 
 def vm_hwm_mb() -> float:
@@ -206,8 +228,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _cores() -> int:
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 class RayHead:
-    """A one-node Ray cluster (``ray start --block --head``, 2 CPUs) started before a measurement
+    """A one-node Ray cluster (``ray start --block --head``, this machine's CPUs) started before a measurement
     and ended after it, as on a cluster that is already running: the measured run pays its job's
     worker start and imports, not the cluster's start."""
 
@@ -218,7 +247,7 @@ class RayHead:
         env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
                "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent), os.environ.get("PYTHONPATH", "")])}
         self.proc = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--block", "--head",
-                                      "--num-cpus=2", "--disable-usage-stats", "--include-dashboard=false",
+                                      f"--num-cpus={_cores()}", "--disable-usage-stats", "--include-dashboard=false",
                                       "--node-ip-address=127.0.0.1", f"--port={self.port}"],
                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
@@ -275,7 +304,7 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {platform.system()} {platform.release()}"
 
 
-KINDS = ["raw", "speculators", "check-data", "check-data:2", "check-data:2@cluster"]
+KINDS = ["raw", "raw-read", "speculators", "check-data", "check-data-1cpu", "check-data:2", "check-data:2@cluster"]
 
 
 def main() -> int:
@@ -285,6 +314,9 @@ def main() -> int:
     ap.add_argument("--widths", default="4096,7168", help="hidden sizes H, comma-separated")
     ap.add_argument("--json", default=None, help="results file (default OUT/results.json)")
     ap.add_argument("--keep", action="store_true", help="keep the synthetic data")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds per reader (each round runs every reader once, in turn); the median round "
+                         "is reported, with the spread (default 1)")
     ap.add_argument("--child", nargs=4, metavar=("KIND", "DATA", "CONTRACT", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -313,21 +345,34 @@ def main() -> int:
         cold_ok = drop_caches()
         results["cold_cache"] = cold_ok
         modes = (["cold"] if cold_ok else []) + ["warm"]
+        results["repeat"] = a.repeat
         for mode in modes:
             for ds in results["datasets"]:
                 if mode == "warm":
                     run_child("raw", ds, out)  # bring every file into the page cache
+                rounds: dict[str, list[dict]] = {k: [] for k in KINDS}
+                for rnd in range(a.repeat):  # rounds interleave the readers: drift hits all alike
+                    for kind in KINDS:
+                        if mode == "cold":
+                            drop_caches()
+                        r = run_child(kind, ds, out)
+                        rounds[kind].append(r)
+                        print(f"  {mode} h{ds['H']} {kind:20s} round {rnd + 1}: {r['gb_per_s']:.2f} GB/s  "
+                              f"rss {r['maxrss_mb']:.0f} MB", flush=True)
                 for kind in KINDS:
-                    if mode == "cold":
-                        drop_caches()
-                    r = run_child(kind, ds, out)
-                    r.update(mode=mode, H=ds["H"], largest_shard_mb=ds["largest_shard_bytes"] / 1e6)
+                    rs = sorted(rounds[kind], key=lambda x: x["seconds"])
+                    r = dict(rs[len(rs) // 2])  # the median round (by seconds)
+                    r.update(mode=mode, H=ds["H"], largest_shard_mb=ds["largest_shard_bytes"] / 1e6,
+                             seconds_all=[x["seconds"] for x in rounds[kind]],
+                             maxrss_mb=max(x["maxrss_mb"] for x in rs),
+                             maxrss_workers_mb=max(x["maxrss_workers_mb"] for x in rs))
                     results["runs"].append(r)
-                    print(f"  {mode} h{ds['H']} {kind:14s} {r['gb_per_s']:.2f} GB/s  rss {r['maxrss_mb']:.0f} MB",
-                          flush=True)
         for r in results["runs"]:
             raw = next(x for x in results["runs"] if x["mode"] == r["mode"] and x["H"] == r["H"] and x["kind"] == "raw")
             r["ratio_to_raw"] = r["gb_per_s"] / raw["gb_per_s"]
+            read = next(x for x in results["runs"] if x["mode"] == r["mode"] and x["H"] == r["H"]
+                        and x["kind"] == "raw-read")
+            r["ratio_to_raw_read"] = r["gb_per_s"] / read["gb_per_s"]
             one = next((x for x in results["runs"] if x["mode"] == r["mode"] and x["H"] == r["H"]
                         and x["kind"] == "check-data"), None)
             if one is not None and r["kind"].startswith("check-data:"):
@@ -354,18 +399,23 @@ def print_table(results: dict) -> None:
 
     t = Table(title=f"check-data throughput ({results['machine']}; cache "
                     f"{'cold (drop_caches) and warm' if results.get('cold_cache') else 'warm only'})")
-    for col in ("cache", "H", "reader", "GB", "s", "GB/s", "samples/s", "x raw", "task s", "x 1 worker",
+    for col in ("cache", "H", "reader", "threads", "GB", "s", "s min-max", "GB/s", "samples/s", "x raw", "x raw-read", "task s",
+                "x 1 worker",
                 "tasks x 1 worker", "peak RSS MB", "target MB", "RSS ok"):
-        t.add_column(col, justify="right" if col not in ("cache", "reader") else "left")
+        t.add_column(col, justify="right" if col not in ("cache", "reader") else "left",
+                     no_wrap=col == "reader")
     for r in results["runs"]:
         rss = max(r["maxrss_mb"], r["maxrss_workers_mb"])
-        t.add_row(r["mode"], str(r["H"]), r["kind"], f"{r['bytes'] / 1e9:.2f}", f"{r['seconds']:.2f}",
+        t.add_row(r["mode"], str(r["H"]), r["kind"], "+".join(str(x) for x in r.get("threads") or []),
+                  f"{r['bytes'] / 1e9:.2f}", f"{r['seconds']:.2f}",
+                  f"{min(r['seconds_all']):.2f}-{max(r['seconds_all']):.2f}",
                   f"{r['gb_per_s']:.2f}", f"{r['samples_per_s']:.1f}", f"{r['ratio_to_raw']:.2f}",
+                  f"{r['ratio_to_raw_read']:.2f}",
                   "" if r.get("task_seconds_max") is None else f"{r['task_seconds_max']:.2f}",
                   "" if r.get("ratio_to_one_worker") is None else f"{r['ratio_to_one_worker']:.2f}",
                   "" if r.get("task_ratio_to_one_worker") is None else f"{r['task_ratio_to_one_worker']:.2f}",
                   f"{rss:.0f}", f"{r['rss_target_mb']:.0f}", "yes" if r["rss_ok"] else "NO")
-    Console(width=None if sys.stdout.isatty() else 160).print(t)
+    Console(width=None if sys.stdout.isatty() else 220).print(t)
 
 
 if __name__ == "__main__":

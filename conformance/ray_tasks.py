@@ -7,7 +7,7 @@ vLLM and their training stacks already run on. :func:`run_tasks`
   accept a TCP connection within :data:`CONNECT_TIMEOUT_S` is refused before Ray is asked, so a
   wrong address never hangs), or, with no address and no Ray running in this process, starts a
   local Ray on demand (``ray.init(num_cpus=...)``, no dashboard) and shuts it down afterwards;
-- submits one remote task per part (``num_cpus=1``, ``scheduling_strategy="SPREAD"`` so the parts
+- submits one remote task per part (``num_cpus=cpus_per_task``, ``scheduling_strategy="SPREAD"`` so the parts
   of a multi-node cluster land on different nodes), with ``max_retries`` for system failures (a
   worker process or node that dies is re-run by Ray) and ``retry_exceptions=False`` (an error the
   part raises itself, e.g. an unreadable dataset, is deterministic and reported at once);
@@ -152,7 +152,7 @@ def _run_one(fn: Callable, spec: Any):  # a Ray streaming-generator task, on a w
 def run_tasks(fn: Callable[[Any, Callable[[int, int], None]], dict[str, Any]], specs: Sequence[Any], *,
               describe: Callable[[Any], str] = str, on_progress: Optional[Callable[[int, int], None]] = None,
               address: Optional[str] = None, max_retries: int = 2,
-              runtime_env: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
+              runtime_env: Optional[dict[str, Any]] = None, cpus_per_task: int = 1) -> list[dict[str, Any]]:
     """Run ``fn(spec, progress)`` for every spec as a Ray task; results in the order of ``specs``.
 
     Each task is a Ray streaming generator (``ObjectRefGenerator``): it yields its cumulative
@@ -169,6 +169,8 @@ def run_tasks(fn: Callable[[Any, Callable[[int, int], None]], dict[str, Any]], s
         max_retries: re-runs of a task whose worker dies (Ray's ``max_retries``).
         runtime_env: extra Ray runtime_env for the job (passed to ``ray.init`` when this call
             starts or joins Ray).
+        cpus_per_task: Ray ``num_cpus`` of each task (a local Ray started here gets
+            ``len(specs) * cpus_per_task`` CPUs); the part function sets its own thread count.
 
     Returns:
         The dicts ``fn`` returned, each with a ``"ray"`` entry (node_id, pid).
@@ -180,9 +182,10 @@ def run_tasks(fn: Callable[[Any, Callable[[int, int], None]], dict[str, Any]], s
     import ray
     from ray.exceptions import RayError, RayTaskError
 
-    started = connect(address, len(specs), runtime_env)
+    cpus_per_task = max(int(cpus_per_task), 1)
+    started = connect(address, len(specs) * cpus_per_task, runtime_env)
     try:
-        remote = ray.remote(_run_one).options(num_cpus=1, max_retries=max(int(max_retries), 0),
+        remote = ray.remote(_run_one).options(num_cpus=cpus_per_task, max_retries=max(int(max_retries), 0),
                                                retry_exceptions=False, scheduling_strategy="SPREAD",
                                                num_returns="streaming")
         gens = {}

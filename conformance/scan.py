@@ -343,6 +343,8 @@ class PartSpec:
     stream_layers: bool = False
     ref_cache: Optional[str] = None
     layout: str = "speculators"
+    threads: Optional[int] = None
+    """torch intra-op threads while this part runs (None: leave the process's setting)."""
 
     def reference_model(self, target):
         """The (process-wide cached) reference model of this spec, not loaded until needed."""
@@ -534,6 +536,17 @@ def scan_part(spec: PartSpec, on_progress: Optional[Callable[[int, int], None]] 
         conformance.reference.ReferenceError: the reference model cannot be loaded.
     """
     t0 = time.perf_counter()
+    before = torch.get_num_threads()
+    if spec.threads:
+        torch.set_num_threads(int(spec.threads))
+    try:
+        res = _scan_part(spec, on_progress, t0)
+    finally:
+        torch.set_num_threads(before)
+    return res
+
+
+def _scan_part(spec: PartSpec, on_progress, t0: float) -> dict[str, Any]:
     c = Contract.model_validate(spec.contract)
     rc = _reduced_contract(c)
     src = open_source(spec.layout, spec.data_dir)
@@ -582,6 +595,7 @@ def _scan_loop(spec, c, rc, src, mine, batches, pre, on_progress, t0, n) -> dict
             on_progress(1, nbytes)
     return {"groups": groups, "slot_stats": {k: v.to_json() for k, v in stats.items()}, "samples": n,
             "shard_samples": len(mine), "bytes": total, "seconds": time.perf_counter() - t0,
+            "threads": torch.get_num_threads(),
             "fingerprint_samples": sorted(j for b in batches.values() for j in b), "peak_rss_mb": peak_rss_mb(),
             "reference_forwards": ref_model.forwards - f0 if ref_model is not None else 0,
             "reference_disk_hits": ref_model.disk_hits - h0 if ref_model is not None else 0}
@@ -974,7 +988,8 @@ def scan(c: Contract, data_dir: str | Path, *, shard: tuple[int, int] = (0, 1), 
          progress: bool = False, block_elems: int = BLOCK_ELEMS, ray_address: Optional[str] = None,
          ref_device: str = "cpu", ref_dtype: str = "float32", stream_layers: bool = False,
          ref_cache: Optional[str | Path | bool] = None, max_retries: int = 2,
-         ray_runtime_env: Optional[dict[str, Any]] = None, data_format: str = "auto") -> ScanResult:
+         ray_runtime_env: Optional[dict[str, Any]] = None, data_format: str = "auto",
+         cpus_per_worker: Optional[int] = None) -> ScanResult:
     """Scan shard ``shard`` of a speculators 0.9.0 dataset, or of a directory of vLLM extraction
     files, against contract ``c``.
 
@@ -1001,6 +1016,8 @@ def scan(c: Contract, data_dir: str | Path, *, shard: tuple[int, int] = (0, 1), 
         ray_runtime_env: extra Ray runtime_env for a local Ray started here.
         data_format: ``"auto"`` (see :func:`detect_format`), :data:`SPECULATORS` or
             :data:`VLLM_EXTRACTION`.
+        cpus_per_worker: CPUs (torch intra-op threads, and Ray ``num_cpus`` of each task) per
+            worker; None: :func:`default_cpus_per_worker`.
 
     Returns:
         A :class:`ScanResult`.
@@ -1008,14 +1025,17 @@ def scan(c: Contract, data_dir: str | Path, *, shard: tuple[int, int] = (0, 1), 
     Raises:
         ScanError: not a dataset of the format (or, with ``auto``, of neither), no samples, Ray
             unreachable, or a task failed for good (the message names its shard).
-        ValueError: ``workers < 1``, an unknown ``data_format``.
+        ValueError: ``workers < 1`` or ``cpus_per_worker < 1``, an unknown ``data_format``.
         conformance.reference.ReferenceError: the reference model cannot be loaded (1 worker).
     """
     if workers < 1:
         raise ValueError("workers must be >= 1")
+    if cpus_per_worker is not None and cpus_per_worker < 1:
+        raise ValueError("cpus_per_worker must be >= 1")
     i, count = shard
     fmt = detect_format(data_dir, data_format)
     use_ray = workers > 1 or bool(ray_address)
+    cpus = cpus_per_worker or default_cpus_per_worker(workers, ray_address)
     if use_ray and reference_dir and ref_cache is None:
         from conformance.reference import default_cache_dir
 
@@ -1023,7 +1043,8 @@ def scan(c: Contract, data_dir: str | Path, *, shard: tuple[int, int] = (0, 1), 
     base = PartSpec(contract=c.model_dump(mode="json"), data_dir=str(data_dir), shard=shard, sample=sample,
                     seed=seed, reference_dir=str(reference_dir) if reference_dir else None,
                     batch_size=batch_size, block_elems=block_elems, ref_device=ref_device, ref_dtype=ref_dtype,
-                    stream_layers=stream_layers, ref_cache=str(ref_cache) if ref_cache else None, layout=fmt)
+                    stream_layers=stream_layers, ref_cache=str(ref_cache) if ref_cache else None, layout=fmt,
+                    threads=cpus)
     ref_cache = base.ref_cache
     specs = [base] if workers == 1 else [
         PartSpec(**{**base.__dict__, "shard": (i + w * count, count * workers)}) for w in range(workers)]
@@ -1039,7 +1060,8 @@ def scan(c: Contract, data_dir: str | Path, *, shard: tuple[int, int] = (0, 1), 
                 prefill = prefill_reference(c, base)
             try:
                 parts = run_tasks(scan_part, specs, describe=_describe, on_progress=bar.advance,
-                                  address=ray_address, max_retries=max_retries, runtime_env=ray_runtime_env)
+                                  address=ray_address, max_retries=max_retries, runtime_env=ray_runtime_env,
+                                  cpus_per_task=cpus)
             except TaskFailed as e:
                 raise ScanError(str(e)) from None
     seconds = time.perf_counter() - t0
@@ -1051,6 +1073,7 @@ def scan(c: Contract, data_dir: str | Path, *, shard: tuple[int, int] = (0, 1), 
         meta["engine"] = {"kind": "ray", "address": ray_address or "local (started on demand)",
                           "tasks": len(parts), "nodes": len({p["ray"]["node_id"] for p in parts}),
                           "task_seconds": [round(p["seconds"], 3) for p in parts],
+                          "cpus_per_task": cpus,
                           "task_peak_rss_mb": [p.get("peak_rss_mb") for p in parts]}
     if reference_dir:
         meta["reference_forward"] = {"device": ref_device, "dtype": ref_dtype, "stream_layers": stream_layers,
@@ -1060,6 +1083,30 @@ def scan(c: Contract, data_dir: str | Path, *, shard: tuple[int, int] = (0, 1), 
                 "prefill": prefill, "task_forwards": sum(p.get("reference_forwards", 0) for p in parts),
                 "task_disk_hits": sum(p.get("reference_disk_hits", 0) for p in parts)})
     return ScanResult(findings, meta)
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one, else ``os.cpu_count()``)."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except (AttributeError, OSError):
+        return max(os.cpu_count() or 1, 1)
+
+
+def default_cpus_per_worker(workers: int, ray_address: Optional[str] = None) -> int:
+    """CPUs (torch threads; Ray ``num_cpus`` of a task) each worker gets when none are asked for.
+
+    ``CONFORMANCE_TORCH_THREADS`` when set (the user's choice for every torch op of this
+    package); on an existing Ray cluster (``ray_address``) 1, since this machine's CPU count says
+    nothing of the nodes'; else this machine's CPUs split evenly over the workers (at least 1):
+    the all-rows RMS pass is compute-bound once the data is in the page cache, so one worker
+    uses every core (``benchmarks/bench_check_data.py``)."""
+    env = os.environ.get("CONFORMANCE_TORCH_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if ray_address:
+        return 1
+    return max(available_cpus() // max(int(workers), 1), 1)
 
 
 def _unchecked_reason(reference_dir, fps: list[int], sample: int) -> str:
@@ -1123,6 +1170,7 @@ def _scan_meta(c: Contract, data_dir, parts: list[dict[str, Any]], findings: lis
         "slot_stats": merge_slot_stats([p["slot_stats"] for p in parts]),
         "bytes": sum(p["bytes"] for p in parts),
         "seconds": round(seconds, 3),
+        "threads_per_worker": [p.get("threads") for p in parts],
         "peak_rss_mb": max((p["peak_rss_mb"] for p in parts if p.get("peak_rss_mb") is not None), default=None),
         "contract_name": c.name,
         "contract_sha256": contract_digest(c),

@@ -75,13 +75,36 @@ def _digest(items: list) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+_FLOAT_IN_TEXT = re.compile(r"(?<![\w.])[-+]?\d+\.\d+(?:[eE][-+]?\d+)?")
+
+
+def mask_floats(v: Any) -> Any:
+    """Every float, and every decimal number written in a string, replaced by ``<float>``.
+
+    Measured values (cosines, RMS, norms) differ in their last bits between CPUs (torch picks
+    AVX2 or AVX-512 kernels, which sum in different orders): the snapshots written on one 2-core
+    VM did not match another's. The digest keeps everything else: which findings, their paths,
+    checks, slots, statuses, samples, integer counts and the words of every message."""
+    if isinstance(v, float):
+        return "<float>"
+    if isinstance(v, str):
+        return _FLOAT_IN_TEXT.sub("<float>", v)
+    if isinstance(v, list):
+        return [mask_floats(x) for x in v]
+    if isinstance(v, dict):
+        return {k: mask_floats(x) for k, x in v.items()}
+    return v
+
+
 def findings_summary(findings: list[dict], norm: Norm) -> dict[str, Any]:
-    """Findings counted per (path, check, slot, status), and a digest of all of them (normalised)."""
+    """Findings counted per (path, check, slot, status), and a digest of all of them (normalised,
+    floats masked: :func:`mask_floats`)."""
     counts = Counter(f"{f['path']} | {f['check']} | {f['slot']} | {f['status']}" for f in findings)
-    return {"n": len(findings), "counts": dict(sorted(counts.items())), "sha256": _digest(norm(findings))}
+    return {"n": len(findings), "counts": dict(sorted(counts.items())),
+            "sha256": _digest(mask_floats(norm(findings)))}
 
 
-_VOLATILE_META = {"seconds", "seconds_max", "seconds_sum", "peak_rss_mb"}
+_VOLATILE_META = {"seconds", "seconds_max", "seconds_sum", "peak_rss_mb", "threads_per_worker"}  # machine-dependent
 
 
 def report_summary(path: Path, norm: Norm) -> dict[str, Any]:

@@ -116,6 +116,19 @@ def test_progress_streams_across_tasks(ray_local, tiny, tiny_contract):
     assert sum(nb for _, nb in got) == sum(p["bytes"] for p in parts) > 0
 
 
+def test_a_task_gets_its_cpus_and_runs_with_that_many_threads(ray_local, tiny, tiny_contract):
+    from conformance.ray_tasks import run_tasks
+    from conformance.scan import PartSpec, scan_part
+
+    _no_crash(ray_local)
+    spec = PartSpec(contract=tiny_contract.model_dump(mode="json"), data_dir=str(tiny.data_dir), shard=(0, 1),
+                    sample=0, threads=2)
+    (part,) = run_tasks(scan_part, [spec], cpus_per_task=2)  # the module's Ray has 2 CPUs: both to this task
+    assert part["threads"] == 2 and part["shard_samples"] == 12
+    res = scan(tiny_contract, tiny.data_dir, sample=0, workers=2, cpus_per_worker=1)
+    assert res.meta["engine"]["cpus_per_task"] == 1 and res.meta["threads_per_worker"] == [1, 1]
+
+
 def test_worker_dying_mid_shard_is_retried(ray_local, tiny, tiny_contract):
     _crash(ray_local, sample=5, times=1)  # shard 1/2 owns 1, 3, 5, 7, ...: dies after 1 and 3
     try:

@@ -128,6 +128,39 @@ def test_workers_2_same_findings_as_1(tiny, tiny_contract):
     assert two.meta["fingerprint_sample"] == one.meta["fingerprint_sample"]
 
 
+def test_cpus_per_worker_sets_the_scan_threads_and_restores_them(tiny, tiny_contract, monkeypatch):
+    import torch
+
+    from conformance import scan as scan_mod
+
+    before = torch.get_num_threads()
+    seen = []
+    orig = scan_mod.slot_rms
+    monkeypatch.setattr(scan_mod, "slot_rms", lambda *a, **k: (seen.append(torch.get_num_threads()), orig(*a, **k))[1])
+    res = scan(tiny_contract, tiny.data_dir, sample=0, cpus_per_worker=before + 1)
+    assert set(seen) == {before + 1} and len(seen) == 12  # the all-rows pass ran with the threads asked for
+    assert res.meta["threads_per_worker"] == [before + 1]
+    assert torch.get_num_threads() == before  # the process's own setting is given back
+
+
+def test_default_cpus_per_worker(monkeypatch):
+    from conformance.scan import available_cpus, default_cpus_per_worker
+
+    monkeypatch.delenv("CONFORMANCE_TORCH_THREADS", raising=False)
+    n = available_cpus()
+    assert default_cpus_per_worker(1) == n  # one worker uses every core of this machine
+    assert default_cpus_per_worker(2) == max(n // 2, 1)
+    assert default_cpus_per_worker(4 * n) == 1
+    assert default_cpus_per_worker(2, "10.0.0.1:6379") == 1  # a cluster's nodes are not this machine
+    monkeypatch.setenv("CONFORMANCE_TORCH_THREADS", "3")
+    assert default_cpus_per_worker(1) == 3 == default_cpus_per_worker(2, "auto")
+
+
+def test_bad_cpus_per_worker_exit_2(tiny, capsys):
+    assert main(["check-data", str(TINY), "--data", str(tiny.data_dir), "--no-reference", "--cpus-per-worker", "0"]) == 2
+    assert "--cpus-per-worker 0" in capsys.readouterr().err
+
+
 # --- corrupted data --------------------------------------------------------------------------
 
 

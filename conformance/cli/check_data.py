@@ -49,6 +49,10 @@ def add_parser(sub) -> None:
     d.add_argument("--workers", type=int, default=1, metavar="N",
                    help="Ray tasks to split the shard over (default 1: in this process, no Ray); a local Ray "
                         "is started on demand unless --ray-address is given")
+    d.add_argument("--cpus-per-worker", type=int, default=None, metavar="N",
+                   help="CPUs per worker: torch threads of the scan, and each Ray task's num_cpus (default: "
+                        "this machine's CPUs / --workers; 1 per task with --ray-address; "
+                        "CONFORMANCE_TORCH_THREADS when set)")
     d.add_argument("--ray-address", metavar="ADDR",
                    help="run the tasks on this Ray cluster (host:port of the head, or 'auto')")
     d.add_argument("--device", default="cpu",
@@ -79,6 +83,9 @@ def _options(args) -> tuple[tuple[int, int], int, int]:
     workers = int(getattr(args, "workers", 1))
     if workers < 1:
         raise UsageError(f"--workers {workers}: must be >= 1")
+    cpus = getattr(args, "cpus_per_worker", None)
+    if cpus is not None and cpus < 1:
+        raise UsageError(f"--cpus-per-worker {cpus}: must be >= 1")
     sample = int(getattr(args, "sample", 32))
     if sample < -1:
         raise UsageError(f"--sample {sample}: must be >= 0, or -1 for every sample")
@@ -173,7 +180,8 @@ def run(args) -> int:
                    seed=int(getattr(args, "seed", 0)), reference_dir=ref_dir, batch_size=args.batch_size,
                    progress=progress, ray_address=ray_address, ref_device=ref_opts["device"],
                    ref_dtype=ref_opts["dtype"], stream_layers=ref_opts["stream_layers"],
-                   ref_cache=False if cache == "none" else cache, data_format=fmt)
+                   ref_cache=False if cache == "none" else cache, data_format=fmt,
+                   cpus_per_worker=getattr(args, "cpus_per_worker", None))
     except (ScanError, ReferenceError) as e:
         raise UsageError(str(e)) from None
     findings = res.findings
