@@ -219,6 +219,9 @@ def merge_docs(docs: list[dict[str, Any]], names: list[str], allow_missing: bool
         meta["samples"] = int(n) if n.isdigit() else n
     findings += _shard_coverage(meta, [m.get("shard") for m in metas], allow_missing)
     _sum_parts(meta, metas)
+    threads = [m.get("threads_per_worker") for m in metas]
+    if any(threads):  # one entry per worker of every part, in the parts' order (older parts: none)
+        meta["threads_per_worker"] = [t for ts in threads for t in (ts or [])]
     from conformance.report import slot_identity_checked, verdict
 
     reasons = sorted({str((m.get("slot_identity") or {}).get("reason")) for m in metas

@@ -56,27 +56,63 @@ class TaskFailed(DataError):
         self.part = part
 
 
-def _check_reachable(address: str) -> None:
-    """Refuse a ``host:port`` (or ``ray://host:port``) that accepts no TCP connection.
+def _resolve_auto() -> str:
+    """The ``host:port`` Ray's own ``address="auto"`` would join (``RAY_ADDRESS``, else the
+    cluster recorded in ``/tmp/ray/ray_current_cluster`` by ``ray start``, else a GCS process
+    found on this machine): ``ray._private.services.canonicalize_bootstrap_address``, ray 2.60.0.
 
     Raises:
-        TaskFailed: malformed address or nothing listening.
+        TaskFailed: no running cluster is recorded or found.
     """
-    if address in ("auto", "local"):
-        return
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:  # another Ray: let ray.init resolve it
+        return "auto"
+    try:
+        resolved = canonicalize_bootstrap_address("auto")
+    except Exception as e:  # ConnectionError: nothing recorded or running
+        raise TaskFailed(f"--ray-address auto: no running Ray cluster found on this machine ({type(e).__name__}: "
+                         f"{e}); start one with `ray start --head` or pass the head's host:port") from None
+    if not resolved:
+        raise TaskFailed("--ray-address auto: no running Ray cluster found on this machine; start one with "
+                         "`ray start --head` or pass the head's host:port")
+    return resolved
+
+
+def _check_reachable(address: str) -> str:
+    """Refuse a ``host:port`` (or ``ray://host:port``) that accepts no TCP connection.
+
+    ``auto`` is first resolved as Ray resolves it (:func:`_resolve_auto`), so a stale record of a
+    cluster that is gone is refused too, instead of Ray retrying it without end.
+
+    Returns:
+        The address to join (``auto`` resolved to ``host:port``).
+
+    Raises:
+        TaskFailed: malformed address, no cluster for ``auto``, or nothing listening.
+    """
+    if address == "local":
+        return address
+    given = address
+    if address == "auto":
+        address = _resolve_auto()
+        if address == "auto":
+            return address
     hp = address.split("://", 1)[-1]
     host, _, port = hp.rpartition(":")
     try:
         port_n = int(port)
     except ValueError:
-        raise TaskFailed(f"--ray-address {address!r}: expected host:port (e.g. 10.0.0.1:6379), 'auto' or "
+        raise TaskFailed(f"--ray-address {given!r}: expected host:port (e.g. 10.0.0.1:6379), 'auto' or "
                          "ray://host:port") from None
     try:
         with socket.create_connection((host or "127.0.0.1", port_n), timeout=CONNECT_TIMEOUT_S):
             pass
     except OSError as e:
-        raise TaskFailed(f"Ray cluster at {address} is unreachable ({type(e).__name__}: {e}); start it with "
+        via = f" (where 'auto' points: RAY_ADDRESS or the last `ray start` on this machine)" if given == "auto" else ""
+        raise TaskFailed(f"Ray cluster at {address}{via} is unreachable ({type(e).__name__}: {e}); start it with "
                          "`ray start --head` or pass the head's address") from None
+    return address
 
 
 def connect(address: Optional[str], num_cpus: int, runtime_env: Optional[dict[str, Any]] = None) -> bool:
@@ -92,7 +128,7 @@ def connect(address: Optional[str], num_cpus: int, runtime_env: Optional[dict[st
         TaskFailed: the address is unreachable or ``ray.init`` fails.
     """
     if address:  # before anything else: a wrong address is bad input even when Ray is running
-        _check_reachable(address)
+        address = _check_reachable(address)
     import ray
 
     if ray.is_initialized():

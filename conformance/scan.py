@@ -64,6 +64,7 @@ import os
 import math
 import random
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -536,14 +537,8 @@ def scan_part(spec: PartSpec, on_progress: Optional[Callable[[int, int], None]] 
         conformance.reference.ReferenceError: the reference model cannot be loaded.
     """
     t0 = time.perf_counter()
-    before = torch.get_num_threads()
-    if spec.threads:
-        torch.set_num_threads(int(spec.threads))
-    try:
-        res = _scan_part(spec, on_progress, t0)
-    finally:
-        torch.set_num_threads(before)
-    return res
+    with torch_threads(spec.threads):
+        return _scan_part(spec, on_progress, t0)
 
 
 def _scan_part(spec: PartSpec, on_progress, t0: float) -> dict[str, Any]:
@@ -1057,7 +1052,8 @@ def scan(c: Contract, data_dir: str | Path, *, shard: tuple[int, int] = (0, 1), 
             from conformance.ray_tasks import TaskFailed, run_tasks
 
             if base.reference_dir and base.ref_cache and sample != 0:
-                prefill = prefill_reference(c, base)
+                with torch_threads(cpus):  # the forwards the tasks would have run, with their threads
+                    prefill = prefill_reference(c, base)
             try:
                 parts = run_tasks(scan_part, specs, describe=_describe, on_progress=bar.advance,
                                   address=ray_address, max_retries=max_retries, runtime_env=ray_runtime_env,
@@ -1085,28 +1081,59 @@ def scan(c: Contract, data_dir: str | Path, *, shard: tuple[int, int] = (0, 1), 
     return ScanResult(findings, meta)
 
 
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+"""cgroup v2 CPU quota of this process's container (``quota period`` or ``max period``)."""
+
+
 def available_cpus() -> int:
-    """CPUs this process may run on (its affinity mask where the OS has one, else ``os.cpu_count()``)."""
+    """CPUs this process may use: its affinity mask (``os.sched_getaffinity``, else
+    ``os.cpu_count()``), capped by the container's cgroup v2 CPU quota where one is set
+    (:data:`CGROUP_CPU_MAX`: quota / period, rounded up; a Kubernetes CPU limit), at least 1."""
     try:
-        return max(len(os.sched_getaffinity(0)), 1)
+        n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return max(os.cpu_count() or 1, 1)
+        n = os.cpu_count() or 1
+    try:
+        quota, period = CGROUP_CPU_MAX.read_text().split()[:2]
+        if quota != "max":
+            n = min(n, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError, ZeroDivisionError):
+        pass
+    return max(n, 1)
 
 
 def default_cpus_per_worker(workers: int, ray_address: Optional[str] = None) -> int:
     """CPUs (torch threads; Ray ``num_cpus`` of a task) each worker gets when none are asked for.
 
     ``CONFORMANCE_TORCH_THREADS`` when set (the user's choice for every torch op of this
-    package); on an existing Ray cluster (``ray_address``) 1, since this machine's CPU count says
-    nothing of the nodes'; else this machine's CPUs split evenly over the workers (at least 1):
-    the all-rows RMS pass is compute-bound once the data is in the page cache, so one worker
-    uses every core (``benchmarks/bench_check_data.py``)."""
-    env = os.environ.get("CONFORMANCE_TORCH_THREADS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
+    package; it wins over both defaults below); on an existing Ray cluster (``ray_address``) 1,
+    since this machine's CPU count says nothing of the nodes'; else this machine's CPUs
+    (:func:`available_cpus`) split evenly over the workers, at least 1: the all-rows RMS pass is
+    compute-bound once the data is in the page cache, so one worker uses every core
+    (``benchmarks/bench_check_data.py``).
+
+    Raises:
+        ValueError: ``CONFORMANCE_TORCH_THREADS`` is set to something else than a thread count.
+    """
+    env = torch_env.threads_from_env()
+    if env:
+        return env
     if ray_address:
         return 1
     return max(available_cpus() // max(int(workers), 1), 1)
+
+
+@contextmanager
+def torch_threads(n: Optional[int]):
+    """torch's intra-op threads set to ``n`` inside the block (None: unchanged), the previous
+    setting given back after."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _unchecked_reason(reference_dir, fps: list[int], sample: int) -> str:

@@ -12,15 +12,38 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from typing import Optional
 
 _done = False
+
+
+MAX_THREADS = 1024
+"""Largest thread count accepted from ``CONFORMANCE_TORCH_THREADS`` (torch crashes creating
+100,000 threads; no machine this runs on has more than a few hundred cores)."""
+
+
+def threads_from_env() -> Optional[int]:
+    """``CONFORMANCE_TORCH_THREADS`` as an int; None when unset or empty.
+
+    Raises:
+        ValueError: set to anything but an integer in 1..:data:`MAX_THREADS` (message names it).
+    """
+    raw = os.environ.get("CONFORMANCE_TORCH_THREADS", "")
+    if raw == "":
+        return None
+    v = raw.strip()
+    if not v.isdigit() or not 1 <= int(v) <= MAX_THREADS:
+        raise ValueError(f"CONFORMANCE_TORCH_THREADS={raw!r}: expected an integer from 1 to {MAX_THREADS} "
+                         "(torch threads of every op of this package; unset it for the default)")
+    return int(v)
 
 
 def prepare() -> None:
     """Define torchvision's operator schemas if torchvision is installed and they are missing.
 
     Idempotent. Also silences tokenizer fork warnings and sets torch's intra-op threads to
-    ``CONFORMANCE_TORCH_THREADS`` (default 1): the fixture models are tiny, and on a busy 2-core
+    ``CONFORMANCE_TORCH_THREADS`` (default 1; a value :func:`threads_from_env` refuses is ignored
+    here, never raised at import, and refused by the command line with exit 2): the fixture models are tiny, and on a busy 2-core
     machine OpenMP's spin-waiting made a 64-wide forward take 2 s with 2 threads instead of 8 ms
     with 1 (measured). Raises nothing; an environment without torchvision is left alone.
     """
@@ -42,9 +65,11 @@ def prepare() -> None:
     warnings.filterwarnings("ignore", module=r"(sglang|transformers|datasets|triton|requests)(\..*)?$")
     import torch
 
-    threads = os.environ.get("CONFORMANCE_TORCH_THREADS", "1")
-    if threads.isdigit() and int(threads) > 0:
-        torch.set_num_threads(int(threads))
+    try:
+        threads = threads_from_env()
+    except ValueError:  # reported by the command line (exit 2); never raise at import
+        threads = None
+    torch.set_num_threads(threads or 1)
     if importlib.util.find_spec("torchvision") is None:
         return
     for op in ("nms", "qnms"):

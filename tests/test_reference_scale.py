@@ -130,6 +130,25 @@ def test_unreachable_ray_address_exit_2(tiny, capsys):
     assert rc == 2 and "host:port" in capsys.readouterr().err
 
 
+def test_ray_address_auto_pointing_at_a_cluster_that_is_gone_exit_2(tiny, capsys, monkeypatch):
+    # `auto` is resolved as Ray resolves it (RAY_ADDRESS first, then the last `ray start`'s record);
+    # a record of a cluster that is gone made Ray retry it without end (found by a user trial)
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    t0 = time.monotonic()
+    rc = main(["check-data", str(TINY), "--data", str(tiny.data_dir), "--no-reference", "--sample", "0",
+               "--ray-address", "auto", "--quiet"])
+    err = capsys.readouterr().err
+    # (Ray resolves 127.0.0.1 to this node's own IP)
+    assert rc == 2 and f":{port} " in err and "unreachable" in err and "'auto'" in err, err
+    assert "Traceback" not in err and time.monotonic() - t0 < 60
+
+
 def test_shard_file_vanishing_during_the_scan_is_a_failed_sample(tiny, tiny_contract, tmp_path):
     from conformance.scan import DISK_PATH, PartSpec, scan_part
 

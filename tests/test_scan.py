@@ -6,6 +6,7 @@ Correctness only: performance is measured by benchmarks/bench_check_data.py, nev
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -99,7 +100,7 @@ def _ids(tiny):
 
 def test_shards_cover_every_sample_once_and_merge_equals_unsharded(unsharded, tiny, tiny_contract, tmp_path):
     parts = [scan(tiny_contract, tiny.data_dir, shard=(i, 3), sample=5, seed=3, reference_dir=tiny.target_dir,
-                  batch_size=2) for i in range(3)]
+                  batch_size=2, cpus_per_worker=1 + i % 2) for i in range(3)]
     covered = [_sample_of(f.where) for p in parts for f in p.findings
                if f.path == DISK_PATH and f.check == "sample_available"]
     assert sorted(covered) == list(range(12))  # each sample exactly once
@@ -154,11 +155,41 @@ def test_default_cpus_per_worker(monkeypatch):
     assert default_cpus_per_worker(2, "10.0.0.1:6379") == 1  # a cluster's nodes are not this machine
     monkeypatch.setenv("CONFORMANCE_TORCH_THREADS", "3")
     assert default_cpus_per_worker(1) == 3 == default_cpus_per_worker(2, "auto")
+    for bad in ("0", "-1", "abc", "1.5", "100000"):
+        monkeypatch.setenv("CONFORMANCE_TORCH_THREADS", bad)
+        with pytest.raises(ValueError, match="CONFORMANCE_TORCH_THREADS"):
+            default_cpus_per_worker(1)
 
 
-def test_bad_cpus_per_worker_exit_2(tiny, capsys):
-    assert main(["check-data", str(TINY), "--data", str(tiny.data_dir), "--no-reference", "--cpus-per-worker", "0"]) == 2
-    assert "--cpus-per-worker 0" in capsys.readouterr().err
+def test_available_cpus_follows_the_container_quota(monkeypatch, tmp_path):
+    from conformance import scan as scan_mod
+
+    cpu_max = tmp_path / "cpu.max"
+    monkeypatch.setattr(scan_mod, "CGROUP_CPU_MAX", cpu_max)
+    mask = len(os.sched_getaffinity(0))
+    assert scan_mod.available_cpus() == mask  # no cgroup file
+    cpu_max.write_text("max 100000\n")
+    assert scan_mod.available_cpus() == mask  # no quota
+    cpu_max.write_text("50000 100000\n")  # half a CPU (a Kubernetes limit of 500m)
+    assert scan_mod.available_cpus() == 1
+    cpu_max.write_text(f"{150000 * mask} 100000\n")  # 1.5x the mask: the mask bounds it
+    assert scan_mod.available_cpus() == mask
+
+
+@pytest.mark.parametrize("opts, env, needle", [
+    (["--cpus-per-worker", "0"], None, "--cpus-per-worker 0: must be >= 1"),
+    (["--cpus-per-worker", "100000"], None, "give at most"),
+    (["--cpus-per-worker", "99999999999999999999"], None, "give at most"),
+    (["--cpus-per-worker", "5000", "--ray-address", "127.0.0.1:1"], None, "at most 1024"),
+    ([], "abc", "CONFORMANCE_TORCH_THREADS='abc'"),
+    ([], "100000", "CONFORMANCE_TORCH_THREADS='100000'"),
+])
+def test_bad_cpus_per_worker_exit_2(tiny, capsys, monkeypatch, opts, env, needle):
+    if env is not None:
+        monkeypatch.setenv("CONFORMANCE_TORCH_THREADS", env)
+    assert main(["check-data", str(TINY), "--data", str(tiny.data_dir), "--no-reference", *opts]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "internal error" not in err and "Traceback" not in err, err
 
 
 # --- corrupted data --------------------------------------------------------------------------

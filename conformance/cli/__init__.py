@@ -35,6 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from conformance.torch_env import threads_from_env
+
+    try:
+        threads_from_env()  # a bad value is ignored at import (1 thread); here it is bad input
+    except ValueError as e:
+        error(str(e))
+        return EXIT_BAD_INPUT
     try:
         return int(args.func(args))
     except InputError as e:

@@ -50,9 +50,9 @@ def add_parser(sub) -> None:
                    help="Ray tasks to split the shard over (default 1: in this process, no Ray); a local Ray "
                         "is started on demand unless --ray-address is given")
     d.add_argument("--cpus-per-worker", type=int, default=None, metavar="N",
-                   help="CPUs per worker: torch threads of the scan, and each Ray task's num_cpus (default: "
-                        "this machine's CPUs / --workers; 1 per task with --ray-address; "
-                        "CONFORMANCE_TORCH_THREADS when set)")
+                   help="CPUs per worker: torch threads of its scan and fingerprint forward, and each Ray task's "
+                        "num_cpus (default: CONFORMANCE_TORCH_THREADS when set; else this machine's CPUs / --workers, "
+                        "or 1 per task with --ray-address)")
     d.add_argument("--ray-address", metavar="ADDR",
                    help="run the tasks on this Ray cluster (host:port of the head, or 'auto')")
     d.add_argument("--device", default="cpu",
@@ -84,8 +84,20 @@ def _options(args) -> tuple[tuple[int, int], int, int]:
     if workers < 1:
         raise UsageError(f"--workers {workers}: must be >= 1")
     cpus = getattr(args, "cpus_per_worker", None)
-    if cpus is not None and cpus < 1:
-        raise UsageError(f"--cpus-per-worker {cpus}: must be >= 1")
+    if cpus is not None:
+        from conformance.scan import available_cpus
+        from conformance.torch_env import MAX_THREADS
+
+        if cpus < 1:
+            raise UsageError(f"--cpus-per-worker {cpus}: must be >= 1")
+        if getattr(args, "ray_address", None):
+            if cpus > MAX_THREADS:
+                raise UsageError(f"--cpus-per-worker {cpus}: at most {MAX_THREADS}")
+        elif cpus > available_cpus():
+            n = available_cpus()
+            raise UsageError(f"--cpus-per-worker {cpus}: this machine lets this process use {n} CPU(s) "
+                             f"(affinity mask and container quota); give at most {n}, or --ray-address to run on "
+                             "a cluster's nodes")
     sample = int(getattr(args, "sample", 32))
     if sample < -1:
         raise UsageError(f"--sample {sample}: must be >= 0, or -1 for every sample")
