@@ -273,6 +273,9 @@ class RayHead:
             self.proc.wait(timeout=60)
         except (ProcessLookupError, subprocess.TimeoutExpired):
             os.killpg(self.proc.pid, signal.SIGKILL)
+        marker = Path("/tmp/ray/ray_current_cluster")  # written by this head; stale once it is gone
+        if marker.is_file() and marker.read_text().strip().endswith(f":{self.port}"):
+            marker.unlink()
 
 
 def run_child(kind: str, ds: dict, tmp: Path) -> dict:
