@@ -194,6 +194,15 @@ def _sum_parts(meta: dict[str, Any], metas: list[dict[str, Any]]) -> None:
         meta["scope"] = {k: sorted({s[k] for s in scopes if k in s}) for k in scopes[0]}
 
 
+def _shard_index(shard: Any) -> tuple[int, int]:
+    """Sort key of a part's ``meta.shard`` ("i/N"); parts without one sort last, in given order."""
+    try:
+        i, n = str(shard).split("/")
+        return (0, int(i))
+    except ValueError:
+        return (1, 0)
+
+
 def merge_docs(docs: list[dict[str, Any]], names: list[str], allow_missing: bool = False) -> dict[str, Any]:
     """Merge report documents (as loaded by :func:`load_report`) into one. Missing shards add a
     ``shards_complete`` finding: status fail, or skip with ``allow_missing``.
@@ -205,6 +214,10 @@ def merge_docs(docs: list[dict[str, Any]], names: list[str], allow_missing: bool
         raise MergeError("no reports to merge")
     metas = [d.get("meta", {}) for d in docs]
     sizes = _check_mergeable(docs, names, metas)
+    # in shard order, whatever order the files were given in (a glob puts part-10 before part-2):
+    # the merged findings then run in sample order as one unsharded run's do
+    order = sorted(range(len(docs)), key=lambda k: _shard_index(metas[k].get("shard")))
+    docs, names, metas = [docs[k] for k in order], [names[k] for k in order], [metas[k] for k in order]
     findings = [f for d in docs for f in d["findings"]]
     meta: dict[str, Any] = {"merged_from": list(names), "parts": len(docs)}
     for key in ("contract_name", "contract_sha256", "sharding", "reference", "format", "reader", "dataset_identity"):
@@ -219,9 +232,8 @@ def merge_docs(docs: list[dict[str, Any]], names: list[str], allow_missing: bool
         meta["samples"] = int(n) if n.isdigit() else n
     findings += _shard_coverage(meta, [m.get("shard") for m in metas], allow_missing)
     _sum_parts(meta, metas)
-    threads = [m.get("threads_per_worker") for m in metas]
-    if any(threads):  # one entry per worker of every part, in the parts' order (older parts: none)
-        meta["threads_per_worker"] = [t for ts in threads for t in (ts or [])]
+    if any(m.get("threads_per_worker") for m in metas):  # what each part ran with (older parts: none)
+        meta["threads_per_part"] = {n: m.get("threads_per_worker") for n, m in zip(names, metas)}
     from conformance.report import slot_identity_checked, verdict
 
     reasons = sorted({str((m.get("slot_identity") or {}).get("reason")) for m in metas

@@ -105,14 +105,44 @@ def _check_reachable(address: str) -> str:
     except ValueError:
         raise TaskFailed(f"--ray-address {given!r}: expected host:port (e.g. 10.0.0.1:6379), 'auto' or "
                          "ray://host:port") from None
+    via = " (where 'auto' points: RAY_ADDRESS or the last `ray start` on this machine)" if given == "auto" else ""
     try:
         with socket.create_connection((host or "127.0.0.1", port_n), timeout=CONNECT_TIMEOUT_S):
             pass
     except OSError as e:
-        via = f" (where 'auto' points: RAY_ADDRESS or the last `ray start` on this machine)" if given == "auto" else ""
         raise TaskFailed(f"Ray cluster at {address}{via} is unreachable ({type(e).__name__}: {e}); start it with "
                          "`ray start --head` or pass the head's address") from None
+    if not _speaks_grpc(host or "127.0.0.1", port_n):
+        raise TaskFailed(f"{address}{via} accepts connections but does not answer as a Ray head (no gRPC/HTTP2 "
+                         f"handshake within {CONNECT_TIMEOUT_S:.0f} s: another service on that port?); pass the head's "
+                         "GCS address (`ray start --head` prints it; port 6379 by default)") from None
     return address
+
+
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+"""An HTTP/2 client connection preface and an empty SETTINGS frame (RFC 9113 section 3.4)."""
+
+
+def _speaks_grpc(host: str, port: int) -> bool:
+    """Whether ``host:port`` answers as an HTTP/2 server (a Ray GCS and a Ray Client server are
+    gRPC servers, gRPC runs on HTTP/2): after the client preface, an HTTP/2 server's first frame is
+    its SETTINGS frame (RFC 9113 section 3.4: frame type 0x4 in the fourth byte of the 9-byte frame
+    header); another service answers otherwise, closes, or says nothing within
+    :data:`CONNECT_TIMEOUT_S`. Ray itself retries a port that accepts TCP but speaks another
+    protocol for minutes (grpcio, which could ask instead, is not installed with Ray 2.60)."""
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S) as sk:
+            sk.sendall(HTTP2_PREFACE)
+            head = b""
+            deadline = time.monotonic() + CONNECT_TIMEOUT_S
+            while len(head) < 9 and time.monotonic() < deadline:
+                chunk = sk.recv(9 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+    except OSError:
+        return False
+    return len(head) == 9 and head[3] == 0x04
 
 
 def connect(address: Optional[str], num_cpus: int, runtime_env: Optional[dict[str, Any]] = None) -> bool:

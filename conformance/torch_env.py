@@ -32,7 +32,7 @@ def threads_from_env() -> Optional[int]:
     if raw == "":
         return None
     v = raw.strip()
-    if not v.isdigit() or not 1 <= int(v) <= MAX_THREADS:
+    if not (v.isascii() and v.isdigit()) or not 1 <= int(v) <= MAX_THREADS:
         raise ValueError(f"CONFORMANCE_TORCH_THREADS={raw!r}: expected an integer from 1 to {MAX_THREADS} "
                          "(torch threads of every op of this package; unset it for the default)")
     return int(v)

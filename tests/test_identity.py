@@ -104,7 +104,8 @@ def findings_summary(findings: list[dict], norm: Norm) -> dict[str, Any]:
             "sha256": _digest(mask_floats(norm(findings)))}
 
 
-_VOLATILE_META = {"seconds", "seconds_max", "seconds_sum", "peak_rss_mb", "threads_per_worker"}  # machine-dependent
+_VOLATILE_META = {"seconds", "seconds_max", "seconds_sum", "peak_rss_mb",  # machine-dependent
+                  "threads_per_worker", "threads_per_part"}
 
 
 def report_summary(path: Path, norm: Norm) -> dict[str, Any]:

@@ -130,6 +130,25 @@ def test_unreachable_ray_address_exit_2(tiny, capsys):
     assert rc == 2 and "host:port" in capsys.readouterr().err
 
 
+def test_ray_address_of_another_service_exit_2(tiny, capsys):
+    # a port that accepts TCP but is no Ray head (here an HTTP server): Ray retried it for minutes
+    import http.server
+    import threading
+    import time
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        t0 = time.monotonic()
+        rc = main(["check-data", str(TINY), "--data", str(tiny.data_dir), "--no-reference", "--sample", "0",
+                   "--workers", "2", "--ray-address", f"127.0.0.1:{srv.server_address[1]}", "--quiet"])
+        err = capsys.readouterr().err
+        assert rc == 2 and "does not answer as a Ray head" in err and "Traceback" not in err, err
+        assert time.monotonic() - t0 < 30
+    finally:
+        srv.shutdown()
+
+
 def test_ray_address_auto_pointing_at_a_cluster_that_is_gone_exit_2(tiny, capsys, monkeypatch):
     # `auto` is resolved as Ray resolves it (RAY_ADDRESS first, then the last `ray start`'s record);
     # a record of a cluster that is gone made Ray retry it without end (found by a user trial)

@@ -115,6 +115,12 @@ def test_shards_cover_every_sample_once_and_merge_equals_unsharded(unsharded, ti
     assert Counter(map(_key, merged["findings"])) == Counter(map(_key, whole["findings"]))
     assert merged["meta"]["complete"] is True and merged["meta"]["shards_missing"] == []
     assert merged["meta"]["fingerprint_sample"]["indices"] == whole["meta"]["fingerprint_sample"]["indices"]
+    assert merged["meta"]["threads_per_part"] == {str(f): [1 + i % 2] for i, f in enumerate(files)}
+    # files given in any order merge in shard order (a glob puts part-10 before part-2)
+    rev = tmp_path / "merged-rev.json"
+    assert main(["merge-reports", str(rev), *map(str, files[::-1])]) == 0
+    merged_rev = json.loads(rev.read_text())
+    assert merged_rev["findings"] == merged["findings"] and merged_rev["meta"]["merged_from"] == list(map(str, files))
     assert merged["meta"]["slot_stats"]["verifier"]["rows"] == whole["meta"]["slot_stats"]["verifier"]["rows"]
     assert merged["meta"]["slot_stats"]["slot 1"]["rms_max"] == whole["meta"]["slot_stats"]["slot 1"]["rms_max"]
 
@@ -181,12 +187,17 @@ def test_available_cpus_follows_the_container_quota(monkeypatch, tmp_path):
     (["--cpus-per-worker", "100000"], None, "give at most"),
     (["--cpus-per-worker", "99999999999999999999"], None, "give at most"),
     (["--cpus-per-worker", "5000", "--ray-address", "127.0.0.1:1"], None, "at most 1024"),
+    (["--workers", "2", "--cpus-per-worker", "W2"], None, "over 2 workers"),  # W x C above the machine's CPUs
     ([], "abc", "CONFORMANCE_TORCH_THREADS='abc'"),
     ([], "100000", "CONFORMANCE_TORCH_THREADS='100000'"),
+    ([], "\u00b2", "CONFORMANCE_TORCH_THREADS="),  # a superscript two: isdigit() but not an int
 ])
 def test_bad_cpus_per_worker_exit_2(tiny, capsys, monkeypatch, opts, env, needle):
+    from conformance.scan import available_cpus
+
     if env is not None:
         monkeypatch.setenv("CONFORMANCE_TORCH_THREADS", env)
+    opts = [str(available_cpus() // 2 + 1) if o == "W2" else o for o in opts]
     assert main(["check-data", str(TINY), "--data", str(tiny.data_dir), "--no-reference", *opts]) == 2
     err = capsys.readouterr().err
     assert needle in err and "internal error" not in err and "Traceback" not in err, err

@@ -93,11 +93,12 @@ def _options(args) -> tuple[tuple[int, int], int, int]:
         if getattr(args, "ray_address", None):
             if cpus > MAX_THREADS:
                 raise UsageError(f"--cpus-per-worker {cpus}: at most {MAX_THREADS}")
-        elif cpus > available_cpus():
+        elif cpus > max(available_cpus() // workers, 1):  # the default's own share; 1 is always allowed
             n = available_cpus()
-            raise UsageError(f"--cpus-per-worker {cpus}: this machine lets this process use {n} CPU(s) "
-                             f"(affinity mask and container quota); give at most {n}, or --ray-address to run on "
-                             "a cluster's nodes")
+            per = f" over {workers} workers" if workers > 1 else ""
+            raise UsageError(f"--cpus-per-worker {cpus}{per}: this machine lets this process use {n} CPU(s) "
+                             f"(affinity mask and container quota); give at most {max(n // workers, 1)}, or "
+                             "--ray-address to run on a cluster's nodes")
     sample = int(getattr(args, "sample", 32))
     if sample < -1:
         raise UsageError(f"--sample {sample}: must be >= 0, or -1 for every sample")
