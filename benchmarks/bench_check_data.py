@@ -229,10 +229,10 @@ def _free_port() -> int:
 
 
 def _cores() -> int:
-    try:
-        return max(len(os.sched_getaffinity(0)), 1)
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    """The CPUs check-data itself counts (affinity mask, container quota)."""
+    from conformance.scan import available_cpus
+
+    return available_cpus()
 
 
 class RayHead:

@@ -107,12 +107,12 @@ def _check_reachable(address: str) -> str:
                          "ray://host:port") from None
     via = " (where 'auto' points: RAY_ADDRESS or the last `ray start` on this machine)" if given == "auto" else ""
     try:
-        with socket.create_connection((host or "127.0.0.1", port_n), timeout=CONNECT_TIMEOUT_S):
-            pass
+        with socket.create_connection((host or "127.0.0.1", port_n), timeout=CONNECT_TIMEOUT_S) as sk:
+            http2 = _answers_http2(sk)
     except OSError as e:
         raise TaskFailed(f"Ray cluster at {address}{via} is unreachable ({type(e).__name__}: {e}); start it with "
                          "`ray start --head` or pass the head's address") from None
-    if not _speaks_grpc(host or "127.0.0.1", port_n):
+    if not http2:
         raise TaskFailed(f"{address}{via} accepts connections but does not answer as a Ray head (no gRPC/HTTP2 "
                          f"handshake within {CONNECT_TIMEOUT_S:.0f} s: another service on that port?); pass the head's "
                          "GCS address (`ray start --head` prints it; port 6379 by default)") from None
@@ -123,24 +123,24 @@ HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00
 """An HTTP/2 client connection preface and an empty SETTINGS frame (RFC 9113 section 3.4)."""
 
 
-def _speaks_grpc(host: str, port: int) -> bool:
-    """Whether ``host:port`` answers as an HTTP/2 server (a Ray GCS and a Ray Client server are
-    gRPC servers, gRPC runs on HTTP/2): after the client preface, an HTTP/2 server's first frame is
-    its SETTINGS frame (RFC 9113 section 3.4: frame type 0x4 in the fourth byte of the 9-byte frame
-    header); another service answers otherwise, closes, or says nothing within
-    :data:`CONNECT_TIMEOUT_S`. Ray itself retries a port that accepts TCP but speaks another
-    protocol for minutes (grpcio, which could ask instead, is not installed with Ray 2.60)."""
+def _answers_http2(sk: socket.socket) -> bool:
+    """Whether the server on the connected socket ``sk`` answers as an HTTP/2 server (a Ray GCS
+    and a Ray Client server are gRPC servers, gRPC runs on HTTP/2): after the client preface, an
+    HTTP/2 server's first frame is its SETTINGS frame (RFC 9113 section 3.4: frame type 0x4 in the
+    fourth byte of the 9-byte frame header); another service answers otherwise, closes, or says
+    nothing within :data:`CONNECT_TIMEOUT_S`. Ray itself retries a port that accepts TCP but
+    speaks another protocol for minutes (grpcio, which could ask instead, is not installed with
+    Ray 2.60)."""
+    head = b""
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
     try:
-        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S) as sk:
-            sk.sendall(HTTP2_PREFACE)
-            head = b""
-            deadline = time.monotonic() + CONNECT_TIMEOUT_S
-            while len(head) < 9 and time.monotonic() < deadline:
-                chunk = sk.recv(9 - len(head))
-                if not chunk:
-                    break
-                head += chunk
-    except OSError:
+        sk.sendall(HTTP2_PREFACE)
+        while len(head) < 9 and time.monotonic() < deadline:
+            chunk = sk.recv(9 - len(head))
+            if not chunk:
+                break
+            head += chunk
+    except OSError:  # reset or timed out: not an HTTP/2 server
         return False
     return len(head) == 9 and head[3] == 0x04
 

@@ -1102,13 +1102,17 @@ def available_cpus() -> int:
     return max(n, 1)
 
 
+def cpu_share(workers: int) -> int:
+    """This machine's CPUs (:func:`available_cpus`) split evenly over ``workers``, at least 1."""
+    return max(available_cpus() // max(int(workers), 1), 1)
+
+
 def default_cpus_per_worker(workers: int, ray_address: Optional[str] = None) -> int:
     """CPUs (torch threads; Ray ``num_cpus`` of a task) each worker gets when none are asked for.
 
     ``CONFORMANCE_TORCH_THREADS`` when set (the user's choice for every torch op of this
     package; it wins over both defaults below); on an existing Ray cluster (``ray_address``) 1,
-    since this machine's CPU count says nothing of the nodes'; else this machine's CPUs
-    (:func:`available_cpus`) split evenly over the workers, at least 1: the all-rows RMS pass is
+    since this machine's CPU count says nothing of the nodes'; else :func:`cpu_share`: the all-rows RMS pass is
     compute-bound once the data is in the page cache, so one worker uses every core
     (``benchmarks/bench_check_data.py``).
 
@@ -1120,7 +1124,7 @@ def default_cpus_per_worker(workers: int, ray_address: Optional[str] = None) -> 
         return env
     if ray_address:
         return 1
-    return max(available_cpus() // max(int(workers), 1), 1)
+    return cpu_share(workers)
 
 
 @contextmanager

@@ -43,9 +43,9 @@ def prepare() -> None:
 
     Idempotent. Also silences tokenizer fork warnings and sets torch's intra-op threads to
     ``CONFORMANCE_TORCH_THREADS`` (default 1; a value :func:`threads_from_env` refuses is ignored
-    here, never raised at import, and refused by the command line with exit 2): the fixture models are tiny, and on a busy 2-core
-    machine OpenMP's spin-waiting made a 64-wide forward take 2 s with 2 threads instead of 8 ms
-    with 1 (measured). Raises nothing; an environment without torchvision is left alone.
+    here, never raised at import, and refused by the command line with exit 2): the fixture
+    models are tiny, and on a busy 2-core machine OpenMP's spin-waiting made a 64-wide forward
+    take 2 s with 2 threads instead of 8 ms with 1 (measured). Raises nothing; an environment without torchvision is left alone.
     """
     global _done
     if _done:

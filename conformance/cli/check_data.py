@@ -85,7 +85,7 @@ def _options(args) -> tuple[tuple[int, int], int, int]:
         raise UsageError(f"--workers {workers}: must be >= 1")
     cpus = getattr(args, "cpus_per_worker", None)
     if cpus is not None:
-        from conformance.scan import available_cpus
+        from conformance.scan import available_cpus, cpu_share
         from conformance.torch_env import MAX_THREADS
 
         if cpus < 1:
@@ -93,12 +93,11 @@ def _options(args) -> tuple[tuple[int, int], int, int]:
         if getattr(args, "ray_address", None):
             if cpus > MAX_THREADS:
                 raise UsageError(f"--cpus-per-worker {cpus}: at most {MAX_THREADS}")
-        elif cpus > max(available_cpus() // workers, 1):  # the default's own share; 1 is always allowed
-            n = available_cpus()
+        elif cpus > cpu_share(workers):  # the default's own share; 1 is always allowed
             per = f" over {workers} workers" if workers > 1 else ""
-            raise UsageError(f"--cpus-per-worker {cpus}{per}: this machine lets this process use {n} CPU(s) "
-                             f"(affinity mask and container quota); give at most {max(n // workers, 1)}, or "
-                             "--ray-address to run on a cluster's nodes")
+            raise UsageError(f"--cpus-per-worker {cpus}{per}: this machine lets this process use "
+                             f"{available_cpus()} CPU(s) (affinity mask and container quota); give at most "
+                             f"{cpu_share(workers)}, or --ray-address to run on a cluster's nodes")
     sample = int(getattr(args, "sample", 32))
     if sample < -1:
         raise UsageError(f"--sample {sample}: must be >= 0, or -1 for every sample")
