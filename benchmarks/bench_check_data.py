@@ -1,4 +1,4 @@
-"""Side-by-side throughput of `conformance check-data` against raw reads and speculators' loader.
+"""Side-by-side throughput of `eagle3-conformance check-data` against raw reads and speculators' loader.
 
 Run on demand (not collected by pytest):
 
@@ -18,7 +18,7 @@ Then, for each dataset, each reader runs in its own subprocess:
   copied out of the page cache once, the least any reader that looks at every value pays warm);
 - ``speculators``: ``speculators.train.data.ArrowDataset(max_len, datapath, on_missing="raise")``
   iterated ``ds[i]`` (hidden_states and verifier_last_hidden_states touched page by page);
-- ``check-data``: ``conformance check-data CONTRACT --data DIR --no-reference --sample 0``
+- ``check-data``: ``eagle3-conformance check-data CONTRACT --data DIR --no-reference --sample 0``
   (cheap checks on every row and slot, norm bands on; no fingerprints; one worker with its
   default CPUs: every core of the machine); ``check-data-1cpu``, the same with
   ``--cpus-per-worker 1`` (one torch thread); and the same with
@@ -133,7 +133,7 @@ def _touch(t) -> int:
 
 def child(kind: str, data: str, contract: str, out_json: str) -> None:
     sys.path.insert(0, str(HERE.parent.parent))
-    from conformance import torch_env
+    from eagle3_conformance import torch_env
 
     torch_env.prepare()
     import datasets  # noqa: F401  (imports are not I/O: loaded before the clock starts)
@@ -146,8 +146,8 @@ def child(kind: str, data: str, contract: str, out_json: str) -> None:
     if kind == "speculators":
         from speculators.train.data import ArrowDataset
     if kind.startswith("check-data"):
-        from conformance import scan  # noqa: F401
-        from conformance.cli import build_parser, main
+        from eagle3_conformance import scan  # noqa: F401
+        from eagle3_conformance.cli import build_parser, main
 
         build_parser()  # import the extra command modules
     rss0 = vm_hwm_mb()
@@ -230,7 +230,7 @@ def _free_port() -> int:
 
 def _cores() -> int:
     """The CPUs check-data itself counts (affinity mask, container quota)."""
-    from conformance.scan import available_cpus
+    from eagle3_conformance.scan import available_cpus
 
     return available_cpus()
 
@@ -333,7 +333,7 @@ def main() -> int:
     results = {"machine": machine(), "torch_threads": None, "datasets": [], "runs": []}
     try:
         sys.path.insert(0, str(HERE.parent.parent))
-        from conformance import torch_env
+        from eagle3_conformance import torch_env
 
         torch_env.prepare()
         import torch

@@ -10,7 +10,7 @@ last), quantises and dequantises them with hs_connectors' own functions, and pri
 
 - amax per slot (median and max over tokens; token 0 separately: massive activations);
 - the per-token relative RMS error ``||deq - x|| / ||x||`` of the dequantised slot against the
-  float32 reference boundary (what :func:`conformance.checks.check_fp8_scale_error` gates), with
+  float32 reference boundary (what :func:`eagle3_conformance.checks.check_fp8_scale_error` gates), with
   token 0 excluded (``norm_bands.exclude_positions``) and, separately, at token 0;
 - the fraction of values flushed to zero;
 - the same with one massive value injected into B_L of a token (``--outlier`` x that token's amax),
@@ -31,7 +31,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from conformance import torch_env
+from eagle3_conformance import torch_env
 
 torch_env.prepare()
 import torch  # noqa: E402
@@ -61,10 +61,10 @@ def main() -> None:
     if a.checks:
         return run_checks(a.fixture)
 
-    from conformance.fixture_base import fixture_spec
-    from conformance.fixtures_real import corpus_samples, emulate_half_gemm, load_tokenizer, resolve_spec
-    from conformance.model_cache import ensure_model
-    from conformance.reference import ReferenceModel
+    from eagle3_conformance.fixture_base import fixture_spec
+    from eagle3_conformance.fixtures_real import corpus_samples, emulate_half_gemm, load_tokenizer, resolve_spec
+    from eagle3_conformance.model_cache import ensure_model
+    from eagle3_conformance.reference import ReferenceModel
 
     t0 = time.perf_counter()
     spec = resolve_spec(*fixture_spec(a.fixture))
@@ -134,10 +134,10 @@ def run_checks(fixture: str) -> None:
 
     from safetensors.torch import load_file, save_file
 
-    from conformance.contract import load_contract
-    from conformance.datagen import hs_payload
-    from conformance.fixtures import REPO_ROOT, build_fixture
-    from conformance.scan import scan
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.datagen import hs_payload
+    from eagle3_conformance.fixtures import REPO_ROOT, build_fixture
+    from eagle3_conformance.scan import scan
 
     for name in (fixture, fixture + "-bf16"):
         t0 = time.perf_counter()

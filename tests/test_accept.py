@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.checks import check_accept_length
-from conformance.contract import load_contract
-from conformance.paths import Skipped, get
+from eagle3_conformance.checks import check_accept_length
+from eagle3_conformance.contract import load_contract
+from eagle3_conformance.paths import Skipped, get
 
 REPO = Path(__file__).resolve().parent.parent
 SMOL = REPO / "contracts" / "smollm2-135m.yaml"
@@ -35,8 +35,8 @@ def test_accept_gate_names_the_path_that_measured_it():
 
 
 def test_assess_hands_the_path_name_to_the_accept_gate():
-    from conformance.assess import assess
-    from conformance.paths import Observation
+    from eagle3_conformance.assess import assess
+    from eagle3_conformance.paths import Observation
 
     c = load_contract(SMOL)
     [f] = assess(c, Observation(facts={"avg_accept_length": 1.0}), lambda: None, "cpu-accept")
@@ -52,7 +52,7 @@ def test_cpu_accept_skips_pairs_without_a_trained_draft():
 
 
 def test_floor_with_uncalibrated_bands_allowed_only_for_a_cpu_measured_pair():
-    from conformance.contract import semantic_problems
+    from eagle3_conformance.contract import semantic_problems
 
     c = load_contract(SMOL)
     assert c.norm_bands.status != "calibrated" and c.gates.min_accept_length is not None
@@ -70,10 +70,10 @@ def loop():
     pytest.importorskip("speculators")
     import torch
 
-    from conformance.faults.acceptance import checkpoint_d2t
-    from conformance.reference import load_reference_model
-    from conformance.tools.sglang_cpu import SGLangCPUHarness
-    from conformance.trained_draft import ensure_trained_draft, eval_prompts
+    from eagle3_conformance.faults.acceptance import checkpoint_d2t
+    from eagle3_conformance.reference import load_reference_model
+    from eagle3_conformance.tools.sglang_cpu import SGLangCPUHarness
+    from eagle3_conformance.trained_draft import ensure_trained_draft, eval_prompts
 
     td = ensure_trained_draft()
     h = SGLangCPUHarness(td.target_dir, td.draft_dir, dtype=torch.float32)
@@ -99,8 +99,8 @@ def test_trained_draft_is_what_sglang_loads(loop):
 
 @pytest.mark.slow
 def test_speculation_is_lossless_and_the_lossless_check_can_fail(loop):
-    from conformance.faults.acceptance import greedy_matches
-    from conformance.tools.sglang_cpu.spec_loop import speculative_decode
+    from eagle3_conformance.faults.acceptance import greedy_matches
+    from eagle3_conformance.tools.sglang_cpu.spec_loop import speculative_decode
 
     res = speculative_decode(loop["h"], loop["prompts"], num_draft_tokens=3, max_new_tokens=16)
     assert not res.errors
@@ -121,12 +121,12 @@ def test_gate_fails_on_a_fault_that_passes_every_shape_check(loop):
     """embedding-prepended (the seed incident's shape): SGLang captures B_0, B_2, B_15; three
     576-wide slots as before (widths, counts and fc all as declared), and the contract's
     accept-length floor fails. Measured on the cpu-accept path's own prompts and lengths."""
-    from conformance.faults.acceptance import FAULTS, measure
+    from eagle3_conformance.faults.acceptance import FAULTS, measure
 
     c = load_contract(SMOL)
     h = loop["h"]
-    from conformance.paths import cpu_accept
-    from conformance.trained_draft import eval_prompts
+    from eagle3_conformance.paths import cpu_accept
+    from eagle3_conformance.trained_draft import eval_prompts
 
     prompts = eval_prompts(loop["td"].target_dir, 3, cpu_accept.PROMPT_TOKENS)
     fault = next(f for f in FAULTS if f.name == "embedding-prepended")
@@ -136,7 +136,7 @@ def test_gate_fails_on_a_fault_that_passes_every_shape_check(loop):
     assert not bad.errors and bad.fc_calls > 0 and bad.lossless
     assert check_accept_length(c, bad.mean_accept_length, path="cpu-accept")[0].status == "fail"
     # the shapes were right: same slot count and width reached the draft
-    from conformance.faults.acceptance import apply, restore
+    from eagle3_conformance.faults.acceptance import apply, restore
 
     apply(h, fault, loop["d2t"])
     try:

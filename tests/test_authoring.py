@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.cli import main
-from conformance.contract import load_contract
-from conformance.notation import Boundary
+from eagle3_conformance.cli import main
+from eagle3_conformance.contract import load_contract
+from eagle3_conformance.notation import Boundary
 
 REPO = Path(__file__).resolve().parent.parent
 CONTRACTS = sorted((REPO / "contracts").glob("*.yaml"))
@@ -84,7 +84,7 @@ def test_init_nested_llama_applies_plus_one(tmp_path):
 def test_init_writes_every_gate_with_its_resolved_default(tmp_path):
     """init writes the gates block (nulls, each commented with the value it resolves to for the
     target's dtype) so that a user sees what can be tuned; the nulls resolve as the comments say."""
-    from conformance import gates
+    from eagle3_conformance import gates
 
     c, o = init_ok(tmp_path, tcfg(), dcfg("nested", [1, 3, 4]))
     text = o.read_text()
@@ -220,7 +220,7 @@ ROUND_TRIP = [
 @pytest.mark.parametrize("tool", ["sglang", "vllm", "speculators", "specforge"])
 @pytest.mark.parametrize("arch,L,bds", ROUND_TRIP)
 def test_translate_round_trip(tool, arch, L, bds):
-    from conformance.engine_ids import TranslationError, boundaries_to_tool, tool_to_boundaries
+    from eagle3_conformance.engine_ids import TranslationError, boundaries_to_tool, tool_to_boundaries
 
     try:
         t = boundaries_to_tool(tool, bds, L, architecture=arch)
@@ -234,7 +234,7 @@ def test_translate_round_trip(tool, arch, L, bds):
 
 
 def test_translate_known_integers():
-    from conformance.engine_ids import boundaries_to_tool
+    from eagle3_conformance.engine_ids import boundaries_to_tool
 
     # REFERENCE 2.3: Llama-3.1-8B defaults B2,B16,B29 -> output-of [1,15,28], boundary [2,16,29]
     assert boundaries_to_tool("sglang", B(2, 16, 29), 32).ids == [1, 15, 28]
@@ -300,7 +300,7 @@ def test_translate_speculators_refuses_F_verifier(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def tiny():
-    from conformance.fixtures import build_fixture
+    from eagle3_conformance.fixtures import build_fixture
 
     return build_fixture("tiny-llama")
 
@@ -343,7 +343,7 @@ def test_calibrate_writes_bands_keeping_comments(calibrated):
 
 
 def _band_findings(contract: Path, data_dir: Path):
-    from conformance.runner import default_batches, training_findings
+    from eagle3_conformance.runner import default_batches, training_findings
 
     c = load_contract(contract)
     return [f for f in training_findings(c, data_dir, None, default_batches(12)) if f.check == "norm_band"]
@@ -356,9 +356,9 @@ def test_calibrated_bands_pass_good_data(calibrated, tiny):
 
 
 def test_calibrated_bands_fail_wrong_layer(calibrated, tiny, tmp_path):
-    from conformance.datagen import write_speculators_dataset
-    from conformance.fixtures import loss_mask_for, sample_token_ids
-    from conformance.reference import ReferenceModel
+    from eagle3_conformance.datagen import write_speculators_dataset
+    from eagle3_conformance.fixtures import loss_mask_for, sample_token_ids
+    from eagle3_conformance.reference import ReferenceModel
 
     _, out, _ = calibrated
     d = tiny.spec["data"]
@@ -392,9 +392,9 @@ def test_calibrate_never_writes_input_without_in_place(tiny, tmp_path, capsys):
 @pytest.fixture(scope="module")
 def mislabelled(tiny, tmp_path_factory):
     """Data whose slots really are [B_0, B_2, B_4, B_5], labelled as the contract's [B_2, B_4, B_5, B_8]."""
-    from conformance.datagen import write_speculators_dataset
-    from conformance.fixtures import sample_token_ids
-    from conformance.reference import ReferenceModel
+    from eagle3_conformance.datagen import write_speculators_dataset
+    from eagle3_conformance.fixtures import sample_token_ids
+    from eagle3_conformance.reference import ReferenceModel
 
     out = tmp_path_factory.mktemp("mislabelled") / "data"
     samples = sample_token_ids(tiny.spec, 4, 3, 16, seed=11)
@@ -452,7 +452,7 @@ def test_calibrate_bad_input(tmp_path, capsys):
 
 
 def test_band_recipe():
-    from conformance.authoring.calibrate import band_from
+    from eagle3_conformance.authoring.calibrate import band_from
 
     vals = [float(i) for i in range(1, 1001)]  # p0.1 = 1.999, p99.9 = 999.001
     lo, hi = band_from(vals, 2.0)
@@ -463,7 +463,7 @@ def test_band_recipe():
 def test_band_holds_every_calibration_value():
     """A lone outlier (a real SmolLM2 token at position 1 has RMS 988 among values near 1) is
     inside the band calibrate writes, so the calibration data never fails its own band."""
-    from conformance.authoring.calibrate import band_from
+    from eagle3_conformance.authoring.calibrate import band_from
 
     vals = [1.0 + 0.001 * i for i in range(2000)] + [988.0, 0.01]
     lo, hi = band_from(vals, 2.0)
@@ -492,11 +492,11 @@ def test_public_contract_provenance(path):
 @pytest.mark.parametrize("path", PUBLIC, ids=lambda p: p.name)
 def test_public_contract_ids_translate_to_its_boundaries(path):
     """The ids the draft config holds, read by the engine the contract names, give its boundaries."""
-    from conformance.engine_ids import tool_to_boundaries
+    from eagle3_conformance.engine_ids import tool_to_boundaries
 
     c = load_contract(path)
     if c.method == "dflash":  # DFlash ids: output-of, asked of SGLang's own set_dflash_layers_to_capture
-        from conformance.family_ids import dflash_tool_to_boundaries
+        from eagle3_conformance.family_ids import dflash_tool_to_boundaries
 
         got = dflash_tool_to_boundaries("sglang", c.dflash.target_layer_ids, c.L, architecture=c.target.architecture)
         assert [str(b) for b in got] == c.capture.boundaries
@@ -517,7 +517,7 @@ def test_public_pairs_present():
 
 
 def test_init_refuses_an_unknown_future_sglang_release(tiny, tmp_path, capsys):
-    from conformance.cli import main
+    from eagle3_conformance.cli import main
 
     rc = main(["init", "--target", str(tiny.target_dir), "--draft", str(tiny.draft_dir), "--engine", "sglang==9.9.9",
                "-o", str(tmp_path / "c.yaml")])

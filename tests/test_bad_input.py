@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance import datacheck, runner
-from conformance.cli import main
+from eagle3_conformance import datacheck, runner
+from eagle3_conformance.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "contracts" / "tiny-llama.yaml"
@@ -130,7 +130,7 @@ def test_huge_and_missing_contract(tmp_path, capsys):
 
 
 def test_internal_errors_say_so(monkeypatch, capsys):
-    import conformance.contract as contract
+    import eagle3_conformance.contract as contract
 
     def boom(path, **options):
         raise RuntimeError("simulated\nbug")
@@ -253,7 +253,7 @@ def test_reference_without_weights_exit_2(data, tiny, tmp_path, capsys):
 
 
 def _check_data(d, tiny, out):
-    """The real `conformance check-data` (streaming scanner), in-process."""
+    """The real `eagle3-conformance check-data` (streaming scanner), in-process."""
     return main(["check-data", str(TINY), "--data", str(d), "--reference", str(tiny.target_dir),
                  "--json", str(out), "--quiet"])
 
@@ -264,7 +264,7 @@ def _check_data(d, tiny, out):
     (lambda d: _shard(d, 5).unlink(), "hidden_states", "1 of 12 shards are missing"),
 ], ids=["extra_shard", "stray_file", "missing_shard"])
 def test_dataset_level_shard_findings_in_check_data(mutate, where, words, data, tiny, tmp_path, capsys):
-    """`conformance check-data` reports shard files as dataset-level findings, path "data"."""
+    """`eagle3-conformance check-data` reports shard files as dataset-level findings, path "data"."""
     mutate(data)
     out = tmp_path / "r.json"
     assert _check_data(data, tiny, out) == 1
@@ -344,7 +344,7 @@ def test_one_odd_shaped_shard_does_not_sink_its_batch(tmp_path, tiny, tiny_ref, 
 
 def test_inputs_are_never_modified(data, tiny, tiny_ref, tmp_path, capsys):
     """Hash every input (contract, data dir, reference dir) before and after every command."""
-    from conformance.fixtures import sample_token_ids
+    from eagle3_conformance.fixtures import sample_token_ids
 
     off = tmp_path / "offline"
     off.mkdir()
@@ -419,7 +419,7 @@ def _json_target(case: str, tmp_path: Path, data: Path, tiny) -> tuple[Path, str
 
 @pytest.mark.parametrize("case", ["contract", "data_file", "data_new_file", "reference", "no_parent", "directory"])
 def test_check_data_json_guard_exit_2_before_scanning(case, data, tiny, tmp_path, capsys, monkeypatch):
-    from conformance import scan as scan_mod
+    from eagle3_conformance import scan as scan_mod
 
     contract = tmp_path / "c.yaml"
     shutil.copy(TINY, contract)

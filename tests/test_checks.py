@@ -12,8 +12,8 @@ import pytest
 import torch
 from conftest import contract_with
 
-from conformance import checks
-from conformance.notation import Boundary
+from eagle3_conformance import checks
+from eagle3_conformance.notation import Boundary
 
 
 def _status(findings, check, slot=None):
@@ -312,7 +312,7 @@ def test_massive_row_of_a_one_row_capture_is_judged_against_the_band(tiny_contra
     """With a calibrated band, a one-row capture's massive activation (RMS far above the band's
     centre) is excluded, not failed: the capture's own median cannot exclude its only row. A
     normal row outside the band still fails."""
-    from conformance.contract import NormBand
+    from eagle3_conformance.contract import NormBand
 
     c = tiny_contract.model_copy(update={"norm_bands": tiny_contract.norm_bands.model_copy(update={
         "status": "calibrated", "massive_activation_ratio": 20.0,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.cli import main
-from conformance.datagen import write_speculators_dataset
-from conformance.fixtures import sample_token_ids
+from eagle3_conformance.cli import main
+from eagle3_conformance.datagen import write_speculators_dataset
+from eagle3_conformance.fixtures import sample_token_ids
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "contracts" / "tiny-llama.yaml"
@@ -97,8 +97,8 @@ def test_verdict_plain_conforms_only_when_slot_identity_was_judged(tiny, tmp_pat
 
 
 def test_report_verdict_pure():
-    from conformance.findings import Finding
-    from conformance.report import render_table, verdict
+    from eagle3_conformance.findings import Finding
+    from eagle3_conformance.report import render_table, verdict
     from rich.console import Console
 
     shape = Finding("feature_width", "pass", "training", "feature", 192, 192, "sample 0")
@@ -190,8 +190,8 @@ def test_gpu_engine_path_skips_cleanly_without_a_gpu(pytester):
 
 
 def test_accept_length_gate():
-    from conformance.checks import check_accept_length
-    from conformance.contract import load_contract
+    from eagle3_conformance.checks import check_accept_length
+    from eagle3_conformance.contract import load_contract
     from conftest import contract_with
 
     c = contract_with(load_contract(TINY), **{"gates.min_accept_length": 2.0})
@@ -217,7 +217,7 @@ def test_bands_calibrated_on_data_pass_that_data_on_every_path(tiny, tmp_path, c
 
 
 def test_reference_of_another_target_is_bad_input(tiny, tmp_path, capsys):
-    from conformance.fixtures import build_fixture
+    from eagle3_conformance.fixtures import build_fixture
 
     wide = build_fixture("tiny-llama-wide")
     rc = main(["check-data", str(TINY), "--data", str(tiny.data_dir), "--reference", str(wide.target_dir), "--quiet"])
@@ -251,7 +251,7 @@ def test_init_refuses_to_write_over_its_inputs_even_with_force(tiny, tmp_path, c
 
 
 def test_init_from_config_paths_records_the_model_dirs(tiny, tmp_path):
-    from conformance.contract import load_contract
+    from eagle3_conformance.contract import load_contract
 
     out = tmp_path / "c.yaml"
     assert main(["init", "--target", str(tiny.target_dir / "config.json"), "--draft",
@@ -269,7 +269,7 @@ def test_calibrate_plot_must_not_land_in_the_data(tiny, tmp_path, capsys):
 
 
 def test_reference_of_another_architecture_is_bad_input(tiny, capsys):
-    from conformance.fixtures import build_fixture
+    from eagle3_conformance.fixtures import build_fixture
 
     ds = build_fixture("tiny-deepseek")  # same L, d and vocab as tiny-llama, another model
     rc = main(["check-data", str(TINY), "--data", str(tiny.data_dir), "--reference", str(ds.target_dir), "--quiet"])

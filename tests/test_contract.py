@@ -9,8 +9,8 @@ import jsonschema
 import pytest
 import yaml
 
-from conformance.contract import SCHEMA_PATH, ContractError, json_schema, load_contract, parse_contract
-from conformance.notation import Boundary, boundaries_to_ids, ids_to_boundaries
+from eagle3_conformance.contract import SCHEMA_PATH, ContractError, json_schema, load_contract, parse_contract
+from eagle3_conformance.notation import Boundary, boundaries_to_ids, ids_to_boundaries
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = (REPO / "contracts" / "tiny-llama.yaml").read_text()
@@ -24,7 +24,7 @@ def _errors(text: str) -> list:
 
 def test_schema_checked_in_matches_models():
     """Fails when the models change and contracts/schema/contract.schema.json is not regenerated
-    (`conformance schema --write`)."""
+    (`eagle3-conformance schema --write`)."""
     assert json.loads(SCHEMA_PATH.read_text()) == json_schema()
 
 
@@ -134,7 +134,7 @@ def _schema_errors(text: str) -> list[tuple]:
 
 
 def _validate(tmp_path, text: str, capsys) -> tuple[int, str, Path]:
-    from conformance.cli import main
+    from eagle3_conformance.cli import main
 
     p = tmp_path / "c.yaml"
     p.write_text(text)
@@ -198,7 +198,7 @@ def test_every_scalar_key_model_and_schema_agree_on_mistyped_values():
 
     from pydantic import ValidationError
 
-    from conformance.contract import Contract
+    from eagle3_conformance.contract import Contract
 
     base = yaml.safe_load(TINY)
     base["vocab"] = {"size": 512, "draft_size": 256, "d2t_present": True, "t2d_present": True}
@@ -241,7 +241,7 @@ def test_every_scalar_key_model_and_schema_agree_on_mistyped_values():
 
 
 def test_unknown_fixture_is_a_validate_error_naming_the_known_ones(tmp_path, capsys):
-    from conformance.fixture_base import known_fixtures
+    from eagle3_conformance.fixture_base import known_fixtures
 
     text = TINY.replace("fixture: tiny-llama\n", "fixture: tiny-lama\n")
     rc, out, p = _validate(tmp_path, text, capsys)

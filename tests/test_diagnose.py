@@ -1,7 +1,7 @@
-"""Diagnosis (conformance.diagnose): every diagnosis is named from the findings of a real run with
+"""Diagnosis (eagle3_conformance.diagnose): every diagnosis is named from the findings of a real run with
 its fault injected, and gives its FAULTS.md kind and the concrete fix (the ids to write).
 
-Faults are injected with the kill matrix's own operators (conformance.faults): training data is
+Faults are injected with the kill matrix's own operators (eagle3_conformance.faults): training data is
 written in the speculators 0.9.0 format and read back by speculators' loader; SGLang faults go
 through the real CPU harness. Also here: the two checks the diagnoses need that did not exist
 (``magnitude``, ``pre_fc_norm``) and ``validate``'s id rule (no engine needed).
@@ -17,12 +17,12 @@ import pytest
 import torch
 from conftest import contract_with
 
-from conformance import faults
-from conformance.diagnose import KINDS, Diagnosis, diagnose
-from conformance.faults import OPERATORS_BY_NAME as OPS
-from conformance.faults import Knobs
-from conformance.faults.inject_sglang import run_sglang
-from conformance.faults.inject_training import run_training, write_dataset
+from eagle3_conformance import faults
+from eagle3_conformance.diagnose import KINDS, Diagnosis, diagnose
+from eagle3_conformance.faults import OPERATORS_BY_NAME as OPS
+from eagle3_conformance.faults import Knobs
+from eagle3_conformance.faults.inject_sglang import run_sglang
+from eagle3_conformance.faults.inject_training import run_training, write_dataset
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = (REPO / "contracts" / "tiny-llama.yaml").read_text()
@@ -82,7 +82,7 @@ def test_one_boundary_too_deep_is_a_convention_shift_with_the_ids_to_write(base)
     assert (d.kind, d.fault) == ("convention-shift", "K2") and "deeper" in d.title
     assert d.slots == ("slot 0", "slot 1", "slot 2") and d.paths == ("training",)
     assert "slot 0 is B_4, slot 1 is B_6, slot 2 is B_7; contract says B_3, B_5, B_6" in d.evidence
-    # the ids, from `conformance translate`'s library call
+    # the ids, from `eagle3-conformance translate`'s library call
     assert d.ids["sglang"]["ids"] == [2, 4, 5]
     assert d.ids["speculators"]["extra"]["data_generation_ids"] == [3, 5, 6, 8]
     assert "eagle_config.eagle_aux_hidden_state_layer_ids: [2, 4, 5]" in _fix(d)
@@ -155,8 +155,8 @@ def test_a_slot_that_is_no_boundary(base):
 
 def test_another_checkpoint_as_reference(base):
     """Data of one target, fingerprinted against another checkpoint of the same architecture."""
-    from conformance.checks import run_checks
-    from conformance.tools.speculators_loader import TrainingLoader
+    from eagle3_conformance.checks import run_checks
+    from eagle3_conformance.tools.speculators_loader import TrainingLoader
 
     scn, ex, c = base
     other = faults.build_scenario(faults.ScenarioSpec("other", 8, 64, 64, (3, 5, 6), seed=99),
@@ -228,7 +228,7 @@ def test_slot_rescaled_by_a_constant(base):
 def test_magnitude_check_pass_fail_and_skip(tiny_contract, good_caps, tiny_ref):
     from dataclasses import replace
 
-    from conformance.checks import check_magnitude
+    from eagle3_conformance.checks import check_magnitude
 
     cap = max(good_caps, key=lambda x: len(x.rows))
     ref = tiny_ref.capture(cap.token_ids)
@@ -248,7 +248,7 @@ def test_magnitude_band_by_serving_dtype_still_catches_a_rescaled_slot(tiny_cont
     slot off by a factor of 10 still fails; float32 keeps 1.1x."""
     from dataclasses import replace
 
-    from conformance.checks import check_magnitude
+    from eagle3_conformance.checks import check_magnitude
 
     bf16 = tiny_contract.model_copy(update={"target": tiny_contract.target.model_copy(update={"dtype": "bfloat16"})})
     cap = max(good_caps, key=lambda x: len(x.rows))
@@ -276,7 +276,7 @@ def test_folded_pass_counts_weigh_as_their_count(base):
     check and slot with a ``count``) diagnoses as the full report: a folded entry is ``count`` passes.
     The fault is on a minority of the findings (one faulty run among three good ones), where
     counting a folded entry as one pass would turn it into a majority."""
-    from conformance import report
+    from eagle3_conformance import report
 
     bad = _train(base, _op(base, "ids-shifted"))
     good = _train(base)
@@ -376,7 +376,7 @@ def test_pre_fc_norm_ignores_changes_made_after_the_engine(base, pool):
 
 
 def _problems(old: str, new: str):
-    from conformance.contract import ContractError, parse_contract
+    from eagle3_conformance.contract import ContractError, parse_contract
 
     assert old in TINY, old
     with pytest.raises(ContractError) as e:
@@ -405,7 +405,7 @@ def test_validate_ids_fix_names_the_ids_to_write():
 
 
 def test_validate_id_rules_without_an_engine():
-    from conformance.engine_ids import layer_id_problems
+    from eagle3_conformance.engine_ids import layer_id_problems
 
     # either convention may apply when no engine is declared
     assert layer_id_problems(8, ["B_2", "B_4", "B_5"], [2, 4, 5], "top_level") == []
@@ -430,7 +430,7 @@ def test_data_of_another_width_is_another_model_not_a_slot_count(tiny, tmp_path)
 
     from safetensors.torch import load_file, save_file
 
-    from conformance.cli import main
+    from eagle3_conformance.cli import main
 
     data = tmp_path / "wide"
     shutil.copytree(tiny.data_dir, data)

@@ -8,15 +8,15 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from conformance.torch_env import prepare
+from eagle3_conformance.torch_env import prepare
 
 prepare()
 pytest.importorskip("sglang")
 
 from pathlib import Path  # noqa: E402
 
-from conformance.checks import check_fc_ran, check_slot_identity  # noqa: E402
-from conformance.contract import parse_contract  # noqa: E402
+from eagle3_conformance.checks import check_fc_ran, check_slot_identity  # noqa: E402
+from eagle3_conformance.contract import parse_contract  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -26,9 +26,9 @@ BATCH = [[5, 17, 99, 3, 250, 41, 77, 8, 130, 64, 12, 300], [9, 400, 23, 7, 88, 1
 
 @pytest.fixture(scope="module")
 def pair():
-    from conformance.fixtures import build_fixture
-    from conformance.reference import load_reference_model
-    from conformance.tools.sglang_cpu import shared_harness
+    from eagle3_conformance.fixtures import build_fixture
+    from eagle3_conformance.reference import load_reference_model
+    from eagle3_conformance.tools.sglang_cpu import shared_harness
 
     b = build_fixture("tiny-llama")
     h = shared_harness(b.target_dir, b.draft_dir)
@@ -58,7 +58,7 @@ def statuses(c, caps, ref):
 
 
 def run(h, cfg, *, rule="sglang", decode=False):
-    from conformance.tools.sglang_cpu.families import DFlashCPU
+    from eagle3_conformance.tools.sglang_cpu.families import DFlashCPU
 
     d = DFlashCPU(h, cfg, apply_rule=rule)
     try:
@@ -105,7 +105,7 @@ def test_dflash_formula_fallback_fails(pair):
 
 
 def test_dflash_tap_beyond_depth_refused_by_sglang(pair):
-    from conformance.tools.sglang_cpu.families import DFlashConfigError
+    from eagle3_conformance.tools.sglang_cpu.families import DFlashConfigError
 
     h, _ = pair
     with pytest.raises(DFlashConfigError, match="out-of-range"):
@@ -117,7 +117,7 @@ def test_dflash_tap_beyond_depth_refused_by_sglang(pair):
 def test_mtp_source_sglang_feeds_post_norm_F(pair, contract, want):
     """SGLang 0.5.23 hands an MTP head the LM head's input, F: a contract that says F passes, one
     that says B_L (what speculators trains MTP on) fails: the post-norm-F-fed-to-MTP fault."""
-    from conformance.tools.sglang_cpu.families import mtp_source_extend
+    from eagle3_conformance.tools.sglang_cpu.families import mtp_source_extend
 
     h, ref = pair
     c = dflash_contract(contract)
@@ -134,10 +134,10 @@ def test_mtp_source_sglang_feeds_post_norm_F(pair, contract, want):
 
 @pytest.fixture(scope="module")
 def smollm2(tmp_path_factory):
-    from conformance.corpus import prompt_pool
-    from conformance.fixtures import build_fixture
-    from conformance.reference import load_reference_model
-    from conformance.tools.sglang_cpu.families import runtime_harness
+    from eagle3_conformance.corpus import prompt_pool
+    from eagle3_conformance.fixtures import build_fixture
+    from eagle3_conformance.reference import load_reference_model
+    from eagle3_conformance.tools.sglang_cpu.families import runtime_harness
 
     b = build_fixture("smollm2-135m")
     pool = prompt_pool(b.target_dir)
@@ -145,11 +145,11 @@ def smollm2(tmp_path_factory):
 
 
 def _smollm2_dflash_contract(tmp_path, target_dir, ids):
-    """The contract `conformance init` writes for the real target and a 5-tap DFlash draft config."""
+    """The contract `eagle3-conformance init` writes for the real target and a 5-tap DFlash draft config."""
     import json
 
-    from conformance.cli import main
-    from conformance.contract import load_contract
+    from eagle3_conformance.cli import main
+    from eagle3_conformance.contract import load_contract
 
     d = tmp_path / "dflash-draft"
     d.mkdir(exist_ok=True)
@@ -168,7 +168,7 @@ def _smollm2_dflash_contract(tmp_path, target_dir, ids):
 def test_smollm2_dflash_real_target(tmp_path, smollm2):
     """Five taps on the trained target, real prompts: SGLang's DFlash capture passes the contract
     init wrote; the EAGLE rule applied to the same ids fails it on extend and on verify."""
-    from conformance.tools.sglang_cpu.families import DFlashCPU
+    from eagle3_conformance.tools.sglang_cpu.families import DFlashCPU
 
     target_dir, h, ref, pool = smollm2
     c, cfg = _smollm2_dflash_contract(tmp_path, target_dir, [1, 8, 15, 22, 28])
@@ -190,8 +190,8 @@ def test_smollm2_dflash_real_target(tmp_path, smollm2):
 
 def test_smollm2_mtp_source_is_F(smollm2):
     """On the trained target too, SGLang hands an MTP head F: slot identity names F, not B_30."""
-    from conformance.checks import identify
-    from conformance.tools.sglang_cpu.families import mtp_source_extend
+    from eagle3_conformance.checks import identify
+    from eagle3_conformance.tools.sglang_cpu.families import mtp_source_extend
 
     _target_dir, h, ref, pool = smollm2
     for cap in mtp_source_extend(h, [p[:40] for p in pool[:2]]):

@@ -16,7 +16,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conformance.cli import main
+from eagle3_conformance.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "contracts" / "tiny-llama.yaml"
@@ -146,7 +146,7 @@ def test_damaged_dataset(spec, pristine, tmp_path_factory, capsys):
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    return subprocess.run([sys.executable, "-m", "conformance.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "eagle3_conformance.cli", *args], capture_output=True, text=True,
                           timeout=300, env=env, cwd=REPO)
 
 

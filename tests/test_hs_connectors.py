@@ -4,7 +4,7 @@ read as plain files caught, FP8's shared per-token scale error gated, bad FP8 fi
 
 FP8 files are written exactly as ``FP8HiddenStatesConnector._write_tensors`` writes them
 (hs_connectors/fp8_hidden_states_connector.py:49-56; the module imports vLLM, so its two steps are
-called through :func:`conformance.datagen.hs_payload`: ``quantize_tensor_to_fp8`` then ``save_file``),
+called through :func:`eagle3_conformance.datagen.hs_payload`: ``quantize_tensor_to_fp8`` then ``save_file``),
 from the embedded tiny pair's bf16 data (what the connector is handed).
 """
 
@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance import checks
-from conformance.capture import Capture
-from conformance.cli import main
-from conformance.scan import DISK_PATH, LOADER_PATH, scan
+from eagle3_conformance import checks
+from eagle3_conformance.capture import Capture
+from eagle3_conformance.cli import main
+from eagle3_conformance.scan import DISK_PATH, LOADER_PATH, scan
 
 from conftest import contract_with
 
@@ -46,7 +46,7 @@ def _to_fp8(d: Path, mutate=None) -> None:
     may change the bf16 stack first, as the connector would receive it)."""
     from safetensors.torch import load_file, save_file
 
-    from conformance.datagen import hs_payload
+    from eagle3_conformance.datagen import hs_payload
 
     for p in sorted((d / "hidden_states").glob("hs_*.safetensors")):
         t = load_file(str(p))
@@ -97,7 +97,7 @@ def test_datagen_writes_what_the_fp8_connector_writes(tiny, tiny_ref, tiny_contr
     from safetensors import safe_open
     from hs_connectors.transfer import FileTransfer, FP8Transfer
 
-    from conformance.datagen import write_speculators_dataset
+    from eagle3_conformance.datagen import write_speculators_dataset
 
     slots = tiny_contract.capture.boundaries + [tiny_contract.verifier_last.tensor]
     ids = [[1, 5, 9, 13, 17, 21], [2, 4, 6, 8]]
@@ -154,7 +154,7 @@ def test_fp8_read_as_file_fails_naming_sample_and_file(fp8_data, tiny, tmp_path,
 
 
 def test_transfer_backend_pure():
-    from conformance.contract import load_contract
+    from eagle3_conformance.contract import load_contract
 
     c = load_contract(TINY)
 
@@ -190,7 +190,7 @@ def test_transfer_backend_pure():
 
 
 def test_massive_value_in_b_l_fails_the_fp8_gate_naming_the_token(tiny, tiny_contract, tmp_path):
-    from conformance.faults.operators.dtype import OUTLIER_RATIO
+    from eagle3_conformance.faults.operators.dtype import OUTLIER_RATIO
 
     d = tmp_path / "data"
     shutil.copytree(tiny.data_dir, d)
@@ -325,10 +325,10 @@ def test_contract_keys_explained(tmp_path, capsys):
 
 
 def test_fp8_operators_caught_on_the_synthetic_scenario(tmp_path):
-    from conformance.faults.example import default_example
-    from conformance.faults.matrix import MATRIX_SCENARIOS, evaluate
-    from conformance.faults.operators import OPERATORS_BY_NAME, NotApplicable
-    from conformance.faults.scenario import build_scenario
+    from eagle3_conformance.faults.example import default_example
+    from eagle3_conformance.faults.matrix import MATRIX_SCENARIOS, evaluate
+    from eagle3_conformance.faults.operators import OPERATORS_BY_NAME, NotApplicable
+    from eagle3_conformance.faults.scenario import build_scenario
 
     scn = build_scenario(MATRIX_SCENARIOS["base"], tmp_path / "base", for_sglang=False)
     ex = default_example(scn)
@@ -353,14 +353,14 @@ def test_real_pair_fp8_read_as_file_which_checks_catch_it(tmp_path):
     disk where the contract says bfloat16) fail on every sample; ``magnitude`` only where 448/amax
     strays more than 1.1x from 1 (SmolLM2's amax is ~480: the factor is near 1, so on some samples
     it passes); the cosine-based identity checks cannot see a per-token scale and pass."""
-    from conformance.assess import sample_findings
-    from conformance.contract import load_contract
-    from conformance.datagen import write_speculators_dataset
-    from conformance.fixture_base import fixture_spec
-    from conformance.fixtures_real import corpus_samples, load_tokenizer, resolve_spec
-    from conformance.model_cache import ensure_model
-    from conformance.reference import load_reference_model
-    from conformance.tools.speculators_loader import TrainingLoader
+    from eagle3_conformance.assess import sample_findings
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.datagen import write_speculators_dataset
+    from eagle3_conformance.fixture_base import fixture_spec
+    from eagle3_conformance.fixtures_real import corpus_samples, load_tokenizer, resolve_spec
+    from eagle3_conformance.model_cache import ensure_model
+    from eagle3_conformance.reference import load_reference_model
+    from eagle3_conformance.tools.speculators_loader import TrainingLoader
 
     c = load_contract(REPO / "contracts" / "smollm2-135m.yaml")
     spec = resolve_spec(*fixture_spec("smollm2-135m"))

@@ -122,7 +122,7 @@ def report_summary(path: Path, norm: Norm) -> dict[str, Any]:
 
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    from conformance.cli import main
+    from eagle3_conformance.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     old = os.environ.get("COLUMNS")
@@ -145,7 +145,7 @@ def snapshot_help() -> dict[str, Any]:
     out = {}
     for argv in [[]] + [[v] for v in VERBS]:
         rc, so, se = run_cli(argv + ["--help"])
-        out[" ".join(["conformance"] + argv + ["--help"])] = {"rc": rc, "stdout": so, "stderr": se}
+        out[" ".join(["eagle3-conformance"] + argv + ["--help"])] = {"rc": rc, "stdout": so, "stderr": se}
     return out
 
 
@@ -158,9 +158,9 @@ def snapshot_invocations() -> dict[str, Any]:
     """Representative invocations of every verb (fixture tiny-llama), normalised."""
     import torch
 
-    from conformance.datagen import write_speculators_dataset
-    from conformance.fixtures import build_fixture, sample_token_ids
-    from conformance.reference import load_reference_model
+    from eagle3_conformance.datagen import write_speculators_dataset
+    from eagle3_conformance.fixtures import build_fixture, sample_token_ids
+    from eagle3_conformance.reference import load_reference_model
 
     tiny = build_fixture("tiny-llama")
     tmp = Path(tempfile.mkdtemp(prefix="conformance-identity-"))
@@ -293,7 +293,7 @@ def snapshot_plugin() -> dict[str, Any]:
         # deselected: the project's own tests, whose number is no behaviour of the suite
         outcomes = dict(sorted((k, int(n)) for n, k in re.findall(r"(\d+) (passed|failed|skipped|error)",
                                                                    _last_line(r.stdout))))
-        # "SKIPPED [8] conformance/plugin.py:157: reason": the count and the reason, not the line
+        # "SKIPPED [8] eagle3_conformance/plugin.py:157: reason": the count and the reason, not the line
         skips = sorted(norm(re.sub(r"^SKIPPED (\[\d+\]) \S+:\d+: ", r"\1 ", x)) for x in r.stdout.splitlines()
                        if x.startswith("SKIPPED"))
         doc = json.loads(out.read_text()) if out.exists() else {"contract": None, "findings": []}
@@ -305,7 +305,7 @@ def snapshot_plugin() -> dict[str, Any]:
 
 
 def kill_matrix_grid(doc: dict[str, Any]) -> dict[str, Any]:
-    """The parts of ``conformance faults --json`` that must not change (no timings)."""
+    """The parts of ``eagle3-conformance faults --json`` that must not change (no timings)."""
     return {"paths": doc["paths"], "cells": doc["cells"], "operators": doc["operators"],
             "false_positives": doc["false_positives"]}
 
@@ -383,7 +383,7 @@ def write_snapshots(which: set[str]) -> None:
 if __name__ == "__main__":
     if "--write" not in sys.argv:
         sys.exit("usage: PYTHONPATH=. python tests/test_identity.py --write [help|invocations|plugin|faults ...]")
-    from conformance import torch_env
+    from eagle3_conformance import torch_env
 
     torch_env.prepare()
     chosen = {a for a in sys.argv[1:] if not a.startswith("-")} or {"help", "invocations", "plugin", "faults"}

@@ -1,4 +1,4 @@
-"""The kill matrix, proven by injection (conformance/faults/).
+"""The kill matrix, proven by injection (eagle3_conformance/faults/).
 
 For random valid contracts (hypothesis draws L, target and draft widths, K, boundaries, vocab
 and draft vocab sizes, batch sizes >= 1, lengths >= 1) and every fault operator, the suite must
@@ -23,8 +23,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from conformance import faults
-from conformance.faults import (
+from eagle3_conformance import faults
+from eagle3_conformance.faults import (
     OPERATORS,
     Apply,
     Example,
@@ -155,7 +155,7 @@ def serving_cases(draw, scn, op):
 
 
 def _serving_example(scn, case):
-    from conformance.paths.sglang_decode import consistent_drafts
+    from eagle3_conformance.paths.sglang_decode import consistent_drafts
 
     aux, ext, prefixes, fillers, accepted = case
     n = len(fillers[0])
@@ -210,10 +210,10 @@ def test_kill_sglang(op, pair):
 
 
 def test_matrix_report_has_no_miss(tmp_path, capsys):
-    """``conformance faults`` prints kinds x paths and exits 0: every cell caught or n/a, and no
+    """``eagle3-conformance faults`` prints kinds x paths and exits 0: every cell caught or n/a, and no
     baseline failure."""
     pytest.importorskip("sglang")
-    from conformance.cli import main
+    from eagle3_conformance.cli import main
 
     out = tmp_path / "matrix.json"
     rc = main(["faults", "--json", str(out)])
@@ -239,8 +239,8 @@ def test_matrix_on_the_real_pair_catches_every_applicable_fault(tmp_path, capsys
     the default gates on a model whose adjacent boundaries are far closer than the tiny ones', and
     no failure on the unmutated real baseline. K6 needs a draft narrower than its target: n/a."""
     pytest.importorskip("sglang")
-    from conformance.cli import main
-    from conformance.fixtures import build_fixture
+    from eagle3_conformance.cli import main
+    from eagle3_conformance.fixtures import build_fixture
 
     try:
         build_fixture("smollm2-135m")
@@ -269,7 +269,7 @@ def test_matrix_on_the_real_pair_catches_every_applicable_fault(tmp_path, capsys
 def test_faults_refuses_bad_options_before_any_work(tmp_path, capsys):
     """A --json path that is an existing non-JSON file (a contract, say) is never overwritten;
     --prompts / --tokens must be positive and apply to --acceptance only: exit 2, the reason."""
-    from conformance.cli import main
+    from eagle3_conformance.cli import main
 
     contract = tmp_path / "c.yaml"
     contract.write_text("name: x\n")
@@ -282,7 +282,7 @@ def test_faults_refuses_bad_options_before_any_work(tmp_path, capsys):
 
 
 def test_unknown_real_pair_is_a_usage_error(capsys):
-    from conformance.cli import main
+    from eagle3_conformance.cli import main
 
     assert main(["faults", "--pair", "no-such-pair"]) == 2
     assert "no real pair 'no-such-pair'" in capsys.readouterr().err
@@ -309,7 +309,7 @@ def test_vocab_mapping_check_with_speculators_mapping(tiny_contract):
     import torch
     from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
 
-    from conformance.checks import check_vocab_mapping, mapping_sha256
+    from eagle3_conformance.checks import check_vocab_mapping, mapping_sha256
 
     freq = {7: 5, 3: 4, 11: 3, 0: 2, 19: 1}
     d2t, t2d = build_vocab_mappings_from_distribution(freq, 4, tiny_contract.target.vocab_size)
@@ -340,7 +340,7 @@ def test_golden_tokens_and_template_hash(tiny_contract):
 
     from conftest import contract_with
 
-    from conformance.checks import check_chat_template, check_golden_tokens
+    from eagle3_conformance.checks import check_chat_template, check_golden_tokens
 
     good = faults.render_ids(faults.GOOD_TEMPLATE)
     assert good[0] == 1  # BOS
@@ -362,7 +362,7 @@ def test_row_fingerprint_catches_one_moved_row(tiny_contract, good_caps, tiny_re
     """K13: one row taken from another sample fails the per-row fingerprint."""
     from dataclasses import replace
 
-    from conformance.checks import check_row_fingerprint
+    from eagle3_conformance.checks import check_row_fingerprint
 
     a, b = sorted(good_caps, key=lambda x: -len(x.rows))[:2]
     ra = tiny_ref.capture(a.token_ids)
@@ -381,8 +381,8 @@ def test_tensor_dtypes_and_new_sections(tiny_contract, good_caps):
     from conftest import contract_with
     from pydantic import ValidationError
 
-    from conformance.checks import check_tensor_dtypes
-    from conformance.contract import semantic_problems
+    from eagle3_conformance.checks import check_tensor_dtypes
+    from eagle3_conformance.contract import semantic_problems
 
     cap = good_caps[0]
     assert {f.status for f in check_tensor_dtypes(tiny_contract, cap)} == {"pass"}

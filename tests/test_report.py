@@ -1,4 +1,4 @@
-"""The report people read (conformance.report): verdict and diagnoses first, failing checks one
+"""The report people read (eagle3_conformance.report): verdict and diagnoses first, failing checks one
 line each, passes folded; the same content as JSON (``diagnoses`` beside ``findings``), as
 Markdown for CI job summaries, and under pytest (short failure text, junitxml properties naming
 the contract, path and check). A failing run fits a screen at 100 columns."""
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from conformance.cli import main
-from conformance.datagen import write_speculators_dataset
-from conformance.findings import Finding
-from conformance.fixtures import sample_token_ids
-from conformance.report import WIDTH, failure_text, render_markdown, render_text
+from eagle3_conformance.cli import main
+from eagle3_conformance.datagen import write_speculators_dataset
+from eagle3_conformance.findings import Finding
+from eagle3_conformance.fixtures import sample_token_ids
+from eagle3_conformance.report import WIDTH, failure_text, render_markdown, render_text
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "contracts" / "tiny-llama.yaml"
@@ -153,7 +153,7 @@ def test_markdown_escapes_table_cells():
 
 
 def test_failure_text_is_short():
-    from conformance.diagnose import Diagnosis
+    from eagle3_conformance.diagnose import Diagnosis
 
     d = Diagnosis("convention-shift", "K2", "every aux slot is one boundary deeper", ("e",), ("fix 1", "fix 2"),
                   ("training",))
@@ -226,7 +226,7 @@ def test_finding_to_json_carries_every_field():
     """to_json writes the fields one by one: a field added to Finding must appear in the JSON."""
     import dataclasses
 
-    from conformance.findings import Finding
+    from eagle3_conformance.findings import Finding
 
     f = Finding("slot_identity", "fail", "training", "slot 0", "B_2", {"best": "B_3", "cos": 0.912345678},
                 "sample 3", "slot 0 is B_3", "K2", gate="gates.identity_noise_deg")
@@ -239,8 +239,8 @@ def test_finding_to_json_carries_every_field():
 def test_shapes_only_verdict_names_why_from_the_findings():
     """A run of a path that does not judge slot identity (cpu-accept alone) is not blamed on a
     missing reference model; a skipped slot_identity finding gives its own reason."""
-    from conformance.findings import Finding
-    from conformance.report import verdict
+    from eagle3_conformance.findings import Finding
+    from eagle3_conformance.report import verdict
 
     accept = Finding("accept_length", "pass", "cpu-accept", None, 1.1, 1.18, "3 prompts", "accept length 1.18")
     kind, text = verdict([accept])

@@ -1,4 +1,4 @@
-"""The streaming scanner (conformance.scan), sharding, workers and merge-reports.
+"""The streaming scanner (eagle3_conformance.scan), sharding, workers and merge-reports.
 
 Correctness only: performance is measured by benchmarks/bench_check_data.py, never here.
 """
@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance import checks, report
-from conformance.capture import Capture
-from conformance.cli import main
-from conformance.scan import (DISK_PATH, LOADER_PATH, _band_edges, _reduced_contract, fingerprint_sample, parse_shard,
+from eagle3_conformance import checks, report
+from eagle3_conformance.capture import Capture
+from eagle3_conformance.cli import main
+from eagle3_conformance.scan import (DISK_PATH, LOADER_PATH, _band_edges, _reduced_contract, fingerprint_sample, parse_shard,
                               scan, shard_indices, slot_rms)
-from conformance.reference import rms
+from eagle3_conformance.reference import rms
 
 from conftest import contract_with
 
@@ -138,7 +138,7 @@ def test_workers_2_same_findings_as_1(tiny, tiny_contract):
 def test_cpus_per_worker_sets_the_scan_threads_and_restores_them(tiny, tiny_contract, monkeypatch):
     import torch
 
-    from conformance import scan as scan_mod
+    from eagle3_conformance import scan as scan_mod
 
     before = torch.get_num_threads()
     seen = []
@@ -151,7 +151,7 @@ def test_cpus_per_worker_sets_the_scan_threads_and_restores_them(tiny, tiny_cont
 
 
 def test_default_cpus_per_worker(monkeypatch):
-    from conformance.scan import available_cpus, default_cpus_per_worker
+    from eagle3_conformance.scan import available_cpus, default_cpus_per_worker
 
     monkeypatch.delenv("CONFORMANCE_TORCH_THREADS", raising=False)
     n = available_cpus()
@@ -168,7 +168,7 @@ def test_default_cpus_per_worker(monkeypatch):
 
 
 def test_available_cpus_follows_the_container_quota(monkeypatch, tmp_path):
-    from conformance import scan as scan_mod
+    from eagle3_conformance import scan as scan_mod
 
     cpu_max = tmp_path / "cpu.max"
     monkeypatch.setattr(scan_mod, "CGROUP_CPU_MAX", cpu_max)
@@ -193,7 +193,7 @@ def test_available_cpus_follows_the_container_quota(monkeypatch, tmp_path):
     ([], "\u00b2", "CONFORMANCE_TORCH_THREADS="),  # a superscript two: isdigit() but not an int
 ])
 def test_bad_cpus_per_worker_exit_2(tiny, capsys, monkeypatch, opts, env, needle):
-    from conformance.scan import available_cpus
+    from eagle3_conformance.scan import available_cpus
 
     if env is not None:
         monkeypatch.setenv("CONFORMANCE_TORCH_THREADS", env)
@@ -355,7 +355,7 @@ def test_merge_missing_shard_is_a_failed_finding(tiny, tmp_path, capsys):
 
 
 def test_read_summary_uses_human_units(tiny, capsys):
-    from conformance.scan import human_bytes
+    from eagle3_conformance.scan import human_bytes
 
     assert human_bytes(0) == "0 B" and human_bytes(512) == "512 B"
     assert human_bytes(17_234) == "17.2 KB" and human_bytes(3_400_000) == "3.40 MB"
@@ -391,8 +391,8 @@ def test_json_passes_counts_folds_passes_and_keeps_failures(tmp_path):
 
     from safetensors.torch import load_file, save_file
 
-    from conformance.cli import main
-    from conformance.fixtures import build_fixture
+    from eagle3_conformance.cli import main
+    from eagle3_conformance.fixtures import build_fixture
 
     fx = build_fixture("tiny-llama")
     data = tmp_path / "data"
@@ -499,8 +499,8 @@ def other_same_size(tiny, tiny_ref, tmp_path_factory):
     """Another speculators dataset of the tiny pair with as many samples as the tiny fixture's."""
     from datasets import load_from_disk
 
-    from conformance.datagen import write_speculators_dataset
-    from conformance.fixtures import sample_token_ids
+    from eagle3_conformance.datagen import write_speculators_dataset
+    from eagle3_conformance.fixtures import sample_token_ids
 
     n = len(load_from_disk(str(tiny.data_dir)))
     samples = sample_token_ids(tiny.spec, n, 6, 16, seed=1234)
@@ -535,7 +535,7 @@ def test_merge_refuses_parts_of_different_datasets_of_one_size(tiny, other_same_
 
 
 def test_dataset_identity_of_vllm_files_is_names_and_sizes_not_the_path(tiny, tmp_path):
-    from conformance.scan import VLLM_EXTRACTION, dataset_identity
+    from eagle3_conformance.scan import VLLM_EXTRACTION, dataset_identity
 
     d = tmp_path / "a"
     shutil.copytree(tiny.data_dir / "hidden_states", d)
@@ -554,8 +554,8 @@ def test_dataset_identity_of_vllm_files_is_names_and_sizes_not_the_path(tiny, tm
 def seed_incident(tiny, tiny_ref, tmp_path_factory):
     """Data captured at B_0, B_2, B_4, B_5 for a contract of B_2, B_4, B_5 (+ verifier): the slots
     shifted by one boundary (as tests/test_cli_and_plugin.py's seed_incident_data)."""
-    from conformance.datagen import write_speculators_dataset
-    from conformance.fixtures import sample_token_ids
+    from eagle3_conformance.datagen import write_speculators_dataset
+    from eagle3_conformance.fixtures import sample_token_ids
 
     samples = sample_token_ids(tiny.spec, 4, 3, 16, seed=11)
     return write_speculators_dataset(tmp_path_factory.mktemp("seed") / "data", tiny_ref, samples,

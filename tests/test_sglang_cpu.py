@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.torch_env import prepare
+from eagle3_conformance.torch_env import prepare
 
 prepare()
 
@@ -21,7 +21,7 @@ import torch  # noqa: E402
 
 sglang = pytest.importorskip("sglang")
 
-from conformance.tools.sglang_cpu import DraftForwardError, SGLangCPUHarness  # noqa: E402
+from eagle3_conformance.tools.sglang_cpu import DraftForwardError, SGLangCPUHarness  # noqa: E402
 
 COS = 0.999
 L = 7  # llama defaults [2, 3, 4] differ from the configured ids [1,3,4] -> [2, 4, 5]
@@ -151,8 +151,8 @@ def test_verify_matches_reference_boundaries(llama):
 def test_verify_accepts_what_the_target_predicts(llama):
     """Drafts made consistent with the target's greedy continuation are accepted as asked; a
     draft token the target would not predict ends the accepted run there."""
-    from conformance.paths.sglang_decode import consistent_drafts
-    from conformance.reference import ReferenceModel
+    from eagle3_conformance.paths.sglang_decode import consistent_drafts
+    from eagle3_conformance.reference import ReferenceModel
 
     h, _, root = llama
     ref = ReferenceModel(root / "target")

@@ -15,9 +15,9 @@ import torch
 
 pytest.importorskip("specforge")
 
-from conformance.checks import run_checks  # noqa: E402
-from conformance.contract import load_contract, semantic_problems  # noqa: E402
-from conformance.tools import specforge_loader as sl  # noqa: E402
+from eagle3_conformance.checks import run_checks  # noqa: E402
+from eagle3_conformance.contract import load_contract, semantic_problems  # noqa: E402
+from eagle3_conformance.tools import specforge_loader as sl  # noqa: E402
 
 from conftest import contract_with, tree_digest  # noqa: E402
 
@@ -162,15 +162,15 @@ def test_bad_files_are_findings_naming_the_file_never_executed(tmp_path, sf_data
 
 
 def test_an_empty_directory_is_a_data_error(tmp_path):
-    from conformance.errors import DataError
+    from eagle3_conformance.errors import DataError
 
     with pytest.raises(DataError, match="no \\*.ckpt"):
         sl.SpecForgeLoader(tmp_path, 64)
 
 
 def test_paths_skip_contracts_of_the_other_trainer(tiny, sf_contract, tiny_contract):
-    from conformance import paths
-    from conformance.pairs import resolve_pair
+    from eagle3_conformance import paths
+    from eagle3_conformance.pairs import resolve_pair
 
     pair = resolve_pair(tiny_contract)
     assert isinstance(paths.get("training").prepare(sf_contract, pair), paths.Skipped)
@@ -178,7 +178,7 @@ def test_paths_skip_contracts_of_the_other_trainer(tiny, sf_contract, tiny_contr
 
 
 def test_specforge_ids_come_from_its_own_resolver():
-    from conformance.engine_ids import TranslationError, specforge_layer_ids, tool_to_boundaries
+    from eagle3_conformance.engine_ids import TranslationError, specforge_layer_ids, tool_to_boundaries
 
     assert specforge_layer_ids(None, 8) == [1, 3, 4]  # [1, L//2-1, L-4]
     assert [str(b) for b in tool_to_boundaries("specforge", None, 8)] == ["B_2", "B_4", "B_5"]
@@ -188,7 +188,7 @@ def test_specforge_ids_come_from_its_own_resolver():
 
 @pytest.mark.slow
 def test_init_and_translate_for_specforge(tmp_path, tiny, capsys):
-    from conformance.cli import main
+    from eagle3_conformance.cli import main
 
     out = tmp_path / "sf.yaml"
     assert main(["init", "--target", str(tiny.target_dir), "--draft", str(tiny.draft_dir),
@@ -209,7 +209,7 @@ def test_init_and_translate_for_specforge(tmp_path, tiny, capsys):
 def test_check_offline_reads_a_specforge_directory_through_specforges_chain(tmp_path, sf_data, capsys):
     import json
 
-    from conformance.cli import main
+    from eagle3_conformance.cli import main
 
     out = tmp_path / "f.json"
     before = tree_digest(sf_data)

@@ -18,16 +18,16 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-PKG = REPO / "conformance"
+PKG = REPO / "eagle3_conformance"
 
-JUDGING = ("conformance.checks", "conformance.datacheck", "conformance.assess", "conformance.runner",
-           "conformance.session", "conformance.report", "conformance.faults")
+JUDGING = ("eagle3_conformance.checks", "eagle3_conformance.datacheck", "eagle3_conformance.assess", "eagle3_conformance.runner",
+           "eagle3_conformance.session", "eagle3_conformance.report", "eagle3_conformance.faults")
 """Modules that turn what was observed into findings (or run the matrix): paths and tools stay below them."""
 
 
 @lru_cache(maxsize=None)
 def modules() -> dict[str, Path]:
-    """``conformance.x.y`` -> its file, for every module of the package."""
+    """``eagle3_conformance.x.y`` -> its file, for every module of the package."""
     out = {}
     for f in sorted(PKG.rglob("*.py")):
         parts = list(f.relative_to(REPO).with_suffix("").parts)
@@ -118,8 +118,8 @@ def test_no_import_cycles():
 
 
 def test_nothing_outside_the_cli_imports_it():
-    bad = {m: sorted(i for i in imports_of(m) if _under(i, "conformance.cli"))
-           for m in modules() if not _under(m, "conformance.cli")}
+    bad = {m: sorted(i for i in imports_of(m) if _under(i, "eagle3_conformance.cli"))
+           for m in modules() if not _under(m, "eagle3_conformance.cli")}
     assert {m: v for m, v in bad.items() if v} == {}
 
 
@@ -127,10 +127,10 @@ def test_paths_import_no_other_path_and_no_check():
     """A path module imports only the protocol from paths/, and nothing that judges."""
     offenders = {}
     for m in modules():
-        if not _under(m, "conformance.paths") or m in ("conformance.paths", "conformance.paths.base"):
+        if not _under(m, "eagle3_conformance.paths") or m in ("eagle3_conformance.paths", "eagle3_conformance.paths.base"):
             continue
-        bad = [i for i in imports_of(m) if (_under(i, "conformance.paths") and i != "conformance.paths.base")
-               or any(_under(i, j) for j in JUDGING) or _under(i, "conformance.cli")]
+        bad = [i for i in imports_of(m) if (_under(i, "eagle3_conformance.paths") and i != "eagle3_conformance.paths.base")
+               or any(_under(i, j) for j in JUDGING) or _under(i, "eagle3_conformance.cli")]
         if bad:
             offenders[m] = sorted(bad)
     assert offenders == {}
@@ -140,23 +140,23 @@ def test_tools_never_judge_and_know_no_path():
     """A tool (one module or package under tools/) imports no other tool, no path, nothing that judges."""
     offenders = {}
     for m in modules():
-        if _under(m, "conformance.tools") and m != "conformance.tools":
+        if _under(m, "eagle3_conformance.tools") and m != "eagle3_conformance.tools":
             own = ".".join(m.split(".")[:3])
-            bad = [i for i in imports_of(m) if any(_under(i, j) for j in JUDGING + ("conformance.paths",))
-                   or (_under(i, "conformance.tools") and i != "conformance.tools" and not _under(i, own))]
+            bad = [i for i in imports_of(m) if any(_under(i, j) for j in JUDGING + ("eagle3_conformance.paths",))
+                   or (_under(i, "eagle3_conformance.tools") and i != "eagle3_conformance.tools" and not _under(i, own))]
             if bad:
                 offenders[m] = sorted(bad)
     assert offenders == {}
 
 
 def test_checks_never_import_a_path_or_a_tool():
-    for m in ("conformance.checks", "conformance.datacheck", "conformance.assess"):
-        assert not [i for i in imports_of(m) if _under(i, "conformance.paths") or _under(i, "conformance.tools")], m
+    for m in ("eagle3_conformance.checks", "eagle3_conformance.datacheck", "eagle3_conformance.assess"):
+        assert not [i for i in imports_of(m) if _under(i, "eagle3_conformance.paths") or _under(i, "eagle3_conformance.tools")], m
 
 
 def test_registry_lists_every_path_module():
-    from conformance import paths
-    from conformance.paths.base import Path as PathSpec
+    from eagle3_conformance import paths
+    from eagle3_conformance.paths.base import Path as PathSpec
 
     files = sorted(f.stem for f in (PKG / "paths").glob("*.py") if f.stem not in ("__init__", "base"))
     assert sorted(paths._MODULES) == files
@@ -167,8 +167,8 @@ def test_registry_lists_every_path_module():
 
 
 def test_cli_and_registry_stay_light():
-    """``conformance validate`` and loading the registry import no engine (torch, SGLang, ...)."""
-    code = ("import sys; from conformance.cli import main; import conformance.paths; "
+    """``eagle3-conformance validate`` and loading the registry import no engine (torch, SGLang, ...)."""
+    code = ("import sys; from eagle3_conformance.cli import main; import eagle3_conformance.paths; "
             "rc = main(['validate', 'contracts/tiny-llama.yaml']); "
             "print(rc, sorted(m for m in ('torch', 'sglang', 'speculators', 'transformers', 'hypothesis') "
             "if m in sys.modules))")
@@ -180,8 +180,8 @@ def test_cli_and_registry_stay_light():
 # --- a new path: one module and one registry line --------------------------------------------------
 
 _TOY_PATH = '''
-from conformance import paths
-from conformance.paths.base import Needs, Observation, Path
+from eagle3_conformance import paths
+from eagle3_conformance.paths.base import Needs, Observation, Path
 
 
 def _first(state):
@@ -190,7 +190,7 @@ def _first(state):
 
 
 def _observe(state, draw):
-    from conformance import strategies
+    from eagle3_conformance import strategies
 
     draw(strategies.sample_batches(4), label="batch")
     return Observation()
@@ -204,7 +204,7 @@ paths.REGISTRY["toy-accept"] = Path("toy-accept", "a metric-only path", Needs(),
 def test_a_new_path_needs_only_its_registry_entry(pytester, tmp_path):
     """A path registered from outside (here a metric-only one) is collected for every contract,
     run under hypothesis and reported, with no edit to the plugin, the session or the report."""
-    from conformance import paths
+    from eagle3_conformance import paths
 
     pytester.makeconftest(_TOY_PATH)
     tiny = REPO / "contracts" / "tiny-llama.yaml"

@@ -11,9 +11,9 @@ import shutil
 import pytest
 import torch
 
-from conformance import runner
-from conformance.datagen import write_speculators_dataset
-from conformance.fixtures import sample_token_ids
+from eagle3_conformance import runner
+from eagle3_conformance.datagen import write_speculators_dataset
+from eagle3_conformance.fixtures import sample_token_ids
 
 
 def _data(tmp_path, tiny, tiny_ref, slots, name="data", n=5, **kw):
@@ -88,8 +88,8 @@ def test_token_id_mismatch_and_missing_shard_are_reported(tmp_path, tiny, tiny_r
 def test_hypothesis_batches_keep_samples_apart(tiny_contract, tiny_loader, tiny_ref):
     """Packing several samples into one batch must not move rows across documents."""
     from hypothesis import given, settings
-    from conformance.strategies import sample_batches
-    from conformance.checks import check_feature_alignment, check_slot_identity
+    from eagle3_conformance.strategies import sample_batches
+    from eagle3_conformance.checks import check_feature_alignment, check_slot_identity
 
     n = len(tiny_loader)
 

@@ -2,7 +2,7 @@
 the kill-matrix column, init/translate asked of vLLM's code, and its extraction-file format.
 
 Which boundary a slot holds is always judged against an independent transformers forward
-(``conformance.reference``: hs[k] = B_k), never against a re-implementation of vLLM. Tests that run
+(``eagle3_conformance.reference``: hs[k] = B_k), never against a re-implementation of vLLM. Tests that run
 vLLM need the vLLM environment (``tox -e vllm``) and are skipped elsewhere with the reason; the
 extraction-file reader and the skip behaviour are tested in the main environment.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.torch_env import prepare
+from eagle3_conformance.torch_env import prepare
 
 prepare()
 
@@ -31,8 +31,8 @@ SGLANG_CONTRACT = REPO / "contracts" / "tiny-llama.yaml"
 @pytest.fixture(scope="module")
 def sglang_pair():
     """The tiny-llama fixture: a draft written for SGLang (ids [1, 3, 4] nested, SGLang's +1)."""
-    from conformance.contract import load_contract
-    from conformance.pairs import resolve_pair
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.pairs import resolve_pair
 
     c = load_contract(SGLANG_CONTRACT)
     return c, resolve_pair(c)
@@ -41,16 +41,16 @@ def sglang_pair():
 @pytest.fixture(scope="module")
 def vllm_pair():
     """The tiny-llama-vllm fixture: the same target, a draft written for vLLM (top-level [1, 3, 6])."""
-    from conformance.contract import load_contract
-    from conformance.pairs import resolve_pair
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.pairs import resolve_pair
 
     c = load_contract(VLLM_CONTRACT)
     return c, resolve_pair(c)
 
 
 def _judge(c, caps, ref_dir):
-    from conformance.checks import run_checks
-    from conformance.reference import load_reference_model
+    from eagle3_conformance.checks import run_checks
+    from eagle3_conformance.reference import load_reference_model
 
     ref = load_reference_model(ref_dir, c.target)
     return [f for cap in caps for f in run_checks(c, cap, ref.capture(cap.token_ids))]
@@ -65,7 +65,7 @@ def _fails(findings, check, runner=None):
 
 
 def test_registered_and_skipped_with_reason_without_vllm(sglang_pair):
-    from conformance import paths
+    from eagle3_conformance import paths
 
     p = paths.get("vllm-extend")
     assert "vllm" in p.needs.modules
@@ -78,7 +78,7 @@ def test_registered_and_skipped_with_reason_without_vllm(sglang_pair):
 
 def test_contract_without_vllm_serving_is_skipped(sglang_pair):
     """A contract that declares no vLLM serving is not judged on vLLM (its ids are another engine's)."""
-    from conformance.paths import Skipped, get
+    from eagle3_conformance.paths import Skipped, get
 
     c, pair = sglang_pair
     assert c.engines.vllm is None
@@ -88,7 +88,7 @@ def test_contract_without_vllm_serving_is_skipped(sglang_pair):
 
 @pytest.mark.skipif(HAS_VLLM, reason="checks the refusal outside the vLLM environment")
 def test_pinned_vllm_translation_is_refused_without_vllm(capsys):
-    from conformance.cli import main
+    from eagle3_conformance.cli import main
 
     assert main(["translate", str(VLLM_CONTRACT), "--to", "vllm", "--engine-version", "0.33.0"]) == 2
     err = capsys.readouterr().err
@@ -103,8 +103,8 @@ def _write_connector_files(out: Path, c, ref_dir, planes, dtype=torch.bfloat16, 
     ``save_file`` of the stacked captured states), with the planes taken from the reference forward."""
     from safetensors.torch import save_file
 
-    from conformance.notation import Boundary
-    from conformance.reference import load_reference_model
+    from eagle3_conformance.notation import Boundary
+    from eagle3_conformance.reference import load_reference_model
 
     ref = load_reference_model(ref_dir, c.target)
     out.mkdir(parents=True, exist_ok=True)
@@ -116,7 +116,7 @@ def _write_connector_files(out: Path, c, ref_dir, planes, dtype=torch.bfloat16, 
 
 
 def _offline(c, files, ref_dir):
-    from conformance.runner import offline_findings
+    from eagle3_conformance.runner import offline_findings
 
     return offline_findings(c, files, ref_dir)
 
@@ -125,7 +125,7 @@ def test_vllm_extraction_files_conform_and_an_off_by_one_is_caught(sglang_pair, 
     """Good files (aux B_2, B_4, B_5 and B_L, as speculators' launcher lists them) pass slot and
     verifier identity; files captured one boundary shallower (SGLang's ids read by vLLM as B_k)
     fail slot identity."""
-    from conformance.tools.vllm_hidden_states import find_files
+    from eagle3_conformance.tools.vllm_hidden_states import find_files
 
     c, pair = sglang_pair
     aux = [b.index for b in c.aux]
@@ -151,7 +151,7 @@ def test_vllm_extraction_bad_files_are_findings_naming_the_file(sglang_pair, tmp
     save_file({"hidden_states": torch.zeros(3, 4, 64), "token_ids": torch.zeros(2, dtype=torch.long)}, str(d / "len.safetensors"))
     save_file({"hidden_states": torch.zeros(3, 7, 64), "token_ids": torch.zeros(3, dtype=torch.long)}, str(d / "planes.safetensors"))
     before = {p.name: p.read_bytes() for p in d.iterdir()}
-    from conformance.tools.vllm_hidden_states import find_files
+    from eagle3_conformance.tools.vllm_hidden_states import find_files
 
     fs = _offline(c, find_files(d), pair.target_dir)
     na = {f.where: f.message for f in fs if f.check == "sample_available" and f.status == "fail"}
@@ -163,7 +163,7 @@ def test_vllm_extraction_bad_files_are_findings_naming_the_file(sglang_pair, tmp
 
 
 def test_check_offline_reads_a_vllm_directory_and_exits_2_when_nothing_reads(sglang_pair, tmp_path, capsys):
-    from conformance.cli import main
+    from eagle3_conformance.cli import main
 
     c, pair = sglang_pair
     d = tmp_path / "junk"
@@ -179,7 +179,7 @@ def test_check_offline_reads_a_vllm_directory_and_exits_2_when_nothing_reads(sgl
 
 @pytest.fixture(scope="module")
 def harness_sglang_draft(sglang_pair):
-    from conformance.tools.vllm_cpu.harness import shared_harness
+    from eagle3_conformance.tools.vllm_cpu.harness import shared_harness
 
     c, pair = sglang_pair
     return shared_harness(pair.target_dir, pair.draft_dir)
@@ -208,7 +208,7 @@ def test_each_runner_reads_the_ids_with_its_own_reader(sglang_pair, harness_sgla
 def test_vllm_contract_conforms_and_nested_ids_fail_on_v2(vllm_pair):
     """The vLLM-written draft (top-level [1, 3, 6]) conforms on both runners; the same ids moved under
     eagle_config (FAULT) still conform on V1 and fail on V2, whose reader ignores that key."""
-    from conformance.tools.vllm_cpu.harness import shared_harness
+    from eagle3_conformance.tools.vllm_cpu.harness import shared_harness
 
     c, pair = vllm_pair
     batch = [[1, 5, 9, 33, 40, 41, 42], [1, 7, 8, 100]]
@@ -226,7 +226,7 @@ def test_vllm_contract_conforms_and_nested_ids_fail_on_v2(vllm_pair):
 @pytest.mark.slow
 def test_kill_matrix_vllm_column_catches_every_applicable_fault():
     """The vllm-extend column: no baseline failure, every applicable kind caught by a named check."""
-    from conformance.faults.matrix import run_matrix
+    from eagle3_conformance.faults.matrix import run_matrix
 
     m = run_matrix(paths=["vllm-extend"])
     assert not m["false_positives"], m["false_positives"]
@@ -244,7 +244,7 @@ def test_translate_and_init_ask_vllms_code(vllm_pair, sglang_pair, tmp_path, cap
     """translate --engine-version 0.33.0 reports each runner's capture (asked, not written down), and
     notes that V2 ignores the nested key; init refuses the SGLang draft whose runners disagree and
     writes engines.vllm for the vLLM draft."""
-    from conformance.cli import main
+    from eagle3_conformance.cli import main
 
     c, pair = vllm_pair
     assert main(["translate", str(VLLM_CONTRACT), "--to", "vllm", "--engine-version", "0.33.0", "--json"]) == 0
@@ -255,7 +255,7 @@ def test_translate_and_init_ask_vllms_code(vllm_pair, sglang_pair, tmp_path, cap
     out = tmp_path / "c.yaml"
     assert main(["init", "--target", str(pair.target_dir), "--draft", str(pair.draft_dir),
                  "--engine", "vllm==0.33.0", "-o", str(out)]) == 0
-    from conformance.contract import load_contract
+    from eagle3_conformance.contract import load_contract
 
     made = load_contract(out)
     assert [str(b) for b in made.aux] == ["B_1", "B_3", "B_6"]
@@ -272,8 +272,8 @@ def test_translate_and_init_ask_vllms_code(vllm_pair, sglang_pair, tmp_path, cap
 def test_vllm_version_fact_is_judged_against_the_contract(sglang_pair):
     """The installed release is passed only when it is the one the contract's ids were resolved with;
     another release, or a contract without vLLM serving, is reported as skipped, never passed."""
-    from conformance.checks import check_vllm_version
-    from conformance.contract import VLLMServing
+    from eagle3_conformance.checks import check_vllm_version
+    from eagle3_conformance.contract import VLLMServing
 
     c, _ = sglang_pair
     assert [f.status for f in check_vllm_version(c, "0.33.0")] == ["skip"]
@@ -291,14 +291,14 @@ def test_real_smollm2_on_vllm_runners():
     +1): V2 ignores the nested key and its defaults (2, L//2, L-3) = (2, 15, 27) happen to be the
     contract's boundaries, so its rows conform by fingerprint; V1 reads the nested ids as boundary ids
     and every slot is one boundary shallower, caught by slot identity and engine mapping."""
-    from conformance.contract import load_contract
-    from conformance.pairs import resolve_pair
-    from conformance.tools.vllm_cpu.harness import shared_harness
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.pairs import resolve_pair
+    from eagle3_conformance.tools.vllm_cpu.harness import shared_harness
 
     c = load_contract(REPO / "contracts" / "smollm2-135m.yaml")
     pair = resolve_pair(c)
     h = shared_harness(pair.target_dir, pair.draft_dir)
-    from conformance.corpus import prompt_pool
+    from eagle3_conformance.corpus import prompt_pool
 
     pool = prompt_pool(pair.target_dir)
     batch = [list(p)[:24] for p in pool[:2]] if pool else [[1, 504, 3125, 282, 253, 1789, 30]]

@@ -1,7 +1,0 @@
-"""``python -m conformance.cli``: the ``conformance`` command."""
-
-import sys
-
-from conformance.cli import main
-
-sys.exit(main())

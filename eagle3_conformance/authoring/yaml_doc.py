@@ -1,0 +1,85 @@
+"""The contract YAML writer ``init`` and ``calibrate`` share: one ruamel round-trip writer (same
+indent and width), the schema line on top, validation before anything is written."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from eagle3_conformance.errors import DataError, UsageError
+
+SCHEMA_HEADER = "yaml-language-server: $schema="
+
+COMMENT_COLUMN = 36
+"""Column of end-of-line comments in derived contracts."""
+
+
+def schema_ref(out_file: Path) -> str:
+    """The schema path relative to ``out_file``'s directory (for the yaml-language-server line)."""
+    from eagle3_conformance.contract import SCHEMA_PATH
+
+    return Path(os.path.relpath(SCHEMA_PATH, Path(out_file).resolve().parent)).as_posix()
+
+
+def eol(m, text: str, key: str) -> None:
+    """Attach an end-of-line comment to ``key`` of ruamel map ``m`` at a fixed column."""
+    m.yaml_add_eol_comment(text, key, column=COMMENT_COLUMN)
+
+
+def contract_yaml():
+    """The ruamel round-trip writer both init and calibrate use (same indent and width)."""
+    from ruamel.yaml import YAML
+
+    y = YAML()
+    y.preserve_quotes = True
+    y.indent(mapping=2, sequence=4, offset=2)
+    y.width = 110
+    return y
+
+
+def strip_schema_line(text: str) -> str:
+    lines = text.splitlines(keepends=True)
+    if lines and lines[0].startswith("#") and SCHEMA_HEADER in lines[0]:
+        lines = lines[1:]
+    return "".join(lines)
+
+
+def render(y, doc, out_file: Path, what: str) -> str:
+    """Dump ``doc`` with the schema line (relative to ``out_file``) on top and validate it.
+
+    Raises:
+        DataError: the text does not validate; ``what`` names whose contract it was.
+    """
+    import io
+
+    from eagle3_conformance.contract import ContractError, parse_contract
+
+    buf = io.StringIO()
+    y.dump(doc, buf)
+    text = f"# {SCHEMA_HEADER}{schema_ref(out_file)}\n" + strip_schema_line(buf.getvalue())
+    try:
+        parse_contract(text, str(out_file))
+    except ContractError as e:
+        raise DataError(f"{what} contract does not validate: {e}") from None
+    return text
+
+
+def dump_contract(doc, out_file: Path) -> str:
+    """YAML text of ``doc`` with the schema line (relative to ``out_file``) on top; validated.
+
+    Raises:
+        DataError: the text does not validate (a bug in the derivation; the problems are listed).
+    """
+    return render(contract_yaml(), doc, out_file, "derived")
+
+
+def write_new(out: Path, text: str, force: bool) -> None:
+    """Write ``text`` to ``out``, creating its directory.
+
+    Raises:
+        UsageError: ``out`` exists and ``force`` is not given.
+    """
+    if out.exists() and not force:
+        raise UsageError(f"{out}: exists; refusing to overwrite (pass --force)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")

@@ -1,0 +1,87 @@
+"""What actually reaches the draft on one path, for one sequence, plus where it came from.
+
+A tool (``eagle3_conformance.tools.*``) returns :class:`Capture` objects, which a path
+(``eagle3_conformance.paths.*``) hands on in an Observation; checks compare them with the contract and a
+:class:`eagle3_conformance.reference.Reference` for the same tokens.
+
+Row convention: ``feature[i]`` is the aux concatenation the path pairs with draft step i, and
+``rows[i]`` is the index, into ``token_ids``, of the token whose forward produced that row *as the
+path's own bookkeeping says* (for speculators: the row within the document; for SGLang: the
+token's index in the request). Alignment checks verify that claim by fingerprint, so an adapter
+reports bookkeeping, never a guess.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+
+@dataclass
+class Capture:
+    """Tensors at the draft boundary for one sequence on one path.
+
+    Attributes:
+        path: "training", "sglang-extend" or "sglang-decode".
+        where: human locator for reports, e.g. "sample 3" or "batch 0, request 1".
+        token_ids: [T] int64, the full token sequence the reference is run on.
+        feature: [N, W] the tensor that enters the draft (fc input); W should be K*d.
+        rows: [N] int64, token index (into token_ids) of each feature row per the path.
+        verifier_last: [N, d] or None; the verifier state paired with each feature row
+            (training path only).
+        draft_input_ids: [N] int64 or None; the token id the draft pairs with each row.
+        loss_mask: [N] or None; the loss-mask value paired with each row (training path).
+        source_loss_mask: [T] or None; the dataset's unshifted loss mask.
+        position_ids: [N] int64 or None; the position id given to each row.
+        fc_ran: whether the draft's fc ran on this input (None: no draft on this path).
+        draft_input_width: width of the tensor the draft received (None: no draft).
+        engine_ids: the layer ids the engine actually applied (engine-native integers).
+        engine_boundaries: the same ids translated to canonical boundaries (strings).
+        source_token_ids: [T] int64 or None; the token ids the dataset row declares (training
+            path), to be compared with ``token_ids`` (the ids stored beside the hidden states).
+        verifier_offset: token offset of verifier row i relative to ``rows[i]`` as the path's own
+            bookkeeping says: None for a shifted training batch (the contract's
+            ``alignment.target`` applies), 0 for unshifted on-disk rows (y_t beside g_t).
+        unavailable: why the path produced nothing for this sample (e.g. the loader skipped it);
+            None when the sample loaded. Checks report an unavailable sample as a failure.
+        fc_input: [N, W] or None; the tensor the draft's ``fc`` received for these rows (after
+            any pre-fc norm the draft applies), recorded on engine paths; None where fc did not
+            run or the path has no draft.
+        fc_source: [N, W] or None; the draft input ``fc_input`` was computed from, recorded in the
+            same forward (equal to ``feature`` unless the capture was changed after the engine).
+        provenance: free-form facts (engine, version, files, sample index).
+    """
+
+    path: str
+    where: str
+    token_ids: torch.Tensor
+    feature: torch.Tensor
+    rows: torch.Tensor
+    verifier_last: Optional[torch.Tensor] = None
+    draft_input_ids: Optional[torch.Tensor] = None
+    loss_mask: Optional[torch.Tensor] = None
+    source_loss_mask: Optional[torch.Tensor] = None
+    position_ids: Optional[torch.Tensor] = None
+    fc_ran: Optional[bool] = None
+    draft_input_width: Optional[int] = None
+    engine_ids: Optional[list[int]] = None
+    engine_boundaries: Optional[list[str]] = None
+    source_token_ids: Optional[torch.Tensor] = None
+    verifier_offset: Optional[int] = None
+    unavailable: Optional[str] = None
+    fc_input: Optional[torch.Tensor] = None
+    fc_source: Optional[torch.Tensor] = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def width(self) -> int:
+        return int(self.feature.shape[-1])
+
+    def slots(self, slot_width: int) -> list[torch.Tensor]:
+        """Split ``feature`` into consecutive ``slot_width``-wide blocks ([N, slot_width] each).
+
+        The last block is narrower when W is not a multiple of ``slot_width``.
+        """
+        return list(torch.split(self.feature, slot_width, dim=-1))

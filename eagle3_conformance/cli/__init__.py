@@ -1,0 +1,58 @@
+"""``conformance`` command line: one module per verb, the shared console and exit codes in
+:mod:`eagle3_conformance.cli.common`.
+
+Exit codes: 0 = conforms, 1 = violations found, 2 = bad input or usage (argparse's own usage
+errors also exit 2). No traceback escapes unless ``--debug`` is given.
+
+Each verb module defines ``add_parser(subparsers)`` (its options, no heavy imports) and
+``run(args) -> exit code``; nothing outside this package imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional
+
+from eagle3_conformance.cli import (calibrate, check_data, check_offline, faults, init, merge_reports, schema, translate,
+                             validate)
+from eagle3_conformance.cli.common import EXIT_BAD_INPUT, error
+from eagle3_conformance.errors import InputError
+
+VERBS = (validate, check_data, schema, init, calibrate, translate, faults, merge_reports, check_offline)
+"""The verb modules, in the order ``conformance --help`` lists them."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="eagle3-conformance", description="EAGLE-3 draft-boundary conformance.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="command", required=True)
+    for verb in VERBS:
+        verb.add_parser(sub)
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from eagle3_conformance.torch_env import threads_from_env
+
+    try:
+        threads_from_env()  # a bad value is ignored at import (1 thread); here it is bad input
+    except ValueError as e:
+        error(str(e))
+        return EXIT_BAD_INPUT
+    try:
+        return int(args.func(args))
+    except InputError as e:
+        error(str(e))
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a bug or an unforeseen input problem: one line, exit 2
+        if args.debug:
+            raise
+        msg = " ".join(str(e).split())[:500]
+        print(f"conformance: internal error (a bug in conformance, or an input it does not recognise): "
+              f"{type(e).__name__}: {msg} (run with --debug for a traceback)", file=sys.stderr)
+        return EXIT_BAD_INPUT

@@ -1,0 +1,128 @@
+"""``eagle3-conformance check-offline CONTRACT --files DIR_OR_GLOB``: offline hidden-state files (legacy
+speculators ``.pt``, SpecForge ``.ckpt``, vLLM's extraction connector ``.safetensors``) against a
+contract.
+
+A directory of SpecForge files checked against a contract with ``training.tool: specforge`` is
+read by SpecForge 0.2.0's own loader chain (``.ckpt`` and ``.ckpt.gz``; the pairing its trainer
+makes); everything else by the project's reader.
+
+Pickled files are read only through ``torch.load(weights_only=True)`` (see
+:mod:`eagle3_conformance.tools.offline_files`); a pickle that would run code is refused and reported.
+vLLM's ``{req_id}.safetensors`` files are read with safetensors (see
+:mod:`eagle3_conformance.tools.vllm_hidden_states`); a directory is searched for both kinds, and every
+file found is read (a folder of extraction files with one stray pickle is read whole).
+Exit codes as everywhere: 0 conforms, 1 violations, 2 bad input (no file matched, no file could
+be read, or the reference could not be loaded).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from eagle3_conformance.errors import DataError
+from eagle3_conformance.cli.common import (EXIT_BAD_INPUT, add_reference_options, check_output, console, error, exit_code,
+                                    load_contract, resolve_reference)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("check-offline",
+                       help="check legacy speculators .pt / SpecForge .ckpt / vLLM extraction .safetensors "
+                            "hidden-state files against a contract")
+    p.add_argument("contract", metavar="CONTRACT")
+    p.add_argument("--files", required=True, metavar="DIR_OR_GLOB",
+                   help="a directory (searched recursively for *.pt / *.ckpt and vLLM's *.safetensors), "
+                        "one file, or a glob")
+    add_reference_options(p)
+    p.add_argument("--json", metavar="OUT", help="write findings as JSON")
+    p.add_argument("--quiet", action="store_true", help="no table")
+    p.set_defaults(func=run)
+
+
+def _file_roots(spec: str) -> list[Path]:
+    """The directory ``--files`` names, when it names one (a file or glob: none)."""
+    p = Path(spec)
+    return [p] if p.is_dir() else []
+
+
+def _specforge_dir(c, spec: str) -> bool:
+    """A directory of SpecForge files for a SpecForge contract, with SpecForge installed: read by
+    SpecForge's own loader chain. Anything else (a file, a glob, legacy ``.pt`` files) is read by the
+    project's reader (:mod:`eagle3_conformance.tools.offline_files`), which the real chain cannot replace."""
+    import importlib.util
+
+    p = Path(spec)
+    return (c.training.tool == "specforge" and p.is_dir() and importlib.util.find_spec("specforge") is not None
+            and not any(p.rglob("*.pt")))
+
+
+def run(args) -> int:
+    from eagle3_conformance import report
+    from eagle3_conformance.findings import Finding
+    from eagle3_conformance.reference import ReferenceError, load_reference_model
+    from eagle3_conformance.runner import offline_findings
+    from eagle3_conformance.tools.offline_files import OfflineFilesError, find_files
+    from eagle3_conformance.tools.vllm_hidden_states import find_files as find_vllm_files
+
+    c = load_contract(args.contract)
+    if _specforge_dir(c, args.files):
+        files = []
+    else:
+        # a directory: every .pt / .ckpt file and every vLLM .safetensors file in it (a folder of
+        # extraction files with one stray pickle is read whole, not as the pickle alone)
+        files, errs = [], []
+        try:
+            files += find_files(args.files)
+        except OfflineFilesError as e:
+            errs.append(e)
+        if Path(args.files).is_dir():
+            try:
+                files += find_vllm_files(args.files)
+            except DataError as e:
+                errs.append(e)
+        if not files:
+            raise errs[0]
+    ref_dir: Optional[Path] = resolve_reference(c, args)
+    if args.json:
+        check_output(args.json, "--json", inputs=(args.contract, *files),
+                     input_dirs=(ref_dir, *_file_roots(args.files)))
+    findings: list[Finding] = []
+    bad_reference = None
+    if ref_dir is not None:
+        try:
+            load_reference_model(ref_dir, c.target)
+        except ReferenceError as e:
+            bad_reference = str(e)
+            findings.append(Finding("reference", "fail", "data", None, "a loadable HF target directory",
+                                    bad_reference, str(ref_dir),
+                                    f"reference not usable: {bad_reference}; slot identity not checked", "K2"))
+            ref_dir = None
+    loader = "torch.load(weights_only=True)"
+    if _specforge_dir(c, args.files):
+        from eagle3_conformance.runner import specforge_findings
+        from eagle3_conformance.tools.specforge_loader import LOADER
+
+        got, names = specforge_findings(c, Path(args.files), ref_dir)
+        findings += got
+        files = [Path(n) for n in names]
+        loader = LOADER + " (weights_only)"
+    else:
+        findings += offline_findings(c, files, ref_dir)
+        if any(f.suffix == ".safetensors" for f in files):
+            loader = "vLLM .safetensors: safetensors.safe_open" + (
+                "; .pt/.ckpt: torch.load(weights_only=True)" if any(f.suffix != ".safetensors" for f in files) else "")
+    extra = {"files": str(args.files), "samples": str(len(files)),
+             "reference": str(ref_dir) if ref_dir else "none (slot identity not checked)",
+             "loader": loader}
+    if not args.quiet:
+        report.render_table(findings, f"{c.name}: offline files ({args.contract})", console(), extra)
+    if args.json:
+        report.write_json(args.json, args.contract, findings, extra)
+    if bad_reference:
+        error(bad_reference)
+        return EXIT_BAD_INPUT
+    avail = [f for f in findings if f.check == "sample_available"]
+    if avail and all(f.status == "fail" for f in avail):
+        error(f"{args.files}: none of the {len(files)} files could be read")
+        return EXIT_BAD_INPUT
+    return exit_code(findings)

@@ -1,0 +1,140 @@
+"""What every verb shares: exit codes, the console, loading a contract, checking arguments.
+
+This is the only module that knows exit codes; verbs return one of them, and
+:func:`eagle3_conformance.cli.main` maps errors raised by the library to exit 2:
+
+- **0** conforms (nothing failed);
+- **1** violations: some finding failed;
+- **2** bad input or usage: :class:`eagle3_conformance.errors.InputError` (and a contract that does not
+  load), reported in one line; argparse's own usage errors also exit 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+from eagle3_conformance.errors import UsageError
+
+EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def exit_code(findings) -> int:
+    """``EXIT_VIOLATIONS`` when any finding (object or JSON dict) failed, else ``EXIT_OK``."""
+    def status(f):
+        return f.get("status") if isinstance(f, dict) else f.status
+
+    return EXIT_VIOLATIONS if any(status(f) == "fail" for f in findings) else EXIT_OK
+
+
+def error(message: str) -> None:
+    """Print ``conformance: error: MESSAGE`` on stderr (the one-line form of every bad input)."""
+    print(f"conformance: error: {message}", file=sys.stderr)
+
+
+def console():
+    """A rich console on stdout; piped output (CI logs, files) gets long lines rather than a
+    table wrapped at 80 columns."""
+    from rich.console import Console
+
+    width = None if sys.stdout.isatty() else 220
+    return Console(stderr=False, highlight=False, soft_wrap=True, width=width)
+
+
+def load_contract(path: str):
+    """The contract at ``path``.
+
+    Raises:
+        UsageError: it does not load (the message lists every problem with its line).
+    """
+    from eagle3_conformance.contract import ContractError, load_contract as _load_contract
+
+    try:
+        return _load_contract(path)
+    except ContractError as e:
+        raise UsageError(str(e)) from None
+
+
+def _inside(p: Path, d: Path) -> bool:
+    return p == d or d in p.parents
+
+
+def check_output(out: str | Path, flag: str, *, inputs: tuple = (), input_dirs: tuple = (),
+                 need_parent: bool = True) -> Path:
+    """Refuse an output path that would overwrite an input or cannot be written, before any work.
+
+    Args:
+        out: the path given for ``flag``.
+        flag: the option or argument name, for the message (``--json``, ``OUT``).
+        inputs: input files (contract, reports) ``out`` must not be.
+        input_dirs: input directories (dataset, reference model) ``out`` must not lie in.
+        need_parent: refuse when ``out``'s parent directory does not exist (False: the caller
+            creates it).
+
+    Raises:
+        UsageError: ``out`` is an input, lies inside an input directory, is a directory, or its
+            parent directory does not exist.
+    """
+    o = Path(out)
+    r = o.resolve()
+    for f in inputs:
+        if f is not None and Path(f).resolve() == r:
+            raise UsageError(f"{flag} {o}: is the input {f}; refusing to overwrite it")
+    for d in input_dirs:
+        if d is not None and _inside(r, Path(d).resolve()):
+            raise UsageError(f"{flag} {o}: lies inside the input directory {d}; refusing to write there")
+    if o.is_dir():
+        raise UsageError(f"{flag} {o}: is a directory; give a file name")
+    if need_parent and not r.parent.is_dir():
+        raise UsageError(f"{flag} {o}: parent directory {o.parent} does not exist")
+    return o
+
+
+def check_data_dir(data: str | Path, flag: str = "--data") -> Path:
+    """``data`` as an existing directory.
+
+    Raises:
+        UsageError: it does not exist, or is not a directory.
+    """
+    d = Path(data)
+    if not d.exists():
+        raise UsageError(f"{d}: no such data directory")
+    if not d.is_dir():
+        raise UsageError(f"{flag} {d}: is not a directory (give the dataset directory)")
+    return d
+
+
+def add_reference_options(p, default_help: str = "HF-format target directory for slot identity (default: the "
+                                                 "contract's fixture or target.path)",
+                          no_help: str = "skip fingerprint checks") -> None:
+    """``--reference MODEL_DIR`` and ``--no-reference`` (read by :func:`resolve_reference`)."""
+    p.add_argument("--reference", metavar="MODEL_DIR", help=default_help)
+    p.add_argument("--no-reference", action="store_true", help=no_help)
+
+
+def resolve_reference(c, args) -> Optional[Path]:
+    """The reference directory of a command with ``--reference`` / ``--no-reference``.
+
+    ``--reference`` wins; ``--no-reference`` means none; otherwise the contract's fixture or
+    target.path, or None when the contract names neither.
+
+    Raises:
+        UsageError: both flags given, or the contract names a fixture / target.path that cannot
+            be resolved (bad input, never a silent run without slot identity).
+    """
+    from eagle3_conformance import pairs
+
+    ref = getattr(args, "reference", None)
+    no_ref = bool(getattr(args, "no_reference", False))
+    if ref and no_ref:
+        raise UsageError("--reference and --no-reference contradict each other; give one")
+    if ref:
+        return Path(ref)
+    if no_ref:
+        return None
+    try:
+        return pairs.contract_reference(c)
+    except pairs.PairUnavailable as e:
+        raise UsageError(f"{getattr(args, 'contract', 'contract')}: {e}; pass --reference MODEL_DIR, or "
+                         "--no-reference to skip slot identity") from None

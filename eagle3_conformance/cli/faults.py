@@ -1,0 +1,95 @@
+"""``eagle3-conformance faults [--pair NAME] [--paths P,Q] [--json OUT] [--verbose]``: the kill matrix (:mod:`eagle3_conformance.faults`)
+on the synthetic scenarios (then the DFlash / MTP kill matrix, :mod:`eagle3_conformance.faults.families`)
+and on each real pair named.
+Exit 1 on any missed cell or any failure on an unmutated baseline (a false positive).
+
+``eagle3-conformance faults --acceptance [--prompts N] [--tokens N] [--json OUT]``: what each fault
+costs: the greedy speculative loop on the real pair with its trained draft, correct and with each
+fault injected (:mod:`eagle3_conformance.faults.acceptance`). Exit 1 when speculation was not lossless
+on a run that completed (the output differs from the target's greedy decode) or when the correct
+pair does not beat every fault that is not expected to cost nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from eagle3_conformance.cli.common import EXIT_OK, EXIT_VIOLATIONS, check_output, console
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("faults", help="run the kill matrix: every fault kind injected on every path")
+    p.add_argument("--json", metavar="OUT", help="write the matrix (or the acceptance table) as JSON")
+    p.add_argument("--verbose", action="store_true", help="one line per operator and path as it runs")
+    p.add_argument("--pair", metavar="NAME", action="append",
+                   help="where to inject: 'synthetic' (the default: the tiny scenarios) or a real trained pair "
+                        "('smollm2-135m': its target is built from the pinned wheel at first use); repeat to run "
+                        "several in one process, one matrix each")
+    p.add_argument("--paths", metavar="P,Q", help="only these columns, comma-separated (default: every path)")
+    p.add_argument("--acceptance", action="store_true",
+                   help="instead of the matrix: accept length per fault on the real pair with its trained draft")
+    p.add_argument("--prompts", type=int, default=4, help="--acceptance: held-out corpus prompts (default 4)")
+    p.add_argument("--tokens", type=int, default=32, help="--acceptance: new tokens per prompt (default 32)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from eagle3_conformance.errors import DataError, UsageError
+    from eagle3_conformance.faults.families import render_families, run_families_matrix
+    from eagle3_conformance.faults.matrix import run_matrix
+    from eagle3_conformance.faults.render import matrix_json, render_matrix
+    from eagle3_conformance.faults.real_scenario import RealPairUnavailable
+
+    con = console()
+    log = (lambda s: con.print(f"[dim]{s}[/dim]")) if args.verbose else (lambda s: None)
+    if args.json:
+        check_output(args.json, "--json")
+        if Path(args.json).exists() and Path(args.json).suffix.lower() != ".json":
+            raise UsageError(f"--json {args.json}: exists and is not a .json file; refusing to overwrite it")
+    if args.acceptance:
+        if args.prompts < 1 or args.tokens < 1:
+            raise UsageError(f"--prompts {args.prompts} / --tokens {args.tokens}: both must be at least 1")
+        return _acceptance(args, con, log)
+    if args.prompts != 4 or args.tokens != 32:
+        raise UsageError("--prompts and --tokens apply to --acceptance only")
+    cols = [p.strip() for p in args.paths.split(",") if p.strip()] if args.paths else None
+    matrices, fam = [], None
+    for pair in dict.fromkeys(args.pair or ["synthetic"]):
+        try:
+            m = run_matrix(log=log, paths=cols, pair=None if pair == "synthetic" else pair)
+        except ValueError as e:
+            raise UsageError(f"--paths: {e}") from None
+        except RealPairUnavailable as e:
+            raise DataError(f"--pair {pair}: {e}") from None
+        render_matrix(m, con)
+        if pair == "synthetic" and cols is None:
+            fam = run_families_matrix(log=log)  # DFlash / MTP fault kinds (issue 14)
+            render_families(fam, con)
+        matrices.append((m, fam if pair == "synthetic" else None))
+    if args.json:
+        out = [{**matrix_json(m), **({"families": f} if f is not None else {})} for m, f in matrices]
+        Path(args.json).write_text(json.dumps(out[0] if len(out) == 1 else out, indent=1))
+    bad = any(any(c.status == "missed" for c in m["cells"]) or m["false_positives"] for m, _ in matrices)
+    if fam is not None:
+        bad = bad or any(c["status"] == "missed" for c in fam["cells"]) or bool(fam["false_positives"])
+    return EXIT_VIOLATIONS if bad else EXIT_OK
+
+
+def _acceptance(args, con, log) -> int:
+    from eagle3_conformance.faults.acceptance import FREE, run_table
+    from eagle3_conformance.faults.render import acceptance_json, render_acceptance
+
+    t = run_table(prompts_n=args.prompts, max_new=args.tokens, log=log)
+    render_acceptance(t, con)
+    if args.json:
+        Path(args.json).write_text(json.dumps(acceptance_json(t), indent=1))
+    rows = t["rows"]
+    good = rows[0].mean_accept_length or 0.0
+    lossy = [r.name for r in rows if r.lossless is False]
+    not_beaten = [r.name for r in rows[1:] if r.name not in FREE and not r.errors
+                  and (r.mean_accept_length or 0.0) >= good]
+    for name in lossy:
+        con.print(f"[red]NOT LOSSLESS[/red]: {name}: the output differs from the target's greedy decode")
+    for name in not_beaten:
+        con.print(f"[red]NOT BEATEN[/red]: {name}: the correct pair does not accept more than with this fault")
+    return EXIT_VIOLATIONS if lossy or not_beaten else EXIT_OK

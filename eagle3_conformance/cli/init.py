@@ -1,0 +1,44 @@
+"""``eagle3-conformance init --target DIR --draft DIR -o FILE``: a contract derived from two config.json
+files (:func:`eagle3_conformance.authoring.init_families.derive_any_contract`: EAGLE-3, DFlash or MTP, by
+the draft config's own keys); never writes over an input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eagle3_conformance.cli.common import EXIT_OK, check_output
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("init", help="derive a contract from target and draft config.json files")
+    p.add_argument("--target", required=True, metavar="TARGET_DIR_OR_CONFIG")
+    p.add_argument("--draft", required=True, metavar="DRAFT_DIR_OR_CONFIG")
+    p.add_argument("--engine", metavar="ENGINE",
+                   help="sglang[==X.Y.Z] (default version: installed), vllm, speculators or specforge; "
+                        "inferred when unambiguous")
+    p.add_argument("--verifier", default=None, choices=["B_L", "F"],
+                   help="last data slot: B_L pre-norm (speculators, default) or F post-norm (SpecForge, its default)")
+    p.add_argument("--name", help="contract name (default: target--draft)")
+    p.add_argument("--allow-embedding", action="store_true", help="accept B_0 as an aux slot")
+    p.add_argument("-o", "--output", required=True, metavar="FILE")
+    p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from eagle3_conformance.authoring.init_families import derive_any_contract
+    from eagle3_conformance.authoring.yaml_doc import dump_contract, write_new
+
+    inputs = [Path(a) / "config.json" if Path(a).is_dir() else Path(a) for a in (args.target, args.draft)]
+    # a directory, or the directory of a config file given by name; a path that does not exist is
+    # no directory to protect (derive_any_contract reports it missing)
+    dirs = [Path(a) if Path(a).is_dir() else Path(a).parent for a in (args.target, args.draft) if Path(a).exists()]
+    out = check_output(args.output, "-o", inputs=tuple(inputs), input_dirs=tuple(dirs), need_parent=False)
+    doc = derive_any_contract(args.target, args.draft, engine=args.engine, verifier=args.verifier,
+                          name=args.name, allow_embedding=args.allow_embedding, out_file=out)
+    text = dump_contract(doc, out)
+    write_new(out, text, args.force)
+    c = doc["capture"]
+    print(f"wrote {out}: aux {list(c['boundaries'])} + verifier {doc['verifier_last']['tensor']}, "
+          f"width {c['feature_width']}, bands uncalibrated")
+    return EXIT_OK

@@ -1,0 +1,44 @@
+"""``eagle3-conformance merge-reports OUT.json IN1.json IN2.json ...``: one report from sharded runs
+(:func:`eagle3_conformance.merge.merge_reports`). Exit 0 if no finding failed, 1 if one did (a missing
+shard included), 2 bad input."""
+
+from __future__ import annotations
+
+from eagle3_conformance.cli.common import check_output, exit_code, load_contract
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("merge-reports", help="merge JSON reports of sharded check-data runs")
+    p.add_argument("out", metavar="OUT.json", help="merged report to write")
+    p.add_argument("inputs", nargs="+", metavar="IN.json", help="reports to merge (same contract)")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="missing shards are a skip, not a failure (default: exit 1 when a shard is missing)")
+    p.add_argument("--contract", metavar="CONTRACT",
+                   help="the contract the parts were judged against, for the diagnoses (default: the parts' "
+                        "own contract path, when that file is here unchanged)")
+    p.add_argument("--quiet", action="store_true", help="no summary line")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from eagle3_conformance.merge import merge_reports, parts_contract
+
+    check_output(args.out, "OUT", inputs=tuple(args.inputs))
+    cpath, why = parts_contract(args.inputs, getattr(args, "contract", None))
+    contract = load_contract(str(cpath)) if cpath is not None else None
+    merged = merge_reports(args.out, args.inputs, allow_missing=args.allow_missing, contract=contract)
+    nf = sum(1 for f in merged["findings"] if f["status"] == "fail")
+    if not args.quiet:
+        m = merged["meta"]
+        missing = m.get("shards_missing")
+        print(f"merged {len(args.inputs)} reports into {args.out}: {len(merged['findings'])} findings, {nf} failed"
+              + (f"; shards missing: {missing}" if missing else ""))
+        if nf:
+            ds = merged.get("diagnoses")
+            if ds is None:
+                print(why)
+            for d in ds or []:
+                print(f"  {d['fault'] or 'input'} {d['kind']}: {d['title']}")
+                for fix in d["fix"][:2]:
+                    print(f"    fix: {fix}")
+    return exit_code(merged["findings"])

@@ -1,0 +1,26 @@
+"""``eagle3-conformance schema [--write]``: the contract JSON Schema generated from the pydantic models."""
+
+from __future__ import annotations
+
+import sys
+
+from eagle3_conformance.cli.common import EXIT_OK
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("schema", help="print the contract JSON Schema generated from the models")
+    s.add_argument("--write", action="store_true", help="write contracts/schema/contract.schema.json")
+    s.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from eagle3_conformance.contract import SCHEMA_PATH, schema_text
+
+    text = schema_text()
+    if args.write:
+        SCHEMA_PATH.parent.mkdir(parents=True, exist_ok=True)
+        SCHEMA_PATH.write_text(text)
+        print(f"wrote {SCHEMA_PATH}")
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK

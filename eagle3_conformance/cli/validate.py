@@ -1,0 +1,31 @@
+"""``eagle3-conformance validate CONTRACT...``: schema and semantic validation, and the ``fixture`` a
+contract names must exist (:func:`eagle3_conformance.contract.fixture_problems`); exit 2 if any is invalid."""
+
+from __future__ import annotations
+
+from eagle3_conformance.cli.common import EXIT_BAD_INPUT, EXIT_OK, console
+
+
+def add_parser(sub) -> None:
+    v = sub.add_parser("validate", help="validate contract files (schema + semantics)")
+    v.add_argument("contracts", nargs="+", metavar="CONTRACT")
+    v.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from eagle3_conformance.contract import ContractError, load_contract
+
+    con = console()
+    bad = 0
+    for p in args.contracts:
+        try:
+            c = load_contract(p, known_fixture=True)
+        except ContractError as e:
+            bad += 1
+            for prob in e.problems:
+                con.print(f"[red]{prob.format(e.file)}[/red]")
+            continue
+        bands = c.norm_bands.status
+        con.print(f"[green]ok[/green] {p}: {c.name}: aux {c.capture.boundaries} + verifier "
+                  f"{c.verifier_last.tensor}, width {c.capture.feature_width}, bands {bands}")
+    return EXIT_BAD_INPUT if bad else EXIT_OK

@@ -1,0 +1,281 @@
+"""The kill matrix of the draft methods beyond EAGLE-3 (issue 14): DFlash and MTP fault kinds,
+each injected where it lives and judged like the EAGLE-3 matrix (:func:`eagle3_conformance.faults.matrix.judge`:
+caught only if the unmutated run passes the catching check and the mutated run fails it).
+
+Scenarios: the shipped fixture contracts ``contracts/tiny-llama-dflash.yaml`` (taps B_1, B_4, B_7
+of the tiny-llama target, ids [0, 3, 6]) and ``contracts/tiny-llama-mtp-sglang.yaml`` (an MTP head
+served F by SGLang 0.5.23). Columns:
+
+- ``contract``: the contract as ``validate`` loads it (:func:`eagle3_conformance.contract.parse_contract`);
+  the fault is written into the contract the way a user would carry it over from a draft config;
+- ``sglang-dflash``: SGLang's real DFlash resolver, setter and ``DFlashDraftModel``
+  (:class:`eagle3_conformance.tools.sglang_cpu.families.DFlashCPU`), extend and target verify;
+- ``sglang-mtp``: the tensor SGLang hands an MTP head
+  (:func:`eagle3_conformance.tools.sglang_cpu.families.mtp_source_extend`).
+
+Fault kinds (issue 14): D1 DFlash ids read with the EAGLE boundary rule (every tap one layer
+early); D2 formula fallback (no ``target_layer_ids``: SGLang derives taps, the load succeeds);
+D3 a tap beyond the target's depth; M1 the wrong side of the final norm handed to an MTP head.
+NextN vs chained MTP sources is expressible in the contract (``mtp.layer_sources``) but no path
+runs a multi-layer MTP head here, so it has no cell.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import yaml
+
+from eagle3_conformance.findings import Finding
+
+REPO = Path(__file__).resolve().parent.parent.parent
+DFLASH_CONTRACT = REPO / "contracts" / "tiny-llama-dflash.yaml"
+MTP_CONTRACT = REPO / "contracts" / "tiny-llama-mtp-sglang.yaml"
+PATHS = ("contract", "sglang-dflash", "sglang-mtp")
+KIND_NAMES = {
+    "D1": "DFlash ids read with the EAGLE rule",
+    "D2": "DFlash formula fallback (no ids)",
+    "D3": "DFlash tap beyond the target's depth",
+    "M1": "MTP head fed the other side of the final norm",
+}
+EXTEND = [[1, 5, 17, 99, 3, 250, 41, 77, 8, 130, 64, 12], [1, 9, 400, 23, 7, 88, 150, 6, 211, 19]]
+PREFIX = [[1, 5, 17, 99, 3, 250], [1, 9, 400, 23, 7]]
+DRAFTS = [[41, 77, 8], [88, 150, 6]]
+
+
+@dataclass
+class World:
+    dflash_doc: dict
+    mtp_doc: dict
+    harness: Any = None
+    ref: Any = None
+    draft_cfg: Optional[dict] = None
+
+
+def _load_doc(p: Path) -> dict:
+    return yaml.safe_load(p.read_text())
+
+
+def contract_findings(doc: dict, where: str) -> list[Finding]:
+    """``validate`` on a contract document: one pass finding, or one fail finding per problem."""
+    from eagle3_conformance.contract import ContractError, parse_contract
+
+    try:
+        parse_contract(yaml.safe_dump(doc), where)
+    except ContractError as e:
+        return [Finding("contract_method", "fail", "contract", None, "a consistent contract",
+                        ".".join(map(str, p.loc)), where, p.message, "issue 14") for p in e.problems]
+    return [Finding("contract_method", "pass", "contract", None, "a consistent contract", "consistent", where,
+                    "the contract loads", "issue 14")]
+
+
+def _identity(c, caps, ref) -> list[Finding]:
+    from eagle3_conformance.checks import check_slot_identity
+
+    out = []
+    for cap in caps:
+        out += check_slot_identity(c, cap, ref.capture(cap.token_ids))
+    return out
+
+
+def dflash_findings(w: World, c, cfg: dict, apply_rule: str = "sglang") -> list[Finding]:
+    """SGLang's DFlash on the fixture target with draft config ``cfg``: slot identity of every tap
+    on extend and verify; SGLang refusing the config at load is a ``dflash_load`` failure."""
+    from eagle3_conformance.tools.sglang_cpu.families import DFlashConfigError, DFlashCPU
+
+    try:
+        d = DFlashCPU(w.harness, cfg, apply_rule=apply_rule)
+    except DFlashConfigError as e:
+        return [Finding("dflash_load", "fail", "sglang-dflash", None, "SGLang loads the draft config",
+                        "refused", "draft config", f"SGLang refuses the DFlash config: {e}", "D3")]
+    try:
+        caps = list(d.extend(EXTEND)) + list(d.verify(PREFIX, DRAFTS))
+    finally:
+        d.close()
+    return [Finding("dflash_load", "pass", "sglang-dflash", None, "SGLang loads the draft config", "loaded",
+                    "draft config", f"SGLang taps {d.captured_boundaries}", "D3")] + _identity(c, caps, w.ref)
+
+
+def mtp_findings(w: World, c, feed_pre_norm: bool = False) -> list[Finding]:
+    """What SGLang hands an MTP head, fingerprinted; ``feed_pre_norm`` (FAULT) hands it the input
+    of SGLang's real final norm instead (recorded by a forward pre-hook on ``target.model.norm``)."""
+    from eagle3_conformance.tools.sglang_cpu.families import mtp_source_extend
+
+    caps = mtp_source_extend(w.harness, EXTEND)
+    if feed_pre_norm:
+        seen = []
+
+        def record(_mod, args) -> None:
+            # SGLang's RMSNorm(x, residual) fuses the residual add: the pre-norm state B_L is x + residual
+            x = args[0].detach().clone()
+            if len(args) > 1 and args[1] is not None:
+                x = x + args[1].detach()
+            seen.append(x)
+
+        hook = w.harness.target.model.norm.register_forward_pre_hook(record)
+        try:
+            mtp_source_extend(w.harness, EXTEND)
+        finally:
+            hook.remove()
+        pre = seen[-1]
+        start = 0
+        for cap in caps:
+            n = cap.feature.shape[0]
+            cap.feature = pre[start:start + n]
+            start += n
+    return _identity(c, caps, w.ref)
+
+
+@dataclass(frozen=True)
+class FamilyOperator:
+    name: str
+    kind: str
+    checks: tuple[str, ...]
+    paths: dict[str, Any]  # path -> callable(world) -> (baseline findings, mutated findings), or a reason str
+
+
+def _contract_op(doc_key: str, mutate: Callable[[dict], None]):
+    def run(w: World):
+        good = getattr(w, doc_key)
+        bad = copy.deepcopy(good)
+        mutate(bad)
+        return contract_findings(good, "baseline"), contract_findings(bad, "mutated")
+    return run
+
+
+def _d1_contract(doc):
+    doc["dflash"]["target_layer_ids"] = [int(b.split("_")[1]) for b in doc["capture"]["boundaries"]]
+
+
+def _d2_contract(doc):
+    doc["dflash"]["target_layer_ids"] = None
+    doc["dflash"]["location"] = "absent"
+
+
+def _d3_contract(doc):
+    L = doc["target"]["num_hidden_layers"]
+    doc["dflash"]["target_layer_ids"][-1] = L
+    doc["capture"]["boundaries"][-1] = f"B_{L + 1}"
+
+
+def _dflash_op(make_cfg: Callable[[dict, int], dict], rule: str = "sglang"):
+    def run(w: World):
+        from eagle3_conformance.contract import parse_contract
+
+        c = parse_contract(yaml.safe_dump(w.dflash_doc), str(DFLASH_CONTRACT))
+        base = dflash_findings(w, c, w.draft_cfg)
+        mut = dflash_findings(w, c, make_cfg(copy.deepcopy(w.draft_cfg), c.L), rule)
+        return base, mut
+    return run
+
+
+def _no_ids(cfg: dict, L: int) -> dict:
+    cfg["dflash_config"].pop("target_layer_ids", None)
+    cfg["dflash_config"]["num_target_layers"] = L  # without it SGLang's draft sizes fc from its own depth
+    return cfg
+
+
+def _beyond(cfg: dict, L: int) -> dict:
+    cfg["dflash_config"]["target_layer_ids"] = list(cfg["dflash_config"]["target_layer_ids"][:-1]) + [L]
+    return cfg
+
+
+def _m1(w: World):
+    from eagle3_conformance.contract import parse_contract
+
+    c = parse_contract(yaml.safe_dump(w.mtp_doc), str(MTP_CONTRACT))
+    return mtp_findings(w, c), mtp_findings(w, c, feed_pre_norm=True)
+
+
+OPERATORS = [
+    FamilyOperator("dflash-boundary-rule", "D1", ("contract_method", "slot_identity"), {
+        "contract": _contract_op("dflash_doc", _d1_contract),
+        "sglang-dflash": _dflash_op(lambda cfg, L: cfg, rule="boundary"),
+        "sglang-mtp": "a DFlash fault: an MTP head has no layer ids"}),
+    FamilyOperator("dflash-formula-fallback", "D2", ("contract_method", "slot_identity"), {
+        "contract": _contract_op("dflash_doc", _d2_contract),
+        "sglang-dflash": _dflash_op(_no_ids),
+        "sglang-mtp": "a DFlash fault: an MTP head has no layer ids"}),
+    FamilyOperator("dflash-tap-beyond-depth", "D3", ("contract_method", "dflash_load"), {
+        "contract": _contract_op("dflash_doc", _d3_contract),
+        "sglang-dflash": _dflash_op(_beyond),
+        "sglang-mtp": "a DFlash fault: an MTP head has no layer ids"}),
+    FamilyOperator("mtp-other-side-of-norm", "M1", ("slot_identity",), {
+        "contract": "which side of the norm a runtime feeds is not visible in a contract alone",
+        "sglang-dflash": "an MTP fault: DFlash taps are B_k boundaries",
+        "sglang-mtp": _m1}),
+]
+
+
+def run_families_matrix(log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Every operator on every path; returns ``{"cells": [{kind, name, path, status, check,
+    detail}], "false_positives": [...], "timings": {...}}``. SGLang columns are ``not run`` when
+    SGLang is not installed."""
+    import importlib.util
+    import json
+
+    from eagle3_conformance.faults.matrix import judge
+
+    t0 = time.perf_counter()
+    w = World(_load_doc(DFLASH_CONTRACT), _load_doc(MTP_CONTRACT))
+    sglang = importlib.util.find_spec("sglang") is not None
+    if sglang:
+        from eagle3_conformance.fixtures import build_fixture
+        from eagle3_conformance.reference import load_reference_model
+        from eagle3_conformance.tools.sglang_cpu.families import runtime_harness
+
+        b = build_fixture(w.dflash_doc["fixture"])
+        w.draft_cfg = json.loads((b.draft_dir / "config.json").read_text())
+        w.harness = runtime_harness(b.target_dir)
+        w.ref = load_reference_model(b.target_dir)
+    cells, fps = [], []
+    for op in OPERATORS:
+        for path in PATHS:
+            a = op.paths[path]
+            if isinstance(a, str):
+                cells.append({"kind": op.kind, "name": KIND_NAMES[op.kind], "operator": op.name, "path": path,
+                              "status": "n/a", "check": None, "detail": a})
+                continue
+            if path != "contract" and not sglang:
+                cells.append({"kind": op.kind, "name": KIND_NAMES[op.kind], "operator": op.name, "path": path,
+                              "status": "not run", "check": None, "detail": "SGLang is not installed"})
+                continue
+            base, mut = a(w)
+            v = judge(op.checks, base, mut)
+            fps += [{"operator": op.name, **f.to_json()} for f in v.baseline_failures]
+            cells.append({"kind": op.kind, "name": KIND_NAMES[op.kind], "operator": op.name, "path": path,
+                          "status": v.status, "check": v.check, "detail": v.detail})
+            log(f"{op.kind:>3} {op.name:<26} {path:<14} {v.status} {v.check or ''}")
+    return {"cells": cells, "false_positives": fps, "timings": {"total": time.perf_counter() - t0}}
+
+
+def render_families(m: dict[str, Any], console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    style = {"caught": "green", "n/a": "dim", "missed": "bold red", "not run": "yellow"}
+    t = Table(title="DFlash / MTP kill matrix: fault kinds x paths (docs/families.md)")
+    t.add_column("kind")
+    t.add_column("fault")
+    for p in PATHS:
+        t.add_column(p)
+    by = {(c["kind"], c["path"]): c for c in m["cells"]}
+    for kind, name in KIND_NAMES.items():
+        row = [kind, name]
+        for p in PATHS:
+            c = by[(kind, p)]
+            txt = c["status"] + (f" ({c['check']})" if c["status"] == "caught" else "")
+            row.append(f"[{style.get(c['status'], '')}]{txt}[/]")
+        t.add_row(*row)
+    console.print(t)
+    if m["false_positives"]:
+        console.print(f"[bold red]{len(m['false_positives'])} baseline failures (false positives)[/]: "
+                      + "; ".join(f"{f['operator']} {f['check']}: {f['message']}" for f in m["false_positives"][:5]))
+    console.print(f"{sum(c['status'] == 'caught' for c in m['cells'])} caught, "
+                  f"{sum(c['status'] == 'n/a' for c in m['cells'])} not applicable, "
+                  f"{sum(c['status'] == 'missed' for c in m['cells'])} missed; total {m['timings']['total']:.1f} s")

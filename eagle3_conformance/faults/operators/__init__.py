@@ -1,0 +1,31 @@
+"""Every fault operator, grouped by fault family (one module each), in matrix order.
+
+A family module declares its ``KINDS`` (FAULTS.md kind -> the name the matrix prints) and its
+``OPERATORS``, each :class:`~eagle3_conformance.faults.operators.base.Operator` next to its knob
+builders: which checks must catch it, which scenario it needs, and how it applies on each path
+(or why it cannot occur there). Adding an operator is an entry in its family's list.
+"""
+
+from __future__ import annotations
+
+from eagle3_conformance.faults.operators import buffers, dtype, layers, rows, state, vllm, vocab
+from eagle3_conformance.faults.operators.base import Apply, NotApplicable, Operator
+
+FAMILIES = (layers, state, buffers, vocab, dtype, rows)
+"""The family modules, in the order their operators appear in the matrix JSON."""
+
+OPERATORS: list[Operator] = [op for fam in FAMILIES for op in fam.OPERATORS]
+OPERATORS_BY_NAME = {op.name: op for op in OPERATORS}
+_no_vllm = [op.name for op in OPERATORS if op.name not in vllm.COLUMN]
+if _no_vllm or set(vllm.COLUMN) - set(OPERATORS_BY_NAME):
+    raise RuntimeError(f"faults/operators/vllm.py: COLUMN must name every operator exactly; missing {_no_vllm}, "
+                       f"unknown {sorted(set(vllm.COLUMN) - set(OPERATORS_BY_NAME))}")
+for _op in OPERATORS:  # the vllm-extend column lives in one module (operators/vllm.py)
+    _v = vllm.COLUMN[_op.name]
+    _op.paths[vllm.PATH] = Apply(_v.how, _v.where, _op.paths["sglang-extend"].fn) if isinstance(_v, vllm.SameKnob) else _v
+KIND_NAMES: dict[str, str] = dict(sorted(((k, v) for fam in FAMILIES for k, v in fam.KINDS.items()),
+                                        key=lambda kv: int(kv[0][1:])))
+KINDS = tuple(KIND_NAMES)
+"""K1..K14, in order."""
+
+__all__ = ["Apply", "FAMILIES", "KINDS", "KIND_NAMES", "NotApplicable", "OPERATORS", "OPERATORS_BY_NAME", "Operator"]

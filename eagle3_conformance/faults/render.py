@@ -1,0 +1,98 @@
+"""The kill matrix as a rich table and as JSON (``eagle3-conformance faults [--json OUT]``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eagle3_conformance.faults.matrix import PATHS
+from eagle3_conformance.faults.operators import KIND_NAMES, KINDS, OPERATORS, NotApplicable
+
+
+def matrix_json(m: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "pair": m.get("pair"),
+        "paths": list(m.get("paths", PATHS)),
+        "cells": [{"kind": c.kind, "name": KIND_NAMES[c.kind], "path": c.path, "status": c.status,
+                   "checks": c.checks,
+                   "operators": [{"operator": n, "status": v.status, "check": v.check, "detail": v.detail}
+                                 for n, v in c.operators]} for c in m["cells"]],
+        "operators": [{"name": op.name, "kind": op.kind, "title": op.title, "checks": list(op.checks),
+                       "paths": {p: ({"not_applicable": a.reason} if isinstance(a, NotApplicable) else
+                                     {"how": a.how, "where": a.where}) for p, a in op.paths.items()}}
+                      for op in OPERATORS],
+        "false_positives": m["false_positives"],
+        "timings": {k: round(v, 2) for k, v in m["timings"].items()},
+    }
+
+
+def render_matrix(m: dict[str, Any], console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    style = {"caught": "green", "n/a": "dim", "missed": "bold red", "not run": "yellow"}
+    on = f"the real pair {m['pair']}" if m.get("pair") else "the synthetic scenarios"
+    t = Table(title=f"EAGLE-3 kill matrix on {on}: fault kinds x paths (each caught cell names its catching check)")
+    t.add_column("kind")
+    t.add_column("fault")
+    columns = m.get("paths", PATHS)
+    for p in columns:
+        t.add_column(p)
+    by = {(c.kind, c.path): c for c in m["cells"]}
+    for kind in KINDS:
+        row = [kind, KIND_NAMES[kind]]
+        for p in columns:
+            c = by[(kind, p)]
+            txt = c.status
+            if c.status == "caught":
+                txt += " (" + ", ".join(c.checks) + ")"
+            elif c.status == "missed":
+                txt += " (" + ", ".join(n for n, v in c.operators if v.status in ("missed", "noop")) + ")"
+            row.append(f"[{style[c.status]}]{txt}[/]")
+        t.add_row(*row)
+    console.print(t)
+    fp = m["false_positives"]
+    if fp:
+        console.print(f"[bold red]{len(fp)} baseline failures (false positives)[/]: "
+                      + "; ".join(f"{f['scenario']} {f['path']} {f['check']}: {f['message']}" for f in fp[:5]))
+    missed = [c for c in m["cells"] if c.status == "missed"]
+    tm = m["timings"]
+    console.print(f"{sum(c.status == 'caught' for c in m['cells'])} caught, "
+                  f"{sum(c.status == 'n/a' for c in m['cells'])} not applicable, {len(missed)} missed; "
+                  f"{m['harness_builds']} SGLang harness builds ({tm.get('harness builds', 0):.1f} s), "
+                  + (f"{m['vllm_harness_builds']} vLLM harness builds ({tm.get('vllm harness builds', 0):.1f} s), "
+                     if m.get("vllm_harness_builds") else "")
+                  + f"total {tm['total']:.1f} s")
+
+
+def acceptance_json(t: dict[str, Any]) -> dict[str, Any]:
+    """The faults-vs-acceptance table (:func:`eagle3_conformance.faults.acceptance.run_table`) as JSON."""
+    from dataclasses import asdict
+
+    return {"setup": t["setup"], "rows": [asdict(r) for r in t["rows"]], "not_measured": t["not_measured"]}
+
+
+def _fmt(x, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def render_acceptance(t: dict[str, Any], console=None) -> None:
+    """One line per fault: kind, mean accept length, acceptance rate, lossless, the kill-matrix
+    checks that catch it; then the faults not measured and why."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = console or Console()
+    s = t["setup"]
+    tab = Table(title=f"accept length per fault: SmolLM2-135M + trained EAGLE-3 draft, {s['prompts']} held-out "
+                      f"prompts x {s['max_new_tokens']} tokens, k = {s['num_draft_tokens']} (CPU, SGLang classes)")
+    for col in ("fault", "kind", "accept length", "acceptance", "lossless", "fc ran", "caught by (kill matrix)"):
+        tab.add_column(col)
+    for r in t["rows"]:
+        acc = _fmt(r.mean_accept_length, ".2f") if not r.errors else f"crash ({r.errors[0][:60]})"
+        tab.add_row(r.name, r.kind, acc, _fmt(r.acceptance_rate, ".0%"),
+                    "-" if r.lossless is None else ("yes" if r.lossless else "NO"),
+                    "yes" if r.fc_calls else "no", ", ".join(r.checks))
+    con.print(tab)
+    for name, why in t["not_measured"].items():
+        con.print(f"not measured: {name}: {why}")

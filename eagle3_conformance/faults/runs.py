@@ -1,0 +1,59 @@
+"""One run of a matrix path with a fault's knobs: the injector of each path.
+
+A path joins the kill matrix when it has an injector here (and its operators say how each fault
+applies on it); the matrix's columns are the registered paths (:mod:`eagle3_conformance.paths`) that
+have one, in registry order.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from eagle3_conformance.contract import Contract
+from eagle3_conformance.faults.example import Example, Knobs
+from eagle3_conformance.faults.inject_sglang import HarnessPool, run_sglang
+from eagle3_conformance.faults.inject_specforge import run_specforge, specforge_contract
+from eagle3_conformance.faults.inject_training import run_training
+from eagle3_conformance.faults.scenario import Scenario
+from eagle3_conformance.findings import Finding
+
+def _run_vllm(scn, c, ex, k):
+    from eagle3_conformance.faults.inject_vllm import run_vllm  # imports vLLM's harness only when run
+
+    return run_vllm(scn, c, ex, None, k)
+
+
+Injector = Callable[[Scenario, Contract, Example, Optional[HarnessPool], Knobs], list[Finding]]
+
+INJECTORS: dict[str, Injector] = {
+    "training": lambda scn, c, ex, pool, k: run_training(scn, c, ex, k),
+    "specforge": lambda scn, c, ex, pool, k: run_specforge(scn, c, ex, k),
+    "sglang-extend": lambda scn, c, ex, pool, k: run_sglang(scn, c, ex, "sglang-extend", pool, k),
+    "sglang-decode": lambda scn, c, ex, pool, k: run_sglang(scn, c, ex, "sglang-decode", pool, k),
+    "vllm-extend": lambda scn, c, ex, pool, k: _run_vllm(scn, c, ex, k),
+}
+"""Path name -> ``(scenario, contract, example, harness pool, knobs) -> findings``."""
+
+
+CONTRACTS: dict[str, Callable[[Scenario, Contract], Contract]] = {
+    "specforge": specforge_contract,
+}
+"""Path name -> the scenario contract restated for that path's tool (its pairing and verifier);
+paths not listed use the scenario's contract as it is."""
+
+
+def path_contract(scn: Scenario, contract: Contract, path: str) -> Contract:
+    """The contract the column of ``path`` is judged against (and its operators built from)."""
+    f = CONTRACTS.get(path)
+    return f(scn, contract) if f is not None else contract
+
+
+def run_path(scn: Scenario, contract: Contract, ex: Example, path: str, pool: Optional[HarnessPool],
+             k: Knobs = Knobs()) -> list[Finding]:
+    """The findings of ``path`` on ``ex`` with ``k``'s faults (the good input by default).
+
+    Raises:
+        eagle3_conformance.faults.example.NoOp: the fault changes nothing on this example.
+        KeyError: ``path`` has no injector.
+    """
+    return INJECTORS[path](scn, contract, ex, pool, k)

@@ -1,0 +1,157 @@
+"""The path protocol: what every path implements, and what it hands back.
+
+A *path* is one way hidden states reach a draft: speculators' training loader, SGLang's extend
+or decode, the same tokens on two paths, a real engine on a GPU, later SpecForge, vLLM, an
+acceptance loop. A path runs the tool's real code (:mod:`eagle3_conformance.tools`) on inputs
+hypothesis draws (:mod:`eagle3_conformance.strategies`, called by name) and returns an
+:class:`Observation`: what reached the draft. It never judges: :mod:`eagle3_conformance.assess` turns
+observations into findings, and :mod:`eagle3_conformance.session` runs a path under hypothesis.
+
+Running one path on one contract (``eagle3_conformance.session.run_path``)::
+
+    skipped = path.needs.unmet(pair)              # None, or why it cannot run here
+    state = path.prepare(contract, pair)          # load the tool once; or Skipped(reason)
+    first = path.first(state)                     # inputs not drawn (None: nothing)
+    for each example hypothesis draws:            # unless first failed with stop_on_failure
+        obs = path.observe(state, draw)           # draw(strategy, label) -> value
+
+A path is registered with one line in :mod:`eagle3_conformance.paths` (the registry); the pytest
+plugin, the kill matrix and the reports iterate the registry.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence, TypeVar
+
+if TYPE_CHECKING:  # annotations only: the registry must import without torch
+    from hypothesis.strategies import SearchStrategy
+
+    from eagle3_conformance.capture import Capture
+    from eagle3_conformance.contract import Contract
+    from eagle3_conformance.pairs import LocalPair
+
+T = TypeVar("T")
+
+
+class Draw(Protocol):
+    """Hypothesis' ``data.draw``: ``draw(strategy, label=...)`` returns one drawn value."""
+
+    def __call__(self, strategy: "SearchStrategy[T]", label: Optional[str] = None) -> T: ...
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """The path cannot run here; ``reason`` says why in words (shown by ``pytest -rs``)."""
+
+    reason: str
+
+
+_MODULE_NAMES = {"sglang": "SGLang", "speculators": "speculators", "vllm": "vLLM", "specforge": "SpecForge"}
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a path needs to run. Every path needs the contract's local pair (a fixture, or
+    ``target.path``: the reference model); a contract without one is skipped before any path.
+
+    Attributes:
+        modules: importable modules the path runs (``("sglang",)``); missing -> skipped.
+        draft: the draft's ``config.json`` in ``pair.draft_dir``.
+        data: a stored dataset in ``pair.data_dir`` (the embedded fixtures have one).
+        gpu: a CUDA device. The plugin marks the path ``gpu``; the path probes the device in
+            ``prepare`` (the probe needs its tool) and returns :class:`Skipped` without one.
+        methods: the draft methods (``contract.method``) the path runs for; another method's
+            contract is skipped with the reason (an EAGLE-3 path says nothing about a DFlash or
+            MTP draft, and the reverse).
+    """
+
+    modules: tuple[str, ...] = ()
+    draft: bool = False
+    data: bool = False
+    gpu: bool = False
+    methods: tuple[str, ...] = ("eagle3", "eagle1", "eagle2")
+
+    def unmet(self, pair: "LocalPair", contract: Optional["Contract"] = None) -> Optional[str]:
+        """Why the path cannot run with ``pair`` (for ``contract``) here (the first unmet need), or None."""
+        if contract is not None and contract.method not in self.methods:
+            return f"this path runs {'/'.join(self.methods)} drafts; the contract's method is {contract.method}"
+        for m in self.modules:
+            if importlib.util.find_spec(m) is None:
+                return f"{_MODULE_NAMES.get(m, m)} is not installed in this environment"
+        if self.draft and (pair.draft_dir is None or not (pair.draft_dir / "config.json").is_file()):
+            return "no local draft config for this pair"
+        if self.data and pair.data_dir is None:
+            return ("no training data for this pair under pytest (embedded fixtures only): check a "
+                    "dataset with `eagle3-conformance check-data CONTRACT --data DIR`")
+        return None
+
+
+@dataclass
+class Observation:
+    """What reached the draft on one run of a path (one drawn example, or the fixed inputs).
+
+    Attributes:
+        captures: what entered the draft, one :class:`~eagle3_conformance.capture.Capture` per
+            sequence (``feature`` [N, K*d], ``rows`` [N] token indices, ...); each is judged by
+            every capture check against the reference forward on its own ``token_ids``.
+        stored: the captures were read from stored data (a dataset on disk): a bad sample (no
+            tokens, ids outside the vocabulary, NaN rows) is a finding, never an error.
+        shapes_only: captures without per-token reference rows (an engine's decode rows):
+            judged on slot count, widths and norm bands only.
+        pairs: ``(a, b)`` captures of the same token ids on two paths, compared row by row
+            (per-slot cosine against ``gates.cross_path_min_cosine``).
+        facts: named measurements of the run as a whole, each judged by one check
+            (:data:`eagle3_conformance.assess.FACT_CHECKS`): ``{"sglang_version": "0.5.23"}``,
+            ``{"avg_accept_length": 2.7}``. A path that measures a metric rather than captures
+            (an acceptance-rate loop) returns only facts.
+        stop_on_failure: for the fixed inputs (:attr:`Path.first`): if a finding of this
+            observation fails, no examples are drawn (they would repeat the failure).
+    """
+
+    captures: Sequence["Capture"] = ()
+    stored: bool = False
+    shapes_only: Sequence["Capture"] = ()
+    pairs: Sequence[tuple["Capture", "Capture"]] = ()
+    facts: Mapping[str, Any] = field(default_factory=dict)
+    stop_on_failure: bool = False
+
+
+Prepare = Callable[["Contract", "LocalPair"], Any]
+"""``prepare(contract, pair) -> state | Skipped``: load what the path runs (a loader, a harness,
+the reference model) once per contract; the state is handed to ``first`` and ``observe``."""
+
+First = Callable[[Any], Optional[Observation]]
+"""``first(state) -> Observation | None``: the inputs that are not drawn (every stored sample
+once, the engine version), run before any drawn example."""
+
+Observe = Callable[[Any, Draw], Observation]
+"""``observe(state, draw) -> Observation``: one example; inputs drawn with ``draw(strategy,
+label)`` from :mod:`eagle3_conformance.strategies`."""
+
+
+@dataclass(frozen=True)
+class Path:
+    """One path: its name, what it needs, and how it turns inputs into an :class:`Observation`.
+
+    Attributes:
+        name: the path's name in reports, options and the registry (``"sglang-extend"``).
+        summary: one line: what runs and what reaches the draft.
+        needs: what it needs to run (:class:`Needs`).
+        prepare: see :data:`Prepare`.
+        first: see :data:`First`; None: no fixed inputs.
+        observe: see :data:`Observe`; None: nothing is drawn (the path runs ``first`` only).
+    """
+
+    name: str
+    summary: str
+    needs: Needs
+    prepare: Prepare
+    first: Optional[First] = None
+    observe: Optional[Observe] = None
+
+
+def start_token(contract: "Contract") -> Optional[int]:
+    """The token drawn prompts begin with: the embedded fixtures' BOS (1), none otherwise."""
+    return 1 if contract.fixture else None

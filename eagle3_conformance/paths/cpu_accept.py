@@ -1,0 +1,74 @@
+"""``cpu-accept``: the accept length of a pair with a trained draft, measured on CPU.
+
+For a contract whose fixture has a trained draft (:data:`eagle3_conformance.trained_draft.TRAINED`;
+today the float32 SmolLM2-135M pair), the draft is built on first use (speculators' trainer on
+CPU, cached) and the greedy speculative loop
+(:func:`eagle3_conformance.tools.sglang_cpu.spec_loop.speculative_decode`: SGLang 0.5.23's real target
+and draft classes) runs over held-out corpus prompts. The path reports one fact,
+``avg_accept_length`` (mean tokens committed per verify step, bonus included), which
+:func:`eagle3_conformance.checks.check_accept_length` gates on ``gates.min_accept_length``, as the
+``sglang-engine`` path does on a GPU runner with the engine's own figure.
+
+The run is kept small for the main job (``CONFORMANCE_ACCEPT_PROMPTS`` prompts, default 3, of 48
+tokens, ``CONFORMANCE_ACCEPT_TOKENS`` new tokens each, default 24, k = 3 draft tokens); the
+faults-vs-acceptance table (``eagle3-conformance faults --acceptance``) runs the larger measurement.
+Other contracts are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from eagle3_conformance.paths.base import Needs, Observation, Path, Skipped
+
+PROMPT_TOKENS = 48
+NUM_DRAFT_TOKENS = 3
+
+
+@dataclass
+class _State:
+    contract: Any
+    trained: Any  # eagle3_conformance.trained_draft.TrainedDraft
+
+
+def prepare(c, pair):
+    from eagle3_conformance.trained_draft import TRAINED, ensure_trained_draft
+
+    if c.fixture not in TRAINED:
+        return Skipped(f"cpu-accept: no trained draft for this pair (fixtures with one: {', '.join(TRAINED)})")
+    if c.target.dtype != "float32":
+        return Skipped(f"cpu-accept: the trained draft is measured with the float32 target; this contract "
+                       f"serves {c.target.dtype}")
+    return _State(c, ensure_trained_draft(TRAINED[c.fixture]))
+
+
+def first(s: _State) -> Observation:
+    from eagle3_conformance import torch_env
+
+    torch_env.prepare()
+    import torch
+
+    from eagle3_conformance.tools.sglang_cpu import SGLangCPUHarness
+    from eagle3_conformance.tools.sglang_cpu.spec_loop import speculative_decode
+    from eagle3_conformance.trained_draft import eval_prompts
+
+    n = int(os.environ.get("CONFORMANCE_ACCEPT_PROMPTS", "3"))
+    new = int(os.environ.get("CONFORMANCE_ACCEPT_TOKENS", "24"))
+    prompts = eval_prompts(s.trained.target_dir, n, PROMPT_TOKENS)
+    h = SGLangCPUHarness(s.trained.target_dir, s.trained.draft_dir, dtype=torch.float32)
+    try:
+        res = speculative_decode(h, prompts, num_draft_tokens=NUM_DRAFT_TOKENS, max_new_tokens=new)
+    finally:
+        h.close()
+    return Observation(facts={"avg_accept_length": res.mean_accept_length})
+
+
+PATH = Path(
+    name="cpu-accept",
+    summary="greedy speculative loop on SGLang's real classes (CPU) with a trained draft: mean accept length",
+    needs=Needs(modules=("sglang", "speculators")),
+    prepare=prepare,
+    first=first,
+)

@@ -1,0 +1,66 @@
+"""``sglang-dflash``: SGLang 0.5.23's real DFlash capture -> its real ``DFlashDraftModel`` (issue 14).
+
+For a ``method: dflash`` contract. The draft config is the pair's own ``config.json`` (its
+``dflash_config.target_layer_ids`` is resolved by SGLang's own ``dflash_utils.py`` and applied by the
+target's own ``set_dflash_layers_to_capture``). Hypothesis draws prompt batches (extend: target
+EXTEND, FULL capture) and verify layouts (decode: TARGET_VERIFY over a cached prefix); the taps the
+draft's ``fc`` reads are fingerprinted against the reference like EAGLE-3 aux slots
+(:class:`eagle3_conformance.tools.sglang_cpu.families.DFlashCPU`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from eagle3_conformance.paths.base import Needs, Observation, Path, Skipped, start_token
+
+
+@dataclass
+class _State:
+    contract: Any
+    dflash: Any  # DFlashCPU
+    pool: Any = None
+
+
+def prepare(c, pair):
+    from eagle3_conformance.corpus import prompt_pool
+    from eagle3_conformance.pairs import torch_dtype
+    from eagle3_conformance.tools.sglang_cpu.families import DFlashConfigError, DFlashCPU, runtime_harness
+
+    cfg = json.loads((pair.draft_dir / "config.json").read_text())
+    if "dflash_config" not in cfg and "target_layer_ids" not in cfg and not any(
+            "dflash" in str(a).lower() for a in cfg.get("architectures") or []):
+        return Skipped(f"{pair.draft_dir}/config.json is not a DFlash draft config")
+    h = runtime_harness(pair.target_dir, torch_dtype(c.target.dtype))
+    try:
+        d = DFlashCPU(h, cfg)
+    except DFlashConfigError as e:  # SGLang refuses at load: that is the finding, not a crash
+        raise AssertionError(f"SGLang {h.sglang_version} refuses the DFlash draft config: {e}") from None
+    return _State(c, d, prompt_pool(pair.target_dir))
+
+
+def first(s: _State) -> Observation:
+    return Observation(facts={"sglang_version": s.dflash.h.sglang_version})
+
+
+def observe(s: _State, draw) -> Observation:
+    """One drawn extend batch and one drawn verify step through SGLang's DFlash capture."""
+    from eagle3_conformance import strategies
+
+    c = s.contract
+    batch = draw(strategies.prompt_batches(c.target.vocab_size, start_token=start_token(c), pool=s.pool), label="batch")
+    prefixes, fillers, _accepted = draw(strategies.verify_layouts(c.target.vocab_size, pool=s.pool), label="verify")
+    return Observation(captures=list(s.dflash.extend(batch)) + list(s.dflash.verify(prefixes, fillers)))
+
+
+PATH = Path(
+    name="sglang-dflash",
+    summary="SGLang 0.5.23's DFlash capture (set_dflash_layers_to_capture) -> its DFlashDraftModel fc, on extend "
+            "and on target verify",
+    needs=Needs(modules=("sglang",), draft=True, methods=("dflash",)),
+    prepare=prepare,
+    first=first,
+    observe=observe,
+)

@@ -1,0 +1,54 @@
+"""``sglang-extend``: SGLang's prefill, as its real EAGLE-3 draft class receives it.
+
+Hypothesis draws batches of prompts (batch 1..3, lengths 1..24; ``strategies.prompt_batches``);
+SGLang's real target runs EXTEND with FULL capture on CPU and its real draft class receives the
+aux concat (:class:`eagle3_conformance.tools.sglang_cpu.SGLangCPUHarness`). Every request is checked
+against the reference on the same tokens; the installed SGLang release is reported once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from eagle3_conformance.paths.base import Needs, Observation, Path, start_token
+
+
+@dataclass
+class _State:
+    contract: Any
+    harness: Any  # SGLangCPUHarness
+    pool: Any = None  # tokenized corpus (eagle3_conformance.corpus.prompt_pool) or None
+
+
+def prepare(c, pair) -> _State:
+    from eagle3_conformance.corpus import prompt_pool
+    from eagle3_conformance.pairs import torch_dtype
+    from eagle3_conformance.tools.sglang_cpu import shared_harness
+
+    return _State(c, shared_harness(pair.target_dir, pair.draft_dir, torch_dtype(c.target.dtype)), prompt_pool(pair.target_dir))
+
+
+def first(s: _State) -> Observation:
+    """The installed SGLang release (id rules change between releases)."""
+    return Observation(facts={"sglang_version": s.harness.sglang_version})
+
+
+def observe(s: _State, draw) -> Observation:
+    """One drawn batch of prompts ``[[token id, ...], ...]`` through extend."""
+    from eagle3_conformance import strategies
+
+    c = s.contract
+    batch = draw(strategies.prompt_batches(c.target.vocab_size, start_token=start_token(c), pool=s.pool), label="batch")
+    return Observation(captures=s.harness.extend(batch))
+
+
+PATH = Path(
+    name="sglang-extend",
+    summary="SGLang 0.5.23's target (EXTEND, FULL capture) -> its EAGLE-3 draft class: the aux concat entering "
+            "the draft, and whether its fc ran",
+    needs=Needs(modules=("sglang",), draft=True),
+    prepare=prepare,
+    first=first,
+    observe=observe,
+)

@@ -1,0 +1,115 @@
+"""``specforge``: what SpecForge 0.2.0's trainer hands its EAGLE-3 draft from offline data.
+
+The pair's samples (the token ids and loss masks of its stored dataset) are written once in
+SpecForge's offline layout from the target's forward (``rows_{g}-{g+2000}/data_{i}.ckpt``, one
+sample ``.ckpt.gz``, rows captured two at a time so that short samples carry SpecForge's zero
+padding at their end; :func:`eagle3_conformance.tools.specforge_loader.write_dataset`), cached beside
+the pair's data. Then SpecForge's real offline loader chain reads them
+(:class:`eagle3_conformance.tools.specforge_loader.SpecForgeLoader`: ``OfflineManifestReader`` ->
+``LocalFeatureStore`` -> ``FeatureDataLoader(normalize_offline_sample, DataCollatorWithPadding)``
+-> ``TargetHead.preprocess``): first every sample once in consecutive batches, then batch
+compositions hypothesis draws. The captures hold exactly what the trainer hands the draft: aux
+features, the F-based target, input ids, loss mask and positions after SpecForge's own shift.
+
+Runs on contracts whose ``training.tool`` is ``specforge`` (their ``alignment`` states SpecForge's
+pairing); other contracts are skipped with the reason, as the ``training`` path skips these.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path as FsPath
+from typing import Any
+
+from eagle3_conformance.paths.base import Needs, Observation, Path, Skipped
+
+MAX_SAMPLES = 4
+"""Samples of the pair's dataset written as SpecForge data (the path's time in the main job: the
+real SmolLM2 pair's longest samples are 320 tokens)."""
+
+
+@dataclass
+class _State:
+    loader: Any  # SpecForgeLoader
+    n: int
+
+
+def data_dir(c, pair) -> FsPath:
+    """The pair's samples in SpecForge's offline layout, written once (atomically) beside the
+    pair's own dataset: ``<data_dir>/../specforge-<version>-<K slots>/``."""
+    from eagle3_conformance import torch_env
+
+    torch_env.prepare()
+    import datasets
+    import torch
+
+    from eagle3_conformance.pairs import torch_dtype
+    from eagle3_conformance.reference import ReferenceModel
+    from eagle3_conformance.tools import specforge_loader as sl
+
+    key = f"specforge-{sl.VERSION}-" + "-".join(c.capture.boundaries) + f"-{c.data_dtype}-{MAX_SAMPLES}"
+    out = FsPath(pair.data_dir).parent / key
+    if (out / "DONE").is_file():
+        return out
+    datasets.disable_progress_bars()
+    ds = datasets.load_from_disk(str(pair.data_dir))
+    n = min(len(ds), MAX_SAMPLES)
+    samples = [list(map(int, x)) for x in ds["input_ids"][:n]]
+    masks = [list(map(int, x)) for x in ds["loss_mask"][:n]]
+    ref = ReferenceModel(pair.target_dir)
+    tmp = FsPath(tempfile.mkdtemp(prefix=".specforge-", dir=out.parent))
+    try:
+        with torch.inference_mode():
+            sl.write_dataset(tmp / "data", ref.capture, samples, masks, aux=c.capture.boundaries, target="F",
+                             dtype=torch_dtype(c.data_dtype), batch_size=2, compress=(1,))
+        (tmp / "data" / "DONE").write_text(json.dumps({"samples": n, "writer": "eagle3_conformance.tools.specforge_loader"
+                                                       ".write_dataset"}) + "\n")
+        try:
+            (tmp / "data").rename(out)
+        except OSError:  # another process wrote it first
+            if not (out / "DONE").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def prepare(c, pair):
+    from eagle3_conformance.tools import specforge_loader as sl
+
+    if c.training.tool != "specforge":
+        return Skipped(f"this contract's training data goes through {c.training.tool} (training.tool); the specforge "
+                       "path reads contracts stating SpecForge's pairing")
+    have = sl.installed_version()
+    if c.training.version and have != c.training.version:
+        return Skipped(f"the contract states SpecForge {c.training.version}'s pairing; specforge {have} is installed")
+    loader = sl.SpecForgeLoader(data_dir(c, pair), c.draft.target_hidden_size)
+    return _State(loader, len(loader))
+
+
+def first(s: _State) -> Observation:
+    """Every sample once, in consecutive batches of 4; a failure here ends the run."""
+    caps = [cap for i in range(0, s.n, 4) for cap in s.loader.batch(list(range(i, min(i + 4, s.n))))]
+    return Observation(captures=caps, stored=True, stop_on_failure=True)
+
+
+def observe(s: _State, draw) -> Observation:
+    """One drawn batch: ``[sample index, ...]`` (repeats allowed, any order)."""
+    from eagle3_conformance import strategies
+
+    batch = draw(strategies.sample_batches(s.n), label="batch")
+    return Observation(captures=s.loader.batch(list(batch)), stored=True)
+
+
+PATH = Path(
+    name="specforge",
+    summary="SpecForge 0.2.0 OfflineManifestReader -> FeatureDataLoader(normalize_offline_sample) -> "
+            "TargetHead.preprocess: aux features, F target, ids, loss mask after its shift",
+    needs=Needs(modules=("specforge",), data=True),
+    prepare=prepare,
+    first=first,
+    observe=observe,
+)

