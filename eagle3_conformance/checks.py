@@ -769,10 +769,13 @@ def check_accept_length(c: Contract, avg_accept_length: Optional[float], path: s
     symptom most field reports had (FAULTS.md); it gates, it does not diagnose.
 
     Args:
-        avg_accept_length: the measured mean (>= 1), or None when nothing was measured.
+        avg_accept_length: the measured mean (>= 1), or None when nothing was measured; or a
+            mapping with the mean and SGLang's correct-drafts histogram (:func:`_accept_positions`),
+            whose per-position acceptance the message reports.
         path: the path that measured it: ``sglang-engine`` (a real engine's server info, GPU) or
             ``cpu-accept`` (the greedy speculative loop on the SGLang CPU harness).
     """
+    avg_accept_length, positions = _accept_positions(avg_accept_length)
     floor = c.gates.min_accept_length
     where = "sglang.Engine server info" if path == "sglang-engine" else f"{path}: mean tokens per verify step"
     if floor is None:
@@ -785,7 +788,23 @@ def check_accept_length(c: Contract, avg_accept_length: Optional[float], path: s
     ok = avg_accept_length >= floor
     name = "avg_spec_accept_length" if path == "sglang-engine" else "mean accept length"
     return [Finding("accept_length", "pass" if ok else "fail", path, None, floor, avg_accept_length,
-                    where, f"{name} {avg_accept_length:.3f} (floor {floor})", "")]
+                    where, f"{name} {avg_accept_length:.3f} (floor {floor}){positions}", "")]
+
+
+def _accept_positions(value) -> tuple[Optional[float], str]:
+    """``(mean, words)`` from an ``avg_accept_length`` fact: a float, or a mapping ``{"mean": float,
+    "correct_drafts_histogram": [int], "num_draft_tokens": k}`` whose histogram adds the per-position
+    acceptance to the finding's message (:mod:`eagle3_conformance.acceptance_stats`)."""
+    if not isinstance(value, dict):
+        return value, ""
+    from eagle3_conformance.acceptance_stats import per_position
+
+    hist, k = value.get("correct_drafts_histogram"), value.get("num_draft_tokens")
+    if not hist or not k:
+        return value.get("mean"), ""
+    p = per_position(hist, int(k))
+    return value.get("mean"), (f"; draft position 1..{k} accepted in " + ", ".join(f"{x:.0%}" for x in p)
+                               + f" of verify steps; correct-drafts histogram {list(hist)}")
 
 
 # --- kill-matrix additions: per-row fingerprint, tensor dtypes, vocab mapping, golden tokens ------

@@ -62,7 +62,9 @@ def first(s: _State) -> Observation:
         res = speculative_decode(h, prompts, num_draft_tokens=NUM_DRAFT_TOKENS, max_new_tokens=new)
     finally:
         h.close()
-    return Observation(facts={"avg_accept_length": res.mean_accept_length})
+    fact = {"mean": res.mean_accept_length, "num_draft_tokens": NUM_DRAFT_TOKENS,
+            "correct_drafts_histogram": res.correct_drafts_histogram if res.verify_steps else []}
+    return Observation(facts={"avg_accept_length": fact})
 
 
 PATH = Path(
