@@ -30,7 +30,9 @@ from eagle3_conformance.findings import Finding
 
 FACT_CHECKS: dict[str, str] = {
     "sglang_version": "check_engine_version",   # str: the installed SGLang release
-    "avg_accept_length": "check_accept_length",  # float or None: avg_spec_accept_length
+    "avg_accept_length": "check_accept_length",  # float, None, or the engine's meta_info figures (dict)
+    "engine_lossless": "check_engine_lossless",
+    "graph_acceptance": "check_graph_acceptance",  # {"eager", "graphed", "noise"}: CUDA graphs vs eager  # {"engine": ids, "reference": ids} or {"skip": why}
     "vllm_version": "check_vllm_version",        # str: the installed vLLM release
 }
 """Facts a path may report (:attr:`eagle3_conformance.paths.base.Observation.facts`) -> the function of

@@ -14,7 +14,8 @@ One record per forward, ``torch.save``d to ``config["out_dir"]/<pid>-<n>.pt`` (d
 the tensor handed to the draft), ``fc_input`` [N, W] or None (what ``fc`` received in the same
 forward: None when the draft skipped fc, ``llama_eagle3.py:237-247``), ``num_accept_tokens`` [bs]
 or None (DRAFT_EXTEND_V2). Target records carry no tensors beyond the ids (their hidden states
-are not needed: the reference is the project's own forward). Hooks never fire on CUDA-graph
+are not needed: the reference is the project's own forward) but ``layers_to_capture``, the layer
+indices the target's ``LlamaModel`` captures at (``llama.py:485-494``: entry i = B_i). Hooks never fire on CUDA-graph
 replay (``cuda_graph_setup.py:454-457``): run with ``disable_cuda_graph`` to observe decode.
 """
 
@@ -27,6 +28,7 @@ from typing import Any
 
 FACTORY = "eagle3_conformance.tools.sglang_engine.hooks:draft_input_recorder"
 TARGET_MODULES = ["model", "model.fc"]
+_COUNTER = itertools.count()  # one per process: the target's and the draft's hooks share the numbering
 RECORD_MODES = ("EXTEND", "TARGET_VERIFY", "DRAFT_EXTEND_V2", "DRAFT_EXTEND", "DECODE")
 
 
@@ -46,7 +48,6 @@ def draft_input_recorder(config: dict):
 
     out = Path(config["out_dir"])
     out.mkdir(parents=True, exist_ok=True)
-    counter = itertools.count()
     pending: dict[str, Any] = {}
 
     def hook(module, args, output):
@@ -63,6 +64,8 @@ def draft_input_recorder(config: dict):
         rec = dict(role="draft" if draft else "target", mode=mode, input_ids=_cpu(args[0]).long(),
                    positions=_cpu(args[1]).long(), req_pool_indices=_cpu(fb.req_pool_indices),
                    seq_lens=_cpu(fb.seq_lens), extend_seq_lens=_cpu(getattr(fb, "extend_seq_lens", None)))
+        if not draft:
+            rec["layers_to_capture"] = [int(i) for i in getattr(module, "layers_to_capture", []) or []]
         if draft:
             spec_info = fb.spec_info
             rec.update(hidden=_cpu(spec_info.hidden_states), fc_input=fc_input,
@@ -70,7 +73,7 @@ def draft_input_recorder(config: dict):
             if mode == "DECODE":  # the draft's own d-wide states: record only what fc did
                 rec["hidden"] = None
                 rec["hidden_width"] = int(spec_info.hidden_states.shape[-1])
-        torch.save(rec, out / f"{os.getpid()}-{next(counter):06d}.pt")
+        torch.save(rec, out / f"{os.getpid()}-{next(_COUNTER):06d}.pt")
         return None
 
     return hook

@@ -28,8 +28,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[3]
 LOG_TAIL_LINES = 40
 
 
-class EngineStartError(RuntimeError):
-    """The engine did not start (bad draft, unsupported dtype, a tripped guard, a timeout).
+class EngineError(RuntimeError):
+    """The engine failed; ``reason`` says why, ``log_tail`` is the end of SGLang's own log.
 
     Attributes:
         reason: one line: why.
@@ -41,7 +41,11 @@ class EngineStartError(RuntimeError):
         self.reason, self.log_tail = reason, log_tail
 
 
-class EngineRunError(EngineStartError):
+class EngineStartError(EngineError):
+    """The engine did not start (missing or wrong draft, unsupported dtype, a tripped guard, a timeout)."""
+
+
+class EngineRunError(EngineError):
     """The engine started but generation failed or ran over its timeout."""
 
 
@@ -88,6 +92,15 @@ def _tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
     except OSError:
         return "(no log)"
     return "\n".join(lines[-n:])
+
+
+def _last_error(tail: str) -> str:
+    """The last ``SomeError: message`` line of SGLang's log (a scheduler that fails kills the
+    engine's main process with SIGQUIT before it can report)."""
+    import re
+
+    hits = [ln.strip() for ln in tail.splitlines() if re.match(r"^\s*[\w.]+(Error|Exception|Interrupt): ", ln)]
+    return hits[-1] if hits else ""
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -154,7 +167,7 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
         raise EngineRunError(f"the engine process ran past {start_timeout + generate_timeout + 60:.0f} s "
                              "and was killed", tail)
     if code != 0 or "outputs" not in res:
-        reason = res.get("error") or f"the engine process exited with status {code} and wrote no result"
+        reason = res.get("error") or _last_error(tail) or f"the engine process exited with status {code}"
         if res.get("phase", "start") == "start":
             raise EngineStartError(f"sglang.Engine did not start: {reason}", tail)
         raise EngineRunError(f"sglang.Engine generation failed: {reason}", tail)
