@@ -39,10 +39,10 @@ def prepare(c, pair):
     from eagle3_conformance.tools.sglang_engine import EngineStartError, observe_engine
     from eagle3_conformance.trained_draft import TRAINED, ensure_trained_draft, eval_prompts
 
-    device = os.environ.get("CONFORMANCE_ENGINE_DEVICE") or _default_device()
     if c.fixture not in TRAINED:
         return Skipped(f"sglang-engine: no trained draft for this pair (fixtures with one: {', '.join(TRAINED)}); "
                        "an untrained draft accepts nothing and its weights may not exist")
+    device = os.environ.get("CONFORMANCE_ENGINE_DEVICE") or _default_device()
     if device == "cpu" and c.target.dtype != "float32":
         return Skipped(f"sglang-engine on CPU runs the float32 pair (bf16 is no losslessness oracle); this "
                        f"contract serves {c.target.dtype}")

@@ -10,7 +10,7 @@
 - :mod:`.hooks`: the ``forward_hooks`` factory recording what enters the draft;
 - :mod:`.captures`: records -> Captures, SGLang's acceptance counters;
 - :func:`observe_engine`: one observed run with the reference greedy decode, for the path.
-- ``gpu_legacy.py``: the former GPU-only hidden-state-return tool (kept for its docstring facts).
+
 """
 
 from __future__ import annotations

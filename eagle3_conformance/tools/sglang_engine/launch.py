@@ -36,9 +36,9 @@ class EngineError(RuntimeError):
         log_tail: the last lines of SGLang's own log (the driver's stdout/stderr).
     """
 
-    def __init__(self, reason: str, log_tail: str) -> None:
+    def __init__(self, reason: str, log_tail: str, pgid: Optional[int] = None) -> None:
         super().__init__(f"{reason}\n--- SGLang log (last lines) ---\n{log_tail}")
-        self.reason, self.log_tail = reason, log_tail
+        self.reason, self.log_tail, self.pgid = reason, log_tail, pgid
 
 
 class EngineStartError(EngineError):
@@ -69,6 +69,7 @@ class EngineRun:
     sglang_version: str
     log_tail: str = ""
     spec: dict[str, Any] = field(default_factory=dict)
+    pgid: Optional[int] = None
 
 
 def child_env(device: str) -> dict[str, str]:
@@ -117,6 +118,13 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         pass
+    deadline = time.monotonic() + 20  # killed members linger until their new parent (init) reaps them
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.2)
 
 
 def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str = "cpu", dtype: str = "float32",
@@ -137,7 +145,7 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
         EngineStartError: the engine did not start (reason and SGLang's log tail).
         EngineRunError: generation failed or a timeout expired.
     """
-    from eagle3_conformance.tools.sglang_engine import hooks
+    from eagle3_conformance.tools.sglang_engine.hooks import spec as hook_spec
 
     work = Path(workdir or tempfile.mkdtemp(prefix="sglang-engine-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -146,7 +154,7 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
                 device=device, dtype=dtype, max_new_tokens=max_new_tokens, num_steps=num_steps,
                 num_draft_tokens=num_draft_tokens, cuda_graph=cuda_graph, start_timeout=start_timeout,
                 generate_timeout=generate_timeout, result=str(work / "result.json"),
-                forward_hooks=[hooks.spec(records)] if observe else None, **(extra or {}))
+                forward_hooks=[hook_spec(records)] if observe else None, **(extra or {}))
     (work / "spec.json").write_text(json.dumps(spec))
     log = work / "engine.log"
     t0 = time.perf_counter()
@@ -165,11 +173,11 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
     tail = _tail(log)
     if code is None:
         raise EngineRunError(f"the engine process ran past {start_timeout + generate_timeout + 60:.0f} s "
-                             "and was killed", tail)
+                             "and was killed", tail, proc.pid)
     if code != 0 or "outputs" not in res:
         reason = res.get("error") or _last_error(tail) or f"the engine process exited with status {code}"
         if res.get("phase", "start") == "start":
-            raise EngineStartError(f"sglang.Engine did not start: {reason}", tail)
-        raise EngineRunError(f"sglang.Engine generation failed: {reason}", tail)
+            raise EngineStartError(f"sglang.Engine did not start: {reason}", tail, proc.pid)
+        raise EngineRunError(f"sglang.Engine generation failed: {reason}", tail, proc.pid)
     return EngineRun(res["outputs"], {**res.get("timings", {}), "wall_s": wall}, records,
-                     res.get("sglang_version", ""), tail, spec)
+                     res.get("sglang_version", ""), tail, spec, proc.pid)
