@@ -143,3 +143,27 @@ def test_engine_agrees_with_the_harness_loop(tmp_path):
     for e, hx in zip(sorted(obs.extend, key=lambda c: c.provenance["request"]), harness_extend):
         assert torch.equal(e.token_ids, hx.token_ids)
         assert torch.allclose(e.feature.float(), hx.feature.float(), atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.slow
+def test_engine_kill_matrix_column(tmp_path):
+    """Every fault of the sglang-engine column, caused through the draft config or directory, is
+    caught by its check (or is a no-op on this pair, with the engine's own captured layers as proof)."""
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.faults.engine_column import FAULTS, run_engine_column
+    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft, eval_prompts
+
+    t = ensure_trained_draft(RECIPE)
+    c = load_contract(ROOT / "contracts" / "smollm2-135m.yaml")
+    res = run_engine_column(c, t.target_dir, t.draft_dir, eval_prompts(t.target_dir, 2, 48), tmp_path,
+                            log=print)
+    print(json.dumps({k: (v.status, v.check, v.detail[:200]) for k, v in res["verdicts"].items()}, indent=1))
+    print(json.dumps(res["timings"]), json.dumps(res["captured"]))
+    assert res["baseline_failures"] == []
+    v = res["verdicts"]
+    for f in FAULTS:
+        assert v[f.name].status in ("caught", "noop"), (f.name, v[f.name])
+        if v[f.name].status == "noop":  # only where SGLang's defaults equal the configured ids
+            assert res["captured"][f.name] == res["captured"]["baseline"]
+    for name in ("embedding-prepended", "ids-shifted", "ids-shifted-down", "wrong-draft-dir"):
+        assert v[name].status == "caught", (name, v[name])
