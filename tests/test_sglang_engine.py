@@ -167,3 +167,62 @@ def test_engine_kill_matrix_column(tmp_path):
             assert res["captured"][f.name] == res["captured"]["baseline"]
     for name in ("embedding-prepended", "ids-shifted", "ids-shifted-down", "wrong-draft-dir"):
         assert v[name].status == "caught", (name, v[name])
+
+
+@pytest.mark.slow
+def test_engine_refuses_an_unsupported_dtype(tmp_path):
+    from eagle3_conformance.tools.sglang_engine import EngineStartError, run_engine
+    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
+
+    t = ensure_trained_draft(RECIPE)
+    with pytest.raises(EngineStartError, match="did not start") as e:
+        run_engine(t.target_dir, t.draft_dir, [[1, 2, 3]], dtype="int7", workdir=tmp_path / "w", start_timeout=400)
+    assert "int7" in str(e.value)
+    assert _group_gone(e.value.pgid)
+
+
+def test_cuda_runs_the_same_code_path_without_standins():
+    from eagle3_conformance.tools.sglang_engine.driver import engine_kwargs
+    from eagle3_conformance.tools.sglang_engine.launch import child_env
+
+    spec = dict(target_dir="t", draft_dir="d", num_steps=3, num_draft_tokens=4, dtype="float32", device="cuda",
+                cuda_graph=True, forward_hooks=None)
+    cuda, cpu = engine_kwargs(spec), engine_kwargs({**spec, "device": "cpu", "cuda_graph": False})
+    assert "attention_backend" not in cuda and "device" not in cuda and cuda["disable_cuda_graph"] is False
+    assert cpu["attention_backend"] == "torch_native" and cpu["disable_cuda_graph"] is True
+    assert {k: v for k, v in cuda.items() if k not in cpu} == {}
+    env = child_env("cuda")
+    assert "EAGLE3_CONFORMANCE_SGLANG_STANDINS" not in env and "SGLANG_USE_CPU_ENGINE" not in env
+    assert child_env("cpu")["EAGLE3_CONFORMANCE_SGLANG_STANDINS"] == "1"
+
+
+def test_graph_acceptance_check_fails_when_graphs_accept_less():
+    from eagle3_conformance.checks import check_graph_acceptance
+    from eagle3_conformance.contract import load_contract
+
+    c = load_contract(ROOT / "contracts" / "smollm2-135m.yaml")
+    assert check_graph_acceptance(c, {"eager": 1.5, "graphed": 1.45, "noise": 0.1})[0].status == "pass"
+    bad = check_graph_acceptance(c, {"eager": 1.5, "graphed": 1.1, "noise": 0.1})[0]
+    assert bad.status == "fail" and bad.fault == "R42"
+    assert check_graph_acceptance(c, {"eager": 1.5, "graphed": None})[0].status == "fail"
+
+
+def test_lossless_check_names_the_first_divergence():
+    from eagle3_conformance.checks import check_engine_lossless
+    from eagle3_conformance.contract import load_contract
+
+    c = load_contract(ROOT / "contracts" / "smollm2-135m.yaml")
+    assert check_engine_lossless(c, {"engine": [[1, 2]], "reference": [[1, 2]]})[0].status == "pass"
+    f = check_engine_lossless(c, {"engine": [[1, 2], [5, 6, 7]], "reference": [[1, 2], [5, 9, 7]]})[0]
+    assert f.status == "fail" and "request 1 first at output token 1" in f.message
+
+
+def test_acceptance_figures_follow_sglangs_definition():
+    from eagle3_conformance.tools.sglang_engine.captures import accept_figures
+
+    outs = [{"meta_info": {"completion_tokens": 30, "spec_verify_ct": 21, "spec_correct_drafts_histogram": [14, 6, 1]}},
+            {"meta_info": {"completion_tokens": 32, "spec_verify_ct": 29, "spec_correct_drafts_histogram": [27, 2]}}]
+    f = accept_figures(outs)
+    assert f["spec_accept_length"] == 62 / 50  # completion tokens / verify steps (SGLANG_CPU_ENGINE.md section 3)
+    assert f["spec_correct_drafts_histogram"] == [41, 8, 1]
+    assert f["per_position_acceptance"] == [9 / 50, 1 / 50]

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from eagle3_conformance.tools.sglang_engine.launch import EngineRun, EngineRunError, EngineStartError, run_engine
@@ -86,8 +87,9 @@ def observe_engine(target_dir, draft_dir, prompts: list[list[int]], *, dtype: st
         lossless = {"skip": f"{dtype}: not a losslessness oracle (near-tie flips); float32 only"}
     extra = {}
     if device == "cuda":
+        gkw = dict(kw, workdir=Path(kw["workdir"]) / "graphed") if kw.get("workdir") else kw
         graphed = run_engine(target_dir, draft_dir, prompts, device=device, dtype=dtype,
-                             max_new_tokens=max_new_tokens, observe=False, cuda_graph=True, **kw)
+                             max_new_tokens=max_new_tokens, observe=False, cuda_graph=True, **gkw)
         extra["graph_acceptance"] = {"eager": acc["spec_accept_length"],
                                      "graphed": accept_figures(graphed.outputs)["spec_accept_length"],
                                      "noise": GRAPH_ACCEPT_NOISE}
