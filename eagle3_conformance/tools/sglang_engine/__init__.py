@@ -72,6 +72,20 @@ def observe_engine(target_dir, draft_dir, prompts: list[list[int]], *, dtype: st
     Raises:
         EngineStartError / EngineRunError: see :func:`run_engine`.
     """
+    import shutil
+    import tempfile
+
+    own = kw.get("workdir") is None
+    if own:
+        kw["workdir"] = Path(tempfile.mkdtemp(prefix="sglang-engine-"))
+    try:
+        return _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw)
+    finally:
+        if own:
+            shutil.rmtree(kw["workdir"], ignore_errors=True)
+
+
+def _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw) -> EngineObservation:
     from eagle3_conformance.tools.sglang_engine.captures import accept_figures, build_captures, load_records
 
     run = run_engine(target_dir, draft_dir, prompts, device=device, dtype=dtype, max_new_tokens=max_new_tokens, **kw)

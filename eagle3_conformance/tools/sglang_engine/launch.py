@@ -138,7 +138,8 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
     Args:
         observe: register :mod:`.hooks` through ``forward_hooks`` (records in ``records_dir``).
         cuda_graph: keep SGLang's CUDA graphs (GPU only; hooks then miss replayed forwards).
-        workdir: where the spec, result, log and records go (a new temp dir by default).
+        workdir: where the spec, result, log and records go (default: a new temp dir, left for the
+            caller to read and remove; :func:`observe_engine` removes the one it makes).
         extra: more driver spec keys (``ignore_eos``, ``max_total_tokens``, ``log_level``).
 
     Raises:
