@@ -10,7 +10,9 @@ decode, with the default ids). No rule is written down here.
 
 Then each candidate (``--to``) is compared with the baseline (``--from``), slot by slot: a slot
 whose boundary differs is a :class:`SlotChange` naming both boundaries and the source line of
-each version's rule. Statuses per contract and candidate: ``same tensors``, ``different tensors``,
+each version's rule; a version whose own code refuses the contract (no setter for the architecture,
+its setter raises) against one that accepts it is a difference too. Statuses per contract and
+candidate: ``same tensors``, ``different tensors``, ``refused by both``,
 ``cannot run`` (a version's rule could not be run in isolation or could not be fetched: the
 caller exits 2), ``not compared`` (the method reads no layer ids in that tool: MTP).
 """
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from eagle3_conformance.errors import UsageError
-from eagle3_conformance.released.result import (CANNOT, DIFFERENT, NOT_COMPARED, SAME, STEPS, Capture, Source, Spec,
+from eagle3_conformance.released.result import (BOTH_REFUSE, CANNOT, DIFFERENT, NOT_COMPARED, SAME, STEPS, Capture, Source, Spec,
                                                 parse_spec)
 
 __all__ = ["check", "compare", "parse_spec", "Report", "ContractResult", "Verdict", "SlotChange"]
@@ -99,8 +101,8 @@ def compare(base: Capture, cand: Capture) -> Verdict:
         return Verdict(base.column, cand.column, CANNOT, reason=" | ".join(e for e in (base.error, cand.error) if e))
     if base.status == "refused" or cand.status == "refused":
         same = base.status == cand.status
-        reason = " | ".join(f"{c.column}: {c.error}" for c in (base, cand) if c.error)
-        return Verdict(base.column, cand.column, SAME if same else DIFFERENT, reason=reason)
+        reason = " | ".join(c.error for c in (base, cand) if c.error)
+        return Verdict(base.column, cand.column, BOTH_REFUSE if same else DIFFERENT, reason=reason)
     changes = []
     for step in STEPS:
         a, b = base.steps[step], cand.steps[step]

@@ -14,7 +14,7 @@ from typing import Optional
 from eagle3_conformance.released import sglang as sg
 from eagle3_conformance.released import vllm as vl
 from eagle3_conformance.released.fetch import FetchError, fetch
-from eagle3_conformance.released.isolated import SourceTree, Unavailable, function
+from eagle3_conformance.released.isolated import SourceTree, Unavailable, Unsupported, function
 from eagle3_conformance.released.result import (CANNOT, NOT_COMPARED, STEPS, Capture, Source, Spec, StepCapture,
                                                 draft_config, effective)
 
@@ -55,6 +55,8 @@ def capture(c, spec: Spec, tree: Optional[SourceTree]) -> Capture:
         return _vllm(c, spec, tree)
     except Unavailable as e:
         return Capture(spec.label, CANNOT, error=str(e))
+    except Unsupported as e:
+        return Capture(spec.label, "refused", error=str(e))
     except Exception as e:  # the version's own code raised on this contract
         return Capture(spec.label, "refused", error=f"{type(e).__name__}: {' '.join(str(e).split())[:300]}")
 

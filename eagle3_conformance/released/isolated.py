@@ -44,6 +44,17 @@ class Unavailable(Exception):
     instance). One line: what, and in which file."""
 
 
+class StubMissing(AttributeError, Unavailable):
+    """A stub lacks an attribute the rule reads. An AttributeError, so that ``hasattr`` and
+    ``getattr(x, name, default)`` in the rule behave as on an object without it; an
+    :class:`Unavailable` when it escapes the rule."""
+
+
+class Unsupported(Exception):
+    """The version's own code has no rule for this input (no setter for the architecture, no
+    EAGLE-3 support): the engine would refuse it. One line."""
+
+
 @dataclass
 class Module:
     """One parsed source file: ``name`` (dotted), ``path``, ``rel`` (path in the wheel), AST."""
@@ -338,9 +349,18 @@ class Recorder:
         self.__dict__.update(_run=run, _tree=tree, **attrs)
 
     def __setattr__(self, name: str, value) -> None:
+        if name.startswith("_") and name in ("_run", "_tree"):
+            self.__dict__[name] = value
+            return
         if self._run is not None and name in self._run.watched:
             self._run.assignments.append((name, value, _caller_site(self._tree), self))
         self.__dict__[name] = value
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise StubMissing(f"an object the rule reaches is built in a way isolation does not follow; it has no "
+                          f"attribute {name!r} here")
 
 
 class ClassStub:
@@ -378,7 +398,8 @@ class ClassStub:
             return entered
         child = self._built_in_init(name)
         if child is None:
-            raise AttributeError(f"{self._cls.name} has no attribute {name!r} in {self._m.rel}")
+            raise StubMissing(f"{self._tree.label}: {self._cls.name} has no attribute {name!r} that isolation can "
+                              f"resolve ({self._m.rel})")
         self.__dict__[name] = child
         return child
 
@@ -408,6 +429,9 @@ class ClassStub:
             found = self._tree.lookup(fm.name, f.id)
             return found if found and isinstance(found[1], ast.ClassDef) else None
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+            attr = self._class_attribute(f.attr)  # self.model_cls(...) with `model_cls = DeepseekV2Model`
+            if attr is not None:
+                return attr
             meth = self._tree.method(self._m, self._cls, f.attr)  # self._init_model(...): what it returns
             if meth is not None:
                 for node in ast.walk(meth[2]):
@@ -415,6 +439,17 @@ class ClassStub:
                         got = self._class_built_by(meth[0], node.value)
                         if got:
                             return got
+        return None
+
+
+    def _class_attribute(self, name: str):
+        """``(module, ClassDef)`` of a class body's ``name = SomeClass`` (through the bases), or None."""
+        for mm, c in self._tree.mro(self._m, self._cls):
+            for node in c.body:
+                if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Name)
+                        and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)):
+                    found = self._tree.lookup(mm.name, node.value.id)
+                    return found if found and isinstance(found[1], ast.ClassDef) else None
         return None
 
 

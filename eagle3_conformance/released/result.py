@@ -12,6 +12,7 @@ from eagle3_conformance.errors import UsageError
 
 TOOLS = ("sglang", "vllm")
 SAME, DIFFERENT, CANNOT, NOT_COMPARED = "same tensors", "different tensors", "cannot run", "not compared"
+BOTH_REFUSE = "refused by both"
 STEPS = ("extend", "verify/decode")
 EAGLE_KEY = "eagle_aux_hidden_state_layer_ids"
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Optional
 
-from eagle3_conformance.released.isolated import ClassStub, Run, SourceTree, Unavailable, stub
+from eagle3_conformance.released.isolated import ClassStub, Run, SourceTree, Unavailable, Unsupported, stub
 
 MODELS = "sglang.srt.models"
 EXECUTOR = ("sglang.srt.model_executor", "sglang.srt.model_executor.model_runner_components")
@@ -90,9 +90,12 @@ def _deepest(tree: SourceTree, holder: Any, outer: ClassStub, L: int) -> int:
     """L when a capture loop of the holder's class (or the outer class) reaches the final norm."""
     stubs = [holder] if isinstance(holder, ClassStub) else []
     stubs.append(outer)
+    seen = tree.__dict__.setdefault("_sglang_final", {})
     for s in stubs:
         for m, _ in tree.mro(s._m, s._cls):
-            if _FINAL_CAPTURE_RE.search(m.path.read_text(encoding="utf-8", errors="replace")):
+            if m.name not in seen:
+                seen[m.name] = bool(_FINAL_CAPTURE_RE.search(m.path.read_text(encoding="utf-8", errors="replace")))
+            if seen[m.name]:
                 return L
     return L - 1
 
@@ -109,7 +112,7 @@ def run_setter(tree: SourceTree, architecture: str, L: int, ids: Optional[list[i
     """
     reg = registry(tree)
     if architecture not in reg:
-        raise Unavailable(f"{tree.label} registers no model class for {architecture} (EntryClass of "
+        raise Unsupported(f"{tree.label} registers no model class for {architecture} (EntryClass of "
                           f"sglang/srt/models/*.py)")
     mod, cls = reg[architecture]
     run = Run(L, ("layers_to_capture",))
@@ -117,7 +120,7 @@ def run_setter(tree: SourceTree, architecture: str, L: int, ids: Optional[list[i
     try:
         setter = getattr(outer, method)
     except AttributeError:
-        raise Unavailable(f"{tree.label}: {cls} has no {method}") from None
+        raise Unsupported(f"{tree.label}: {cls} has no {method}") from None
     setter(None if ids is None else list(ids))
     if not run.assignments:
         return SetterRun(None, "", run.entered, L - 1)
@@ -128,6 +131,12 @@ def run_setter(tree: SourceTree, architecture: str, L: int, ids: Optional[list[i
 def _reader_try(tree: SourceTree) -> tuple[Any, ast.Try, list[ast.stmt]]:
     """The ``try:`` block that reads ``eagle_config["eagle_aux_hidden_state_layer_ids"]`` and the
     statements before it in the same block (``use_aux_hidden_state = True``)."""
+    if "_sglang_reader" not in tree.__dict__:
+        tree.__dict__["_sglang_reader"] = _find_reader_try(tree)
+    return tree.__dict__["_sglang_reader"]
+
+
+def _find_reader_try(tree: SourceTree) -> tuple[Any, ast.Try, list[ast.stmt]]:
     for pkg in EXECUTOR:
         for mod in tree.modules_under(pkg):
             m = tree.module(mod)
@@ -172,7 +181,10 @@ def read_draft(tree: SourceTree, draft_cfg: dict) -> ReaderRun:
 def graph_default_calls(tree: SourceTree) -> list[str]:
     """``"rel:line"`` of every call of ``set_eagle3_layers_to_capture()`` without arguments in the
     model executor: there, CUDA graphs (target verify, decode) capture the defaults."""
-    out = []
+    if "_sglang_graph_calls" in tree.__dict__:
+        return tree.__dict__["_sglang_graph_calls"]
+    out: list[str] = []
+    tree.__dict__["_sglang_graph_calls"] = out
     for pkg in EXECUTOR:
         for mod in tree.modules_under(pkg):
             m = tree.module(mod)

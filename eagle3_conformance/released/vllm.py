@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Optional
 
-from eagle3_conformance.released.isolated import Run, SourceTree, Unavailable, function, stub
+from eagle3_conformance.released.isolated import Run, SourceTree, Unavailable, Unsupported, function, stub
 
 RUNNERS = ("v1", "v2")
 _READERS = {
@@ -63,8 +63,11 @@ class Applied:
 
 def registry(tree: SourceTree) -> dict[str, tuple[str, str]]:
     """``architecture -> (module, class)`` from the dict literals of ``models/registry.py``."""
+    if "_vllm_registry" in tree.__dict__:
+        return tree.__dict__["_vllm_registry"]
     m = tree.module("vllm.model_executor.models.registry")
-    out = {}
+    out: dict[str, tuple[str, str]] = {}
+    tree.__dict__["_vllm_registry"] = out
     for node in ast.walk(m.tree):
         if isinstance(node, ast.Dict):
             for k, v in zip(node.keys, node.values):
@@ -100,12 +103,12 @@ def apply_ids(tree: SourceTree, architecture: str, L: int, ids: Optional[list[in
     """
     reg = registry(tree)
     if architecture not in reg:
-        raise Unavailable(f"{tree.label} registers no model class for {architecture} (models/registry.py)")
+        raise Unsupported(f"{tree.label} registers no model class for {architecture} (models/registry.py)")
     mod, cls = reg[architecture]
     run = Run(L, ("aux_hidden_state_layers",))
     target = stub(tree, mod, cls, run)
     if "SupportsEagle3" not in target._names:
-        raise Unavailable(f"{tree.label}: {cls} does not support EAGLE-3 (no SupportsEagle3 among its bases)")
+        raise Unsupported(f"{tree.label}: {cls} does not support EAGLE-3 (no SupportsEagle3 among its bases)")
     default = None
     if not ids:
         default = [int(i) for i in target.get_eagle3_default_aux_hidden_state_layers()]
