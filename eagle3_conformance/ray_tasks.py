@@ -251,7 +251,6 @@ def run_tasks(fn: Callable[[Any, Callable[[int, int], None]], dict[str, Any]], s
             the part by ``describe`` and says whether it raised or its worker died).
     """
     import ray
-    from ray.exceptions import RayError, RayTaskError
 
     cpus_per_task = max(int(cpus_per_task), 1)
     started = connect(address, len(specs) * cpus_per_task, runtime_env)
@@ -275,24 +274,9 @@ def run_tasks(fn: Callable[[Any, Callable[[int, int], None]], dict[str, Any]], s
                 _warn_not_started([describe(specs[k]) for k in range(len(specs)) if k not in running])
             for g in ready:
                 k = gens[g]
-                try:
-                    msg = ray.get(next(g))
-                except StopIteration:
-                    pending.remove(g)
-                    if k not in out:
-                        _cancel(pending)
-                        raise TaskFailed(f"{describe(specs[k])}: the Ray task ended without a result", k) from None
+                msg = _next_message(g, k, lambda: describe(specs[k]), pending, out, max_retries)
+                if msg is None:
                     continue
-                except RayTaskError as e:  # the part raised: deterministic, not retried
-                    cause = e.cause if getattr(e, "cause", None) is not None else e
-                    _cancel(pending)
-                    raise TaskFailed(f"{describe(specs[k])}: the Ray task failed: {type(cause).__name__}: {cause}",
-                                     k) from None
-                except RayError as e:  # worker or node died max_retries + 1 times
-                    _cancel(pending)
-                    raise TaskFailed(f"{describe(specs[k])}: its Ray task's worker died {max_retries + 1} "
-                                     f"time(s) ({type(e).__name__}: {str(e).splitlines()[0]}); its samples "
-                                     "were not checked", k) from None
                 running.add(k)  # a sample checked (or the result): it runs
                 if msg[0] == "done":
                     out[k] = msg[1]
@@ -306,6 +290,35 @@ def run_tasks(fn: Callable[[Any, Callable[[int, int], None]], dict[str, Any]], s
     finally:
         if started:
             ray.shutdown()
+
+
+def _next_message(g, k: int, name: Callable[[], str], pending: list, out: dict, max_retries: int):
+    """The next message of task ``k``'s streaming generator ``g``: ``("progress", samples, bytes)``
+    or ``("done", result)``; None when it ended after its result (``g`` leaves ``pending``).
+
+    Raises:
+        TaskFailed: the task ended without a result, the part raised, or its worker died
+            ``max_retries + 1`` times; the other tasks are cancelled.
+    """
+    import ray
+    from ray.exceptions import RayError, RayTaskError
+
+    try:
+        return ray.get(next(g))
+    except StopIteration:
+        pending.remove(g)
+        if k not in out:
+            _cancel(pending)
+            raise TaskFailed(f"{name()}: the Ray task ended without a result", k) from None
+        return None
+    except RayTaskError as e:  # the part raised: deterministic, not retried
+        cause = e.cause if getattr(e, "cause", None) is not None else e
+        _cancel(pending)
+        raise TaskFailed(f"{name()}: the Ray task failed: {type(cause).__name__}: {cause}", k) from None
+    except RayError as e:  # worker or node died max_retries + 1 times
+        _cancel(pending)
+        raise TaskFailed(f"{name()}: its Ray task's worker died {max_retries + 1} time(s) ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0]}); its samples were not checked", k) from None
 
 
 def _warn_not_started(parts: list[str]) -> None:

@@ -23,6 +23,52 @@ GATE_FP8 = "gates.fp8_max_relative_error"
 FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
 
 
+def _payload_problems(c: Contract, p: dict, reader: str, f: str) -> list[tuple[str, str]]:
+    """(kind, sentence) of every way the payload ``p`` of file ``f`` and the ``reader`` backend
+    disagree (see :func:`check_transfer_backend`); empty when they agree."""
+    fp8 = p["dtype"] in FP8_DTYPES
+    scaled = p.get("scales") is not None
+    out: list[tuple[str, str]] = []
+
+    def problem(kind: str, msg: str) -> None:
+        out.append((kind, msg))
+
+    if fp8 and reader == "file":
+        problem("fp8-read-as-file",
+                f"FP8 data read as plain files: values never rescaled (hs-connectors `file` backend on `fp8` data: "
+                f"{f} holds {p['dtype']} hidden_states" + (f" and {p['scales']} hidden_states_scales" if scaled else "")
+                + f"; contract training.transfer is {c.training.transfer!r}, the fp8 data needs 'fp8', FP8Transfer)")
+    elif fp8 and not scaled:
+        problem("fp8-without-scales", f"{f} holds {p['dtype']} hidden_states but no hidden_states_scales: "
+                "FP8Transfer passes them through unscaled (values never rescaled)")
+    elif scaled and not fp8:
+        if reader == "file":
+            problem("scales-beside-plain",
+                    f"{f} holds plain {p['dtype']} hidden_states with a hidden_states_scales tensor beside them (not "
+                    "FP8 data): the `file` backend ignores the scales, FP8Transfer would multiply the plain values "
+                    "by them; the file is neither plain nor FP8 payload")
+        else:
+            problem("scales-beside-plain",
+                    f"{f} holds plain {p['dtype']} hidden_states beside hidden_states_scales: FP8Transfer multiplies "
+                    "plain values by the scales")
+    if scaled and fp8 and reader == "fp8":
+        T = p["shape"][0] if p.get("shape") else None
+        if p["scales"] != [T, 1, 1]:
+            problem("scales-shape", f"{f}: hidden_states_scales is {p['scales']}, expected [T, 1, 1] = [{T}, 1, 1] "
+                    "(one scale per token, hs_connectors fp8_utils.py:29-51)")
+        if p.get("scales_dtype") != "float32":
+            problem("scales-dtype", f"{f}: hidden_states_scales is {p.get('scales_dtype')}, expected float32")
+    bs = p.get("bad_scale")
+    if scaled and bs:
+        problem("bad-scale", f"{f}: hidden_states_scales at token {bs['token']} is {bs['value']:g} ({bs['count']} "
+                "token(s) with a scale <= 0 or not finite); quantize_tensor_to_fp8 writes amax/448 clamped "
+                "at 1e-12, always > 0 (hs_connectors fp8_utils.py:29-51)")
+    if not fp8 and not scaled and reader == "fp8":
+        problem("plain-as-fp8", f"{f} holds plain {p['dtype']} hidden_states but the contract says training.transfer: "
+                "fp8 (FP8Transfer passes them through; the contract does not describe this data)")
+    return out
+
+
 @check(CAPTURE, ("K12",), stored=TENSORS)
 def check_transfer_backend(c: Contract, cap: Capture) -> list[Finding]:
     """K12: the hs-connectors reader matches what the file holds (training data only: captures
@@ -61,47 +107,9 @@ def check_transfer_backend(c: Contract, cap: Capture) -> list[Finding]:
                         "the hidden-states file header could not be read (sample_available reports why)", "K12")]
     f = p.get("file", "hidden_states file")
     want = f"payload matches the {reader} backend (contract training.transfer: {c.training.transfer})"
-    fp8 = p["dtype"] in FP8_DTYPES
     scaled = p.get("scales") is not None
-    problems, kinds = [], []
-
-    def problem(kind: str, msg: str) -> None:
-        kinds.append(kind)
-        problems.append(msg)
-
-    if fp8 and reader == "file":
-        problem("fp8-read-as-file",
-                f"FP8 data read as plain files: values never rescaled (hs-connectors `file` backend on `fp8` data: "
-                f"{f} holds {p['dtype']} hidden_states" + (f" and {p['scales']} hidden_states_scales" if scaled else "")
-                + f"; contract training.transfer is {c.training.transfer!r}, the fp8 data needs 'fp8', FP8Transfer)")
-    elif fp8 and not scaled:
-        problem("fp8-without-scales", f"{f} holds {p['dtype']} hidden_states but no hidden_states_scales: "
-                "FP8Transfer passes them through unscaled (values never rescaled)")
-    elif scaled and not fp8:
-        if reader == "file":
-            problem("scales-beside-plain",
-                    f"{f} holds plain {p['dtype']} hidden_states with a hidden_states_scales tensor beside them (not "
-                    "FP8 data): the `file` backend ignores the scales, FP8Transfer would multiply the plain values "
-                    "by them; the file is neither plain nor FP8 payload")
-        else:
-            problem("scales-beside-plain",
-                    f"{f} holds plain {p['dtype']} hidden_states beside hidden_states_scales: FP8Transfer multiplies "
-                    "plain values by the scales")
-    if scaled and fp8 and reader == "fp8":
-        T = p["shape"][0] if p.get("shape") else None
-        if p["scales"] != [T, 1, 1]:
-            problem("scales-shape", f"{f}: hidden_states_scales is {p['scales']}, expected [T, 1, 1] = [{T}, 1, 1] "
-                    "(one scale per token, hs_connectors fp8_utils.py:29-51)")
-        if p.get("scales_dtype") != "float32":
-            problem("scales-dtype", f"{f}: hidden_states_scales is {p.get('scales_dtype')}, expected float32")
-    bs = p.get("bad_scale")
-    if scaled and bs:
-        problem("bad-scale", f"{f}: hidden_states_scales at token {bs['token']} is {bs['value']:g} ({bs['count']} "
-                "token(s) with a scale <= 0 or not finite); quantize_tensor_to_fp8 writes amax/448 clamped "
-                "at 1e-12, always > 0 (hs_connectors fp8_utils.py:29-51)")
-    if not fp8 and not scaled and reader == "fp8":
-        problem("plain-as-fp8", f"{f} holds plain {p['dtype']} hidden_states but the contract says training.transfer: "
-                "fp8 (FP8Transfer passes them through; the contract does not describe this data)")
+    found = _payload_problems(c, p, reader, f)
+    kinds, problems = [k for k, _ in found], [m for _, m in found]
     obs = {"file": f, "dtype": p["dtype"], "scales": p.get("scales"), "reader": reader}
     if problems:
         obs.update(scales_dtype=p.get("scales_dtype"), problems=kinds)
