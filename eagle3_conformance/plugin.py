@@ -213,12 +213,9 @@ class PathItem(pytest.Item):
 
 
 def _sglang_version() -> Optional[str]:
-    try:
-        from importlib.metadata import version
+    from eagle3_conformance.installed import installed_version
 
-        return version("sglang")
-    except Exception:
-        return None
+    return installed_version("sglang")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
