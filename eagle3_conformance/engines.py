@@ -24,9 +24,9 @@ TESTED: dict[str, str] = {
 """Distribution name -> the version specifier the project's tests run it at."""
 
 BASE: dict[str, str] = {
-    "torch": "torch (pip install 'eagle3-conformance[reference]'; every path runs the reference forward)",
-    "transformers": "transformers (pip install 'eagle3-conformance[reference]'; the reference model classes)",
-    "hypothesis": "hypothesis (pip install 'eagle3-conformance[pytest]'; it draws the suite's inputs)",
+    "torch": "pip install 'eagle3-conformance[reference]': every path runs the reference forward",
+    "transformers": "pip install 'eagle3-conformance[reference]': the reference model classes",
+    "hypothesis": "pip install 'eagle3-conformance[pytest]': it draws the suite's inputs",
 }
 """Modules every path needs, with the words that say how to get them."""
 
