@@ -67,3 +67,24 @@ def problem(dist: str) -> Optional[str]:
         return None
     return (f"{name} {have} is installed; this path is tested with {dist}{spec} and runs only on it "
             f"({UNTESTED_ENV}=1 runs it on {have} anyway)")
+
+
+EXTRA_OF: dict[str, str] = {
+    "torch": "reference", "transformers": "reference", "safetensors": "reference", "numpy": "reference",
+    "speculators": "speculators", "datasets": "speculators", "pyarrow": "speculators", "hs_connectors": "speculators",
+    "sglang": "sglang", "vllm": "vllm", "specforge": "specforge", "ray": "ray", "hypothesis": "pytest",
+    "pytest": "pytest",
+}
+"""Top-level module -> the extra of pyproject.toml that installs it."""
+
+
+def missing_dependency(e: ModuleNotFoundError) -> Optional[str]:
+    """What to install for a ``ModuleNotFoundError`` of an optional dependency (one line), or
+    None when ``e`` names no optional dependency (a bug, then)."""
+    top = (e.name or "").split(".")[0]
+    if top == "matplotlib":
+        return "matplotlib is not installed in this environment (pip install matplotlib)"
+    extra = EXTRA_OF.get(top)
+    if extra is None:
+        return None
+    return f"{top} is not installed in this environment (pip install 'eagle3-conformance[{extra}]')"
