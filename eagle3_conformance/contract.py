@@ -724,6 +724,14 @@ def contract_source(c: Contract) -> Optional[Path]:
 
 def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
     """Cross-field consistency. Returns (key path, message) pairs; empty when consistent."""
+    from eagle3_conformance.families import method_problems  # DFlash / MTP rules (issue 14)
+
+    return (_capture_problems(c) + _size_problems(c) + _verifier_problems(c) + _pairing_problems(c)
+            + _layer_id_problems(c) + _band_problems(c) + _gate_vocab_position_problems(c) + method_problems(c))
+
+
+def _capture_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """The aux boundaries and the feature width."""
     out: list[tuple[tuple, str]] = []
     L = c.target.num_hidden_layers
     aux = c.capture.parsed
@@ -751,6 +759,12 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
              f"{c.capture.feature_width} != K x target_hidden_size = {K} x "
              f"{c.draft.target_hidden_size} = {want}")
         )
+    return out
+
+
+def _size_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """Draft widths and vocabulary against the target."""
+    out: list[tuple[tuple, str]] = []
     if c.draft.target_hidden_size != c.target.hidden_size:
         out.append(
             (("draft", "target_hidden_size"),
@@ -761,6 +775,13 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
             (("draft", "draft_vocab_size"),
              f"{c.draft.draft_vocab_size} > target vocab_size {c.target.vocab_size}")
         )
+    return out
+
+
+def _verifier_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """The verifier slot: B_L pre-norm or F post-norm."""
+    out: list[tuple[tuple, str]] = []
+    L = c.target.num_hidden_layers
     v = c.verifier_last.parsed
     if v.final and c.verifier_last.norm != "post":
         out.append((("verifier_last", "norm"), "F is post-final-norm: norm must be 'post'"))
@@ -772,6 +793,12 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
             )
         if c.verifier_last.norm != "pre":
             out.append((("verifier_last", "norm"), f"B_{L} is pre-final-norm: norm must be 'pre'"))
+    return out
+
+
+def _pairing_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """The loss-mask offset and the hs-connectors transfer backend."""
+    out: list[tuple[tuple, str]] = []
     al = c.alignment
     if al.loss_mask != al.target and not (al.loss_mask_reason or "").strip():
         out.append((("alignment", "loss_mask"),
@@ -782,6 +809,14 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
         out.append((("training", "transfer"),
                     f"transfer {c.training.transfer!r} is an hs-connectors backend, read by speculators; training.tool "
                     f"{c.training.tool!r} reads its own files (use transfer: file)"))
+    return out
+
+
+def _layer_id_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """The layer ids written into the draft config."""
+    out: list[tuple[tuple, str]] = []
+    L = c.target.num_hidden_layers
+    K = len(c.capture.parsed)
     ids = c.draft.layer_ids
     if ids.location == "absent" and ids.values is not None:
         out.append((("draft", "layer_ids", "values"), "location is 'absent' but values are given"))
@@ -806,6 +841,14 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
             out += [(("draft", "layer_ids") + loc, msg) for loc, msg in layer_id_problems(
                 L, c.capture.boundaries, ids.values, ids.location, sglang=bool(c.engines.sglang_validated),
                 model_file=c.engines.sglang_model_file, architecture=c.target.architecture)]
+    return out
+
+
+def _band_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """Norm bands: one per declared slot, ordered limits, calibrated to gate."""
+    out: list[tuple[tuple, str]] = []
+    aux = c.capture.parsed
+    v = c.verifier_last.parsed
     nb = c.norm_bands
     seen = set()
     declared = set(aux) | {v}
@@ -835,6 +878,13 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
     for i, pos in enumerate(nb.exclude_positions):
         if pos < 0:
             out.append((("norm_bands", "exclude_positions", i), f"position {pos} is negative; positions start at 0"))
+    return out
+
+
+def _gate_vocab_position_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """The accept-length gate, the vocab mapping sizes, the draft's positions."""
+    out: list[tuple[tuple, str]] = []
+    nb = c.norm_bands
     g = c.gates
     if g.min_accept_length is not None and nb.status != "calibrated" and not _measured_on_cpu(c):
         out.append(
@@ -853,9 +903,6 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
             and pz.serving_max_len > pz.draft_max_position_embeddings):
         out.append((("positions", "serving_max_len"),
                     f"{pz.serving_max_len} > draft_max_position_embeddings {pz.draft_max_position_embeddings}"))
-    from eagle3_conformance.families import method_problems  # DFlash / MTP rules (issue 14)
-
-    out += method_problems(c)
     return out
 
 

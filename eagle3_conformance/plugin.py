@@ -27,8 +27,9 @@ Options, markers, collection and the report only; the work is in :mod:`eagle3_co
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import pytest
 
@@ -37,8 +38,19 @@ from eagle3_conformance.profiles import PROFILES
 
 PATHS = registered_paths.names()
 """The registered paths when the plugin was loaded (the default of ``--conformance-paths``)."""
-_FINDINGS = pytest.StashKey[dict]()
-_CONTRACTS = pytest.StashKey[dict]()  # same keys as _FINDINGS -> the Contract (for diagnoses)
+
+
+@dataclass
+class _Record:
+    """What the suite found for one contract: the contract (for the diagnoses) and the findings
+    of its items, in the order they ran."""
+
+    contract: Any
+    findings: list = field(default_factory=list)
+
+
+_RECORDS = pytest.StashKey[dict]()
+"""(contract file, contract name) -> its :class:`_Record`, in the order the contracts ran."""
 _ASKED = pytest.StashKey[bool]()  # the session asks for the suite (see _asked)
 
 ENGINE_WARNINGS = (
@@ -84,8 +96,7 @@ def _asked(config) -> bool:
 def pytest_configure(config):
     config.addinivalue_line("markers", "conformance: the contract conformance suite (pytest -m conformance)")
     config.addinivalue_line("markers", "gpu: needs a GPU and a real SGLang engine; skipped without one")
-    config.stash[_FINDINGS] = {}
-    config.stash[_CONTRACTS] = {}
+    config.stash[_RECORDS] = {}
     config.stash[_ASKED] = _asked(config)
     out = config.getoption("--conformance-json")
     if out:
@@ -178,9 +189,9 @@ class PathItem(pytest.Item):
 
     def _record(self, findings):
         key = (str(self.path), self.contract.name)
-        store = self.config.stash[_FINDINGS].setdefault(key, [])
-        store.extend(findings)
-        self.config.stash[_CONTRACTS][key] = self.contract
+        rec = self.config.stash[_RECORDS].setdefault(key, _Record(self.contract))
+        rec.contract = self.contract
+        rec.findings.extend(findings)
         # --junitxml: each record names the contract, the path and the failing checks
         self.user_properties += [("contract", self.contract.name), ("contract_file", str(self.path)),
                                  ("conformance_path", self.conformance_path)]
@@ -249,7 +260,7 @@ def _sglang_version() -> Optional[str]:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    store = config.stash.get(_FINDINGS, {})
+    store = config.stash.get(_RECORDS, {})
     if not store:
         return
     from eagle3_conformance.diagnose import diagnose
@@ -258,9 +269,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     width = min(terminalreporter._tw.fullwidth, WIDTH)
     terminalreporter.write_sep("=", "conformance report")
     all_findings, all_diagnoses = [], []
-    for key, findings in store.items():
-        path, name = key
-        diagnoses = diagnose(config.stash[_CONTRACTS][key], findings)
+    for (path, name), rec in store.items():
+        findings = rec.findings
+        diagnoses = diagnose(rec.contract, findings)
         terminalreporter.write_line(render_text(
             findings, diagnoses, title=f"{name} ({path})", extra={"sglang": _sglang_version() or "not installed"},
             verbose=config.getoption("verbose") > 0, width=width))

@@ -104,7 +104,7 @@ class Observation:
         pairs: ``(a, b)`` captures of the same token ids on two paths, compared row by row
             (per-slot cosine against ``gates.cross_path_min_cosine``).
         facts: named measurements of the run as a whole, each judged by one check
-            (:data:`eagle3_conformance.assess.FACT_CHECKS`): ``{"sglang_version": "0.5.23"}``,
+            (the check registered with ``fact=`` that name, :func:`eagle3_conformance.checks.registry.fact_checks`): ``{"sglang_version": "0.5.23"}``,
             ``{"avg_accept_length": 2.7}``. A path that measures a metric rather than captures
             (an acceptance-rate loop) returns only facts.
         stop_on_failure: for the fixed inputs (:attr:`Path.first`): if a finding of this
