@@ -143,6 +143,7 @@ def build(work: Path) -> Path:
             "eagle3_conformance/_contracts/llama-3.1-8b-instruct--lmsys-eagle3.yaml",
             "eagle3_conformance/_docs/gates.md", "eagle3_conformance/_docs/REFERENCE.md",
             "eagle3_conformance/plugin.py", "eagle3_conformance/tools/sglang_cpu/harness.py"]
+    need += sorted(str(f.relative_to(src)) for f in (src / "eagle3_conformance").rglob("*.py"))  # every module
     lacking = [n for n in need if n not in names]
     fixture_contracts = [n for n in names if "/_contracts/tiny-" in n or "/_contracts/smollm2-" in n]
     print(f"\nwheel {wheel.name}: {len(names)} files; lacking {lacking}; fixture contracts {fixture_contracts}")
