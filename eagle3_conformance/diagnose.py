@@ -51,7 +51,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.findings import Finding, as_finding
-from eagle3_conformance.notation import Boundary
+from eagle3_conformance.notation import Boundary, engine_default_aux_ids
 
 #: kind -> (FAULTS.md kind, one line); the catalogue of diagnoses (docs and tests use it)
 KINDS: dict[str, tuple[str, str]] = {
@@ -353,7 +353,7 @@ class _Fixer:
 
 def _defaults(L: int) -> list[str]:
     """The default layers of SGLang (no ids) and speculators/vLLM: B_2, B_{L//2}, B_{L-3}."""
-    return [f"B_{i}" for i in sorted({2, L // 2, L - 3}) if 0 < i <= L]
+    return [f"B_{i}" for i in sorted(set(engine_default_aux_ids(L))) if 0 < i <= L]
 
 
 def _idx(b: str) -> Optional[int]:
