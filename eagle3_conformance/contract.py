@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
+from eagle3_conformance import shipped
 from eagle3_conformance.notation import Boundary
 
 SCHEMA_VERSION = 1
@@ -929,10 +930,16 @@ def fixture_problems(c: Contract) -> list[tuple[tuple, str]]:
     Returns (key path, message) pairs naming the known fixtures; empty when it resolves or is unset.
 
     Not part of :func:`semantic_problems` (it reads the file system); ``eagle3-conformance validate``
-    runs it, commands that run a contract report an absent fixture when they need it."""
+    runs it, commands that run a contract report an absent fixture when they need it. From an
+    installed package (no ``fixtures/``) a name of :data:`eagle3_conformance.shipped.EMBEDDED_FIXTURES`
+    is no problem: ``validate`` prints :func:`~eagle3_conformance.shipped.checkout_fixture_note`."""
     if not c.fixture:
         return []
     from eagle3_conformance.fixture_base import FixtureError, known_fixtures, fixture_spec
+    from eagle3_conformance.shipped import checkout_fixture_note
+
+    if checkout_fixture_note(c.fixture):  # installed package: a checkout fixture, not a misspelling
+        return []
 
     try:
         fixture_spec(c.fixture)
@@ -948,7 +955,8 @@ def fixture_problems(c: Contract) -> list[tuple[tuple, str]]:
 
 # --- JSON Schema -----------------------------------------------------------------------------
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "contracts" / "schema" / "contract.schema.json"
+SCHEMA_PATH = shipped.SCHEMA_PATH
+"""The contract JSON Schema file: ``contracts/schema/contract.schema.json`` in a checkout, its copy in the wheel."""
 
 
 def json_schema() -> dict[str, Any]:

@@ -16,6 +16,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from eagle3_conformance.contract import ContractError, load_contract
+    from eagle3_conformance.shipped import checkout_fixture_note
     from eagle3_conformance.validated import installed_versions, never_validated_warning
 
     con = console()
@@ -32,6 +33,9 @@ def run(args) -> int:
         bands = c.norm_bands.status
         con.print(f"[green]ok[/green] {p}: {c.name}: aux {c.capture.boundaries} + verifier "
                   f"{c.verifier_last.tensor}, width {c.capture.feature_width}, bands {bands}")
+        note = checkout_fixture_note(c.fixture)
+        if note:
+            con.print(f"  note: {note}", markup=False)
         warn = never_validated_warning(c, installed)
         if warn:
             print(f"warning: {p}: {warn} (a passing `pytest -m conformance --conformance-json` run writes the "
