@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
+from eagle3_conformance import shipped
 from eagle3_conformance.notation import Boundary
 
 SCHEMA_VERSION = 1
@@ -285,9 +286,26 @@ class VLLMServing(_Strict):
     )
 
 
+class ValidatedOn(_Strict):
+    """What a passing conformance run ran against (written by the run into its JSON report's
+    ``meta.validated_on[].engines_update.validated``: :mod:`eagle3_conformance.validated`)."""
+
+    tool: Literal["sglang", "vllm"] = Field(description="The engine whose own classes the passing paths ran.")
+    version: str = Field(description="Its installed release.")
+    runners: Optional[list[Literal["v1", "v2"]]] = Field(None, description="vLLM: the model runners checked.")
+    date: str = Field(description="UTC date of the run, YYYY-MM-DD.")
+    contract_sha256: str = Field(description="sha256 of the contract without its engines block, at the run.")
+    paths: list[str] = Field(default_factory=list, description="The conformance paths that ran and passed.")
+    tool_versions: dict[str, str] = Field(default_factory=dict, description="Installed tools at the run.")
+
+
 class Engines(_Strict):
     sglang_validated: list[str] = Field(
         default_factory=list, description="SGLang versions this contract was validated with."
+    )
+    validated: list[ValidatedOn] = Field(
+        default_factory=list, description="Validated-on records (engine, version, runners, date, tool versions, "
+        "the contract's hash), pasted from a passing run's report (meta.validated_on)."
     )
     sglang_model_file: Optional[str] = Field(
         None, description="SGLang model family rule used to translate ids, e.g. 'llama'."
@@ -723,6 +741,14 @@ def contract_source(c: Contract) -> Optional[Path]:
 
 def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
     """Cross-field consistency. Returns (key path, message) pairs; empty when consistent."""
+    from eagle3_conformance.families import method_problems  # DFlash / MTP rules (issue 14)
+
+    return (_capture_problems(c) + _size_problems(c) + _verifier_problems(c) + _pairing_problems(c)
+            + _layer_id_problems(c) + _band_problems(c) + _gate_vocab_position_problems(c) + method_problems(c))
+
+
+def _capture_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """The aux boundaries and the feature width."""
     out: list[tuple[tuple, str]] = []
     L = c.target.num_hidden_layers
     aux = c.capture.parsed
@@ -750,6 +776,12 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
              f"{c.capture.feature_width} != K x target_hidden_size = {K} x "
              f"{c.draft.target_hidden_size} = {want}")
         )
+    return out
+
+
+def _size_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """Draft widths and vocabulary against the target."""
+    out: list[tuple[tuple, str]] = []
     if c.draft.target_hidden_size != c.target.hidden_size:
         out.append(
             (("draft", "target_hidden_size"),
@@ -760,6 +792,13 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
             (("draft", "draft_vocab_size"),
              f"{c.draft.draft_vocab_size} > target vocab_size {c.target.vocab_size}")
         )
+    return out
+
+
+def _verifier_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """The verifier slot: B_L pre-norm or F post-norm."""
+    out: list[tuple[tuple, str]] = []
+    L = c.target.num_hidden_layers
     v = c.verifier_last.parsed
     if v.final and c.verifier_last.norm != "post":
         out.append((("verifier_last", "norm"), "F is post-final-norm: norm must be 'post'"))
@@ -771,6 +810,12 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
             )
         if c.verifier_last.norm != "pre":
             out.append((("verifier_last", "norm"), f"B_{L} is pre-final-norm: norm must be 'pre'"))
+    return out
+
+
+def _pairing_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """The loss-mask offset and the hs-connectors transfer backend."""
+    out: list[tuple[tuple, str]] = []
     al = c.alignment
     if al.loss_mask != al.target and not (al.loss_mask_reason or "").strip():
         out.append((("alignment", "loss_mask"),
@@ -781,6 +826,14 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
         out.append((("training", "transfer"),
                     f"transfer {c.training.transfer!r} is an hs-connectors backend, read by speculators; training.tool "
                     f"{c.training.tool!r} reads its own files (use transfer: file)"))
+    return out
+
+
+def _layer_id_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """The layer ids written into the draft config."""
+    out: list[tuple[tuple, str]] = []
+    L = c.target.num_hidden_layers
+    K = len(c.capture.parsed)
     ids = c.draft.layer_ids
     if ids.location == "absent" and ids.values is not None:
         out.append((("draft", "layer_ids", "values"), "location is 'absent' but values are given"))
@@ -805,6 +858,14 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
             out += [(("draft", "layer_ids") + loc, msg) for loc, msg in layer_id_problems(
                 L, c.capture.boundaries, ids.values, ids.location, sglang=bool(c.engines.sglang_validated),
                 model_file=c.engines.sglang_model_file, architecture=c.target.architecture)]
+    return out
+
+
+def _band_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """Norm bands: one per declared slot, ordered limits, calibrated to gate."""
+    out: list[tuple[tuple, str]] = []
+    aux = c.capture.parsed
+    v = c.verifier_last.parsed
     nb = c.norm_bands
     seen = set()
     declared = set(aux) | {v}
@@ -834,6 +895,13 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
     for i, pos in enumerate(nb.exclude_positions):
         if pos < 0:
             out.append((("norm_bands", "exclude_positions", i), f"position {pos} is negative; positions start at 0"))
+    return out
+
+
+def _gate_vocab_position_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """The accept-length gate, the vocab mapping sizes, the draft's positions."""
+    out: list[tuple[tuple, str]] = []
+    nb = c.norm_bands
     g = c.gates
     if g.min_accept_length is not None and nb.status != "calibrated" and not _measured_on_cpu(c):
         out.append(
@@ -852,9 +920,6 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
             and pz.serving_max_len > pz.draft_max_position_embeddings):
         out.append((("positions", "serving_max_len"),
                     f"{pz.serving_max_len} > draft_max_position_embeddings {pz.draft_max_position_embeddings}"))
-    from eagle3_conformance.families import method_problems  # DFlash / MTP rules (issue 14)
-
-    out += method_problems(c)
     return out
 
 
@@ -865,10 +930,16 @@ def fixture_problems(c: Contract) -> list[tuple[tuple, str]]:
     Returns (key path, message) pairs naming the known fixtures; empty when it resolves or is unset.
 
     Not part of :func:`semantic_problems` (it reads the file system); ``eagle3-conformance validate``
-    runs it, commands that run a contract report an absent fixture when they need it."""
+    runs it, commands that run a contract report an absent fixture when they need it. From an
+    installed package (no ``fixtures/``) a name of :data:`eagle3_conformance.shipped.EMBEDDED_FIXTURES`
+    is no problem: ``validate`` prints :func:`~eagle3_conformance.shipped.checkout_fixture_note`."""
     if not c.fixture:
         return []
     from eagle3_conformance.fixture_base import FixtureError, known_fixtures, fixture_spec
+    from eagle3_conformance.shipped import checkout_fixture_note
+
+    if checkout_fixture_note(c.fixture):  # installed package: a checkout fixture, not a misspelling
+        return []
 
     try:
         fixture_spec(c.fixture)
@@ -884,7 +955,8 @@ def fixture_problems(c: Contract) -> list[tuple[tuple, str]]:
 
 # --- JSON Schema -----------------------------------------------------------------------------
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "contracts" / "schema" / "contract.schema.json"
+SCHEMA_PATH = shipped.SCHEMA_PATH
+"""The contract JSON Schema file: ``contracts/schema/contract.schema.json`` in a checkout, its copy in the wheel."""
 
 
 def json_schema() -> dict[str, Any]:

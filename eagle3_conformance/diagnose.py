@@ -50,8 +50,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
-from eagle3_conformance.notation import Boundary
+from eagle3_conformance.findings import Finding, as_finding, stored_path
+from eagle3_conformance.notation import Boundary, engine_default_aux_ids
 
 #: kind -> (FAULTS.md kind, one line); the catalogue of diagnoses (docs and tests use it)
 KINDS: dict[str, tuple[str, str]] = {
@@ -121,17 +121,10 @@ class Diagnosis:
 # --- findings -> a per-path view ------------------------------------------------------------------
 
 
-def _as_finding(f: Any) -> Finding:
-    if isinstance(f, Finding):
-        return f
-    keys = ("check", "status", "path", "slot", "expected", "observed", "where", "message", "fault")
-    return Finding(**{k: f.get(k, "" if k in ("message", "fault") else None) for k in keys})
-
-
-def _weight(f: Any) -> int:
+def _weight(f: Finding) -> int:
     """How many findings ``f`` stands for: a folded pass entry of ``--json-passes counts``
     (:func:`eagle3_conformance.report._pass_counts`) its ``count`` (an int >= 0), anything else 1."""
-    n = f.get("count") if isinstance(f, dict) else None
+    n = f.count
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 1
 
 
@@ -141,8 +134,8 @@ def _expand(findings: Iterable[Any]) -> list[Finding]:
     of the full report."""
     out: list[Finding] = []
     for f in findings:
-        x = _as_finding(f)
-        out.extend([x] * _weight(f))
+        x = as_finding(f)
+        out.extend([x] * _weight(x))
     return out
 
 
@@ -218,7 +211,7 @@ class _PathView:
 
     @property
     def unit(self) -> str:
-        return "samples" if self.path.startswith("training") else "captures"
+        return "samples" if stored_path(self.path) else "captures"
 
     def support(self, slots: Sequence[_Judged]) -> str:
         """``"n/m samples"``: how many of the judged samples show the pattern."""
@@ -339,7 +332,7 @@ class _Fixer:
                 f"{' '.join(map(str, gen))}  (aux ascending, B_{self.c.L} last as the verifier slot)"]
 
     def for_path(self, path: str, boundaries: Sequence[str], ids: dict) -> list[str]:
-        if path.startswith("training"):
+        if stored_path(path):
             return self.data_generation(boundaries, ids) + self.draft_config(boundaries, ids)
         return self.draft_config(boundaries, ids)
 
@@ -360,7 +353,7 @@ class _Fixer:
 
 def _defaults(L: int) -> list[str]:
     """The default layers of SGLang (no ids) and speculators/vLLM: B_2, B_{L//2}, B_{L-3}."""
-    return [f"B_{i}" for i in sorted({2, L // 2, L - 3}) if 0 < i <= L]
+    return [f"B_{i}" for i in sorted(set(engine_default_aux_ids(L))) if 0 < i <= L]
 
 
 def _idx(b: str) -> Optional[int]:
@@ -403,7 +396,7 @@ def _one_slot_input(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Di
         ev.append("that one slot is F (post final norm): the no-aux fallback stored the last state")
         fix = ["turn aux capture on: eagle_config.use_aux_hidden_state: true (an EAGLE, not EAGLE3, algorithm "
                "also hands the draft one state)"] + fx.draft_config([str(b) for b in c.aux], ids)
-        if v.path.startswith("training"):
+        if stored_path(v.path):
             fix = ["regenerate the data with the K aux slots then B_L; it stores [F, B_L]"] + \
                 fx.data_generation([str(b) for b in c.aux], ids)
     elif obs == str(c.aux[0]):
@@ -541,7 +534,7 @@ def _engine_default(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Di
     shift = {(_idx(j.observed) or 0) - (_idx(j.declared) or 0) for j in aux}
     if len(shift) == 1:
         ev.append("these are also every declared boundary shifted by one: check the id convention too")
-    if v.path.startswith("training"):
+    if stored_path(v.path):
         title = "the data generator captured its default layers, not the declared ones"
         fix = ["pass the ids to the generator explicitly:"] + fx.data_generation(declared, ids)
     else:
@@ -578,7 +571,7 @@ def _convention_shift(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[
           "one boundary off"]
     ids: dict = {}
     fix = ["write the ids for the tool that reads them:"] + fx.for_path(v.path, declared, ids)
-    fix += fx.contract_change(observed, ids, "this data" if v.path.startswith("training") else "this capture")
+    fix += fx.contract_change(observed, ids, "this data" if stored_path(v.path) else "this capture")
     used.update(_IDENTITY_CHECKS)
     return [Diagnosis("convention-shift", "K2", title, tuple(ev), tuple(fix), (v.path,), tuple(j.label for j in aux),
                       _explained(v, _IDENTITY_CHECKS), {v.path: v.support(aux)}, ids)]
@@ -893,7 +886,8 @@ _RULES = (_one_slot_input, _other_width, _slot_count, _embedding_for_last, _engi
 
 
 def diagnose(contract: Contract, findings: Iterable[Any], *, translate: Optional[Translate] = None) -> list[Diagnosis]:
-    """Name the faults behind the findings of one run.
+    """Name the faults behind the findings of one run (:func:`merge_diagnoses` of
+    :func:`path_diagnoses`).
 
     Args:
         contract: the contract the findings were judged against.
@@ -909,6 +903,15 @@ def diagnose(contract: Contract, findings: Iterable[Any], *, translate: Optional
         Empty when nothing failed or no pattern is recognised (the failing checks still say what
         failed).
     """
+    return merge_diagnoses(path_diagnoses(contract, findings, translate=translate))
+
+
+def path_diagnoses(contract: Contract, findings: Iterable[Any], *,
+                   translate: Optional[Translate] = None) -> list[Diagnosis]:
+    """Each finding path's diagnoses, in the order the paths first appear, not yet merged across
+    paths. The findings of one path are judged together, so the diagnoses of several runs whose
+    failing paths appear in no other run are the concatenation of each run's (the pytest plugin
+    diagnoses each failing item once this way)."""
     fs = _expand(findings)
     if not any(f.status == "fail" for f in fs):
         return []
@@ -924,7 +927,12 @@ def diagnose(contract: Contract, findings: Iterable[Any], *, translate: Optional
         used: set = set()
         for rule in _RULES:
             found += rule(contract, view, fx, used)
-    return _merge(found)
+    return found
+
+
+def merge_diagnoses(ds: list[Diagnosis]) -> list[Diagnosis]:
+    """One diagnosis per (kind, fault, title, evidence, slots), in order: see :func:`_merge`."""
+    return _merge(ds)
 
 
 def _merge(ds: list[Diagnosis]) -> list[Diagnosis]:

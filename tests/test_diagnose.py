@@ -281,7 +281,7 @@ def test_folded_pass_counts_weigh_as_their_count(base):
     bad = _train(base, _op(base, "ids-shifted"))
     good = _train(base)
     full = [f.to_json() for f in bad + good * 3]
-    folded = json.loads(json.dumps(report._pass_counts(bad + good * 3)))
+    folded = json.loads(json.dumps([f.to_json() for f in report._pass_counts(bad + good * 3)]))
     assert len(folded) < len(full) and any(f.get("count", 1) > 1 for f in folded)
     want = [d.to_json() for d in diagnose(base[2], full)]
     assert [d.to_json() for d in diagnose(base[2], folded)] == want
@@ -445,3 +445,18 @@ def test_data_of_another_width_is_another_model_not_a_slot_count(tiny, tmp_path)
     assert ds[0]["kind"] == "other-model-width" and ds[0]["fault"] == "K6", [d["kind"] for d in ds]
     assert "slot-count" not in [d["kind"] for d in ds]
     assert "128 wide" in ds[0]["title"], ds[0]["title"]  # tiny-llama: d = 64, stored 2 x 64
+
+
+def test_path_diagnoses_of_separate_runs_merge_to_the_diagnosis_of_all(base):
+    """The pytest plugin diagnoses each failing item once (issue 27): the path diagnoses of runs
+    whose paths differ, merged, are what diagnosing all their findings at once gives."""
+    import dataclasses
+
+    from eagle3_conformance.diagnose import merge_diagnoses, path_diagnoses
+
+    a = _train(base, _op(base, "ids-shifted"))
+    b = [dataclasses.replace(f, path="training-b") for f in _train(base, _op(base, "ids-shifted"))]
+    c = [dataclasses.replace(f, path="training-c") for f in _train(base)]
+    whole = [d.to_json() for d in diagnose(base[2], a + c + b)]
+    assert whole and [d.to_json() for d in merge_diagnoses(
+        path_diagnoses(base[2], a) + path_diagnoses(base[2], c) + path_diagnoses(base[2], b))] == whole

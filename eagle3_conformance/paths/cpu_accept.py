@@ -62,8 +62,11 @@ def first(s: _State) -> Observation:
         res = speculative_decode(h, prompts, num_draft_tokens=NUM_DRAFT_TOKENS, max_new_tokens=new)
     finally:
         h.close()
-    fact = {"mean": res.mean_accept_length, "num_draft_tokens": NUM_DRAFT_TOKENS,
-            "correct_drafts_histogram": res.correct_drafts_histogram if res.verify_steps else []}
+    from eagle3_conformance.acceptance_stats import per_position
+
+    hist = res.correct_drafts_histogram if res.verify_steps else []
+    fact = {"spec_accept_length": res.mean_accept_length, "spec_correct_drafts_histogram": hist,
+            "per_position_acceptance": per_position(hist, NUM_DRAFT_TOKENS) if hist else []}
     return Observation(facts={"avg_accept_length": fact})
 
 

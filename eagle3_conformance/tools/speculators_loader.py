@@ -40,8 +40,11 @@ PATH = "training"
 
 
 def default_batches(n: int, batch_size: int = 4) -> list[list[int]]:
-    """Consecutive batches covering every sample once (``[[0, 1, 2, 3], [4, ...], ...]``)."""
-    return [list(range(i, min(i + batch_size, n))) for i in range(0, n, batch_size)]
+    """Consecutive batches covering every sample once (``[[0, 1, 2, 3], [4, ...], ...]``;
+    :func:`eagle3_conformance.batches.every_sample`)."""
+    from eagle3_conformance.batches import every_sample
+
+    return every_sample(n, batch_size)
 
 
 class TrainingDataError(Exception):
@@ -237,7 +240,7 @@ class TrainingLoader:
             src_mask = torch.as_tensor(row["loss_mask"])
             if item is None:
                 out.append(Capture(PATH, where, src_ids, torch.zeros(0, self.K * self.d), torch.zeros(0, dtype=torch.long),
-                                   source_token_ids=src_ids, unavailable=reason,
+                                   source_token_ids=src_ids, unavailable=reason, stored=True,
                                    provenance={"sample": i, "data_dir": str(self.data_dir)}))
                 continue
             sel = (doc == j).nonzero().flatten()
@@ -245,6 +248,7 @@ class TrainingLoader:
             n = int(sel.numel())
             out.append(Capture(
                 path=PATH,
+                stored=True,
                 where=where,
                 token_ids=item["input_ids"].long(),
                 feature=batch["hidden_states"][0, sel],

@@ -58,13 +58,12 @@ from __future__ import annotations
 
 import contextlib
 import io
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 from eagle3_conformance.capture import Capture
-from eagle3_conformance.draft_dir import with_ids_at
+from eagle3_conformance.cpu_harness import CPUHarnessLifecycle
 from eagle3_conformance.torch_env import prepare
 
 prepare()
@@ -113,7 +112,7 @@ def greedy_accepted(predict: list[int], drafts: list[int], wanted: int) -> int:
     return k
 
 
-class SGLangCPUHarness:
+class SGLangCPUHarness(CPUHarnessLifecycle):
     """SGLang target + EAGLE-3 draft on CPU; :meth:`extend` / :meth:`verify` return
     :class:`~eagle3_conformance.capture.Capture` objects describing what entered the draft.
 
@@ -160,14 +159,7 @@ class SGLangCPUHarness:
             # SGLang keeps one runtime context and one set of process groups per process
             # (runtime_context.publish is last-publish-wins): the previous harness is closed.
             _ACTIVE.close()
-        self.closed = False
-        t0 = time.perf_counter()
-        self.timings: dict[str, float] = {}
-        self.target_dir = Path(target_dir)
-        self.dtype = dtype
-        self._tmpdir: Optional[str] = None
-        self.draft_dir = self._maybe_rewrite_draft(Path(draft_dir), draft_ids_key)
-        self.draft_ids_key = draft_ids_key
+        self._start(target_dir, draft_dir, dtype, draft_ids_key)
         self._override = list(capture_layers_override) if capture_layers_override is not None else None
         self.sglang_version = sglang_version()
 
@@ -185,21 +177,9 @@ class SGLangCPUHarness:
             )
         )
         _ACTIVE = self
-        try:
-            self._build()
-        except BaseException:
-            self.close()
-            raise
-        self.timings["build"] = time.perf_counter() - t0
+        self._finish_build()
 
     # ---------------------------------------------------------------- construction
-
-    def _maybe_rewrite_draft(self, draft_dir: Path, key: Optional[str]) -> Path:
-        if key is None:
-            return draft_dir
-        out = with_ids_at(draft_dir, key, prefer="nested", prefix="sglang_cpu_draft_")
-        self._tmpdir = str(out)
-        return out
 
     def _build(self) -> None:
         from sglang.srt.configs.device_config import DeviceConfig
@@ -557,9 +537,6 @@ class SGLangCPUHarness:
         Returns one Capture per request with ``feature`` [n, W] (the tensor entering the draft
         for that request), ``rows`` [n], ``draft_input_ids`` [n], ``position_ids`` [n].
         """
-        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
-        from sglang.srt.speculative.eagle_info import EagleDraftExtendInput
-
         self._check_open()
         t0 = time.perf_counter()
         bs = len(prefix)
@@ -568,46 +545,16 @@ class SGLangCPUHarness:
         assert n >= 1 and all(len(d) == n for d in draft_tokens), "equal num_draft_tokens"
         assert all(1 <= a <= n for a in accepted), "1 <= accepted <= num_draft_tokens"
         assert all(len(p) >= 1 for p in prefix)
-        plens = [len(p) for p in prefix]
-
-        # 1. target prefill over the prefix (EXTEND, FULL), caching K/V per request
-        self.target_attn.cache.clear()
-        self.target_attn.latent.clear()
-        keys = [("dec", i) for i in range(bs)]
-        fb = self._extend_batch(prefix, [0] * bs, ForwardMode.EXTEND, CaptureHiddenMode.FULL)
-        self._target_forward(fb, list(zip(keys, plens)), store=True)
-
-        # 2. target verify over the n rows per request (TARGET_VERIFY, FULL)
-        vfb = self._verify_batch(prefix, draft_tokens)
-        vout = self._target_forward(vfb, [(k, n) for k in keys], attend_cache=True,
-                                    aux=not feed_final_hidden)
-        hidden = vout.hidden_states  # [bs*n, K*d] (or [bs*n, d] = F when feed_final_hidden)
-        predict = vout.next_token_logits.argmax(-1).to(torch.int64)  # [bs*n]
-        accepted = [greedy_accepted(predict[i * n:(i + 1) * n].tolist(), draft_tokens[i], a)
-                    for i, a in enumerate(accepted)]
+        hidden, predict, accepted = self._target_verify(prefix, draft_tokens, accepted, feed_final_hidden)
         accept_lens = torch.tensor(accepted, dtype=torch.int32)
         select_index = torch.arange(0, bs * n, n) + accept_lens - 1
-
-        # 3. draft extend after verify (DRAFT_EXTEND_V2, FULL)
-        def draft_extend(h):
-            spec = EagleDraftExtendInput(
-                hidden_states=h,
-                num_correct_drafts=accept_lens - 1,
-                num_accept_tokens=accept_lens,
-                num_tokens_per_req=n,
-                num_tokens_for_logprob_per_req=n,
-            )
-            ids = [predict[i * n:(i + 1) * n].tolist() for i in range(bs)]
-            dfb = self._extend_batch(ids, plens, ForwardMode.DRAFT_EXTEND_V2,
-                                     CaptureHiddenMode.FULL, spec_info=spec)
-            return self._draft_forward(dfb, [(k, n) for k in keys])
-
-        dout, probe, fc_calls, err = draft_extend(hidden)
+        dout, probe, fc_calls, err = self._draft_extend_after_verify(hidden, predict, accept_lens, prefix, n)
         fed = "target FULL aux concat"
         if feed_final_hidden:
             fed = "target post-norm F (no-aux fallback)"
         if feed_draft_states and err is None:
-            dout, probe, fc_calls, err = draft_extend(dout.hidden_states)
+            dout, probe, fc_calls, err = self._draft_extend_after_verify(dout.hidden_states, predict, accept_lens,
+                                                                         prefix, n)
             fed = "draft's own output states (K9)"
         self.target_attn.cache.clear()
         self.target_attn.latent.clear()
@@ -617,6 +564,51 @@ class SGLangCPUHarness:
         if err is not None:
             raise DraftForwardError(f"SGLang draft forward failed on verify: {err!r}", caps) from err
         return caps
+
+    def _target_verify(self, prefix: list[list[int]], draft_tokens: list[list[int]], accepted: list[int],
+                       feed_final_hidden: bool):
+        """The target's side of :meth:`verify`: a prefill over ``prefix`` (EXTEND, FULL) caching
+        K/V per request, then the verify forward over the n draft rows per request (TARGET_VERIFY,
+        FULL). Returns (hidden [bs*n, K*d] (or [bs*n, d] = F when ``feed_final_hidden``),
+        predict [bs*n] int64 (the target's greedy token per row), accepted per request (the
+        target's own greedy count, at most the caller's))."""
+        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+
+        bs, n = len(prefix), len(draft_tokens[0])
+        plens = [len(p) for p in prefix]
+        self.target_attn.cache.clear()
+        self.target_attn.latent.clear()
+        keys = [("dec", i) for i in range(bs)]
+        fb = self._extend_batch(prefix, [0] * bs, ForwardMode.EXTEND, CaptureHiddenMode.FULL)
+        self._target_forward(fb, list(zip(keys, plens)), store=True)
+        vfb = self._verify_batch(prefix, draft_tokens)
+        vout = self._target_forward(vfb, [(k, n) for k in keys], attend_cache=True,
+                                    aux=not feed_final_hidden)
+        predict = vout.next_token_logits.argmax(-1).to(torch.int64)  # [bs*n]
+        accepted = [greedy_accepted(predict[i * n:(i + 1) * n].tolist(), draft_tokens[i], a)
+                    for i, a in enumerate(accepted)]
+        return vout.hidden_states, predict, accepted
+
+    def _draft_extend_after_verify(self, h: torch.Tensor, predict: torch.Tensor, accept_lens: torch.Tensor,
+                                   prefix: list[list[int]], n: int):
+        """The draft extend after verify (DRAFT_EXTEND_V2, FULL) on the ``bs*n`` rows ``h``:
+        input ids ``predict``, positions ``len(prefix[i]) + arange(n)``. Returns
+        :meth:`_draft_forward`'s (output, probe, fc calls, error)."""
+        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+        from sglang.srt.speculative.eagle_info import EagleDraftExtendInput
+
+        bs = len(prefix)
+        spec = EagleDraftExtendInput(
+            hidden_states=h,
+            num_correct_drafts=accept_lens - 1,
+            num_accept_tokens=accept_lens,
+            num_tokens_per_req=n,
+            num_tokens_for_logprob_per_req=n,
+        )
+        ids = [predict[i * n:(i + 1) * n].tolist() for i in range(bs)]
+        dfb = self._extend_batch(ids, [len(p) for p in prefix], ForwardMode.DRAFT_EXTEND_V2,
+                                 CaptureHiddenMode.FULL, spec_info=spec)
+        return self._draft_forward(dfb, [(("dec", i), n) for i in range(bs)])
 
     def _draft_side(self, probe: dict, sl: slice, fc_calls: int) -> dict:
         """The Capture fields read off the draft probe for one request's rows ``sl``: input ids and
@@ -709,29 +701,19 @@ class SGLangCPUHarness:
 
     # ---------------------------------------------------------------- teardown
 
+    DRAFT_IDS_PREFER = "nested"  # eagle_config.eagle_aux_hidden_state_layer_ids
+    DRAFT_COPY_PREFIX = "sglang_cpu_draft_"
+
     def close(self) -> None:
         """Remove hooks, tear down SGLang's process groups and runtime context (idempotent)."""
         global _ACTIVE
-        self.closed = True
         for h in getattr(self, "_hooks", []):
             h.remove()
         self._hooks = []
         if _ACTIVE is self:
             _ACTIVE = None
             teardown_process()
-        if self._tmpdir:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-            self._tmpdir = None
-
-    def _check_open(self) -> None:
-        if self.closed:
-            raise RuntimeError("SGLangCPUHarness is closed (a newer harness replaced it?)")
-
-    def __enter__(self) -> "SGLangCPUHarness":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        super().close()
 
 
 # --------------------------------------------------------------------------------------------

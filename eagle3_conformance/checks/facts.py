@@ -1,0 +1,126 @@
+"""Facts of a whole run (:attr:`eagle3_conformance.paths.base.Observation.facts`): the engine
+release the contract was validated with, the measured accept length against the release gate."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from eagle3_conformance.checks.registry import FACT, check
+from eagle3_conformance.contract import Contract
+from eagle3_conformance.findings import Finding
+
+
+@check(FACT, ("K1", "K2"), fact="sglang_version")
+def check_engine_version(c: Contract, installed: Optional[str]) -> list[Finding]:
+    """K1/K2 version awareness: id rules change between SGLang releases (deepseek_v2's first-id
+    rule arrived in 0.5.13; REFERENCE.md section 3.2), so a contract lists the SGLang versions
+    it was validated with. An unlisted installed version is reported (skip), never passed."""
+    listed = c.engines.sglang_validated
+    where = f"sglang {installed or 'not installed'}"
+    if not listed:
+        return [Finding("engine_version", "skip", "sglang", None, "validated versions listed", installed, where,
+                        f"the contract lists no validated SGLang version; installed: {installed}", "K1")]
+    ok = installed in listed
+    return [Finding("engine_version", "pass" if ok else "skip", "sglang", None, listed, installed, where,
+                    f"SGLang {installed} is one of the validated versions {listed}" if ok else
+                    f"SGLang {installed} is not among the validated versions {listed}: id rules may differ",
+                    "K1")]
+
+
+@check(FACT, ("K1",), emits=("engine_version",), fact="vllm_version")
+def check_vllm_version(c: Contract, installed: Optional[str]) -> list[Finding]:
+    """vLLM's id readers differ between releases and runners (vllm-project/vllm#46788, #46973,
+    #50170), so a contract served with vLLM names the release its ids were resolved with
+    (``engines.vllm.version``). Another installed release is reported (skip), never passed."""
+    declared = c.engines.vllm.version if c.engines.vllm is not None else None
+    where = f"vllm {installed or 'not installed'}"
+    if declared is None:
+        return [Finding("engine_version", "skip", "vllm", None, "engines.vllm.version", installed, where,
+                        f"the contract declares no vLLM release; installed: {installed}", "K1")]
+    ok = installed == declared
+    return [Finding("engine_version", "pass" if ok else "skip", "vllm", None, declared, installed, where,
+                    f"vLLM {installed} is the release the contract's ids were resolved with" if ok else
+                    f"vLLM {installed} is not {declared}, the release the contract names: id readers may differ",
+                    "K1")]
+
+
+@check(FACT, (), gates=("gates.min_accept_length",), fact="avg_accept_length")
+def check_accept_length(c: Contract, avg_accept_length: Optional[float], path: str = "sglang-engine") -> list[Finding]:
+    """Release gate: the mean accept length (tokens committed per verify step, bonus included:
+    SGLang's ``avg_spec_accept_length``) >= ``gates.min_accept_length``. Acceptance is the only
+    symptom most field reports had (FAULTS.md); it gates, it does not diagnose.
+
+    Args:
+        avg_accept_length: the measured mean (>= 1), None when nothing was measured, or a mapping
+            with ``spec_accept_length``, ``spec_correct_drafts_histogram`` and
+            ``per_position_acceptance`` (sglang-engine: ``captures.accept_figures``, SGLang's counters;
+            cpu-accept: the loop's, :mod:`eagle3_conformance.acceptance_stats`): per-position
+            acceptance in the locator.
+        path: the path that measured it: ``sglang-engine`` (a real engine's server info, GPU) or
+            ``cpu-accept`` (the greedy speculative loop on the SGLang CPU harness).
+    """
+    detail = ""
+    if isinstance(avg_accept_length, dict):  # SGLang's meta_info counters, or the cpu-accept loop's same figures
+        per_pos = avg_accept_length.get("per_position_acceptance") or []
+        detail = (f"; per-position acceptance {[round(x, 3) for x in per_pos]} from spec_correct_drafts_histogram "
+                  f"{avg_accept_length.get('spec_correct_drafts_histogram')}")
+        avg_accept_length = avg_accept_length.get("spec_accept_length")
+    floor = c.gates.min_accept_length
+    where = ("sglang.Engine meta_info: completion_tokens / spec_verify_ct" + detail) if path == "sglang-engine" \
+        else f"{path}: mean tokens per verify step" + detail
+    if floor is None:
+        return [Finding("accept_length", "skip", path, None, None, avg_accept_length, where,
+                        "the contract sets no gates.min_accept_length: acceptance not gated", "")]
+    if avg_accept_length is None:
+        return [Finding("accept_length", "fail", path, None, floor, None, where,
+                        "no accept length was measured" if path != "sglang-engine" else
+                        "the engine reported no avg_spec_accept_length", "")]
+    ok = avg_accept_length >= floor
+    name = "avg_spec_accept_length" if path == "sglang-engine" else "mean accept length"
+    return [Finding("accept_length", "pass" if ok else "fail", path, None, floor, avg_accept_length,
+                    where, f"{name} {avg_accept_length:.3f} (floor {floor})", "")]
+
+
+@check(FACT, (), emits=("lossless",), fact="engine_lossless")
+def check_engine_lossless(c: Contract, greedy: dict, path: str = "sglang-engine") -> list[Finding]:
+    """Greedy speculative decoding is lossless: every request's output ids equal the target's own
+    greedy decode of the same prompt (float32 only; bf16 diverges at near-ties and is no oracle,
+    ../shared/SGLANG_CPU_ENGINE.md section 3).
+
+    Args:
+        greedy: ``{"engine": [[ids]...], "reference": [[ids]...]}`` (same length per request), or
+            ``{"skip": why}``.
+    """
+    if "skip" in greedy:
+        return [Finding("lossless", "skip", path, None, "engine output == target greedy", None, "all requests",
+                        greedy["skip"], "")]
+    bad = [i for i, (a, b) in enumerate(zip(greedy["engine"], greedy["reference"])) if list(a) != list(b)]
+    n = len(greedy["engine"])
+    if not bad:
+        return [Finding("lossless", "pass", path, None, "engine output == target greedy", f"{n} of {n} equal",
+                        "all requests", f"all {n} outputs equal the target's greedy decode", "")]
+    i = bad[0]
+    a, b = list(greedy["engine"][i]), list(greedy["reference"][i])
+    j = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return [Finding("lossless", "fail", path, None, "engine output == target greedy", f"{n - len(bad)} of {n} equal",
+                    f"request {i}, output token {j}",
+                    f"{len(bad)} of {n} outputs differ from the target's greedy decode; request {i} first at output "
+                    f"token {j} (engine {a[j] if j < len(a) else None}, target {b[j] if j < len(b) else None})", "")]
+
+
+@check(FACT, ("R42",), fact="graph_acceptance")
+def check_graph_acceptance(c: Contract, fig: dict, path: str = "sglang-engine") -> list[Finding]:
+    """R42 class: an engine run with CUDA graphs accepts no less than the same run eager (hooks never
+    fire on graph replay, so this is the only check that sees the graphed decode).
+
+    Args:
+        fig: ``{"eager": float, "graphed": float, "noise": float}`` (SGLang's spec_accept_length).
+    """
+    e, g, noise = fig.get("eager"), fig.get("graphed"), fig.get("noise", 0.0)
+    if e is None or g is None:
+        return [Finding("graph_acceptance", "fail", path, None, "graphed >= eager - noise", g, "CUDA graphs",
+                        "a run reported no spec_accept_length", "R42")]
+    ok = g >= e - noise
+    return [Finding("graph_acceptance", "pass" if ok else "fail", path, None, f">= {e - noise:.3f}", round(g, 3),
+                    "CUDA graphs vs eager", f"graphed spec_accept_length {g:.3f}, eager {e:.3f} (noise {noise})",
+                    "R42")]
