@@ -97,6 +97,13 @@ def load_speculators_draft(draft_dir: Path, target_dir: Path, *, ttt_steps: int 
     d2t, t2d = sd.get("d2t"), sd.get("t2d")
     if d2t is None or t2d is None:
         raise EstimateInputError(f"{f}: no d2t/t2d (the estimate maps draft ids to target ids with them)")
+    head = sd.get("lm_head.weight")
+    sizes = {"d2t": int(d2t.shape[0]), "t2d ids set": int(t2d.bool().sum()),
+             "lm_head.weight rows": None if head is None else int(head.shape[0])}
+    if len(set(sizes.values())) != 1 or int(t2d.shape[0]) != int(vcfg.vocab_size):
+        raise EstimateInputError(f"{f}: the draft vocabulary does not fit: " + ", ".join(f"{k} {v}" for k, v in
+                                 sizes.items()) + f"; t2d covers {int(t2d.shape[0])} target ids, the target "
+                                 f"{target_dir} has {int(vcfg.vocab_size)}")
     model = Eagle3DraftModel.from_training_args(
         verifier_config=vcfg, t2d=t2d.bool(), d2t=d2t.long(), verifier_name_or_path=str(target_dir),
         target_layer_ids=ids, draft_vocab_size=int(d2t.shape[0]),

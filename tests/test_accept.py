@@ -184,18 +184,22 @@ def test_too_few_prompts_for_an_interval_is_said_and_means_decide():
 
 
 def test_accept_gate_reports_per_position_acceptance_from_the_histogram():
+    from eagle3_conformance.acceptance_stats import per_position
+
     c = load_contract(SMOL)
-    fact = {"mean": 2.2, "num_draft_tokens": 3, "correct_drafts_histogram": [2, 3, 3, 2]}
+    hist = [2, 3, 3, 2]
+    fact = {"spec_accept_length": 2.2, "spec_correct_drafts_histogram": hist,
+            "per_position_acceptance": per_position(hist, 3)}
     [f] = check_accept_length(c, fact, path="cpu-accept")
     assert f.observed == 2.2 and f.status == ("pass" if 2.2 >= c.gates.min_accept_length else "fail")
-    assert "draft position 1..3 accepted in 80%, 50%, 20%" in f.message
-    assert "[2, 3, 3, 2]" in f.message
+    assert "per-position acceptance [0.8, 0.5, 0.2]" in f.where and "[2, 3, 3, 2]" in f.where
+    assert f.where.startswith("cpu-accept: mean tokens per verify step")
 
 
 @pytest.mark.slow
 def test_estimate_refuses_a_draft_that_does_not_fit_the_data(loop, tmp_path, capsys):
     """Exit 2 naming the mismatch: data with two aux slots for a three-slot draft; a draft whose
-    d2t says 2,048 draft ids while its head has 4,096 rows."""
+    d2t says 2,048 draft ids while its t2d and head say 4,096."""
     import shutil
 
     from safetensors.torch import load_file, save_file
@@ -217,7 +221,8 @@ def test_estimate_refuses_a_draft_that_does_not_fit_the_data(loop, tmp_path, cap
     sd["d2t"], sd["t2d"] = sd["d2t"][:2048].clone(), sd["t2d"].clone()
     save_file(sd, str(bad / "model.safetensors"))
     assert main(["accept-estimate", "--draft", str(bad), "--target", str(td.target_dir), "--data", str(data)]) == 2
-    assert "lm_head.weight is (4096, 576)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the draft vocabulary does not fit: d2t 2048, t2d ids set 4096, lm_head.weight rows 4096" in err
 
 
 @pytest.mark.slow
