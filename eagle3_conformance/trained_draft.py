@@ -13,13 +13,16 @@ The recipe (:data:`RECIPE`):
 1. **Data, with the project's own data path.** Corpus items split by a seeded hash into a held-out
    evaluation set (:func:`eval_prompts`: the acceptance loop's prompts) and the training set.
    Every training item is tokenized with the target's tokenizer (chat items with its chat
-   template, :mod:`eagle3_conformance.corpus`) and cut at ``max_tokens``. With ``regen_tokens`` > 0 each
-   item is also regenerated, as speculators' own data generation does with a serving engine: a
-   prefix of it followed by the target's greedy continuation (HF ``generate``). The recipe has it
-   off (0): at about 7 tokens/s on the busy 2-core machine it would take about 20 minutes. The
-   sequences go through :func:`eagle3_conformance.datagen.write_speculators_dataset` (the target's
-   float32 forward; slots ``B_2, B_15, B_27`` and the verifier slot ``B_30``, speculators 0.9.0
-   format).
+   template, :mod:`eagle3_conformance.corpus`) and cut at ``max_tokens``. With ``regen_tokens`` > 0
+   the target's own greedy continuations are added (:func:`regen_prompts`: each item cut after
+   ``regen_cuts`` tokens, continued for ``regen_tokens``), as speculators' own data generation
+   does with a serving engine. They are shipped as token ids (``regen_file``, written by
+   ``python -m eagle3_conformance.trained_draft --regen``, :func:`regenerate_continuations`):
+   autoregressive generation costs about ten times the teacher-forced capture per token on CPU,
+   and a float32 greedy rerun elsewhere could flip a near-tie. The file's header is checked
+   against the recipe and its sha256 is part of the cache key. The sequences go through
+   :func:`eagle3_conformance.datagen.write_speculators_dataset` (the target's float32 forward;
+   slots ``B_2, B_15, B_27`` and the verifier slot ``B_30``, speculators 0.9.0 format).
 2. **Vocabulary.** Token frequencies over the training sequences, then speculators' own
    ``build_vocab_mappings_from_distribution`` (``train/vocab_mapping.py:74-110``) for a reduced
    draft vocabulary of ``draft_vocab_size`` ids (``d2t`` offsets, ``t2d`` mask).
