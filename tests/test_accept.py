@@ -245,3 +245,15 @@ def test_estimate_tracks_the_loop_and_names_a_faulty_decode_path(loop):
     names = [f["path"] for f in bad["findings"]]
     assert names == ["sglang-decode"], bad["findings"]
     assert "at least 5" in bad["findings"][0]["note"]  # two prompts: no interval, said
+
+
+def test_shipped_continuations_fit_the_recipe_and_another_recipe_is_refused(tmp_path):
+    from eagle3_conformance.fixture_base import FixtureError
+    from eagle3_conformance.trained_draft import RECIPE, load_continuations
+
+    seqs = load_continuations(RECIPE, None)
+    assert len(seqs) == 73 and all(len(s) == RECIPE["regen_cuts"][0] + RECIPE["regen_tokens"] for s in seqs)
+    with pytest.raises(FixtureError, match=r"made for another recipe or corpus \(regen_cuts: \[32\] != \[16\]\).*--regen"):
+        load_continuations({**RECIPE, "regen_cuts": [16]}, None)
+    with pytest.raises(FixtureError, match="cannot read the target's continuations"):
+        load_continuations({**RECIPE, "regen_file": str(tmp_path / "missing.json")}, None)
