@@ -53,8 +53,8 @@ def run(args) -> int:
         if args.prompts < 1 or args.tokens < 1:
             raise UsageError(f"--prompts {args.prompts} / --tokens {args.tokens}: both must be at least 1")
         return _acceptance(args, con, log)
-    if args.prompts != 4 or args.tokens != 32:
-        raise UsageError("--prompts and --tokens apply to --acceptance only")
+    if args.prompts != 8 or args.tokens != 32 or getattr(args, "estimate", False):
+        raise UsageError("--prompts, --tokens and --estimate apply to --acceptance only")
     cols = [p.strip() for p in args.paths.split(",") if p.strip()] if args.paths else None
     matrices, fam = [], None
     for pair in dict.fromkeys(args.pair or ["synthetic"]):
