@@ -95,8 +95,8 @@ def check_width(c: Contract, cap: Capture) -> list[Finding]:
 
 def check_dtype(c: Contract, cap: Capture) -> list[Finding]:
     """K12: hidden states carry the contract's dtype; token ids are int64."""
-    # on disk / in the training batch: data_dtype; on a serving path: the target's dtype
-    want = c.data_dtype if cap.path.startswith("training") else c.target.dtype
+    # on disk / in the training batch: data_dtype; on a serving path: the dtype the target is served in
+    want = c.data_dtype if cap.path.startswith("training") else c.serving_dtype
     got = str(cap.feature.dtype).replace("torch.", "")
     out = [_f("dtype", "pass" if got == want else "fail", cap, "feature", want, got,
               f"feature dtype is {got}; contract says {want}", "K12")]
@@ -217,12 +217,13 @@ class Verdict:
 
 
 def judge(declared: Boundary, slot: torch.Tensor, rows: torch.Tensor, ref: Reference, keep: torch.Tensor,
-          c: Contract) -> Optional[Verdict]:
+          c: Contract, path: Optional[str] = None) -> Optional[Verdict]:
     """Rank-based slot identity with a precision-noise allowance (docs/gates.md).
 
     Args:
         slot: [N, d] the captured slot; rows: [N] token indices into ``ref``; keep: [N] bool rows
-            not at an excluded position.
+            not at an excluded position; path: the capture's path, whose production precision sets
+            the gates (:meth:`Contract.produced_dtype`; None: serving).
 
     Returns None when no row is resolvable (nothing to decide on).
     """
@@ -238,9 +239,9 @@ def judge(declared: Boundary, slot: torch.Tensor, rows: torch.Tensor, ref: Refer
     gap = gates.angle_deg(d_cos) - gates.angle_deg(b_cos)
     if bi == di:
         # the best match, but too far from it to be that boundary at all: a foreign tensor
-        status = "pass" if d_cos >= gates.row_min_cosine(c) else "fail"
+        status = "pass" if d_cos >= gates.row_min_cosine(c, path) else "fail"
     else:
-        status = "fail" if gap > gates.identity_noise_deg(c) else "undecidable"
+        status = "fail" if gap > gates.identity_noise_deg(c, path) else "undecidable"
     return Verdict(status, names[bi], d_cos, b_cos, runner, gap, int(res.sum()), int(keep.sum() - res.sum()))
 
 
@@ -288,7 +289,7 @@ def check_slot_identity(c: Contract, cap: Capture, ref: Reference) -> list[Findi
                           f"{c.num_slots} slots", "K2"))
             continue
         out.append(_identity_finding("slot_identity", c, cap, _slot_label(i), declared,
-                                     judge(declared, slot, cap.rows, ref, keep, c), cos, got, "K2"))
+                                     judge(declared, slot, cap.rows, ref, keep, c, cap.path), cos, got, "K2"))
     return out
 
 
@@ -314,12 +315,12 @@ def _identity_finding(check: str, c: Contract, cap: Capture, label: str, declare
     if v.best == declared:  # the closest boundary, but not close enough to be it
         return _f(check, "fail", cap, label, str(declared), str(declared),
                   f"{who} points toward {declared} (cos {v.declared_cos:.4f}) but is not it: below the floor "
-                  f"{GATE_ROW_FLOOR} {gates.row_min_cosine(c)} (rows of other tokens, or a tensor derived from "
+                  f"{GATE_ROW_FLOOR} {gates.row_min_cosine(c, cap.path)} (rows of other tokens, or a tensor derived from "
                   f"{declared})", fault, GATE_ROW_FLOOR)
     return _f(check, "fail", cap, label, str(declared), str(v.best),
               f"{who} is {v.best.describe(c.L)}; contract says {declared} (cos {v.best_cos:.4f} to {v.best}, "
               f"{v.declared_cos:.4f} to {declared}; {v.gap_deg:.1f} deg apart, beyond {GATE_NOISE} "
-              f"{gates.identity_noise_deg(c):g})", fault, GATE_NOISE)
+              f"{gates.identity_noise_deg(c, cap.path):g})", fault, GATE_NOISE)
 
 
 def check_slot_order(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
@@ -337,7 +338,7 @@ def check_slot_order(c: Contract, cap: Capture, ref: Reference) -> list[Finding]
         if declared is None:
             got.append(identify(s, cap.rows, ref, keep)[0])
             continue
-        v = judge(declared, s, cap.rows, ref, keep, c)
+        v = judge(declared, s, cap.rows, ref, keep, c, cap.path)
         # undecidable: the evidence cannot tell the declared boundary from the best match
         got.append(v.best if v is not None and v.status == "fail" else declared)
     want = c.aux
@@ -437,7 +438,7 @@ def check_verifier_identity(c: Contract, cap: Capture, ref: Reference) -> list[F
     declared = c.verifier_last.parsed
     x, r = cap.verifier_last[valid], rows[valid]
     any_best, any_cos, _ = identify(x, r, ref, keep)
-    return [_identity_finding("verifier_identity", c, cap, "verifier", declared, judge(declared, x, r, ref, keep, c),
+    return [_identity_finding("verifier_identity", c, cap, "verifier", declared, judge(declared, x, r, ref, keep, c, cap.path),
                               any_cos, any_best, "K4")]
 
 
@@ -567,13 +568,13 @@ def _alignment(check: str, c: Contract, cap: Capture, label: str, x: torch.Tenso
         return [_f(check, "skip", cap, label, declared, None,
                    "no row whose neighbouring tokens the reference tells apart (repeated or excluded tokens): "
                    "a shift cannot be seen", fault)]
-    if scores[o] < gates.row_min_cosine(c):
+    if scores[o] < gates.row_min_cosine(c, cap.path):
         return [_f(check, "skip", cap, label, declared, None,
                    f"{label} is not {b} at any offset (best cos {scores[o]:.4f}): it holds another tensor, so its "
                    "alignment cannot be judged (the identity checks report what it is)", fault)]
     if o != declared and declared in scores:
         gap = gates.angle_deg(scores[declared]) - gates.angle_deg(scores[o])
-        if gap <= gates.identity_noise_deg(c):
+        if gap <= gates.identity_noise_deg(c, cap.path):
             return [_f(check, "skip", cap, label, declared, f"undecidable (t{o:+d} by {gap:.2f} deg)",
                        f"{what} t{o:+d} fits slightly better than t{declared:+d} ({gap:.2f} deg), within the "
                        "precision-noise allowance: not decided", fault)]
@@ -693,7 +694,7 @@ def check_cross_path(c: Contract, a: Capture, b: Capture) -> list[Finding]:
                        for sa, sb in zip(xa.split(d, -1), xb.split(d, -1))]).min(0).values
     worst = float(cos.min())
     maxabs = float((xa - xb).abs().max())
-    floor = gates.cross_path_min_cosine(c)
+    floor = gates.cross_path_min_cosine(c, a.path, b.path)
     ok = worst >= floor
     return [Finding("cross_path", "pass" if ok else "fail", f"{a.path}|{b.path}", "feature",
                     f"cos >= {floor}", f"min cos {worst:.5f}, max |diff| {maxabs:.4g}", where,
@@ -808,7 +809,7 @@ def check_row_fingerprint(c: Contract, cap: Capture, ref: Reference) -> list[Fin
     keep = _keep_rows(c, cap.rows)
     if not bool(keep.any()):
         return _no_rows("row_fingerprint", cap, "feature", "K13")
-    gate = gates.row_min_cosine(c)
+    gate = gates.row_min_cosine(c, cap.path)
     worst, worst_at = 2.0, None
     bad_rows: set[int] = set()
     max_cos = gates.resolvable_max_cosine(c)
@@ -1005,8 +1006,8 @@ def check_magnitude(c: Contract, cap: Capture, ref: Reference, max_ratio: Option
     d = c.draft.target_hidden_size
     if not _usable(cap, d):
         return [_f("magnitude", "skip", cap, None, None, None, "no rows to compare", "K4")]
-    gate = gates.row_min_cosine(c)
-    max_ratio = max_ratio if max_ratio is not None else gates.magnitude_max_ratio(c)
+    gate = gates.row_min_cosine(c, cap.path)
+    max_ratio = max_ratio if max_ratio is not None else gates.magnitude_max_ratio(c, cap.path)
     want = f"median rms(slot)/rms(reference) in [{1 / max_ratio:.3g}, {max_ratio:.3g}]"
     targets: list[tuple[str, Boundary, torch.Tensor, torch.Tensor]] = [
         (_slot_label(i), c.aux[i], s, cap.rows) for i, s in enumerate(cap.slots(d))
@@ -1231,7 +1232,7 @@ def check_fp8_scale_error(c: Contract, cap: Capture, ref: Reference) -> list[Fin
     d = c.draft.target_hidden_size
     if not _usable(cap, d):
         return [_f("fp8_scale_error", "skip", cap, None, None, None, "no rows to compare", "K12")]
-    tol = gates.fp8_max_relative_error(c)
+    tol = gates.fp8_max_relative_error(c, cap.path)
     kind = "fp8"
     want = f"per-token ||x - B|| / ||B|| <= {tol:g}"
     targets = [(_slot_label(i), c.aux[i], s, cap.rows) for i, s in enumerate(cap.slots(d))
@@ -1279,3 +1280,6 @@ def check_fp8_scale_error(c: Contract, cap: Capture, ref: Reference) -> list[Fin
 
 
 REFERENCE_CHECKS.append(check_fp8_scale_error)
+
+# production precision (its own module; it registers itself in REFERENCE_CHECKS)
+import eagle3_conformance.checks_precision  # noqa: E402,F401

@@ -37,6 +37,9 @@ fp8-transport         K12    hs-connectors FP8 data read without its scales (the
                              hidden_states_scales), or FP8's shared per-token scale coarsening a slot
 pre-fc-norm           K4     the fc input lacks (or has) the pre-fc norm the contract declares
 rows-misassigned      K13    slot identity holds on average but individual rows belong to other tokens
+production-precision  --     the data's noise against the reference is that of a lower precision than the
+                             contract's precision block declares (an input problem: the contract key to
+                             change, not a FAULTS.md kind); it claims the failures of the precision gates
 ====================  =====  ============================================================================
 
 Diagnoses found on several paths with the same evidence and fix are merged into one that lists
@@ -70,6 +73,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "fp8-transport": ("K12", "FP8 training data read without its scales, or coarsened by the shared per-token scale"),
     "pre-fc-norm": ("K4", "the pre-fc norm the draft declares is missing on the path (or the reverse)"),
     "rows-misassigned": ("K13", "rows of other tokens or requests"),
+    "production-precision": ("", "produced in lower precision than the contract declares (precision block)"),
 }
 
 #: checks whose failures a slot-identity pattern accounts for
@@ -124,8 +128,8 @@ class Diagnosis:
 def _as_finding(f: Any) -> Finding:
     if isinstance(f, Finding):
         return f
-    keys = ("check", "status", "path", "slot", "expected", "observed", "where", "message", "fault")
-    return Finding(**{k: f.get(k, "" if k in ("message", "fault") else None) for k in keys})
+    keys = ("check", "status", "path", "slot", "expected", "observed", "where", "message", "fault", "gate")
+    return Finding(**{k: f.get(k, "" if k in ("message", "fault", "gate") else None) for k in keys})
 
 
 def _weight(f: Any) -> int:
@@ -776,7 +780,7 @@ def _fp8_transport(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Dia
                              {v.path: f"{len(tb)}/{n_tb} {v.unit}"}))
         used.update({"transfer_backend", "magnitude", "fp8_scale_error", "dtype"})
         return out
-    fe = v.failing("fp8_scale_error")
+    fe = [f for f in v.failing("fp8_scale_error") if f not in used_precision(used)]
     if fe:
         worst = max(fe, key=lambda f: float(f.observed.get("max", 0)) if isinstance(f.observed, dict) else 0)
         n_fe = len([f for f in v.by_check.get("fp8_scale_error", []) if f.status != "skip"])
@@ -798,6 +802,8 @@ def _magnitude(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnos
         return []  # FP8 read as plain files: the fp8-transport diagnosis names the cause
     bad: dict[str, list[Finding]] = {}
     for f in v.failing("magnitude"):
+        if f in used_precision(used):
+            continue  # half-precision noise (production-precision names it)
         if isinstance(f.observed, dict) and "rms_ratio" in f.observed:
             bad.setdefault(f.slot or "", []).append(f)
     out = []
@@ -864,6 +870,66 @@ def _pre_fc_norm(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagn
                       {v.path: f"{len(bad)}/{n_all} {v.unit}"})]
 
 
+#: failures a lower production precision explains (its noise, judged by gates set for float32): these
+#: checks' own failures, and any check's failure decided by the per-row floor (the declared boundary is
+#: the best match, only too far)
+_PRECISION_CHECKS = ("row_fingerprint", "fp8_scale_error", "cross_path", "magnitude")
+_PRECISION_GATES = ("gates.slot_identity_min_cosine", "gates.cross_path_min_cosine", "gates.fp8_max_relative_error")
+
+
+class _PrecisionClaims(tuple):
+    """The failing findings production-precision explains, kept in a rule's ``used`` set."""
+
+    def __new__(cls, fs):
+        return super().__new__(cls, (id(f) for f in fs))
+
+    def __contains__(self, f) -> bool:
+        return tuple.__contains__(self, id(f))
+
+
+def used_precision(used: set) -> _PrecisionClaims:
+    return next((u for u in used if isinstance(u, _PrecisionClaims)), _PrecisionClaims(()))
+
+
+def _within_half(f: Finding) -> bool:
+    """A magnitude failure within the half-precision band (3x, gates.MAGNITUDE_MAX_RATIO); others always."""
+    if f.check != "magnitude":
+        return True
+    r = f.observed.get("rms_ratio") if isinstance(f.observed, dict) else None
+    return r is not None and 1 / 3 <= float(r) <= 3
+
+
+def _production_precision(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
+    """``production_precision`` failed: the data was produced in lower precision than declared
+    (:mod:`eagle3_conformance.checks_precision`). Runs first, so that the noise it explains is never
+    named as a fault (K13 rows of other tokens, K12 FP8 scaling)."""
+    bad = v.failing("production_precision")
+    if not bad:
+        return []
+    ob = bad[0].observed if isinstance(bad[0].observed, dict) else {}
+    key, declared = ob.get("key", "precision"), ob.get("declared", "float32")
+    med = sorted(float(f.observed.get("median_row_angle_deg", 0)) for f in bad if isinstance(f.observed, dict))
+    n_all = len([f for f in v.by_check.get("production_precision", []) if f.status != "skip"])
+    noise = [f for f in v.findings if f.status == "fail" and (f.check in _PRECISION_CHECKS or f.gate in
+                                                                _PRECISION_GATES) and _within_half(f)]
+    claimed = tuple(dict.fromkeys(["production_precision"] + [f.check for f in noise]))
+    used.add(_PrecisionClaims(noise))
+    # a check every failure of which is this noise is accounted for (the other rules leave it alone)
+    used.update(ch for ch in claimed[1:] if all(any(f is g for g in noise) for f in v.failing(ch)))
+    return [Diagnosis(
+        "production-precision", "", f"these hidden states were produced in lower precision than the contract "
+        f"declares ({key}: {declared})",
+        (f"{len(bad)} of {n_all} {v.unit}: median per-row angle to the float32 reference "
+         f"{med[len(med) // 2]:.3f} deg (float32 production measured <= 0.15 deg; a bf16 forward 0.13..2.2 deg)",
+         "the failures below are that precision's noise judged by float32 gates, not a fault: "
+         + ", ".join(claimed[1:]) if len(claimed) > 1 else "no other check failed on it"),
+        (f"set {key}: bfloat16 (or float16: the dtype the target actually ran in; vLLM's and SGLang's "
+         "dtype=auto serve a float32 checkpoint in half precision) and run again; `eagle3-conformance init "
+         "--engine ...` derives it",
+         f"or, if the contract is right, produce the data in {declared} (the engine's --dtype {declared})"),
+        (v.path,), ("feature",), claimed, {v.path: f"{len(bad)}/{n_all} {v.unit}"})]
+
+
 def _rows_misassigned(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
     if "row_fingerprint" in used or "slot_identity" in used:
         return []
@@ -884,7 +950,7 @@ def _rows_misassigned(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[
         {v.path: f"{len(bad)}/{n_all} {v.unit}"})]
 
 
-_RULES = (_one_slot_input, _other_width, _slot_count, _embedding_for_last, _engine_default, _convention_shift,
+_RULES = (_production_precision, _one_slot_input, _other_width, _slot_count, _embedding_for_last, _engine_default, _convention_shift,
           _permuted, _no_boundary, _slot_off, _loose_match, _verifier_state, _fp8_transport, _magnitude, _pre_fc_norm,
           _rows_misassigned)
 

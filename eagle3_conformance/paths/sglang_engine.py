@@ -38,7 +38,7 @@ def first(s: _State) -> Observation:
     c = s.contract
     prompts = find(strategies.prompt_batches(c.target.vocab_size, max_batch=4, start_token=start_token(c),
                                              min_len=4), lambda b: len(b) >= 2)
-    res = run_engine(s.pair.target_dir, s.pair.draft_dir, prompts, dtype=c.target.dtype)
+    res = run_engine(s.pair.target_dir, s.pair.draft_dir, prompts, dtype=c.serving_dtype)
     return Observation(captures=res.prefill, shapes_only=res.decode,
                        facts={"avg_accept_length": res.avg_accept_length})
 
