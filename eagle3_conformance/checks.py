@@ -1281,5 +1281,21 @@ def check_fp8_scale_error(c: Contract, cap: Capture, ref: Reference) -> list[Fin
 
 REFERENCE_CHECKS.append(check_fp8_scale_error)
 
+def check_verifier_present(c: Contract, cap: Capture) -> list[Finding]:
+    """K3: training data stores the verifier state the contract declares (``verifier_last``): a
+    reader that found no verifier plane (vLLM extraction files with N = K planes, written with
+    speculators' launcher ``--no-include-last-layer``) fails naming it. Serving paths carry no
+    verifier (nothing to judge). A present verifier returns nothing: ``verifier_identity`` judges it."""
+    if not cap.path.startswith("training") or cap.unavailable or cap.verifier_last is not None:
+        return []
+    planes = cap.provenance.get("planes")
+    held = f"{planes} planes" if planes is not None else "no verifier plane"
+    return [_f("verifier_present", "fail", cap, "verifier", c.verifier_last.tensor, "missing",
+               f"the data holds {held}, all read as the {c.num_slots} aux slots; the contract declares the verifier "
+               f"{c.verifier_last.tensor} ({c.verifier_last.norm}-norm) stored after them, and it is missing", "K3")]
+
+
+CAPTURE_CHECKS.append(check_verifier_present)
+
 # production precision (its own module; it registers itself in REFERENCE_CHECKS)
 import eagle3_conformance.checks_precision  # noqa: E402,F401

@@ -37,6 +37,8 @@ fp8-transport         K12    hs-connectors FP8 data read without its scales (the
                              hidden_states_scales), or FP8's shared per-token scale coarsening a slot
 pre-fc-norm           K4     the fc input lacks (or has) the pre-fc norm the contract declares
 rows-misassigned      K13    slot identity holds on average but individual rows belong to other tokens
+verifier-missing      K3     the data stores only the aux planes (vLLM extraction files with N = K); the
+                             declared verifier is missing
 production-precision  --     the data's noise against the reference is that of a lower precision than the
                              contract's precision block declares (an input problem: the contract key to
                              change, not a FAULTS.md kind); it claims the failures of the precision gates
@@ -73,6 +75,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "fp8-transport": ("K12", "FP8 training data read without its scales, or coarsened by the shared per-token scale"),
     "pre-fc-norm": ("K4", "the pre-fc norm the draft declares is missing on the path (or the reverse)"),
     "rows-misassigned": ("K13", "rows of other tokens or requests"),
+    "verifier-missing": ("K3", "no verifier plane in the data although the contract declares verifier_last"),
     "production-precision": ("", "produced in lower precision than the contract declares (precision block)"),
 }
 
@@ -338,9 +341,17 @@ class _Fixer:
             ids["speculators"] = {"error": err}
             return [f"data generation (speculators) cannot store {_fmt_b(boundaries)}: {err}"]
         ids["speculators"] = t.to_json()
+        from eagle3_conformance.tools.speculators_flags import installed_version, target_layer_ids_flag
+
         gen = t.extra.get("data_generation_ids", t.ids)
-        return [f"data generation (speculators 0.9.0 format, boundary ids = B_k entering layer k): --layer-ids "
-                f"{' '.join(map(str, gen))}  (aux ascending, B_{self.c.L} last as the verifier slot)"]
+        flag = target_layer_ids_flag()
+        if flag is None:  # speculators not importable here: its flag cannot be read, so none is named
+            return [f"data generation (speculators format, boundary ids = B_k entering layer k): layer ids "
+                    f"{' '.join(map(str, gen))}  (aux ascending, B_{self.c.L} last as the verifier slot)"]
+        aux = [i for i in gen if i != self.c.L] if gen and gen[-1] == self.c.L else gen
+        return [f"data generation (speculators {installed_version()} launch_vllm.py, boundary ids = B_k entering "
+                f"layer k): {flag} {' '.join(map(str, aux))}  (aux ascending; the launcher appends "
+                f"{self.c.L} as the verifier slot, --include-last-layer, its default); train with the same {flag}"]
 
     def for_path(self, path: str, boundaries: Sequence[str], ids: dict) -> list[str]:
         if path.startswith("training"):
@@ -488,6 +499,23 @@ def _slot_count(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagno
     return [Diagnosis("slot-count", fault, title, tuple(ev), tuple(fix), (v.path,), ("feature",),
                       _explained(v, ("slot_count", "feature_width", "draft_input_width", "slot_identity")),
                       {v.path: f"{len(bad)} {v.unit}"}, ids)]
+
+
+def _verifier_missing(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
+    """``verifier_present`` failed: the data stores the aux planes only, no verifier."""
+    bad = v.failing("verifier_present")
+    if not bad:
+        return []
+    used.update({"verifier_present", "verifier_identity", "target_alignment"})
+    vt = c.verifier_last.tensor
+    return [Diagnosis(
+        "verifier-missing", "K3", f"the data stores no verifier state: {vt} is declared but no plane holds it",
+        (f"{len(bad)} {v.unit} hold only the {c.num_slots} aux planes (N = K); the trainer's verifier target "
+         f"({vt}, {c.verifier_last.norm}-norm) is missing", ),
+        (f"generate the data with the verifier plane: speculators' launcher stores {vt} after the aux ids by default "
+         "(its --no-include-last-layer drops it); list the aux ids then L", ) + tuple(
+            fx.for_path(v.path, [str(b) for b in c.aux], {})),
+        (v.path,), ("verifier",), _explained(v, ("verifier_present",)), {v.path: f"{len(bad)} {v.unit}"})]
 
 
 def _embedding_for_last(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
@@ -950,8 +978,8 @@ def _rows_misassigned(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[
         {v.path: f"{len(bad)}/{n_all} {v.unit}"})]
 
 
-_RULES = (_production_precision, _one_slot_input, _other_width, _slot_count, _embedding_for_last, _engine_default, _convention_shift,
-          _permuted, _no_boundary, _slot_off, _loose_match, _verifier_state, _fp8_transport, _magnitude, _pre_fc_norm,
+_RULES = (_production_precision, _one_slot_input, _other_width, _slot_count, _verifier_missing, _embedding_for_last,
+          _engine_default, _convention_shift, _permuted, _no_boundary, _slot_off, _loose_match, _verifier_state, _fp8_transport, _magnitude, _pre_fc_norm,
           _rows_misassigned)
 
 

@@ -86,7 +86,7 @@ def test_one_boundary_too_deep_is_a_convention_shift_with_the_ids_to_write(base)
     assert d.ids["sglang"]["ids"] == [2, 4, 5]
     assert d.ids["speculators"]["extra"]["data_generation_ids"] == [3, 5, 6, 8]
     assert "eagle_config.eagle_aux_hidden_state_layer_ids: [2, 4, 5]" in _fix(d)
-    assert "--layer-ids 3 5 6 8" in _fix(d)
+    assert "--target-layer-ids 3 5 6  (aux ascending; the launcher appends 8" in _fix(d)
     # or the contract change, if the data is the intended one
     assert d.ids["contract"] == {"capture.boundaries": ["B_4", "B_6", "B_7"], "draft.layer_ids.values": [3, 5, 6]}
     assert {"slot_identity", "slot_order", "row_fingerprint"} <= set(d.checks)
@@ -106,7 +106,7 @@ def test_embedding_in_place_of_the_last_layer(base):
     assert (d.kind, d.fault) == ("embedding-for-last", "K2")
     assert "slot 0 is B_0 (embedding output); contract says B_3" in d.evidence
     assert any("verifier slot holds B_6, the last aux boundary; contract says B_8" in e for e in d.evidence)
-    assert "--layer-ids 3 5 6 8" in _fix(d)
+    assert "--target-layer-ids 3 5 6  (aux ascending; the launcher appends 8" in _fix(d)
     assert {"slot_identity", "no_embedding", "verifier_identity"} <= set(d.checks)
     assert len(ds) == 1  # one fault, one diagnosis
 

@@ -202,3 +202,18 @@ def test_rows_of_other_tokens_stay_a_fault_under_the_right_precision(tiny, tiny_
     assert any(f.status == "fail" for f in fs if f.check == "row_fingerprint")
     kinds = [d.kind for d in diagnose(tiny_contract, fs)]
     assert kinds and "production-precision" not in kinds, kinds
+
+
+# --- fix hints use the installed tool's own flag (issue 23 item 4) ------------------------------------
+
+
+def test_the_data_generation_hint_names_the_installed_speculators_flag(tiny_contract):
+    """The flag comes from speculators' own parser (0.9.0: --target-layer-ids), never 0.4's --layer-ids."""
+    from speculators.train.config.resolution import build_parser
+
+    from eagle3_conformance.diagnose import _Fixer, translate_ids
+
+    want = next(a.option_strings for a in build_parser()._actions if a.dest == "target_layer_ids")
+    lines = _Fixer(tiny_contract, translate_ids).data_generation(["B_2", "B_4", "B_5"], {})
+    assert want == ["--target-layer-ids"] and "--target-layer-ids 2 4 5 " in lines[0], lines
+    assert " --layer-ids" not in lines[0]
