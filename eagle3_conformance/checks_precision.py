@@ -15,7 +15,8 @@ SmolLM2-135M-Instruct over the 92 corpus items (``/tmp``-free reproduction in do
 "Production precision"): float32 boundaries stored as bf16 give per-sample, per-depth medians of
 0.03..0.15 deg; a bf16 forward 0.13..2.23 deg (median 0.64). A median above
 :data:`FLOAT32_MEDIAN_ANGLE_DEG` (0.3 deg, twice the worst float32 case) is not float32 production.
-A median is robust against a minority of moved rows (K13), which leave the other rows exact.
+A median is robust against a minority of moved rows (K13), which leave the other rows exact; a median
+beyond :data:`NOISE_MEDIAN_MAX_DEG` (most rows elsewhere) is no precision's noise and is not judged.
 Only a float32 declaration can be refuted this way (half-precision noise has no upper band that
 separates it from faults); FP8 transport (``training.transfer: fp8``) adds its own noise (median
 relative error 0.026, about 1.5 deg) and is not judged.
@@ -37,6 +38,9 @@ from eagle3_conformance.reference import Reference
 
 #: median per-row angle (degrees) above which data is not float32-produced (see the module docstring)
 FLOAT32_MEDIAN_ANGLE_DEG = 0.3
+#: above this median the rows are not a precision's noise at all (most rows belong elsewhere: a fault
+#: the other checks name): the bf16 per-sample allowance, itself above the 5.24 deg worst bf16 noise measured
+NOISE_MEDIAN_MAX_DEG = gates.IDENTITY_NOISE_DEG["bfloat16"]
 CHECK = "production_precision"
 
 
@@ -88,6 +92,10 @@ def check_production_precision(c: Contract, cap: Capture, ref: Reference) -> lis
                    "no slot matches its declared boundary on a resolvable row: nothing to measure", "K12")]
     med = float(torch.cat(angles).median())
     obs = {"median_row_angle_deg": round(med, 4), "declared": declared, "key": key}
+    if med > NOISE_MEDIAN_MAX_DEG:
+        return [_f(CHECK, "skip", cap, "feature", declared, obs,
+                   f"median per-row angle to the reference {med:.1f} deg: beyond any precision's noise "
+                   f"({NOISE_MEDIAN_MAX_DEG:g} deg); most rows are not their boundary (the other checks say why)", "K12")]
     if declared != "float32" or med <= FLOAT32_MEDIAN_ANGLE_DEG:
         return [_f(CHECK, "pass", cap, "feature", declared, obs,
                    f"median per-row angle to the reference {med:.3f} deg: consistent with {key} {declared}", "K12")]
