@@ -217,3 +217,28 @@ def test_the_data_generation_hint_names_the_installed_speculators_flag(tiny_cont
     lines = _Fixer(tiny_contract, translate_ids).data_generation(["B_2", "B_4", "B_5"], {})
     assert want == ["--target-layer-ids"] and "--target-layer-ids 2 4 5 " in lines[0], lines
     assert " --layer-ids" not in lines[0]
+
+
+# --- the writer numbers shards by the surviving Arrow rows (issue 23 item 5) ----------------------------
+
+
+def test_an_all_zero_mask_row_is_dropped_and_the_shards_stay_in_step(tiny, tiny_contract, tiny_ref, tmp_path):
+    """speculators' own preprocessing drops a row with no supervised token; hs_{i} numbers the surviving
+    Arrow rows, so every shard's token_ids equal its Arrow row's and check-data conforms."""
+    from datasets import load_from_disk
+    from safetensors.torch import load_file
+
+    from eagle3_conformance.datagen import write_speculators_dataset
+    from eagle3_conformance.fixtures import sample_token_ids
+
+    prompts = sample_token_ids(tiny.spec, 5, 8, 16, seed=9)
+    masks = [[1] * len(p) for p in prompts]
+    masks[1] = [0] * len(prompts[1])  # no supervised token: speculators drops this row
+    d = write_speculators_dataset(tmp_path / "ds", tiny_ref, prompts, slots=SLOTS, loss_masks=masks)
+    ds = load_from_disk(str(d))
+    assert len(ds) == 4 and sorted(p.name for p in (d / "hidden_states").iterdir()) == [f"hs_{i}.safetensors" for i in range(4)]
+    for i in range(4):
+        assert load_file(str(d / "hidden_states" / f"hs_{i}.safetensors"))["token_ids"].tolist() == list(ds[i]["input_ids"])
+    out = tmp_path / "r.json"
+    assert main(["check-data", str(TINY), "--data", str(d), "--quiet", "--json", str(out),
+                 "--reference", str(tiny.target_dir)]) == 0
