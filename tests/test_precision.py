@@ -85,8 +85,8 @@ def _pair(tmp: Path, dtype: str, model_type: str = "llama") -> tuple[Path, Path]
     ("sglang", "float32", "llama", "float16", "float16"),
     ("sglang", "float32", "gemma3_text", "bfloat16", "bfloat16"),
     ("sglang", "bfloat16", "llama", "bfloat16", "bfloat16"),
-    # SpecForge 0.2.0 capture: model.torch_dtype default bfloat16 (config/schema.py:73); served by SGLang
-    ("specforge", "float32", "llama", "bfloat16", "float16"),
+    # SpecForge 0.2.0 prepare_hidden_states.py captures in the checkpoint dtype (build_target_model); served by SGLang
+    ("specforge", "float32", "llama", "float32", "float16"),
 ])
 def test_init_derives_the_production_precision_by_the_engines_auto_rule(tmp_path, engine, dtype, model_type,
                                                                          training, serving):
