@@ -37,6 +37,8 @@ fp8-transport         K12    hs-connectors FP8 data read without its scales (the
                              hidden_states_scales), or FP8's shared per-token scale coarsening a slot
 pre-fc-norm           K4     the fc input lacks (or has) the pre-fc norm the contract declares
 rows-misassigned      K13    slot identity holds on average but individual rows belong to other tokens
+hidden-without-residual K4   a slot matches no boundary but slot + B_{k-1} is its declared B_k: the
+                             layer's update captured before the residual add
 verifier-missing      K3     the data stores only the aux planes (vLLM extraction files with N = K); the
                              declared verifier is missing
 production-precision  --     the data's noise against the reference is that of a lower precision than the
@@ -75,6 +77,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "fp8-transport": ("K12", "FP8 training data read without its scales, or coarsened by the shared per-token scale"),
     "pre-fc-norm": ("K4", "the pre-fc norm the draft declares is missing on the path (or the reverse)"),
     "rows-misassigned": ("K13", "rows of other tokens or requests"),
+    "hidden-without-residual": ("K4", "a layer's update captured without the residual (x + B_{k-1} = B_k)"),
     "verifier-missing": ("K3", "no verifier plane in the data although the contract declares verifier_last"),
     "production-precision": ("", "produced in lower precision than the contract declares (precision block)"),
 }
@@ -187,9 +190,12 @@ def _slot_index(label: Optional[str]) -> int:
 class _PathView:
     """The findings of one path, indexed by check and slot."""
 
-    def __init__(self, path: str, findings: list[Finding]):
+    def __init__(self, path: str, findings: list[Finding], others_matched: tuple[str, ...] = ()):
         self.path = path
         self.findings = findings
+        #: other paths of the same run on which the slots matched their declared boundaries (the
+        #: reference is then the right checkpoint: never blamed)
+        self.others_matched = others_matched
         self.by_check: dict[str, list[Finding]] = {}
         for f in findings:
             self.by_check.setdefault(f.check, []).append(f)
@@ -638,6 +644,30 @@ def _permuted(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosi
                       {v.path: v.support([j for j in aux if j.wrong])}, ids)]
 
 
+def _without_residual(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
+    """``residual_missing`` failed: slots hold the layer's update, not the residual stream."""
+    bad = v.failing("residual_missing")
+    if not bad or "slot_identity" in used:
+        return []
+    labels = sorted({f.slot for f in bad if f.slot}, key=lambda s: _slot_index(s) if s != "verifier" else 10**6)
+    declared = {f.slot: str(f.expected) for f in bad}
+    used.update(_IDENTITY_CHECKS + ("residual_missing",) + (_VERIFIER_CHECKS if "verifier" in labels else ()))
+    n = max(Counter(f.slot for f in bad).values())
+    n_all = max((j.judged for j in v.aux()), default=n)
+    ev = [f"{lab} + B_{(_idx(declared[lab]) or 1) - 1} is {declared[lab]} on the reference (the slot itself matches "
+          "no boundary)" for lab in labels]
+    if v.others_matched:
+        ev.append(f"on {', '.join(v.others_matched)} the same reference matches the declared boundaries: the reference "
+                  "is the right checkpoint")
+    return [Diagnosis(
+        "hidden-without-residual", "K4", f"{', '.join(labels)} hold{'s' if len(labels) == 1 else ''} the layer's update "
+        "without the residual it is added to", tuple(ev),
+        ("capture the residual stream entering the layer (hidden_states + residual after the fused add), not the "
+         "layer's output before the add (vllm-project/vllm#14464; SGLang 0.5.23's Gemma 3 aux capture)",),
+        (v.path,), tuple(labels), _explained(v, _IDENTITY_CHECKS + ("residual_missing",), labels),
+        {v.path: f"{n}/{n_all} {v.unit}"})]
+
+
 def _no_boundary(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
     if "slot_identity" in used:
         return []
@@ -646,7 +676,7 @@ def _no_boundary(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagn
     none = [j for j in aux if j.wrong and j.observed == "none"]
     if not none:
         return []
-    if len(none) == len(aux) and (ver is None or ver.fails * 2 > ver.judged):
+    if len(none) == len(aux) and (ver is None or ver.fails * 2 > ver.judged) and not v.others_matched:
         used.update(_IDENTITY_CHECKS + _VERIFIER_CHECKS)
         ev = [f"{', '.join(j.label for j in none)}: the best cosine to any boundary B_0..B_{c.L}, F of the "
               "reference is below 0.5, on most samples"]
@@ -667,6 +697,9 @@ def _no_boundary(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagn
     if good:
         ev.append(f"{', '.join(good)} match{'es' if len(good) == 1 else ''} the declared boundar"
                   f"{'y' if len(good) == 1 else 'ies'}: the reference is the right model")
+    if v.others_matched:
+        ev.append(f"on {', '.join(v.others_matched)} the same reference matches the declared boundaries: the "
+                  "reference is the right checkpoint")
     labels = ", ".join(j.label for j in none)
     return [Diagnosis(
         "not-a-boundary", "K4", f"{labels} hold{'s' if len(none) == 1 else ''} a tensor that is no residual-stream "
@@ -929,7 +962,7 @@ def _within_half(f: Finding) -> bool:
 
 def _production_precision(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
     """``production_precision`` failed: the data was produced in lower precision than declared
-    (:mod:`eagle3_conformance.checks_precision`). Runs first, so that the noise it explains is never
+    (:func:`eagle3_conformance.checks.check_production_precision`). Runs first, so that the noise it explains is never
     named as a fault (K13 rows of other tokens, K12 FP8 scaling)."""
     bad = v.failing("production_precision")
     if not bad:
@@ -979,8 +1012,8 @@ def _rows_misassigned(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[
 
 
 _RULES = (_production_precision, _one_slot_input, _other_width, _slot_count, _verifier_missing, _embedding_for_last,
-          _engine_default, _convention_shift, _permuted, _no_boundary, _slot_off, _loose_match, _verifier_state, _fp8_transport, _magnitude, _pre_fc_norm,
-          _rows_misassigned)
+          _engine_default, _convention_shift, _permuted, _without_residual, _no_boundary, _slot_off, _loose_match,
+          _verifier_state, _fp8_transport, _magnitude, _pre_fc_norm, _rows_misassigned)
 
 
 # --- entry ----------------------------------------------------------------------------------------
@@ -1011,14 +1044,21 @@ def diagnose(contract: Contract, findings: Iterable[Any], *, translate: Optional
     for f in fs:
         by_path.setdefault(f.path, []).append(f)
     found: list[Diagnosis] = []
+    matched = [p for p, pf in by_path.items() if _matches_reference(pf)]
     for path, pf in by_path.items():
         if not any(f.status == "fail" for f in pf):
             continue
-        view = _PathView(path, pf)
+        view = _PathView(path, pf, tuple(p for p in matched if p != path))
         used: set = set()
         for rule in _RULES:
             found += rule(contract, view, fx, used)
     return _merge(found)
+
+
+def _matches_reference(fs: list[Finding]) -> bool:
+    """Most slot-identity judgements on this path pass: the reference is the data's checkpoint."""
+    judged = [f for f in fs if f.check == "slot_identity" and f.status in ("pass", "fail")]
+    return bool(judged) and sum(f.status == "pass" for f in judged) * 2 > len(judged)
 
 
 def _merge(ds: list[Diagnosis]) -> list[Diagnosis]:

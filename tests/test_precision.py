@@ -179,7 +179,7 @@ def test_bf16_produced_data_under_a_float32_contract_names_the_precision_key(bf1
 
 def test_float32_produced_data_passes_the_precision_check(tiny, tiny_contract, tiny_ref, good_caps):
     """The fixture's data (float32 forward, stored bf16) is float32 production: never flagged."""
-    from eagle3_conformance.checks_precision import check_production_precision
+    from eagle3_conformance.checks import check_production_precision
 
     fs = [f for cap in good_caps for f in check_production_precision(tiny_contract, cap, tiny_ref.capture(cap.token_ids))]
     assert fs and all(f.status == "pass" for f in fs), [f.message for f in fs if f.status != "pass"]
