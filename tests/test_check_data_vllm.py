@@ -94,16 +94,16 @@ def test_connector_files_conform_every_file_scanned_fingerprints_on_the_sample(g
 
 def test_sampled_findings_equal_check_offlines_on_the_same_files(good_dir, write, tiny, tiny_contract):
     """The fingerprint sample is read with check-offline's reader and rule (first K planes aux, plane
-    K the verifier when N = K + 1; N = K: no verifier): with every file sampled, the sampled findings
+    K the verifier when N = K + 1; N = K: no verifier, which fails verifier_present): with every file sampled, the sampled findings
     are check-offline's findings, for both plane counts."""
     from eagle3_conformance.runner import offline_findings
     from eagle3_conformance.tools.vllm_hidden_states import find_files
 
-    for d in (good_dir, write(AUX)):
+    for d, bad in ((good_dir, set()), (write(AUX), {"verifier_present"})):  # N = K: the verifier is missing
         res = scan(tiny_contract, d, sample=-1, reference_dir=tiny.target_dir)
         got = [f.to_json() for f in res.findings if f.path == VLLM_PATH]
         want = [f.to_json() for f in offline_findings(tiny_contract, find_files(d), tiny.target_dir)]
-        assert got == want and not [f for f in res.findings if f.status == "fail"]
+        assert got == want and {f.check for f in res.findings if f.status == "fail"} == bad
 
 
 def test_raw_connector_output_without_b_l_fails_naming_the_missing_verifier(write, tiny, tiny_contract, tmp_path,
