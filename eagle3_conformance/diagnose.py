@@ -39,6 +39,8 @@ pre-fc-norm           K4     the fc input lacks (or has) the pre-fc norm the con
 rows-misassigned      K13    slot identity holds on average but individual rows belong to other tokens
 hidden-without-residual K4   a slot matches no boundary but slot + B_{k-1} is its declared B_k: the
                              layer's update captured before the residual add
+verifier-slot-off     K3     the verifier slot holds another boundary than the declared B_L / F (the
+                             embedding B_0, a mid layer) or none
 verifier-missing      K3     the data stores only the aux planes (vLLM extraction files with N = K); the
                              declared verifier is missing
 production-precision  --     the data's noise against the reference is that of a lower precision than the
@@ -78,6 +80,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "pre-fc-norm": ("K4", "the pre-fc norm the draft declares is missing on the path (or the reverse)"),
     "rows-misassigned": ("K13", "rows of other tokens or requests"),
     "hidden-without-residual": ("K4", "a layer's update captured without the residual (x + B_{k-1} = B_k)"),
+    "verifier-slot-off": ("K3", "the verifier slot holds another boundary (the embedding, a mid layer) or none"),
     "verifier-missing": ("K3", "no verifier plane in the data although the contract declares verifier_last"),
     "production-precision": ("", "produced in lower precision than the contract declares (precision block)"),
 }
@@ -799,6 +802,24 @@ def _verifier_state(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Di
                       _explained(v, _VERIFIER_CHECKS, ["verifier"]), {v.path: f"{n}/{judged} {v.unit}"})]
 
 
+def _verifier_other(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
+    """The verifier slot holds another boundary than B_L / F (the embedding B_0, a mid layer) or none:
+    every failing slot kind gets a diagnosis (issue 23 item 6)."""
+    ver = v.verifier()
+    if "verifier_identity" in used or ver is None or not ver.wrong:
+        return []
+    used.update(_VERIFIER_CHECKS)
+    what = {"none": "no boundary of the reference", "B_0": "B_0, the embedding output"}.get(
+        ver.observed, f"{ver.observed}, a mid-depth boundary")
+    return [Diagnosis(
+        "verifier-slot-off", "K3", f"the verifier slot holds {what} where the contract declares {ver.declared}",
+        (f"verifier_identity: {ver.observed} on {ver.fails} of {ver.judged} {v.unit}; contract says {ver.declared}",),
+        (f"store {ver.declared} as the last plane: the data-generation list is the aux ids then L = {c.L} (speculators' "
+         "launcher appends L itself with --include-last-layer, its default); an id of 0 there stores the embedding",),
+        (v.path,), ("verifier",), _explained(v, _VERIFIER_CHECKS, ["verifier"]),
+        {v.path: f"{ver.fails}/{ver.judged} {v.unit}"})]
+
+
 def _fp8_transport(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
     """hs-connectors transport (checks ``transfer_backend``, ``fp8_scale_error``)."""
     out = []
@@ -1013,7 +1034,7 @@ def _rows_misassigned(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[
 
 _RULES = (_production_precision, _one_slot_input, _other_width, _slot_count, _verifier_missing, _embedding_for_last,
           _engine_default, _convention_shift, _permuted, _without_residual, _no_boundary, _slot_off, _loose_match,
-          _verifier_state, _fp8_transport, _magnitude, _pre_fc_norm, _rows_misassigned)
+          _verifier_state, _verifier_other, _fp8_transport, _magnitude, _pre_fc_norm, _rows_misassigned)
 
 
 # --- entry ----------------------------------------------------------------------------------------

@@ -484,3 +484,11 @@ def test_data_of_another_width_is_another_model_not_a_slot_count(tiny, tmp_path)
     assert ds[0]["kind"] == "other-model-width" and ds[0]["fault"] == "K6", [d["kind"] for d in ds]
     assert "slot-count" not in [d["kind"] for d in ds]
     assert "128 wide" in ds[0]["title"], ds[0]["title"]  # tiny-llama: d = 64, stored 2 x 64
+
+
+def test_the_embedding_in_the_verifier_slot_is_diagnosed(base):
+    """On-disk slots [B_3, B_5, B_6, B_0]: the verifier slot holds the embedding (issue 23 item 6: before, it
+    failed verifier_identity with no diagnosis)."""
+    d = _one(diagnose(base[2], _train(base, Knobs(slots=["B_3", "B_5", "B_6", "B_0"]))), "verifier-slot-off")
+    assert d.fault == "K3" and "B_0, the embedding output" in d.title and d.slots == ("verifier",)
+    assert "verifier_identity" in d.checks
