@@ -230,7 +230,7 @@ def _free_port() -> int:
 
 def _cores() -> int:
     """The CPUs check-data itself counts (affinity mask, container quota)."""
-    from eagle3_conformance.scan import available_cpus
+    from eagle3_conformance.ray_tasks import available_cpus
 
     return available_cpus()
 

@@ -62,7 +62,7 @@ class Tally:
 
     def add_verdicts(self, c, caps, ref_model) -> None:
         """Separation of the correct slots and the off-by-one verdicts, on the same captures."""
-        from eagle3_conformance.checks import _keep_rows, judge
+        from eagle3_conformance.checks import judge, keep_rows
         from eagle3_conformance.notation import Boundary
 
         d = c.draft.target_hidden_size
@@ -70,7 +70,7 @@ class Tally:
             if cap.feature.shape[0] == 0 or cap.width != c.capture.feature_width:
                 continue
             ref = ref_model.capture(cap.token_ids)
-            keep = _keep_rows(c, cap.rows)
+            keep = keep_rows(c, cap.rows)
             if not bool(keep.any()):
                 continue
             for i, s in enumerate(cap.slots(d)):

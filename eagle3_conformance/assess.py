@@ -15,7 +15,8 @@ observation part    judged by
                     e.g. an engine's decode rows)
 ``pairs``           the two captures of the same tokens on two paths agree row by row
                     (:func:`eagle3_conformance.checks.check_cross_path`)
-``facts``           one check per named fact of the whole run (:data:`FACT_CHECKS`)
+``facts``           one check per named fact of the whole run: the check registered for it
+                    (:func:`eagle3_conformance.checks.registry.fact_checks`)
 ==================  =======================================================================
 """
 
@@ -26,15 +27,6 @@ from typing import Any, Callable, Optional
 
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.findings import Finding
-
-
-FACT_CHECKS: dict[str, str] = {
-    "sglang_version": "check_engine_version",   # str: the installed SGLang release
-    "avg_accept_length": "check_accept_length",  # float or None: avg_spec_accept_length
-    "vllm_version": "check_vllm_version",        # str: the installed vLLM release
-}
-"""Facts a path may report (:attr:`eagle3_conformance.paths.base.Observation.facts`) -> the function of
-:mod:`eagle3_conformance.checks` that judges each (imported when needed)."""
 
 
 def capture_findings(c: Contract, cap, ref_model) -> list[Finding]:
@@ -107,12 +99,13 @@ def assess(c: Contract, obs, reference: Callable[[], Any], path: Optional[str] =
         for a, b in obs.pairs:
             out += check_cross_path(c, a, b)
     if obs.facts:
-        from eagle3_conformance import checks
+        from eagle3_conformance.checks.registry import fact_checks
 
+        known = fact_checks()
         for name, value in obs.facts.items():
-            if name not in FACT_CHECKS:
-                raise ValueError(f"no check for the fact {name!r}; known: {', '.join(FACT_CHECKS)}")
-            fn = getattr(checks, FACT_CHECKS[name])
+            if name not in known:
+                raise ValueError(f"no check for the fact {name!r}; known: {', '.join(known)}")
+            fn = known[name].fn
             if path is not None and "path" in inspect.signature(fn).parameters:
                 out += fn(c, value, path=path)  # the finding names the path that measured it
             else:

@@ -52,6 +52,11 @@ class Capture:
         fc_source: [N, W] or None; the draft input ``fc_input`` was computed from, recorded in the
             same forward (equal to ``feature`` unless the capture was changed after the engine).
         provenance: free-form facts (engine, version, files, sample index).
+        stored: the capture is stored training data (what a trainer reads from a dataset), set
+            by the tool that read it (speculators' and SpecForge's loaders, vLLM extraction files,
+            offline files, check-data's all-rows pass); False: what an engine served. Checks
+            read the kind from here, never from the path's name (stored data carries
+            ``data_dtype``, and positions at ``alignment.position``).
     """
 
     path: str
@@ -74,6 +79,7 @@ class Capture:
     fc_input: Optional[torch.Tensor] = None
     fc_source: Optional[torch.Tensor] = None
     provenance: dict[str, Any] = field(default_factory=dict)
+    stored: bool = False
 
     @property
     def width(self) -> int:

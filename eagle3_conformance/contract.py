@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
+from eagle3_conformance import shipped
 from eagle3_conformance.notation import Boundary
 
 SCHEMA_VERSION = 1
@@ -241,7 +242,7 @@ class Precision(_Strict):
     ``eagle3-conformance init`` derives both from the named engine's own ``auto`` rule."""
 
     training: Optional[DTypeName] = Field(
-        None, description="Training data generation (paths training*): the dtype of the forward that wrote the "
+        None, description="Training data generation (stored training data): the dtype of the forward that wrote the "
         "hidden states (e.g. the vLLM server behind speculators' generate-offline-data, SpecForge's capture). "
         "null: target.dtype.",
     )
@@ -509,10 +510,10 @@ class Contract(_Strict):
         """dtype the serving engine runs the target in (``precision.serving`` or ``target.dtype``)."""
         return self.precision.serving or self.target.dtype
 
-    def produced_dtype(self, path: Optional[str]) -> str:
-        """The precision of the hidden states on ``path``: ``training*`` paths (data generation)
-        :attr:`training_dtype`, every other path (and ``None``) :attr:`serving_dtype`."""
-        return self.training_dtype if path is not None and path.startswith("training") else self.serving_dtype
+    def produced_dtype(self, stored: bool) -> str:
+        """The precision hidden states were produced in: stored training data (``Capture.stored``,
+        written by the data generation) :attr:`training_dtype`, a serving capture :attr:`serving_dtype`."""
+        return self.training_dtype if stored else self.serving_dtype
 
     @property
     def L(self) -> int:  # noqa: N802 - the field's letter
@@ -769,6 +770,14 @@ def contract_source(c: Contract) -> Optional[Path]:
 
 def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
     """Cross-field consistency. Returns (key path, message) pairs; empty when consistent."""
+    from eagle3_conformance.families import method_problems  # DFlash / MTP rules (issue 14)
+
+    return (_capture_problems(c) + _size_problems(c) + _verifier_problems(c) + _pairing_problems(c)
+            + _layer_id_problems(c) + _band_problems(c) + _gate_vocab_position_problems(c) + method_problems(c))
+
+
+def _capture_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """The aux boundaries and the feature width."""
     out: list[tuple[tuple, str]] = []
     L = c.target.num_hidden_layers
     aux = c.capture.parsed
@@ -796,6 +805,12 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
              f"{c.capture.feature_width} != K x target_hidden_size = {K} x "
              f"{c.draft.target_hidden_size} = {want}")
         )
+    return out
+
+
+def _size_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """Draft widths and vocabulary against the target."""
+    out: list[tuple[tuple, str]] = []
     if c.draft.target_hidden_size != c.target.hidden_size:
         out.append(
             (("draft", "target_hidden_size"),
@@ -806,6 +821,13 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
             (("draft", "draft_vocab_size"),
              f"{c.draft.draft_vocab_size} > target vocab_size {c.target.vocab_size}")
         )
+    return out
+
+
+def _verifier_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """The verifier slot: B_L pre-norm or F post-norm."""
+    out: list[tuple[tuple, str]] = []
+    L = c.target.num_hidden_layers
     v = c.verifier_last.parsed
     if v.final and c.verifier_last.norm != "post":
         out.append((("verifier_last", "norm"), "F is post-final-norm: norm must be 'post'"))
@@ -817,6 +839,12 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
             )
         if c.verifier_last.norm != "pre":
             out.append((("verifier_last", "norm"), f"B_{L} is pre-final-norm: norm must be 'pre'"))
+    return out
+
+
+def _pairing_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """The loss-mask offset and the hs-connectors transfer backend."""
+    out: list[tuple[tuple, str]] = []
     al = c.alignment
     if al.loss_mask != al.target and not (al.loss_mask_reason or "").strip():
         out.append((("alignment", "loss_mask"),
@@ -827,6 +855,14 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
         out.append((("training", "transfer"),
                     f"transfer {c.training.transfer!r} is an hs-connectors backend, read by speculators; training.tool "
                     f"{c.training.tool!r} reads its own files (use transfer: file)"))
+    return out
+
+
+def _layer_id_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """The layer ids written into the draft config."""
+    out: list[tuple[tuple, str]] = []
+    L = c.target.num_hidden_layers
+    K = len(c.capture.parsed)
     ids = c.draft.layer_ids
     if ids.location == "absent" and ids.values is not None:
         out.append((("draft", "layer_ids", "values"), "location is 'absent' but values are given"))
@@ -851,6 +887,14 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
             out += [(("draft", "layer_ids") + loc, msg) for loc, msg in layer_id_problems(
                 L, c.capture.boundaries, ids.values, ids.location, sglang=bool(c.engines.sglang_validated),
                 model_file=c.engines.sglang_model_file, architecture=c.target.architecture)]
+    return out
+
+
+def _band_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """Norm bands: one per declared slot, ordered limits, calibrated to gate."""
+    out: list[tuple[tuple, str]] = []
+    aux = c.capture.parsed
+    v = c.verifier_last.parsed
     nb = c.norm_bands
     seen = set()
     declared = set(aux) | {v}
@@ -880,6 +924,13 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
     for i, pos in enumerate(nb.exclude_positions):
         if pos < 0:
             out.append((("norm_bands", "exclude_positions", i), f"position {pos} is negative; positions start at 0"))
+    return out
+
+
+def _gate_vocab_position_problems(c: Contract) -> list[tuple[tuple, str]]:
+    """The accept-length gate, the vocab mapping sizes, the draft's positions."""
+    out: list[tuple[tuple, str]] = []
+    nb = c.norm_bands
     g = c.gates
     if g.min_accept_length is not None and nb.status != "calibrated" and not _measured_on_cpu(c):
         out.append(
@@ -898,9 +949,6 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
             and pz.serving_max_len > pz.draft_max_position_embeddings):
         out.append((("positions", "serving_max_len"),
                     f"{pz.serving_max_len} > draft_max_position_embeddings {pz.draft_max_position_embeddings}"))
-    from eagle3_conformance.families import method_problems  # DFlash / MTP rules (issue 14)
-
-    out += method_problems(c)
     return out
 
 
@@ -911,10 +959,16 @@ def fixture_problems(c: Contract) -> list[tuple[tuple, str]]:
     Returns (key path, message) pairs naming the known fixtures; empty when it resolves or is unset.
 
     Not part of :func:`semantic_problems` (it reads the file system); ``eagle3-conformance validate``
-    runs it, commands that run a contract report an absent fixture when they need it."""
+    runs it, commands that run a contract report an absent fixture when they need it. From an
+    installed package (no ``fixtures/``) a name of :data:`eagle3_conformance.shipped.EMBEDDED_FIXTURES`
+    is no problem: ``validate`` prints :func:`~eagle3_conformance.shipped.checkout_fixture_note`."""
     if not c.fixture:
         return []
     from eagle3_conformance.fixture_base import FixtureError, known_fixtures, fixture_spec
+    from eagle3_conformance.shipped import checkout_fixture_note
+
+    if checkout_fixture_note(c.fixture):  # installed package: a checkout fixture, not a misspelling
+        return []
 
     try:
         fixture_spec(c.fixture)
@@ -930,7 +984,8 @@ def fixture_problems(c: Contract) -> list[tuple[tuple, str]]:
 
 # --- JSON Schema -----------------------------------------------------------------------------
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "contracts" / "schema" / "contract.schema.json"
+SCHEMA_PATH = shipped.SCHEMA_PATH
+"""The contract JSON Schema file: ``contracts/schema/contract.schema.json`` in a checkout, its copy in the wheel."""
 
 
 def json_schema() -> dict[str, Any]:

@@ -59,8 +59,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
-from eagle3_conformance.notation import Boundary
+from eagle3_conformance.findings import Finding, as_finding
+from eagle3_conformance.notation import Boundary, engine_default_aux_ids
 
 #: kind -> (FAULTS.md kind, one line); the catalogue of diagnoses (docs and tests use it)
 KINDS: dict[str, tuple[str, str]] = {
@@ -134,17 +134,10 @@ class Diagnosis:
 # --- findings -> a per-path view ------------------------------------------------------------------
 
 
-def _as_finding(f: Any) -> Finding:
-    if isinstance(f, Finding):
-        return f
-    keys = ("check", "status", "path", "slot", "expected", "observed", "where", "message", "fault", "gate")
-    return Finding(**{k: f.get(k, "" if k in ("message", "fault", "gate") else None) for k in keys})
-
-
-def _weight(f: Any) -> int:
+def _weight(f: Finding) -> int:
     """How many findings ``f`` stands for: a folded pass entry of ``--json-passes counts``
     (:func:`eagle3_conformance.report._pass_counts`) its ``count`` (an int >= 0), anything else 1."""
-    n = f.get("count") if isinstance(f, dict) else None
+    n = f.count
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 1
 
 
@@ -154,8 +147,8 @@ def _expand(findings: Iterable[Any]) -> list[Finding]:
     of the full report."""
     out: list[Finding] = []
     for f in findings:
-        x = _as_finding(f)
-        out.extend([x] * _weight(f))
+        x = as_finding(f)
+        out.extend([x] * _weight(x))
     return out
 
 
@@ -384,7 +377,7 @@ class _Fixer:
 
 def _defaults(L: int) -> list[str]:
     """The default layers of SGLang (no ids) and speculators/vLLM: B_2, B_{L//2}, B_{L-3}."""
-    return [f"B_{i}" for i in sorted({2, L // 2, L - 3}) if 0 < i <= L]
+    return [f"B_{i}" for i in sorted(set(engine_default_aux_ids(L))) if 0 < i <= L]
 
 
 def _idx(b: str) -> Optional[int]:

@@ -41,7 +41,7 @@ from functools import lru_cache
 from types import MethodType, SimpleNamespace
 from typing import Any, Callable, Optional, Sequence
 
-from eagle3_conformance.notation import Boundary
+from eagle3_conformance.notation import Boundary, engine_default_aux_ids
 
 TOOLS = ("sglang", "vllm", "speculators", "specforge")
 
@@ -248,8 +248,7 @@ def _known_rule(architecture: str, version: str, installed: SGLangRule) -> SGLan
                                f"release whose id rules are recorded (REFERENCE.md 3.2), and it is not installed "
                                f"(installed: {installed.version}): install it so that its own setter can be asked")
 
-    def default(L: int) -> list[int]:
-        return [2, L // 2, L - 3]
+    default = engine_default_aux_ids
 
     if file in _PLUS_ONE_FILES:
         def apply(L, ids):
@@ -574,7 +573,7 @@ def tool_to_boundaries(tool: str, ids: Optional[Sequence[int]], num_layers: int,
     if tool == "specforge":
         ids = specforge_layer_ids(ids, L)
     if ids is None:
-        return [Boundary(i) for i in (2, L // 2, L - 3)]
+        return [Boundary(i) for i in engine_default_aux_ids(L)]
     ids = [int(i) for i in ids]
     if tool == "specforge" or (tool == "speculators" and version and _vkey(version) < (0, 5)):
         if len(set(ids)) != len(ids) or min(ids) < 0:

@@ -1,8 +1,8 @@
 """The numbers behind the identity and agreement gates, resolved for one contract.
 
 A contract's ``gates`` block leaves these null by default; they are then derived from the
-precision the hidden states on the judged path were *produced* in: ``precision.training`` for the
-training paths (``training*``), ``precision.serving`` for every other path, each ``target.dtype``
+precision the judged hidden states were *produced* in: ``precision.training`` for stored training
+data (``Capture.stored``), ``precision.serving`` for a serving capture, each ``target.dtype``
 (the checkpoint's) when null (:meth:`eagle3_conformance.contract.Contract.produced_dtype`). A float32
 checkpoint served with an engine's ``dtype="auto"`` produces half-precision data, whose noise the
 float32 gates would call a fault (issue 23). The defaults come from measurements on two
@@ -61,34 +61,35 @@ FP8_MAX_RELATIVE_ERROR = {"float32": 0.10, "bfloat16": 0.55, "float16": 0.55}
 _ORDER = ("float32", "bfloat16", "float16")
 
 
-def precision(c, path=None) -> str:
-    """The precision the gates of ``path`` follow (``None``: serving), as a key of the tables above."""
-    d = c.produced_dtype(path)
+def precision(c, stored: bool = False) -> str:
+    """The precision the gates follow for stored training data (``stored``) or a serving capture, as
+    a key of the tables above."""
+    d = c.produced_dtype(stored)
     return d if d in IDENTITY_NOISE_DEG else "bfloat16"
 
 
-def lower_precision(c, *paths) -> str:
-    """The lower of the precisions of ``paths`` (a cross-path comparison is as noisy as its noisier side)."""
-    return max((precision(c, p) for p in paths), key=lambda d: IDENTITY_NOISE_DEG[d])
+def lower_precision(c, *stored: bool) -> str:
+    """The lower of the precisions of captures of these kinds (a comparison is as noisy as its noisier side)."""
+    return max((precision(c, s) for s in stored), key=lambda d: IDENTITY_NOISE_DEG[d])
 
 
-def identity_noise_deg(c, path=None) -> float:
-    """Per-sample noise allowance in degrees (``gates.identity_noise_deg`` or the path precision's default)."""
+def identity_noise_deg(c, stored: bool = False) -> float:
+    """Per-sample noise allowance in degrees (``gates.identity_noise_deg`` or the precision's default)."""
     g = c.gates.identity_noise_deg
-    return float(g) if g is not None else IDENTITY_NOISE_DEG[precision(c, path)]
+    return float(g) if g is not None else IDENTITY_NOISE_DEG[precision(c, stored)]
 
 
-def row_min_cosine(c, path=None) -> float:
-    """Per-row cosine floor (``gates.slot_identity_min_cosine`` or the path precision's default)."""
+def row_min_cosine(c, stored: bool = False) -> float:
+    """Per-row cosine floor (``gates.slot_identity_min_cosine`` or the precision's default)."""
     g = c.gates.slot_identity_min_cosine
-    return float(g) if g is not None else ROW_MIN_COSINE[precision(c, path)]
+    return float(g) if g is not None else ROW_MIN_COSINE[precision(c, stored)]
 
 
-def cross_path_min_cosine(c, *paths) -> float:
+def cross_path_min_cosine(c, *stored: bool) -> float:
     """Cross-path per-row cosine floor (``gates.cross_path_min_cosine`` or the default of the lower
-    precision of ``paths``; none given: serving)."""
+    precision of the two captures' kinds; none given: serving)."""
     g = c.gates.cross_path_min_cosine
-    return float(g) if g is not None else CROSS_PATH_MIN_COSINE[lower_precision(c, *(paths or (None,)))]
+    return float(g) if g is not None else CROSS_PATH_MIN_COSINE[lower_precision(c, *(stored or (False,)))]
 
 
 def resolvable_max_cosine(c) -> float:
@@ -96,17 +97,17 @@ def resolvable_max_cosine(c) -> float:
     return float(g) if g is not None else RESOLVABLE_MAX_COSINE
 
 
-def magnitude_max_ratio(c, path=None) -> float:
-    """Magnitude band factor by the path's precision (no contract key: the faults it exists for are an
-    order of magnitude outside it)."""
-    return MAGNITUDE_MAX_RATIO[precision(c, path)]
+def magnitude_max_ratio(c, stored: bool = False) -> float:
+    """Magnitude band factor by the capture's precision (no contract key: the faults it exists for are
+    an order of magnitude outside it)."""
+    return MAGNITUDE_MAX_RATIO[precision(c, stored)]
 
 
-def fp8_max_relative_error(c, path="training") -> float:
+def fp8_max_relative_error(c, stored: bool = True) -> float:
     """Per-token relative error tolerance of the training data (``gates.fp8_max_relative_error``
     or the default :data:`FP8_MAX_RELATIVE_ERROR` of the precision the data was produced in)."""
     g = c.gates.fp8_max_relative_error
-    return float(g) if g is not None else FP8_MAX_RELATIVE_ERROR[precision(c, path)]
+    return float(g) if g is not None else FP8_MAX_RELATIVE_ERROR[precision(c, stored)]
 
 
 def angle_deg(cos: float) -> float:

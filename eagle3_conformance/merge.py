@@ -1,9 +1,11 @@
 """Merge JSON reports of sharded runs (``eagle3-conformance merge-reports OUT.json IN1.json IN2.json ...``,
 :mod:`eagle3_conformance.cli.merge_reports`).
 
-A report is the document :func:`eagle3_conformance.report.write_json` writes:
-``{"contract": ..., "findings": [{"check", "status", "path", "slot", "expected", "observed",
-"where", "message", "fault"}, ...], "meta": {...}}``. Parts must be of the same contract: the
+A report is the document :func:`eagle3_conformance.report.write_json` writes
+(:class:`eagle3_conformance.findings.Report`): ``{"contract": ..., "findings": [{"check", "status",
+"path", "slot", "expected", "observed", "where", "message", "fault"[, "gate"][, "count"]}, ...],
+"meta": {...}}``, read with :meth:`~eagle3_conformance.findings.Report.from_json` and written with
+the same renderer; no key of a finding is dropped. Parts must be of the same contract: the
 ``meta.contract_sha256`` of every part when all parts carry one (so the same file under
 different paths on different machines merges), else the ``contract`` strings. Findings are
 concatenated in input order; ``meta`` is combined (shards listed, sample counts and bytes summed,
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from eagle3_conformance.errors import DataError
+from eagle3_conformance.findings import Finding, Report
 
 _FINDING_KEYS = ("check", "status", "path", "slot", "expected", "observed", "where")
 
@@ -37,8 +40,9 @@ class MergeError(DataError):
     """The parts cannot be merged (unreadable, malformed, different contracts or datasets)."""
 
 
-def load_report(path: str | Path) -> dict[str, Any]:
-    """Read one JSON report.
+def load_report(path: str | Path) -> Report:
+    """Read one JSON report (its findings as :class:`eagle3_conformance.findings.Finding` objects,
+    every key kept).
 
     Raises:
         MergeError: unreadable, not JSON, or not of the report shape.
@@ -59,14 +63,14 @@ def load_report(path: str | Path) -> dict[str, Any]:
             raise MergeError(f"{p}: findings[{k}] has status {f['status']!r}")
     if not isinstance(doc.get("meta", {}), dict):
         raise MergeError(f"{p}: 'meta' must be an object")
-    return doc
+    return Report.from_json(doc)
 
 
-def _identity(doc: dict[str, Any]) -> Any:
-    return doc.get("meta", {}).get("contract_sha256")
+def _identity(doc: Report) -> Any:
+    return doc.meta.get("contract_sha256")
 
 
-def _check_mergeable(docs: list[dict[str, Any]], names: list[str], metas: list[dict[str, Any]]) -> set[str]:
+def _check_mergeable(docs: list[Report], names: list[str], metas: list[dict[str, Any]]) -> set[str]:
     """The parts' dataset sizes (as strings).
 
     Raises:
@@ -78,11 +82,11 @@ def _check_mergeable(docs: list[dict[str, Any]], names: list[str], metas: list[d
     if all(ids):
         if len(set(ids)) > 1:
             odd = next(k for k, x in enumerate(ids) if x != ids[0])
-            raise MergeError(f"{names[odd]} is a report of contract {docs[odd]['contract']!r} "
-                             f"(sha256 {ids[odd][:12]}), {names[0]} of {docs[0]['contract']!r} "
+            raise MergeError(f"{names[odd]} is a report of contract {docs[odd].contract!r} "
+                             f"(sha256 {ids[odd][:12]}), {names[0]} of {docs[0].contract!r} "
                              f"(sha256 {ids[0][:12]}): not the same contract")
     else:
-        cs = [d["contract"] for d in docs]
+        cs = [d.contract for d in docs]
         if len(set(cs)) > 1:
             odd = next(k for k, x in enumerate(cs) if x != cs[0])
             raise MergeError(f"{names[odd]} is a report of contract {cs[odd]!r}, {names[0]} of {cs[0]!r}")
@@ -144,7 +148,7 @@ def _check_fingerprint_settings(names: list[str], metas: list[dict[str, Any]]) -
                              "add up to one run's")
 
 
-def _shard_coverage(meta: dict[str, Any], shards: list, allow_missing: bool) -> list[dict[str, Any]]:
+def _shard_coverage(meta: dict[str, Any], shards: list, allow_missing: bool) -> list[Finding]:
     """Record the shards given and missing in ``meta``; a ``shards_complete`` finding when some
     of i/N are missing (fail, or skip with ``allow_missing``)."""
     if not any(s is not None for s in shards):
@@ -160,15 +164,12 @@ def _shard_coverage(meta: dict[str, Any], shards: list, allow_missing: bool) -> 
     meta["complete"] = not missing
     if not missing:
         return []
-    return [{
-        "check": "shards_complete", "status": "skip" if allow_missing else "fail", "path": "data",
-        "slot": None, "expected": [f"{i}/{N}" for i in range(N)], "observed": meta["shards"],
-        "where": f"shards {', '.join(missing)}",
-        "message": (f"{len(missing)} of {N} shards missing from the merge ({', '.join(missing)}): "
-                    "their samples were not checked"
-                    + ("; accepted with --allow-missing" if allow_missing
-                       else "; a crashed or forgotten shard task (pass --allow-missing to accept)")),
-        "fault": ""}]
+    return [Finding(
+        "shards_complete", "skip" if allow_missing else "fail", "data", None, [f"{i}/{N}" for i in range(N)],
+        list(meta["shards"]), f"shards {', '.join(missing)}",
+        f"{len(missing)} of {N} shards missing from the merge ({', '.join(missing)}): their samples were not checked"
+        + ("; accepted with --allow-missing" if allow_missing
+           else "; a crashed or forgotten shard task (pass --allow-missing to accept)"), "")]
 
 
 def _sum_parts(meta: dict[str, Any], metas: list[dict[str, Any]]) -> None:
@@ -203,22 +204,22 @@ def _shard_index(shard: Any) -> tuple[int, int]:
         return (1, 0)
 
 
-def merge_docs(docs: list[dict[str, Any]], names: list[str], allow_missing: bool = False) -> dict[str, Any]:
-    """Merge report documents (as loaded by :func:`load_report`) into one. Missing shards add a
-    ``shards_complete`` finding: status fail, or skip with ``allow_missing``.
+def merge_docs(docs: list[Report], names: list[str], allow_missing: bool = False) -> Report:
+    """Merge reports (as loaded by :func:`load_report`) into one, without diagnoses. Missing
+    shards add a ``shards_complete`` finding: status fail, or skip with ``allow_missing``.
 
     Raises:
         MergeError: see :func:`_check_mergeable`.
     """
     if not docs:
         raise MergeError("no reports to merge")
-    metas = [d.get("meta", {}) for d in docs]
+    metas = [d.meta for d in docs]
     sizes = _check_mergeable(docs, names, metas)
     # in shard order, whatever order the files were given in (a glob puts part-10 before part-2):
     # the merged findings then run in sample order as one unsharded run's do
     order = sorted(range(len(docs)), key=lambda k: _shard_index(metas[k].get("shard")))
     docs, names, metas = [docs[k] for k in order], [names[k] for k in order], [metas[k] for k in order]
-    findings = [f for d in docs for f in d["findings"]]
+    findings = [f for d in docs for f in d.findings]
     meta: dict[str, Any] = {"merged_from": list(names), "parts": len(docs)}
     for key in ("contract_name", "contract_sha256", "sharding", "reference", "format", "reader", "dataset_identity"):
         vals = {json.dumps(m.get(key)) for m in metas if key in m}
@@ -240,12 +241,13 @@ def merge_docs(docs: list[dict[str, Any]], names: list[str], allow_missing: bool
                       if (m.get("slot_identity") or {}).get("reason")})
     meta["slot_identity_checked"] = slot_identity_checked(findings)
     meta["verdict"] = verdict(findings, "; ".join(reasons) or None)[1]
-    return {"contract": docs[0]["contract"], "findings": findings, "meta": meta}
+    return Report(docs[0].contract, findings, meta)
 
 
 def merge_reports(out: str | Path, inputs: list[str | Path], allow_missing: bool = False,
-                  contract: Any = None) -> dict[str, Any]:
-    """Merge the reports ``inputs`` and write the result to ``out``. Returns the merged document.
+                  contract: Any = None) -> Report:
+    """Merge the reports ``inputs`` and write the result to ``out``
+    (:func:`eagle3_conformance.report.write_document`, the one renderer). Returns the merged report.
 
     With ``contract`` (the :class:`eagle3_conformance.contract.Contract` the parts were judged against:
     see :func:`parts_contract`), the merged findings are diagnosed as one run
@@ -259,10 +261,10 @@ def merge_reports(out: str | Path, inputs: list[str | Path], allow_missing: bool
     if contract is not None:
         from eagle3_conformance.diagnose import diagnose
 
-        merged = {"contract": merged["contract"],
-                  "diagnoses": [d.to_json() for d in diagnose(contract, merged["findings"])],
-                  "findings": merged["findings"], "meta": merged["meta"]}
-    Path(out).write_text(json.dumps(merged, indent=1))
+        merged.diagnoses = diagnose(contract, merged.findings)
+    from eagle3_conformance.report import write_document
+
+    write_document(out, merged.to_json())
     return merged
 
 
@@ -289,9 +291,9 @@ def parts_contract(inputs: list[str | Path], given: Optional[str | Path] = None)
             raise MergeError(f"--contract {gp}: cannot read: {e}") from None
         if sha is not None and got != sha:
             raise MergeError(f"--contract {gp} has sha256 {got[:12]}; the parts were judged against "
-                             f"{docs[0]['contract']!r} (sha256 {sha[:12]}): not the same contract")
+                             f"{docs[0].contract!r} (sha256 {sha[:12]}): not the same contract")
         return gp, f"diagnosed with {gp}"
-    cp = Path(str(docs[0]["contract"]))
+    cp = Path(str(docs[0].contract))
     if sha is None:
         return None, "no diagnoses: the parts carry no contract sha256 (pass --contract)"
     if not cp.is_file():

@@ -65,6 +65,17 @@ class Boundary:
         return (1, 0) if self.final else (0, self.index)
 
 
+def engine_default_aux_ids(num_layers: int) -> list[int]:
+    """``[2, L//2, L-3]``: the aux ids the engines fall back to when a draft config gives none
+    (SGLang's setters, ``llama.py:929-941``; vLLM's ``get_eagle3_default_aux_hidden_state_layers``,
+    ``interfaces.py:1751-1772``; speculators' training default; EAGLE's ``modeling_llama_kv.py``),
+    read by each of them as boundaries B_2, B_{L//2}, B_{L-3} (REFERENCE.md 2.1). As written: it
+    may repeat an index for a tiny L, and which engine applies it is the engine's own code's answer
+    (:mod:`eagle3_conformance.engine_ids`, :mod:`eagle3_conformance.released`); this is for naming
+    and for fault injection, never instead of asking the engine."""
+    return [2, num_layers // 2, num_layers - 3]
+
+
 def all_boundaries(num_layers: int) -> list[Boundary]:
     """``[B_0, ..., B_L, F]`` for a target with ``num_layers`` = L decoder layers."""
     return [Boundary(k) for k in range(num_layers + 1)] + [Boundary(-1, final=True)]

@@ -45,6 +45,11 @@ def resolve_pair(c: Contract) -> LocalPair:
         PairUnavailable: no fixture and no local target path.
     """
     if c.fixture:
+        from eagle3_conformance.shipped import checkout_fixture_note
+
+        note = checkout_fixture_note(c.fixture)
+        if note:  # an installed package has no fixtures/ (and building one imports torch)
+            raise PairUnavailable(note)
         from eagle3_conformance.fixtures import FixtureError, build_fixture
 
         try:

@@ -8,8 +8,13 @@ Options, markers, collection and the report only; the work is in :mod:`eagle3_co
   ``sglang-extend``, ``sglang-decode``, ``cross-path``, ``sglang-engine``). Items are marked
   ``conformance`` (and ``gpu`` for paths that need one); contracts whose pair is not available
   locally are skipped with the reason.
-- Registers the markers ``conformance`` and ``gpu`` and the hypothesis profiles ``ci`` (fast,
-  derandomized), ``dev`` and ``gpu``; choose one with ``--hypothesis-profile`` (default ``ci``).
+- Inert until asked: loading it imports nothing heavy (no hypothesis, no torch) and a session
+  that does not ask for the suite (no ``-m`` expression selecting ``conformance``, no
+  ``--contract``) collects nothing from it and keeps its warning filters and hypothesis settings.
+  It registers its own markers ``conformance`` and ``gpu``. The suite's hypothesis profile
+  (:mod:`eagle3_conformance.profiles`: ``conformance-ci``, fast and derandomized, the default;
+  ``conformance-dev``; ``conformance-gpu``) is chosen with ``--conformance-profile`` and applied to
+  the suite's own search only; the engines' import-time warnings are silenced around its items only.
 - Fixtures for hand-written tests: ``conformance_contracts``, ``conformance_reference``,
   ``conformance_training_captures``.
 - Prints the report at the end (verdict and diagnoses first, failing checks one line each, passes
@@ -21,26 +26,39 @@ Options, markers, collection and the report only; the work is in :mod:`eagle3_co
 
 from __future__ import annotations
 
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import pytest
-from hypothesis import HealthCheck, settings
 
 from eagle3_conformance import paths as registered_paths
-
-settings.register_profile(
-    "ci", max_examples=5, derandomize=True, deadline=None, database=None,
-    suppress_health_check=list(HealthCheck), print_blob=True,
-)
-settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
-settings.register_profile("gpu", max_examples=4, deadline=None, derandomize=True, database=None,
-                          suppress_health_check=list(HealthCheck))
+from eagle3_conformance.profiles import PROFILES
 
 PATHS = registered_paths.names()
 """The registered paths when the plugin was loaded (the default of ``--conformance-paths``)."""
-_FINDINGS = pytest.StashKey[dict]()
-_CONTRACTS = pytest.StashKey[dict]()  # same keys as _FINDINGS -> the Contract (for diagnoses)
+
+
+@dataclass
+class _Record:
+    """What the suite found for one contract: the contract (for the diagnoses) and the findings
+    of its items, in the order they ran."""
+
+    contract: Any
+    findings: list = field(default_factory=list)
+
+
+_RECORDS = pytest.StashKey[dict]()
+"""(contract file, contract name) -> its :class:`_Record`, in the order the contracts ran."""
+_ASKED = pytest.StashKey[bool]()  # the session asks for the suite (see _asked)
+
+ENGINE_WARNINGS = (
+    ("ignore", UserWarning, "sglang"), ("ignore", DeprecationWarning, "sglang"),
+    ("ignore", DeprecationWarning, "torch.jit"), ("ignore", Warning, "requests"),
+)
+"""Import-time noise of the engines on a CPU machine (their own modules only): (action, category,
+module) filters applied around the suite's items, never to the session."""
 
 
 def pytest_addoption(parser):
@@ -50,20 +68,36 @@ def pytest_addoption(parser):
     g.addoption("--conformance-json", metavar="OUT", help="write all findings as JSON")
     g.addoption("--conformance-paths", default=",".join(PATHS),
                 help=f"comma-separated paths to run (default: {','.join(PATHS)})")
+    g.addoption("--conformance-profile", choices=tuple(PROFILES), default="ci",
+                help="hypothesis profile of the suite's drawn examples: ci (5 per path, derandomized; default), "
+                     "dev (60), gpu (4); registered as conformance-<name>, applied to the suite only")
+
+
+def _asked(config) -> bool:
+    """The session asks for the suite: ``--contract`` given, or the ``-m`` expression selects an
+    item marked ``conformance`` (``-m conformance``: yes; ``-m 'not conformance'``, no ``-m``: no)."""
+    if config.getoption("--contract"):
+        return True
+    expr = (config.getoption("markexpr", "") or "").strip()
+    if not expr:
+        return False
+    try:
+        from _pytest.mark.expression import Expression
+
+        compiled = Expression.compile(expr)
+    except Exception:  # another pytest's private API, or a bad expression (pytest reports it)
+        return "conformance" in expr and "not conformance" not in expr
+    try:  # pytest >= 8.2 passes keyword arguments as well
+        return bool(compiled.evaluate(lambda name, **kw: name == "conformance"))
+    except TypeError:
+        return bool(compiled.evaluate(lambda name: name == "conformance"))
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "conformance: the contract conformance suite (pytest -m conformance)")
     config.addinivalue_line("markers", "gpu: needs a GPU and a real SGLang engine; skipped without one")
-    # import-time noise of the engines on a CPU machine (their own modules only)
-    for f in ("ignore::UserWarning:sglang", "ignore::DeprecationWarning:sglang",
-              "ignore:MultiPlatformOp is deprecated:DeprecationWarning",
-              "ignore::DeprecationWarning:torch.jit", "ignore::Warning:requests"):
-        config.addinivalue_line("filterwarnings", f)
-    config.stash[_FINDINGS] = {}
-    config.stash[_CONTRACTS] = {}
-    if not config.getoption("hypothesis_profile", None):
-        settings.load_profile("ci")
+    config.stash[_RECORDS] = {}
+    config.stash[_ASKED] = _asked(config)
     out = config.getoption("--conformance-json")
     if out:
         o = Path(out).resolve()
@@ -79,7 +113,7 @@ def pytest_configure(config):
 
 
 def pytest_collect_file(file_path: Path, parent):
-    if file_path.suffix not in (".yaml", ".yml"):
+    if file_path.suffix not in (".yaml", ".yml") or not parent.config.stash.get(_ASKED, False):
         return None
     explicit = {Path(p).resolve() for p in parent.config.getoption("--contract")}
     if explicit:
@@ -155,9 +189,9 @@ class PathItem(pytest.Item):
 
     def _record(self, findings):
         key = (str(self.path), self.contract.name)
-        store = self.config.stash[_FINDINGS].setdefault(key, [])
-        store.extend(findings)
-        self.config.stash[_CONTRACTS][key] = self.contract
+        rec = self.config.stash[_RECORDS].setdefault(key, _Record(self.contract))
+        rec.contract = self.contract
+        rec.findings.extend(findings)
         # --junitxml: each record names the contract, the path and the failing checks
         self.user_properties += [("contract", self.contract.name), ("contract_file", str(self.path)),
                                  ("conformance_path", self.conformance_path)]
@@ -174,7 +208,8 @@ class PathItem(pytest.Item):
                 # the contract names where its pair lives: not finding it is an error, not a skip
                 raise ConformanceSetupError(f"{self.path}: {e}") from None
             pytest.skip(f"pair not available locally: {e}; norm bands {self.contract.norm_bands.status}")
-        findings = session.run_path(registered_paths.get(self.conformance_path), self.contract, pair)
+        findings = session.run_path(registered_paths.get(self.conformance_path), self.contract, pair,
+                                    profile=self.config.getoption("conformance_profile"))
         if isinstance(findings, registered_paths.Skipped):
             pytest.skip(findings.reason)
         self._record(findings)
@@ -201,6 +236,20 @@ class PathItem(pytest.Item):
         return self.path, None, f"{self.contract.name}::{self.conformance_path}"
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """The suite's items run with the engines' import-time warnings silenced (:data:`ENGINE_WARNINGS`);
+    every other item, and the session, keep their own filters."""
+    if not isinstance(item, (PathItem, ContractErrorItem)):
+        yield
+        return
+    with warnings.catch_warnings():
+        for action, category, module in ENGINE_WARNINGS:
+            warnings.filterwarnings(action, category=category, module=module)
+        warnings.filterwarnings("ignore", message="MultiPlatformOp is deprecated", category=DeprecationWarning)
+        yield
+
+
 def _sglang_version() -> Optional[str]:
     try:
         from importlib.metadata import version
@@ -211,7 +260,7 @@ def _sglang_version() -> Optional[str]:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    store = config.stash.get(_FINDINGS, {})
+    store = config.stash.get(_RECORDS, {})
     if not store:
         return
     from eagle3_conformance.diagnose import diagnose
@@ -220,9 +269,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     width = min(terminalreporter._tw.fullwidth, WIDTH)
     terminalreporter.write_sep("=", "conformance report")
     all_findings, all_diagnoses = [], []
-    for key, findings in store.items():
-        path, name = key
-        diagnoses = diagnose(config.stash[_CONTRACTS][key], findings)
+    for (path, name), rec in store.items():
+        findings = rec.findings
+        diagnoses = diagnose(rec.contract, findings)
         terminalreporter.write_line(render_text(
             findings, diagnoses, title=f"{name} ({path})", extra={"sglang": _sglang_version() or "not installed"},
             verbose=config.getoption("verbose") > 0, width=width))

@@ -20,15 +20,20 @@ vLLM and their training stacks already run on. :func:`run_tasks`
 
 The part function is passed in (``fn(spec, on_progress) -> dict``) and must be importable by
 reference on the workers (a module-level function of an installed package); this module knows no
-scan. Ray's own documentation of these calls: docs.ray.io "Fault tolerance / Tasks"
-(``max_retries``, ``retry_exceptions``) and "ray.wait".
+scan. It also does the CPU accounting of the tasks: how many CPUs this process may use
+(:func:`available_cpus`), each worker's share (:func:`default_cpus_per_worker`), and torch's
+threads while a part runs (:func:`torch_threads`). Ray's own documentation of these calls:
+docs.ray.io "Fault tolerance / Tasks" (``max_retries``, ``retry_exceptions``) and "ray.wait".
 """
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from eagle3_conformance.errors import DataError
@@ -246,7 +251,6 @@ def run_tasks(fn: Callable[[Any, Callable[[int, int], None]], dict[str, Any]], s
             the part by ``describe`` and says whether it raised or its worker died).
     """
     import ray
-    from ray.exceptions import RayError, RayTaskError
 
     cpus_per_task = max(int(cpus_per_task), 1)
     started = connect(address, len(specs) * cpus_per_task, runtime_env)
@@ -270,24 +274,9 @@ def run_tasks(fn: Callable[[Any, Callable[[int, int], None]], dict[str, Any]], s
                 _warn_not_started([describe(specs[k]) for k in range(len(specs)) if k not in running])
             for g in ready:
                 k = gens[g]
-                try:
-                    msg = ray.get(next(g))
-                except StopIteration:
-                    pending.remove(g)
-                    if k not in out:
-                        _cancel(pending)
-                        raise TaskFailed(f"{describe(specs[k])}: the Ray task ended without a result", k) from None
+                msg = _next_message(g, k, lambda: describe(specs[k]), pending, out, max_retries)
+                if msg is None:
                     continue
-                except RayTaskError as e:  # the part raised: deterministic, not retried
-                    cause = e.cause if getattr(e, "cause", None) is not None else e
-                    _cancel(pending)
-                    raise TaskFailed(f"{describe(specs[k])}: the Ray task failed: {type(cause).__name__}: {cause}",
-                                     k) from None
-                except RayError as e:  # worker or node died max_retries + 1 times
-                    _cancel(pending)
-                    raise TaskFailed(f"{describe(specs[k])}: its Ray task's worker died {max_retries + 1} "
-                                     f"time(s) ({type(e).__name__}: {str(e).splitlines()[0]}); its samples "
-                                     "were not checked", k) from None
                 running.add(k)  # a sample checked (or the result): it runs
                 if msg[0] == "done":
                     out[k] = msg[1]
@@ -301,6 +290,35 @@ def run_tasks(fn: Callable[[Any, Callable[[int, int], None]], dict[str, Any]], s
     finally:
         if started:
             ray.shutdown()
+
+
+def _next_message(g, k: int, name: Callable[[], str], pending: list, out: dict, max_retries: int):
+    """The next message of task ``k``'s streaming generator ``g``: ``("progress", samples, bytes)``
+    or ``("done", result)``; None when it ended after its result (``g`` leaves ``pending``).
+
+    Raises:
+        TaskFailed: the task ended without a result, the part raised, or its worker died
+            ``max_retries + 1`` times; the other tasks are cancelled.
+    """
+    import ray
+    from ray.exceptions import RayError, RayTaskError
+
+    try:
+        return ray.get(next(g))
+    except StopIteration:
+        pending.remove(g)
+        if k not in out:
+            _cancel(pending)
+            raise TaskFailed(f"{name()}: the Ray task ended without a result", k) from None
+        return None
+    except RayTaskError as e:  # the part raised: deterministic, not retried
+        cause = e.cause if getattr(e, "cause", None) is not None else e
+        _cancel(pending)
+        raise TaskFailed(f"{name()}: the Ray task failed: {type(cause).__name__}: {cause}", k) from None
+    except RayError as e:  # worker or node died max_retries + 1 times
+        _cancel(pending)
+        raise TaskFailed(f"{name()}: its Ray task's worker died {max_retries + 1} time(s) ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0]}); its samples were not checked", k) from None
 
 
 def _warn_not_started(parts: list[str]) -> None:
@@ -328,3 +346,69 @@ def _cancel(refs: list) -> None:
             ray.cancel(r, force=True)
         except Exception:  # already finished or gone
             pass
+
+
+# --- CPU accounting of the tasks -----------------------------------------------------------------
+
+
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+"""cgroup v2 CPU quota of this process's container (``quota period`` or ``max period``)."""
+
+
+def available_cpus() -> int:
+    """CPUs this process may use: its affinity mask (``os.sched_getaffinity``, else
+    ``os.cpu_count()``), capped by the container's cgroup v2 CPU quota where one is set
+    (:data:`CGROUP_CPU_MAX`: quota / period, rounded up; a Kubernetes CPU limit), at least 1."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    try:
+        quota, period = CGROUP_CPU_MAX.read_text().split()[:2]
+        if quota != "max":
+            n = min(n, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError, ZeroDivisionError):
+        pass
+    return max(n, 1)
+
+
+def cpu_share(workers: int) -> int:
+    """This machine's CPUs (:func:`available_cpus`) split evenly over ``workers``, at least 1."""
+    return max(available_cpus() // max(int(workers), 1), 1)
+
+
+def default_cpus_per_worker(workers: int, ray_address: Optional[str] = None) -> int:
+    """CPUs (torch threads; Ray ``num_cpus`` of a task) each worker gets when none are asked for.
+
+    ``CONFORMANCE_TORCH_THREADS`` when set (the user's choice for every torch op of this
+    package; it wins over both defaults below); on an existing Ray cluster (``ray_address``) 1,
+    since this machine's CPU count says nothing of the nodes'; else :func:`cpu_share`: the all-rows RMS pass is
+    compute-bound once the data is in the page cache, so one worker uses every core
+    (``benchmarks/bench_check_data.py``).
+
+    Raises:
+        ValueError: ``CONFORMANCE_TORCH_THREADS`` is set to something else than a thread count.
+    """
+    from eagle3_conformance import torch_env
+
+    env = torch_env.threads_from_env()
+    if env:
+        return env
+    if ray_address:
+        return 1
+    return cpu_share(workers)
+
+
+@contextmanager
+def torch_threads(n: Optional[int]):
+    """torch's intra-op threads set to ``n`` inside the block (None: unchanged), the previous
+    setting given back after."""
+    import torch
+
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from eagle3_conformance.findings import Finding
+from eagle3_conformance.findings import Finding, Report, as_finding
 
 _STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
 
@@ -107,23 +108,19 @@ def render_table(findings: list[Finding], title: str, console=None, extra: Optio
                   "(n = pass/fail/skip across samples)")
 
 
-def _pass_counts(findings: list[Finding]) -> list[dict[str, Any]]:
+def _pass_counts(findings: list[Finding]) -> list[Finding]:
     """Failing and skipped findings in full; passing ones folded into one entry per (path, check,
     slot) with ``count`` and the first pass's message."""
-    out: list[dict[str, Any]] = []
-    groups: "OrderedDict[tuple, dict[str, Any]]" = OrderedDict()
+    out: list[Finding] = []
+    groups: "OrderedDict[tuple, list]" = OrderedDict()
     for f in findings:
         if f.status != "pass":
-            out.append(f.to_json())
+            out.append(f)
             continue
-        key = (f.path, f.check, f.slot)
-        g = groups.get(key)
-        if g is None:
-            g = groups[key] = {**f.to_json(), "count": 0}
-        g["count"] += 1
-    for g in groups.values():
-        g["where"] = g["observed"] = f"{g['count']} passing (folded)"
-    return list(groups.values()) + out
+        groups.setdefault((f.path, f.check, f.slot), [f, 0])[1] += 1
+    folded = [replace(f, where=f"{n} passing (folded)", observed=f"{n} passing (folded)", count=n)
+              for f, n in groups.values()]
+    return folded + out
 
 
 def report_doc(contract: str, findings: list[Finding], meta: Optional[dict[str, Any]] = None,
@@ -131,15 +128,13 @@ def report_doc(contract: str, findings: list[Finding], meta: Optional[dict[str, 
                diagnoses: Optional[Iterable] = None) -> dict[str, Any]:
     """The JSON report: ``{"contract", "diagnoses": [...], "findings": [...], "meta": {...}}``
     (see :func:`write_json`)."""
-    items = [f.to_json() for f in findings] if passes == "all" else _pass_counts(findings)
-    doc: dict[str, Any] = {"contract": contract, "diagnoses": _diag_dicts(diagnoses), "findings": items}
+    items = list(findings) if passes == "all" else _pass_counts(findings)
     meta = dict(meta or {})
     meta["json_passes"] = passes
     reason = unchecked_reason or (meta.get("slot_identity") or {}).get("reason")
     meta["slot_identity_checked"] = slot_identity_checked(findings)
     meta["verdict"] = verdict(findings, reason)[1]
-    doc["meta"] = meta
-    return doc
+    return Report(contract, items, meta, list(diagnoses or [])).to_json()
 
 
 def write_json(out: str | Path, contract: str, findings: list[Finding], meta: Optional[dict[str, Any]] = None,
@@ -151,7 +146,12 @@ def write_json(out: str | Path, contract: str, findings: list[Finding], meta: Op
 
     ``passes="counts"`` folds passing findings into one entry per (path, check, slot) with a
     ``count`` (for datasets of 10^5+ samples); failures and skips are always written in full."""
-    doc = report_doc(contract, findings, meta, unchecked_reason, passes, diagnoses)
+    write_document(out, report_doc(contract, findings, meta, unchecked_reason, passes, diagnoses))
+
+
+def write_document(out: str | Path, doc: dict[str, Any]) -> None:
+    """Write a report document (:meth:`eagle3_conformance.findings.Report.to_json`) as the JSON file
+    every command writes (one space of indent)."""
     Path(out).write_text(json.dumps(doc, indent=1))
 
 
@@ -218,7 +218,7 @@ def _groups(findings: list, statuses: tuple[str, ...]) -> list[dict[str, Any]]:
     rank = {"fail": 2, "pass": 1, "skip": 0}
     groups: "OrderedDict[tuple, dict[str, Any]]" = OrderedDict()
     for f in findings:
-        f = f if isinstance(f, Finding) else _finding(f)
+        f = as_finding(f)
         g = groups.setdefault((f.check, f.slot), {"check": f.check, "slot": f.slot, "pass": 0, "fail": 0, "skip": 0,
                                                   "paths": [], "example": None})
         g[f.status] += 1
@@ -232,11 +232,6 @@ def _groups(findings: list, statuses: tuple[str, ...]) -> list[dict[str, Any]]:
         if g["status"] in statuses:
             out.append(g)
     return out
-
-
-def _finding(d: dict) -> Finding:
-    return Finding(**{k: d.get(k, "" if k in ("message", "fault") else None) for k in (
-        "check", "status", "path", "slot", "expected", "observed", "where", "message", "fault")})
 
 
 def group_lines(findings: list, diags: list[dict[str, Any]], statuses: tuple[str, ...], width: int,
@@ -384,9 +379,7 @@ def render_markdown(findings: list, diagnoses: Optional[Iterable] = None, *, tit
             out.append("Fix:")
             out += [f"- {_md(e)}" for e in d["fix"]]
             out.append("")
-    groups = summarize([f if isinstance(f, Finding) else Finding(**{k: f.get(k) for k in (
-        "check", "status", "path", "slot", "expected", "observed", "where", "message", "fault")})
-        for f in findings])
+    groups = summarize([as_finding(f) for f in findings])
     bad = [g for g in groups if g["status"] == "fail"]
     if bad:
         out += ["### Failing checks", "", "| # | path | check | slot | failed | first failure |",

@@ -9,10 +9,7 @@ The first drawn example with a failing finding stops the search (its findings ho
 
 from __future__ import annotations
 
-from typing import Callable, Union
-
-from hypothesis import Phase, given, settings
-from hypothesis import strategies as st
+from typing import Callable, Optional, Union
 
 from eagle3_conformance.assess import assess, reference_loader
 from eagle3_conformance.contract import Contract
@@ -25,17 +22,23 @@ class _Violations(AssertionError):
     pass
 
 
-def drive(body: Callable) -> list[Finding]:
-    """Run ``body(data) -> findings`` under the active hypothesis profile; collect every finding.
+def drive(body: Callable, profile: Optional[str] = None) -> list[Finding]:
+    """Run ``body(data) -> findings`` under hypothesis profile ``profile`` (a name of
+    :mod:`eagle3_conformance.profiles`; None: hypothesis' active default); collect every finding.
 
     The first failing example stops the search (the findings already hold what failed). No
     shrinking: the findings count the distinct examples drawn, and the failing example reported
     is the one really drawn (a shrink replays simplified inputs that were never real traffic);
     the final replay of the failing example is not counted twice."""
+    from hypothesis import Phase, given, settings
+    from hypothesis import strategies as st
+
+    from eagle3_conformance import profiles
+
     collected: list[Finding] = []
     seen: set[str] = set()
 
-    @settings(settings.default, phases=[Phase.explicit, Phase.reuse, Phase.generate], database=None)
+    @settings(profiles.get(profile) if profile else settings.default, phases=[Phase.explicit, Phase.reuse, Phase.generate], database=None)
     @given(st.data())
     def prop(data):
         fs = body(data)
@@ -53,9 +56,10 @@ def drive(body: Callable) -> list[Finding]:
     return collected
 
 
-def run_path(path: Path, c: Contract, pair: LocalPair) -> Union[list[Finding], Skipped]:
+def run_path(path: Path, c: Contract, pair: LocalPair, profile: Optional[str] = None) -> Union[list[Finding], Skipped]:
     """Every finding of ``path`` on contract ``c`` with its local ``pair``, or :class:`Skipped`
-    (with the reason) when the path cannot run here."""
+    (with the reason) when the path cannot run here. ``profile``: the hypothesis profile of the
+    drawn examples (:func:`drive`)."""
     why = path.needs.unmet(pair, c)
     if why:
         return Skipped(why)
@@ -72,5 +76,5 @@ def run_path(path: Path, c: Contract, pair: LocalPair) -> Union[list[Finding], S
                 return findings
     if path.observe is not None:
         observe = path.observe
-        findings += drive(lambda data: assess(c, observe(state, data.draw), reference, path.name))
+        findings += drive(lambda data: assess(c, observe(state, data.draw), reference, path.name), profile)
     return findings

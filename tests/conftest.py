@@ -7,9 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_conformance import torch_env
+from eagle3_conformance import profiles, torch_env
 
 torch_env.prepare()
+# The project's own hypothesis tests run under the suite's ci profile (5 examples, derandomized)
+# unless --hypothesis-profile names another (conformance-dev, ...). The plugin loads no profile
+# into a session: this is the project's choice for its own tests.
+profiles.register()
+
+
+def pytest_configure(config):
+    if not config.getoption("hypothesis_profile", None):
+        from hypothesis import settings
+
+        settings.load_profile(profiles.PREFIX + "ci")
 
 REPO = Path(__file__).resolve().parent.parent
 

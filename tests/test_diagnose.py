@@ -320,7 +320,7 @@ def test_folded_pass_counts_weigh_as_their_count(base):
     bad = _train(base, _op(base, "ids-shifted"))
     good = _train(base)
     full = [f.to_json() for f in bad + good * 3]
-    folded = json.loads(json.dumps(report._pass_counts(bad + good * 3)))
+    folded = json.loads(json.dumps([f.to_json() for f in report._pass_counts(bad + good * 3)]))
     assert len(folded) < len(full) and any(f.get("count", 1) > 1 for f in folded)
     want = [d.to_json() for d in diagnose(base[2], full)]
     assert [d.to_json() for d in diagnose(base[2], folded)] == want

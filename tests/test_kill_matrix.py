@@ -3,7 +3,7 @@
 For random valid contracts (hypothesis draws L, target and draft widths, K, boundaries, vocab
 and draft vocab sizes, batch sizes >= 1, lengths >= 1) and every fault operator, the suite must
 flag the fault with a check meant for it, and must pass the unmutated input (no failure of any
-check: no false positives). Under ``--hypothesis-profile dev`` the tests below draw more than
+check: no false positives). Under ``--hypothesis-profile conformance-dev`` the tests below draw more than
 1000 examples in all.
 
 Training examples build a random tiny target per drawn spec (seeded, cached) and write the data

@@ -31,18 +31,19 @@ SLOTS = ["B_2", "B_4", "B_5", "B_8"]
 def test_gates_follow_the_production_precision_of_the_path_not_the_checkpoint(tiny_contract):
     c = contract_with(tiny_contract, **{"precision.training": "bfloat16"})  # float32 checkpoint
     assert c.target.dtype == "float32" and c.serving_dtype == "float32" and c.training_dtype == "bfloat16"
-    assert gates.identity_noise_deg(c, "training") == 6.0 and gates.identity_noise_deg(c, "sglang-extend") == 1.0
-    assert gates.row_min_cosine(c, "training-vllm") == 0.85 and gates.row_min_cosine(c, "sglang-decode") == 0.99
-    assert gates.fp8_max_relative_error(c) == 0.55 and gates.magnitude_max_ratio(c, "training") == 3.0
+    # stored training data (Capture.stored) follows precision.training, a serving capture precision.serving
+    assert gates.identity_noise_deg(c, True) == 6.0 and gates.identity_noise_deg(c, False) == 1.0
+    assert gates.row_min_cosine(c, True) == 0.85 and gates.row_min_cosine(c, False) == 0.99
+    assert gates.fp8_max_relative_error(c) == 0.55 and gates.magnitude_max_ratio(c, True) == 3.0
     # a cross-path comparison is as noisy as its noisier side
-    assert gates.cross_path_min_cosine(c, "training", "sglang-extend") == 0.98
-    assert gates.cross_path_min_cosine(c, "sglang-extend", "sglang-decode") == 0.999
+    assert gates.cross_path_min_cosine(c, True, False) == 0.98
+    assert gates.cross_path_min_cosine(c, False, False) == 0.999
 
 
 def test_a_contract_without_the_block_keeps_the_checkpoint_dtype(tiny_contract):
     assert tiny_contract.precision.training is None and tiny_contract.precision.serving is None
     assert tiny_contract.training_dtype == tiny_contract.serving_dtype == tiny_contract.target.dtype == "float32"
-    assert gates.row_min_cosine(tiny_contract, "training") == 0.99
+    assert gates.row_min_cosine(tiny_contract, True) == 0.99
 
 
 def test_an_unknown_precision_is_refused_naming_the_key(tmp_path):

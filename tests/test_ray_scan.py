@@ -31,12 +31,12 @@ CTL = "CONFORMANCE_TEST_CRASH"
 def _crash_hook() -> None:  # runs in every Ray worker process at start
     import os
 
-    import eagle3_conformance.scan as scan_mod
+    import eagle3_conformance.scan.all_rows as scan_mod
 
     ctl = os.environ.get("CONFORMANCE_TEST_CRASH")
-    orig = scan_mod._disk_findings
+    orig = scan_mod.disk_findings
 
-    def wrapped(c, rc, i, *a, **k):
+    def wrapped(st, i, *a, **k):
         if ctl and os.path.exists(ctl):
             with open(ctl) as f:
                 want = json.load(f)
@@ -47,9 +47,9 @@ def _crash_hook() -> None:  # runs in every Ray worker process at start
                     with open(cnt, "w") as f:
                         f.write(str(n + 1))
                     os._exit(1)  # the worker process dies mid-shard
-        return orig(c, rc, i, *a, **k)
+        return orig(st, i, *a, **k)
 
-    scan_mod._disk_findings = wrapped
+    scan_mod.disk_findings = wrapped
 
 
 @pytest.fixture(scope="module")
@@ -105,11 +105,11 @@ def test_ray_workers_equal_one_process_and_share_the_reference(ray_local, tiny, 
 
 def test_progress_streams_across_tasks(ray_local, tiny, tiny_contract):
     from eagle3_conformance.ray_tasks import run_tasks
-    from eagle3_conformance.scan import PartSpec, scan_part
+    from eagle3_conformance.scan import Part, ScanOptions, scan_part
 
     _no_crash(ray_local)
-    specs = [PartSpec(contract=tiny_contract.model_dump(mode="json"), data_dir=str(tiny.data_dir), shard=(w, 3),
-                      sample=0) for w in range(3)]
+    specs = [Part(tiny_contract, str(tiny.data_dir), ScanOptions(shard=(w, 3), sample=0, data_format="speculators"))
+             for w in range(3)]
     got = []
     parts = run_tasks(scan_part, specs, on_progress=lambda ns, nb: got.append((ns, nb)))
     assert sum(ns for ns, _ in got) == 12 == sum(p["shard_samples"] for p in parts)
@@ -118,11 +118,10 @@ def test_progress_streams_across_tasks(ray_local, tiny, tiny_contract):
 
 def test_a_task_gets_its_cpus_and_runs_with_that_many_threads(ray_local, tiny, tiny_contract):
     from eagle3_conformance.ray_tasks import run_tasks
-    from eagle3_conformance.scan import PartSpec, scan_part
+    from eagle3_conformance.scan import Part, ScanOptions, scan_part
 
     _no_crash(ray_local)
-    spec = PartSpec(contract=tiny_contract.model_dump(mode="json"), data_dir=str(tiny.data_dir), shard=(0, 1),
-                    sample=0, threads=2)
+    spec = Part(tiny_contract, str(tiny.data_dir), ScanOptions(sample=0, data_format="speculators", cpus_per_worker=2))
     (part,) = run_tasks(scan_part, [spec], cpus_per_task=2)  # the module's Ray has 2 CPUs: both to this task
     assert part["threads"] == 2 and part["shard_samples"] == 12
     res = scan(tiny_contract, tiny.data_dir, sample=0, workers=2, cpus_per_worker=1)
@@ -164,7 +163,7 @@ def test_a_task_waiting_for_a_cpu_is_named(ray_local, tiny, tiny_contract, monke
     import ray
 
     from eagle3_conformance import ray_tasks
-    from eagle3_conformance.scan import PartSpec, scan_part
+    from eagle3_conformance.scan import Part, ScanOptions, scan_part
 
     _no_crash(ray_local)
     assert ray.is_initialized()  # the module's local Ray (a remote call must not auto-connect elsewhere)
@@ -176,8 +175,8 @@ def test_a_task_waiting_for_a_cpu_is_named(ray_local, tiny, tiny_contract, monke
 
     blocker = [hold.remote(12.0), hold.remote(4.0)]  # both CPUs held: no part can start for 4 s
     time.sleep(1.0)
-    specs = [PartSpec(contract=tiny_contract.model_dump(mode="json"), data_dir=str(tiny.data_dir), shard=(w, 2),
-                      sample=0) for w in range(2)]
+    specs = [Part(tiny_contract, str(tiny.data_dir), ScanOptions(shard=(w, 2), sample=0, data_format="speculators"))
+             for w in range(2)]
     parts = ray_tasks.run_tasks(scan_part, specs, describe=lambda s: f"shard {s.shard[0]}/{s.shard[1]}")
     ray.get(blocker)
     assert sum(p["shard_samples"] for p in parts) == 12

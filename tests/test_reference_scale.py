@@ -169,7 +169,7 @@ def test_ray_address_auto_pointing_at_a_cluster_that_is_gone_exit_2(tiny, capsys
 
 
 def test_shard_file_vanishing_during_the_scan_is_a_failed_sample(tiny, tiny_contract, tmp_path):
-    from eagle3_conformance.scan import DISK_PATH, PartSpec, scan_part
+    from eagle3_conformance.scan import DISK_PATH, Part, ScanOptions, scan_part
 
     data = tmp_path / "data"
     shutil.copytree(tiny.data_dir, data)
@@ -181,13 +181,13 @@ def test_shard_file_vanishing_during_the_scan_is_a_failed_sample(tiny, tiny_cont
         if len(seen) == 1:
             victim.unlink()
 
-    spec = PartSpec(contract=tiny_contract.model_dump(mode="json"), data_dir=str(data), shard=(0, 1), sample=0)
+    spec = Part(tiny_contract, str(data), ScanOptions(sample=0, data_format="speculators"))
     res = scan_part(spec, progress)
-    fails = [f for g in res["groups"] for f in g[2] if f["status"] == "fail"]
+    fails = [f for g in res["groups"] for f in g[2] if f.status == "fail"]
     # the sample, and the dataset-level count of files vs rows; nothing else
-    assert fails and all(f["where"] == "sample 7" or f["check"] == "shard_files" for f in fails)
-    avail = [f for f in fails if f["check"] == "sample_available" and f["path"] == DISK_PATH]
-    assert len(avail) == 1 and "hs_7.safetensors" in avail[0]["message"]
+    assert fails and all(f.where == "sample 7" or f.check == "shard_files" for f in fails)
+    avail = [f for f in fails if f.check == "sample_available" and f.path == DISK_PATH]
+    assert len(avail) == 1 and "hs_7.safetensors" in avail[0].message
     assert res["shard_samples"] == 12
 
 

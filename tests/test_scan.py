@@ -17,8 +17,9 @@ import torch
 from eagle3_conformance import checks, report
 from eagle3_conformance.capture import Capture
 from eagle3_conformance.cli import main
-from eagle3_conformance.scan import (DISK_PATH, LOADER_PATH, _band_edges, _reduced_contract, fingerprint_sample, parse_shard,
-                              scan, shard_indices, slot_rms)
+from eagle3_conformance.checks import registry
+from eagle3_conformance.scan import DISK_PATH, LOADER_PATH, fingerprint_sample, parse_shard, scan, shard_indices, slot_rms
+from eagle3_conformance.scan.rms import band_edges, reduced_contract
 from eagle3_conformance.reference import rms
 
 from conftest import contract_with
@@ -138,12 +139,12 @@ def test_workers_2_same_findings_as_1(tiny, tiny_contract):
 def test_cpus_per_worker_sets_the_scan_threads_and_restores_them(tiny, tiny_contract, monkeypatch):
     import torch
 
-    from eagle3_conformance import scan as scan_mod
+    from eagle3_conformance.scan import rms as rms_mod
 
     before = torch.get_num_threads()
     seen = []
-    orig = scan_mod.slot_rms
-    monkeypatch.setattr(scan_mod, "slot_rms", lambda *a, **k: (seen.append(torch.get_num_threads()), orig(*a, **k))[1])
+    orig = rms_mod.slot_rms
+    monkeypatch.setattr(rms_mod, "slot_rms", lambda *a, **k: (seen.append(torch.get_num_threads()), orig(*a, **k))[1])
     res = scan(tiny_contract, tiny.data_dir, sample=0, cpus_per_worker=before + 1)
     assert set(seen) == {before + 1} and len(seen) == 12  # the all-rows pass ran with the threads asked for
     assert res.meta["threads_per_worker"] == [before + 1]
@@ -151,7 +152,7 @@ def test_cpus_per_worker_sets_the_scan_threads_and_restores_them(tiny, tiny_cont
 
 
 def test_default_cpus_per_worker(monkeypatch):
-    from eagle3_conformance.scan import available_cpus, default_cpus_per_worker
+    from eagle3_conformance.ray_tasks import available_cpus, default_cpus_per_worker
 
     monkeypatch.delenv("CONFORMANCE_TORCH_THREADS", raising=False)
     n = available_cpus()
@@ -168,7 +169,7 @@ def test_default_cpus_per_worker(monkeypatch):
 
 
 def test_available_cpus_follows_the_container_quota(monkeypatch, tmp_path):
-    from eagle3_conformance import scan as scan_mod
+    from eagle3_conformance import ray_tasks as scan_mod
 
     cpu_max = tmp_path / "cpu.max"
     monkeypatch.setattr(scan_mod, "CGROUP_CPU_MAX", cpu_max)
@@ -193,7 +194,7 @@ def test_available_cpus_follows_the_container_quota(monkeypatch, tmp_path):
     ([], "\u00b2", "CONFORMANCE_TORCH_THREADS="),  # a superscript two: isdigit() but not an int
 ])
 def test_bad_cpus_per_worker_exit_2(tiny, capsys, monkeypatch, opts, env, needle):
-    from eagle3_conformance.scan import available_cpus
+    from eagle3_conformance.ray_tasks import available_cpus
 
     if env is not None:
         monkeypatch.setenv("CONFORMANCE_TORCH_THREADS", env)
@@ -274,7 +275,7 @@ def test_reduced_capture_gives_the_checks_own_verdicts(tiny, tiny_contract, cali
         c = contract_with(c, **{"norm_bands.status": "calibrated", "norm_bands.massive_activation_ratio": 4.0,
                                 "norm_bands.bands": [{"slot": s, "lo": 0.1, "hi": 0.9} for s in
                                                      ["B_2", "B_4", "B_5", "B_8"]]})
-    rc = _reduced_contract(c)
+    rc = reduced_contract(c)
     seen = Counter()
     for i in range(12):
         hs = load_file(str(tiny.data_dir / "hidden_states" / f"hs_{i}.safetensors"))["hidden_states"]
@@ -284,11 +285,15 @@ def test_reduced_capture_gives_the_checks_own_verdicts(tiny, tiny_contract, cali
         rows = torch.arange(T)
         full = Capture(DISK_PATH, f"sample {i}", torch.zeros(T, dtype=torch.long), hs[:, :-1].flatten(1), rows,
                        verifier_last=hs[:, -1])
-        r = slot_rms(hs, exact_near=_band_edges(c, hs.shape[1]))
+        r = slot_rms(hs, exact_near=band_edges(c, hs.shape[1]))
         red = Capture(DISK_PATH, f"sample {i}", torch.zeros(T, dtype=torch.long), r[:, :-1], rows,
                       verifier_last=r[:, -1:])
-        for chk in (checks.check_finite, checks.check_norm_bands):
-            a, b = chk(c, full), chk(rc if chk is checks.check_norm_bands else c, red)
+        # every check the registry runs on the RMS columns (finite, norm bands) says of them what it
+        # says of the full tensors
+        for spec in registry.of(registry.CAPTURE):
+            if spec.stored not in (registry.ROW_RMS, registry.SLOT_RMS):
+                continue
+            a, b = spec.fn(c, full), spec.fn(rc, red)
             assert [(f.check, f.status, f.slot) for f in a] == [(f.check, f.status, f.slot) for f in b]
             for fa, fb in zip(a, b):
                 seen[fa.status] += 1
@@ -355,7 +360,7 @@ def test_merge_missing_shard_is_a_failed_finding(tiny, tmp_path, capsys):
 
 
 def test_read_summary_uses_human_units(tiny, capsys):
-    from eagle3_conformance.scan import human_bytes
+    from eagle3_conformance.cli.progress import human_bytes
 
     assert human_bytes(0) == "0 B" and human_bytes(512) == "512 B"
     assert human_bytes(17_234) == "17.2 KB" and human_bytes(3_400_000) == "3.40 MB"

@@ -218,3 +218,85 @@ def test_a_new_path_needs_only_its_registry_entry(pytester, tmp_path):
 
 
 pytest_plugins = ["pytester"]
+
+
+# --- issue 27: short functions, one registry of checks ----------------------------------------------
+
+MAX_FUNCTION_LINES = 80
+"""No function or method of the package is longer than this (its ``def`` line to its last line,
+decorators and docstring included)."""
+
+
+def long_functions(limit: int = MAX_FUNCTION_LINES) -> dict[str, int]:
+    """``module.qualname`` -> lines, for every function of the package longer than ``limit``."""
+    out = {}
+    for name, f in modules().items():
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+
+        def visit(node, prefix):
+            for n in ast.iter_child_nodes(node):
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    lines = n.end_lineno - n.lineno + 1
+                    if lines > limit:
+                        out[f"{name}.{prefix}{n.name}"] = lines
+                    visit(n, f"{prefix}{n.name}.")
+                elif isinstance(n, ast.ClassDef):
+                    visit(n, f"{prefix}{n.name}.")
+
+        visit(tree, "")
+    return out
+
+
+def test_no_function_over_80_lines():
+    assert long_functions() == {}
+
+
+def _decorated_checks() -> dict[str, str]:
+    """``check_*`` function name -> module, for every function of the package decorated with
+    ``@check(...)`` (read from the source, not from the registry)."""
+    out = {}
+    for name, f in modules().items():
+        for n in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(n, ast.FunctionDef) and any(
+                    isinstance(d, ast.Call) and getattr(d.func, "id", None) == "check" for d in n.decorator_list):
+                assert n.name not in out, f"{n.name} is declared in {out[n.name]} and {name}"
+                out[n.name] = name
+    return out
+
+
+def test_every_check_is_declared_once_in_the_registry():
+    """Every ``check_*`` function of ``checks/`` is registered by its decorator, once, and nothing
+    else in the package keeps a list of checks: runners read the registry."""
+    from eagle3_conformance.checks.registry import REGISTRY
+
+    declared = _decorated_checks()
+    defined = {n.name: m for m, f in modules().items() if _under(m, "eagle3_conformance.checks")
+               for n in ast.parse(f.read_text(encoding="utf-8")).body
+               if isinstance(n, ast.FunctionDef) and n.name.startswith("check_")}
+    assert set(defined) == set(declared), sorted(set(defined) ^ set(declared))
+    assert {"check_" + s.name: s.fn.__module__ for s in REGISTRY.values()} == declared
+    # no other list of checks: no module outside checks/ names three or more check functions in one
+    # tuple, list, set or dict display
+    lists = []
+    for m, f in modules().items():
+        if _under(m, "eagle3_conformance.checks"):
+            continue
+        for n in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            elts = (n.elts if isinstance(n, (ast.List, ast.Tuple, ast.Set)) else
+                    n.values if isinstance(n, ast.Dict) else [])
+            names = [ast.unparse(e) for e in elts if "check_" in ast.unparse(e)]
+            if len(names) >= 3:
+                lists.append((m, n.lineno, names))
+    assert lists == []
+
+
+def test_a_capture_says_what_it_is():
+    """Checks and the all-rows pass tell stored data from served captures by ``Capture.stored``,
+    never by the name of the path."""
+    bad = []
+    for m, f in modules().items():
+        if _under(m, "eagle3_conformance.checks") or _under(m, "eagle3_conformance.scan"):
+            text = f.read_text(encoding="utf-8")
+            if ".path.startswith(" in text:
+                bad.append(m)
+    assert bad == []

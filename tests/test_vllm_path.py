@@ -73,7 +73,7 @@ def test_registered_and_skipped_with_reason_without_vllm(sglang_pair):
     if HAS_VLLM:
         assert why is None
     else:
-        assert why == "vLLM is not installed in this environment"
+        assert why == "vLLM is not installed in this environment (pip install 'eagle3-conformance[vllm]')"
 
 
 def test_contract_without_vllm_serving_is_skipped(sglang_pair):

@@ -15,11 +15,11 @@ import sys
 from typing import Optional
 
 from eagle3_conformance.cli import (calibrate, check_data, check_offline, faults, init, merge_reports, schema, translate,
-                             validate)
+                                    upgrade_check, validate)
 from eagle3_conformance.cli.common import EXIT_BAD_INPUT, error
 from eagle3_conformance.errors import InputError
 
-VERBS = (validate, check_data, schema, init, calibrate, translate, faults, merge_reports, check_offline)
+VERBS = (validate, check_data, schema, init, calibrate, translate, faults, merge_reports, check_offline, upgrade_check)
 """The verb modules, in the order ``conformance --help`` lists them."""
 
 
@@ -52,6 +52,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     except Exception as e:  # a bug or an unforeseen input problem: one line, exit 2
         if args.debug:
             raise
+        from eagle3_conformance.engines import missing_dependency
+
+        why = missing_dependency(e) if isinstance(e, ModuleNotFoundError) else None
+        if why:  # an optional dependency this command needs (the core needs none): say which extra
+            error(f"{args.command}: {why}")
+            return EXIT_BAD_INPUT
         msg = " ".join(str(e).split())[:500]
         print(f"conformance: internal error (a bug in conformance, or an input it does not recognise): "
               f"{type(e).__name__}: {msg} (run with --debug for a traceback)", file=sys.stderr)

@@ -85,7 +85,7 @@ def _options(args) -> tuple[tuple[int, int], int, int]:
         raise UsageError(f"--workers {workers}: must be >= 1")
     cpus = getattr(args, "cpus_per_worker", None)
     if cpus is not None:
-        from eagle3_conformance.scan import available_cpus, cpu_share
+        from eagle3_conformance.ray_tasks import available_cpus, cpu_share
         from eagle3_conformance.torch_env import MAX_THREADS
 
         if cpus < 1:
@@ -121,7 +121,8 @@ def _print(args, c, res, diagnoses) -> None:
     """The report (verdict and diagnoses first), or with ``--quiet`` the verdict line and one line
     per diagnosis; ``--markdown`` writes the same report as Markdown."""
     from eagle3_conformance import report
-    from eagle3_conformance.scan import SHARDING, human_bytes
+    from eagle3_conformance.cli.progress import human_bytes
+    from eagle3_conformance.scan import SHARDING
 
     findings = res.findings
     m = res.meta
@@ -153,7 +154,8 @@ def run(args) -> int:
     from eagle3_conformance import report
     from eagle3_conformance.diagnose import diagnose
     from eagle3_conformance.reference import ReferenceError, load_reference_model
-    from eagle3_conformance.scan import DISK_PATH, ScanError, detect_format, scan
+    from eagle3_conformance.cli.progress import Progress
+    from eagle3_conformance.scan import DISK_PATH, ScanError, ScanOptions, detect_format, scan, shard_size
 
     c = load_contract(args.contract)
     data = check_data_dir(args.data)
@@ -186,14 +188,15 @@ def run(args) -> int:
             load_reference_model(ref_dir, c.target, **ref_opts)
         except ReferenceError as e:
             raise UsageError(str(e)) from None
-    progress = not args.quiet and sys.stderr.isatty()
+    opts = ScanOptions(shard=shard, workers=workers, sample=sample, seed=int(getattr(args, "seed", 0)),
+                       reference_dir=ref_dir, batch_size=args.batch_size, ray_address=ray_address,
+                       ref_device=ref_opts["device"], ref_dtype=ref_opts["dtype"],
+                       stream_layers=ref_opts["stream_layers"], ref_cache=False if cache == "none" else cache,
+                       data_format=fmt, cpus_per_worker=getattr(args, "cpus_per_worker", None))
+    show = not args.quiet and sys.stderr.isatty()
     try:
-        res = scan(c, data, shard=shard, workers=workers, sample=sample,
-                   seed=int(getattr(args, "seed", 0)), reference_dir=ref_dir, batch_size=args.batch_size,
-                   progress=progress, ray_address=ray_address, ref_device=ref_opts["device"],
-                   ref_dtype=ref_opts["dtype"], stream_layers=ref_opts["stream_layers"],
-                   ref_cache=False if cache == "none" else cache, data_format=fmt,
-                   cpus_per_worker=getattr(args, "cpus_per_worker", None))
+        with Progress(show, shard_size(data, shard, fmt) if show else None) as bar:
+            res = scan(c, data, opts, on_progress=bar.advance)
     except (ScanError, ReferenceError) as e:
         raise UsageError(str(e)) from None
     findings = res.findings

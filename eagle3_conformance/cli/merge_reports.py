@@ -27,18 +27,16 @@ def run(args) -> int:
     cpath, why = parts_contract(args.inputs, getattr(args, "contract", None))
     contract = load_contract(str(cpath)) if cpath is not None else None
     merged = merge_reports(args.out, args.inputs, allow_missing=args.allow_missing, contract=contract)
-    nf = sum(1 for f in merged["findings"] if f["status"] == "fail")
+    nf = sum(1 for f in merged.findings if f.status == "fail")
     if not args.quiet:
-        m = merged["meta"]
-        missing = m.get("shards_missing")
-        print(f"merged {len(args.inputs)} reports into {args.out}: {len(merged['findings'])} findings, {nf} failed"
+        missing = merged.meta.get("shards_missing")
+        print(f"merged {len(args.inputs)} reports into {args.out}: {len(merged.findings)} findings, {nf} failed"
               + (f"; shards missing: {missing}" if missing else ""))
         if nf:
-            ds = merged.get("diagnoses")
-            if ds is None:
+            if merged.diagnoses is None:
                 print(why)
-            for d in ds or []:
-                print(f"  {d['fault'] or 'input'} {d['kind']}: {d['title']}")
-                for fix in d["fix"][:2]:
+            for d in merged.diagnoses or []:
+                print(f"  {d.label}: {d.title}")
+                for fix in d.fix[:2]:
                     print(f"    fix: {fix}")
-    return exit_code(merged["findings"])
+    return exit_code(merged.findings)

@@ -18,6 +18,12 @@ def run(args) -> int:
 
     text = schema_text()
     if args.write:
+        from eagle3_conformance.errors import UsageError
+        from eagle3_conformance.shipped import in_checkout
+
+        if not in_checkout():
+            raise UsageError("schema --write: writes the checkout's contracts/schema/contract.schema.json; this is an "
+                             "installed package (print the schema without --write and redirect it)")
         SCHEMA_PATH.parent.mkdir(parents=True, exist_ok=True)
         SCHEMA_PATH.write_text(text)
         print(f"wrote {SCHEMA_PATH}")

@@ -14,6 +14,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from eagle3_conformance.contract import ContractError, load_contract
+    from eagle3_conformance.shipped import checkout_fixture_note
 
     con = console()
     bad = 0
@@ -28,4 +29,7 @@ def run(args) -> int:
         bands = c.norm_bands.status
         con.print(f"[green]ok[/green] {p}: {c.name}: aux {c.capture.boundaries} + verifier "
                   f"{c.verifier_last.tensor}, width {c.capture.feature_width}, bands {bands}")
+        note = checkout_fixture_note(c.fixture)
+        if note:
+            con.print(f"  note: {note}", markup=False)
     return EXIT_BAD_INPUT if bad else EXIT_OK

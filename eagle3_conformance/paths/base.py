@@ -21,7 +21,6 @@ plugin, the kill matrix and the reports iterate the registry.
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence, TypeVar
 
@@ -48,16 +47,15 @@ class Skipped:
     reason: str
 
 
-_MODULE_NAMES = {"sglang": "SGLang", "speculators": "speculators", "vllm": "vLLM", "specforge": "SpecForge"}
-
-
 @dataclass(frozen=True)
 class Needs:
     """What a path needs to run. Every path needs the contract's local pair (a fixture, or
     ``target.path``: the reference model); a contract without one is skipped before any path.
 
     Attributes:
-        modules: importable modules the path runs (``("sglang",)``); missing -> skipped.
+        modules: importable modules the path runs (``("sglang",)``); missing, or a release other
+            than the tested one (:data:`eagle3_conformance.engines.TESTED`) -> skipped. Every path
+            also needs :data:`eagle3_conformance.engines.BASE` (torch, transformers, hypothesis).
         draft: the draft's ``config.json`` in ``pair.draft_dir``.
         data: a stored dataset in ``pair.data_dir`` (the embedded fixtures have one).
         gpu: a CUDA device. The plugin marks the path ``gpu``; the path probes the device in
@@ -77,9 +75,12 @@ class Needs:
         """Why the path cannot run with ``pair`` (for ``contract``) here (the first unmet need), or None."""
         if contract is not None and contract.method not in self.methods:
             return f"this path runs {'/'.join(self.methods)} drafts; the contract's method is {contract.method}"
-        for m in self.modules:
-            if importlib.util.find_spec(m) is None:
-                return f"{_MODULE_NAMES.get(m, m)} is not installed in this environment"
+        from eagle3_conformance import engines
+
+        for m in (*engines.BASE, *self.modules):
+            why = engines.problem(m)
+            if why:
+                return why
         if self.draft and (pair.draft_dir is None or not (pair.draft_dir / "config.json").is_file()):
             return "no local draft config for this pair"
         if self.data and pair.data_dir is None:
@@ -103,7 +104,7 @@ class Observation:
         pairs: ``(a, b)`` captures of the same token ids on two paths, compared row by row
             (per-slot cosine against ``gates.cross_path_min_cosine``).
         facts: named measurements of the run as a whole, each judged by one check
-            (:data:`eagle3_conformance.assess.FACT_CHECKS`): ``{"sglang_version": "0.5.23"}``,
+            (the check registered with ``fact=`` that name, :func:`eagle3_conformance.checks.registry.fact_checks`): ``{"sglang_version": "0.5.23"}``,
             ``{"avg_accept_length": 2.7}``. A path that measures a metric rather than captures
             (an acceptance-rate loop) returns only facts.
         stop_on_failure: for the fixed inputs (:attr:`Path.first`): if a finding of this

@@ -47,7 +47,7 @@ PATH = Path(
     name="sglang-engine",
     summary="a real sglang.Engine with EAGLE3 and hidden-state return (GPU): prefill and decode rows, "
             "avg_spec_accept_length",
-    needs=Needs(gpu=True),
+    needs=Needs(modules=("sglang",), gpu=True),
     prepare=prepare,
     first=first,
 )

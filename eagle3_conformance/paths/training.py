@@ -54,7 +54,7 @@ PATH = Path(
     name="training",
     summary="speculators 0.9.0 ArrowDataset -> CollateFn(shift_batch): hidden_states, verifier_last_hidden_states, "
             "ids, mask, positions",
-    needs=Needs(data=True),
+    needs=Needs(modules=("speculators",), data=True),
     prepare=prepare,
     first=first,
     observe=observe,

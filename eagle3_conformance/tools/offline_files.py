@@ -175,7 +175,7 @@ def load_capture(path: str | Path, contract, index: Optional[int] = None):
 
     def unavailable(reason: str, fmt: Optional[str] = None):
         return Capture(fmt or (PATH_SPECFORGE if path.suffix == ".ckpt" else PATH_LEGACY), where, empty_ids,
-                       torch.zeros(0, K_d), empty_ids.clone(), unavailable=reason,
+                       torch.zeros(0, K_d), empty_ids.clone(), unavailable=reason, stored=True,
                        provenance={"file": str(path)})
 
     obj, why = safe_load(path)
@@ -193,6 +193,7 @@ def load_capture(path: str | Path, contract, index: Optional[int] = None):
     feature, verifier, mask = t["feature"], t["verifier"], t["mask"]
     return Capture(
         path=fmt,
+        stored=True,
         where=where,
         token_ids=ids,
         feature=feature[rows] if rows.numel() else feature[:0],

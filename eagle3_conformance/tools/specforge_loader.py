@@ -273,7 +273,7 @@ class SpecForgeLoader:
             where = f"sample {i} ({Path(self.file(i)).name}, batch position {pos})"
             if i in bad:
                 caps.append(Capture(PATH, where, torch.zeros(0, dtype=torch.long), torch.zeros(0, 0),
-                                    torch.zeros(0, dtype=torch.long), unavailable=bad[i],
+                                    torch.zeros(0, dtype=torch.long), unavailable=bad[i], stored=True,
                                     provenance={"sample": i, "file": self.file(i)}))
             else:
                 cap = out_by_pos[i].pop(0)
@@ -307,6 +307,7 @@ class SpecForgeLoader:
             tail += 1
         return Capture(
             path=PATH,
+            stored=True,
             where=f"sample {i}",
             token_ids=ids,
             feature=t["hidden_state"][b, :n],

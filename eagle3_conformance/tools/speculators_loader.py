@@ -237,7 +237,7 @@ class TrainingLoader:
             src_mask = torch.as_tensor(row["loss_mask"])
             if item is None:
                 out.append(Capture(PATH, where, src_ids, torch.zeros(0, self.K * self.d), torch.zeros(0, dtype=torch.long),
-                                   source_token_ids=src_ids, unavailable=reason,
+                                   source_token_ids=src_ids, unavailable=reason, stored=True,
                                    provenance={"sample": i, "data_dir": str(self.data_dir)}))
                 continue
             sel = (doc == j).nonzero().flatten()
@@ -245,6 +245,7 @@ class TrainingLoader:
             n = int(sel.numel())
             out.append(Capture(
                 path=PATH,
+                stored=True,
                 where=where,
                 token_ids=item["input_ids"].long(),
                 feature=batch["hidden_states"][0, sel],

@@ -131,7 +131,7 @@ def load_capture(path: str | Path, contract, index: Optional[int] = None, name: 
 
     def unavailable(reason: str):
         return Capture(PATH, where, empty, torch.zeros(0, contract.capture.feature_width), empty.clone(),
-                       unavailable=reason, provenance={"file": str(path)})
+                       unavailable=reason, provenance={"file": str(path)}, stored=True)
 
     t, why = read(path)
     if why:
@@ -162,7 +162,7 @@ def load_capture(path: str | Path, contract, index: Optional[int] = None, name: 
     feature = hs[:, :K].reshape(T, K * H)
     verifier = hs[:, K] if N == K + 1 else None
     return Capture(
-        path=PATH, where=where, token_ids=ids,
+        path=PATH, where=where, token_ids=ids, stored=True,
         feature=feature[rows],
         rows=rows,
         verifier_last=None if verifier is None else verifier[rows + a.target],

@@ -7,6 +7,7 @@ from __future__ import annotations
 from eagle3_conformance.faults.example import Knobs
 from eagle3_conformance.faults.operators.base import Apply, NotApplicable, Operator, aux_indices, both, serving_config
 from eagle3_conformance.faults.scenario import sglang_ids
+from eagle3_conformance.notation import engine_default_aux_ids
 
 KINDS = {
     "K1": "layer-id source / engine default",
@@ -35,7 +36,7 @@ def _t_shift(scn, c, ex):
 
 
 def _defaults(L: int) -> list[int]:
-    return sorted({2, L // 2, L - 3} & set(range(1, L + 1)))
+    return sorted(set(engine_default_aux_ids(L)) & set(range(1, L + 1)))
 
 
 def _t_default(scn, c, ex):
@@ -64,7 +65,7 @@ def _s_shift(scn, c, ex):
 
 def _s_default(scn, c, ex):
     L = c.L
-    if [2, L // 2, L - 3] == aux_indices(c):
+    if engine_default_aux_ids(L) == aux_indices(c):
         return None
     cfg = serving_config(scn, sglang_ids(aux_indices(c)))
     cfg["eagle_aux_hidden_state_layer_ids"] = cfg["eagle_config"].pop("eagle_aux_hidden_state_layer_ids")

@@ -18,6 +18,7 @@ from typing import Union
 from eagle3_conformance.faults.example import Knobs
 from eagle3_conformance.faults.operators.base import Apply, NotApplicable, aux_indices
 from eagle3_conformance.faults.scenario import draft_config
+from eagle3_conformance.notation import engine_default_aux_ids
 
 PATH = "vllm-extend"
 TOP = "eagle_aux_hidden_state_layer_ids"
@@ -44,7 +45,7 @@ def _output_of(scn, c, ex):
 
 def _nested_only(scn, c, ex):
     L = c.L
-    if sorted({2, L // 2, L - 3}) == aux_indices(c):
+    if sorted(set(engine_default_aux_ids(L))) == aux_indices(c):
         return None
     return Knobs(draft_config=_cfg(scn, nested=aux_indices(c)))  # V1 reads them, V2 falls back to defaults
 

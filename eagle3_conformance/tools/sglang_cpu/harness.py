@@ -557,9 +557,6 @@ class SGLangCPUHarness:
         Returns one Capture per request with ``feature`` [n, W] (the tensor entering the draft
         for that request), ``rows`` [n], ``draft_input_ids`` [n], ``position_ids`` [n].
         """
-        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
-        from sglang.srt.speculative.eagle_info import EagleDraftExtendInput
-
         self._check_open()
         t0 = time.perf_counter()
         bs = len(prefix)
@@ -568,46 +565,16 @@ class SGLangCPUHarness:
         assert n >= 1 and all(len(d) == n for d in draft_tokens), "equal num_draft_tokens"
         assert all(1 <= a <= n for a in accepted), "1 <= accepted <= num_draft_tokens"
         assert all(len(p) >= 1 for p in prefix)
-        plens = [len(p) for p in prefix]
-
-        # 1. target prefill over the prefix (EXTEND, FULL), caching K/V per request
-        self.target_attn.cache.clear()
-        self.target_attn.latent.clear()
-        keys = [("dec", i) for i in range(bs)]
-        fb = self._extend_batch(prefix, [0] * bs, ForwardMode.EXTEND, CaptureHiddenMode.FULL)
-        self._target_forward(fb, list(zip(keys, plens)), store=True)
-
-        # 2. target verify over the n rows per request (TARGET_VERIFY, FULL)
-        vfb = self._verify_batch(prefix, draft_tokens)
-        vout = self._target_forward(vfb, [(k, n) for k in keys], attend_cache=True,
-                                    aux=not feed_final_hidden)
-        hidden = vout.hidden_states  # [bs*n, K*d] (or [bs*n, d] = F when feed_final_hidden)
-        predict = vout.next_token_logits.argmax(-1).to(torch.int64)  # [bs*n]
-        accepted = [greedy_accepted(predict[i * n:(i + 1) * n].tolist(), draft_tokens[i], a)
-                    for i, a in enumerate(accepted)]
+        hidden, predict, accepted = self._target_verify(prefix, draft_tokens, accepted, feed_final_hidden)
         accept_lens = torch.tensor(accepted, dtype=torch.int32)
         select_index = torch.arange(0, bs * n, n) + accept_lens - 1
-
-        # 3. draft extend after verify (DRAFT_EXTEND_V2, FULL)
-        def draft_extend(h):
-            spec = EagleDraftExtendInput(
-                hidden_states=h,
-                num_correct_drafts=accept_lens - 1,
-                num_accept_tokens=accept_lens,
-                num_tokens_per_req=n,
-                num_tokens_for_logprob_per_req=n,
-            )
-            ids = [predict[i * n:(i + 1) * n].tolist() for i in range(bs)]
-            dfb = self._extend_batch(ids, plens, ForwardMode.DRAFT_EXTEND_V2,
-                                     CaptureHiddenMode.FULL, spec_info=spec)
-            return self._draft_forward(dfb, [(k, n) for k in keys])
-
-        dout, probe, fc_calls, err = draft_extend(hidden)
+        dout, probe, fc_calls, err = self._draft_extend_after_verify(hidden, predict, accept_lens, prefix, n)
         fed = "target FULL aux concat"
         if feed_final_hidden:
             fed = "target post-norm F (no-aux fallback)"
         if feed_draft_states and err is None:
-            dout, probe, fc_calls, err = draft_extend(dout.hidden_states)
+            dout, probe, fc_calls, err = self._draft_extend_after_verify(dout.hidden_states, predict, accept_lens,
+                                                                         prefix, n)
             fed = "draft's own output states (K9)"
         self.target_attn.cache.clear()
         self.target_attn.latent.clear()
@@ -617,6 +584,51 @@ class SGLangCPUHarness:
         if err is not None:
             raise DraftForwardError(f"SGLang draft forward failed on verify: {err!r}", caps) from err
         return caps
+
+    def _target_verify(self, prefix: list[list[int]], draft_tokens: list[list[int]], accepted: list[int],
+                       feed_final_hidden: bool):
+        """The target's side of :meth:`verify`: a prefill over ``prefix`` (EXTEND, FULL) caching
+        K/V per request, then the verify forward over the n draft rows per request (TARGET_VERIFY,
+        FULL). Returns (hidden [bs*n, K*d] (or [bs*n, d] = F when ``feed_final_hidden``),
+        predict [bs*n] int64 (the target's greedy token per row), accepted per request (the
+        target's own greedy count, at most the caller's))."""
+        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+
+        bs, n = len(prefix), len(draft_tokens[0])
+        plens = [len(p) for p in prefix]
+        self.target_attn.cache.clear()
+        self.target_attn.latent.clear()
+        keys = [("dec", i) for i in range(bs)]
+        fb = self._extend_batch(prefix, [0] * bs, ForwardMode.EXTEND, CaptureHiddenMode.FULL)
+        self._target_forward(fb, list(zip(keys, plens)), store=True)
+        vfb = self._verify_batch(prefix, draft_tokens)
+        vout = self._target_forward(vfb, [(k, n) for k in keys], attend_cache=True,
+                                    aux=not feed_final_hidden)
+        predict = vout.next_token_logits.argmax(-1).to(torch.int64)  # [bs*n]
+        accepted = [greedy_accepted(predict[i * n:(i + 1) * n].tolist(), draft_tokens[i], a)
+                    for i, a in enumerate(accepted)]
+        return vout.hidden_states, predict, accepted
+
+    def _draft_extend_after_verify(self, h: torch.Tensor, predict: torch.Tensor, accept_lens: torch.Tensor,
+                                   prefix: list[list[int]], n: int):
+        """The draft extend after verify (DRAFT_EXTEND_V2, FULL) on the ``bs*n`` rows ``h``:
+        input ids ``predict``, positions ``len(prefix[i]) + arange(n)``. Returns
+        :meth:`_draft_forward`'s (output, probe, fc calls, error)."""
+        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+        from sglang.srt.speculative.eagle_info import EagleDraftExtendInput
+
+        bs = len(prefix)
+        spec = EagleDraftExtendInput(
+            hidden_states=h,
+            num_correct_drafts=accept_lens - 1,
+            num_accept_tokens=accept_lens,
+            num_tokens_per_req=n,
+            num_tokens_for_logprob_per_req=n,
+        )
+        ids = [predict[i * n:(i + 1) * n].tolist() for i in range(bs)]
+        dfb = self._extend_batch(ids, [len(p) for p in prefix], ForwardMode.DRAFT_EXTEND_V2,
+                                 CaptureHiddenMode.FULL, spec_info=spec)
+        return self._draft_forward(dfb, [(("dec", i), n) for i in range(bs)])
 
     def _draft_side(self, probe: dict, sl: slice, fc_calls: int) -> dict:
         """The Capture fields read off the draft probe for one request's rows ``sl``: input ids and

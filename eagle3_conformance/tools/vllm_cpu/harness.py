@@ -262,8 +262,6 @@ class VLLMCPUHarness:
         Raises:
             ValueError: an empty request or an unknown runner.
         """
-        from vllm.config import set_current_vllm_config
-
         if not batch or any(len(x) < 1 for x in batch):
             raise ValueError("every request needs >= 1 token")
         bad = [r for r in runners if r not in RUNNERS]
@@ -275,63 +273,80 @@ class VLLMCPUHarness:
         pos = torch.cat([torch.arange(n) for n in lens])
         caps: list[Capture] = []
         for r in runners:
-            self.target.set_aux_hidden_state_layers(self.config_ids[r] or self.default_ids)
-            Segments.lens = lens
-            with set_current_vllm_config(self.vllm_config), torch.no_grad():
-                final, aux = self.target.model(ids, pos, None)
-                logits = self.target.compute_logits(final)
-                # gpu_model_runner.py:4891-4932 / speculator.py:210-216; without aux the runner hands
-                # the draft the target's last hidden states (F)
-                hidden = torch.cat(aux, -1) if self.use_aux[r] else final
-                ends = torch.tensor(lens).cumsum(0) - 1
-                sampled = logits[ends].argmax(-1)
-                shifted = torch.cat([torch.cat([torch.tensor(x[1:], dtype=torch.long), sampled[i:i + 1]])
-                                     for i, x in enumerate(batch)])
-                self._probe = {}
-                err = None
-                try:
-                    combined = self.draft.combine_hidden_states(hidden)
-                    self.draft.model(shifted, pos, combined)
-                except (RuntimeError, AssertionError) as e:
-                    err = e
-            probe = self._probe
-            start = 0
-            for i, n in enumerate(lens):
-                sl = slice(start, start + n)
-                start += n
-                fc_input = probe["fc_input"][sl] if "fc_input" in probe else None
-                prov = {
-                    "vllm": self.vllm_version, "runner": r, "default_runner": self.default_runner,
-                    "config_ids": None if self.config_ids[r] is None else list(self.config_ids[r]),
-                    "engine_ids_source": "draft config" if self.config_ids[r] else
-                    "model default get_eagle3_default_aux_hidden_state_layers()",
-                    "aux_hidden_state_layers": list(self.target.model.aux_hidden_state_layers),
-                    "target_class": type(self.target).__name__, "draft_class": type(self.draft).__name__,
-                    "draft_weights": self.draft_weights, "fc_in_features": self.fc_in_features,
-                    "fc_out_features": self.fc_out_features,
-                    "use_aux_hidden_state": self.use_aux_hidden_state, "runner_uses_aux": self.use_aux[r],
-                    "sampled_token": int(sampled[i]), "fc_calls": probe.get("calls", 0),
-                    "attention": "stand-in causal SDPA (eagle3_conformance.tools.vllm_cpu.runtime.StandInAttention)",
-                }
-                if err is not None:
-                    prov["draft_error"] = repr(err)
-                caps.append(Capture(
-                    path="vllm-extend",
-                    where=f"vLLM {self.vllm_version} {r} runner, batch of {len(batch)}, request {i}",
-                    token_ids=torch.tensor(batch[i], dtype=torch.int64),
-                    feature=hidden[sl],
-                    rows=torch.arange(n, dtype=torch.int64),
-                    draft_input_ids=shifted[sl].to(torch.int64),
-                    position_ids=pos[sl].to(torch.int64),
-                    fc_ran=probe.get("calls", 0) > 0,
-                    fc_input=fc_input,
-                    fc_source=hidden[sl] if fc_input is not None else None,
-                    draft_input_width=int(hidden.shape[-1]),
-                    engine_ids=list(self.applied[r]),
-                    engine_boundaries=self.boundaries(r) if self.use_aux[r] else ["F"],
-                    provenance=prov,
-                ))
+            hidden, sampled, shifted, err = self._runner_forward(r, batch, ids, pos, lens)
+            caps += self._runner_captures(r, batch, hidden, sampled, shifted, pos, self._probe, err)
         self.timings["extend"] = time.perf_counter() - t0
+        return caps
+
+    def _runner_forward(self, r: str, batch: list[list[int]], ids: torch.Tensor, pos: torch.Tensor,
+                        lens: list[int]):
+        """Target prefill with runner ``r``'s ids applied, then the draft on what that runner hands
+        it. Returns (hidden [T, W], sampled [bs], shifted input ids [T], the draft's error or None);
+        the draft's fc probe is left in ``self._probe``."""
+        from vllm.config import set_current_vllm_config
+
+        self.target.set_aux_hidden_state_layers(self.config_ids[r] or self.default_ids)
+        Segments.lens = lens
+        with set_current_vllm_config(self.vllm_config), torch.no_grad():
+            final, aux = self.target.model(ids, pos, None)
+            logits = self.target.compute_logits(final)
+            # gpu_model_runner.py:4891-4932 / speculator.py:210-216; without aux the runner hands
+            # the draft the target's last hidden states (F)
+            hidden = torch.cat(aux, -1) if self.use_aux[r] else final
+            ends = torch.tensor(lens).cumsum(0) - 1
+            sampled = logits[ends].argmax(-1)
+            shifted = torch.cat([torch.cat([torch.tensor(x[1:], dtype=torch.long), sampled[i:i + 1]])
+                                 for i, x in enumerate(batch)])
+            self._probe = {}
+            err = None
+            try:
+                combined = self.draft.combine_hidden_states(hidden)
+                self.draft.model(shifted, pos, combined)
+            except (RuntimeError, AssertionError) as e:
+                err = e
+        return hidden, sampled, shifted, err
+
+    def _runner_captures(self, r: str, batch: list[list[int]], hidden: torch.Tensor, sampled: torch.Tensor,
+                         shifted: torch.Tensor, pos: torch.Tensor, probe: dict, err) -> list[Capture]:
+        """One :class:`Capture` per request of runner ``r``'s forward (see :meth:`extend`)."""
+        caps = []
+        start = 0
+        for i, x in enumerate(batch):
+            n = len(x)
+            sl = slice(start, start + n)
+            start += n
+            fc_input = probe["fc_input"][sl] if "fc_input" in probe else None
+            prov = {
+                "vllm": self.vllm_version, "runner": r, "default_runner": self.default_runner,
+                "config_ids": None if self.config_ids[r] is None else list(self.config_ids[r]),
+                "engine_ids_source": "draft config" if self.config_ids[r] else
+                "model default get_eagle3_default_aux_hidden_state_layers()",
+                "aux_hidden_state_layers": list(self.target.model.aux_hidden_state_layers),
+                "target_class": type(self.target).__name__, "draft_class": type(self.draft).__name__,
+                "draft_weights": self.draft_weights, "fc_in_features": self.fc_in_features,
+                "fc_out_features": self.fc_out_features,
+                "use_aux_hidden_state": self.use_aux_hidden_state, "runner_uses_aux": self.use_aux[r],
+                "sampled_token": int(sampled[i]), "fc_calls": probe.get("calls", 0),
+                "attention": "stand-in causal SDPA (eagle3_conformance.tools.vllm_cpu.runtime.StandInAttention)",
+            }
+            if err is not None:
+                prov["draft_error"] = repr(err)
+            caps.append(Capture(
+                path="vllm-extend",
+                where=f"vLLM {self.vllm_version} {r} runner, batch of {len(batch)}, request {i}",
+                token_ids=torch.tensor(batch[i], dtype=torch.int64),
+                feature=hidden[sl],
+                rows=torch.arange(n, dtype=torch.int64),
+                draft_input_ids=shifted[sl].to(torch.int64),
+                position_ids=pos[sl].to(torch.int64),
+                fc_ran=probe.get("calls", 0) > 0,
+                fc_input=fc_input,
+                fc_source=hidden[sl] if fc_input is not None else None,
+                draft_input_width=int(hidden.shape[-1]),
+                engine_ids=list(self.applied[r]),
+                engine_boundaries=self.boundaries(r) if self.use_aux[r] else ["F"],
+                provenance=prov,
+            ))
         return caps
 
     def close(self) -> None:

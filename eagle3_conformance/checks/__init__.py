@@ -1,0 +1,58 @@
+"""Pure checks: (contract, capture[, reference]) -> list[Finding], one registry.
+
+Every check is a small function with one job, declared once with
+:func:`eagle3_conformance.checks.registry.check` in the module of its fault family; its docstring
+names the FAULTS.md kind it exists for. None imports a path adapter. Tensors in, findings out;
+nothing is modified.
+
+========================  ===================================================================
+module                    checks
+========================  ===================================================================
+``registry``              the decorator and the registry every runner reads
+``common``                what checks share (the finding of a capture, gate keys, row masks)
+``shape``                 availability, slot count, widths, dtypes, finiteness, rows, stored ids
+``identity``              slot identity, order and the embedding by fingerprint
+``draft_fc``              the engine's resolved ids, the draft's fc ran and its shape
+``verifier``              the verifier slot's identity and norm state, and that stored data has it
+``bands``                 per-token RMS in the calibrated norm bands
+``alignment``             rows, input ids, loss mask and positions at the contract's offsets
+``row_fingerprint``       every row is its token's declared boundary
+``tensor_dtypes``         per-tensor dtypes of ``contract.dtypes``
+``magnitude``             magnitude against the reference, the draft's pre-fc norm
+``transport``             hs-connectors FP8 payloads and their error
+``cross_path``            two paths agree on the same tokens
+``facts``                 engine releases, the accept-length gate
+``vocab``                 d2t/t2d mapping, chat template, golden token ids
+``precision``             the data's noise is the declared production precision's (issue 23)
+``residual``              a slot that is the layer's update without its residual (issue 23)
+``suite``                 :func:`run_checks`: every check on one capture, in registry order
+========================  ===================================================================
+
+The modules are imported below in that order, which is the registry's (and the findings') order.
+"""
+
+from eagle3_conformance.checks import registry  # noqa: F401  (first: the others register into it)
+from eagle3_conformance.checks.common import (GATE_CROSS_PATH, GATE_NOISE, GATE_ROW_FLOOR, NO_MATCH_COSINE,  # noqa: F401
+                                              dtype_name, finding, keep_rows, slot_label, usable, verifier_rows)
+from eagle3_conformance.checks.shape import (check_dtype, check_finite, check_row_count, check_sample_available,  # noqa: F401
+                                             check_slot_count, check_token_ids_match, check_width)
+from eagle3_conformance.checks.identity import (Verdict, check_no_embedding, check_slot_identity,  # noqa: F401
+                                                check_slot_order, identify, judge, resolvable, similarity_profile)
+from eagle3_conformance.checks.draft_fc import check_engine_mapping, check_fc_ran, check_fc_shape  # noqa: F401
+from eagle3_conformance.checks.verifier import (check_verifier_identity, check_verifier_norm_state,  # noqa: F401
+                                                check_verifier_present)
+from eagle3_conformance.checks.bands import band_rows, check_norm_bands  # noqa: F401
+from eagle3_conformance.checks.alignment import (check_feature_alignment, check_input_token_alignment,  # noqa: F401
+                                                 check_loss_mask_alignment, check_position_alignment,
+                                                 check_target_alignment)
+from eagle3_conformance.checks.row_fingerprint import check_row_fingerprint  # noqa: F401
+from eagle3_conformance.checks.tensor_dtypes import check_tensor_dtypes  # noqa: F401
+from eagle3_conformance.checks.magnitude import PRE_FC_FIT_TOL, check_magnitude, check_pre_fc_norm  # noqa: F401
+from eagle3_conformance.checks.transport import FP8_DTYPES, GATE_FP8, check_fp8_scale_error, check_transfer_backend  # noqa: F401
+from eagle3_conformance.checks.cross_path import check_cross_path  # noqa: F401
+from eagle3_conformance.checks.facts import check_accept_length, check_engine_version, check_vllm_version  # noqa: F401
+from eagle3_conformance.checks.vocab import (check_chat_template, check_golden_tokens, check_vocab_mapping,  # noqa: F401
+                                             mapping_sha256)
+from eagle3_conformance.checks.precision import check_production_precision  # noqa: F401
+from eagle3_conformance.checks.residual import check_residual_missing  # noqa: F401
+from eagle3_conformance.checks.suite import run_checks  # noqa: F401

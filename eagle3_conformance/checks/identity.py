@@ -1,0 +1,231 @@
+"""Slot identity by fingerprint: the per-token cosine between a captured slot and every
+reference boundary B_0..B_L, F for the same tokens (mean over the rows not excluded by
+``norm_bands.exclude_positions``), following REFERENCE.md section 7.3 item 6; the rank-based
+verdict with a precision-noise allowance is docs/gates.md's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from eagle3_conformance import gates
+from eagle3_conformance.capture import Capture
+from eagle3_conformance.contract import Contract
+from eagle3_conformance.findings import Finding
+from eagle3_conformance.checks.common import (GATE_NOISE, GATE_ROW_FLOOR, NO_MATCH_COSINE, finding, keep_rows, no_rows,
+                                             slot_label, usable)
+from eagle3_conformance.checks.registry import REFERENCE, check
+from eagle3_conformance.notation import Boundary, all_boundaries
+from eagle3_conformance.reference import Reference
+
+
+def similarity_profile(slot: torch.Tensor, rows: torch.Tensor, ref: Reference, keep: torch.Tensor) -> torch.Tensor:
+    """Mean per-token cosine of ``slot`` ([N, d]) with every reference boundary at ``rows``.
+
+    Returns [L+2] float32 ordered B_0..B_L, F (see :func:`eagle3_conformance.notation.all_boundaries`).
+    """
+    x = torch.nn.functional.normalize(slot.float()[keep], dim=-1, eps=1e-8)  # [n, d]
+    r = ref.unit[:, rows[keep]]  # [L+2, n, d], unit rows
+    return (r * x[None]).sum(-1).mean(-1)
+
+
+def resolvable(ref: Reference, declared: Boundary, rows: torch.Tensor, max_cos: float) -> torch.Tensor:
+    """Mask over ``rows`` ([N] token indices) at which the reference itself tells ``declared``
+    apart from every other boundary: no other boundary has cosine >= ``max_cos`` with it there.
+
+    Massive-activation tokens (every mid boundary points along the same few dimensions) and runs
+    of repeated tokens fail this; they carry no evidence of which boundary a slot holds. Judged
+    on the reference's per-token profile only, so it works for a one-row capture (docs/gates.md).
+    """
+    k = all_boundaries(ref.num_layers).index(declared)
+    return ref.neighbour_cosine[k][rows] < max_cos
+
+
+def identify(slot: torch.Tensor, rows: torch.Tensor, ref: Reference, keep: torch.Tensor) -> tuple[Boundary, float, torch.Tensor]:
+    """The reference boundary a slot matches best: (boundary, cosine, full profile)."""
+    prof = similarity_profile(slot, rows, ref, keep)
+    i = int(prof.argmax())
+    return all_boundaries(ref.num_layers)[i], float(prof[i]), prof
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Slot identity of one sample (docs/gates.md): ``status`` is pass, fail or undecidable."""
+
+    status: str
+    best: Boundary
+    declared_cos: float
+    best_cos: float
+    runner_cos: float  # best cosine among boundaries other than the declared one
+    gap_deg: float  # angle(slot, declared) - angle(slot, best), degrees (0 when best is declared)
+    used: int  # resolvable tokens the decision rests on
+    excluded: int  # tokens excluded as not resolvable
+
+
+def judge(declared: Boundary, slot: torch.Tensor, rows: torch.Tensor, ref: Reference, keep: torch.Tensor,
+          c: Contract, stored: bool = False) -> Optional[Verdict]:
+    """Rank-based slot identity with a precision-noise allowance (docs/gates.md).
+
+    Args:
+        slot: [N, d] the captured slot; rows: [N] token indices into ``ref``; keep: [N] bool rows
+            not at an excluded position.
+
+    Returns None when no row is resolvable (nothing to decide on).
+    """
+    res = keep & resolvable(ref, declared, rows, gates.resolvable_max_cosine(c))
+    if not bool(res.any()):
+        return None
+    prof = similarity_profile(slot, rows, ref, res)
+    names = all_boundaries(ref.num_layers)
+    di, bi = names.index(declared), int(prof.argmax())
+    others = torch.cat([prof[:di], prof[di + 1:]])
+    runner = float(others.max()) if others.numel() else -1.0
+    d_cos, b_cos = float(prof[di]), float(prof[bi])
+    gap = gates.angle_deg(d_cos) - gates.angle_deg(b_cos)
+    if bi == di:
+        # the best match, but too far from it to be that boundary at all: a foreign tensor
+        status = "pass" if d_cos >= gates.row_min_cosine(c, stored) else "fail"
+    else:
+        status = "fail" if gap > gates.identity_noise_deg(c, stored) else "undecidable"
+    return Verdict(status, names[bi], d_cos, b_cos, runner, gap, int(res.sum()), int(keep.sum() - res.sum()))
+
+
+def _undecidable(check: str, cap: Capture, label, declared, v: Optional[Verdict], fault: str) -> Finding:
+    if v is None:
+        msg = (f"{label}: no token can tell {declared} from its neighbours in the reference (massive-activation "
+               "or repeated tokens only): not decided")
+        obs = "no resolvable token"
+    else:
+        msg = (f"{label} matches {v.best} slightly better than {declared} (cos {v.best_cos:.4f} vs "
+               f"{v.declared_cos:.4f}, {v.gap_deg:.2f} deg apart), within the precision-noise allowance: not decided")
+        obs = f"undecidable ({v.best} by {v.gap_deg:.2f} deg)"
+    return finding(check, "skip", cap, label, str(declared), obs, msg, fault)
+
+
+@check(REFERENCE, ("K1", "K2"), gates=(GATE_NOISE, GATE_ROW_FLOOR))
+def check_slot_identity(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
+    """K1/K2: each aux slot is the declared boundary, by fingerprint against the reference.
+
+    Rank-based (docs/gates.md): the declared boundary must be the best match over the resolvable
+    tokens; a different best match fails only beyond ``gates.identity_noise_deg``; samples with no
+    resolvable token or a difference within the allowance are reported as skip (undecidable).
+    """
+    d = c.draft.target_hidden_size
+    if not usable(cap, d):
+        return [finding("slot_identity", "skip", cap, None, None, None, "no rows to fingerprint", "K2")]
+    keep = keep_rows(c, cap.rows)
+    if not bool(keep.any()):
+        return no_rows("slot_identity", cap, None, "K2")
+    out = []
+    slots = cap.slots(d)
+    for i, slot in enumerate(slots):
+        declared = c.aux[i] if i < c.num_slots else None
+        if slot.shape[-1] != d:
+            out.append(finding("slot_identity", "skip", cap, slot_label(i), str(declared), f"{slot.shape[-1]} wide",
+                               f"slot {i} is {slot.shape[-1]} wide, not {d}: cannot fingerprint", "K2"))
+            continue
+        got, cos, prof = identify(slot, cap.rows, ref, keep)
+        if declared is None:
+            out.append(finding("slot_identity", "fail", cap, slot_label(i), "no slot", str(got),
+                               f"slot {i} is {got.describe(c.L)} (cos {cos:.4f}); the contract declares only "
+                               f"{c.num_slots} slots", "K2"))
+            continue
+        out.append(identity_finding("slot_identity", c, cap, slot_label(i), declared,
+                                     judge(declared, slot, cap.rows, ref, keep, c, cap.stored), cos, got, "K2"))
+    return out
+
+
+def identity_finding(check: str, c: Contract, cap: Capture, label: str, declared: Boundary,
+                      v: Optional[Verdict], any_cos: float, any_best: Boundary, fault: str) -> Finding:
+    who = "verifier slot" if label == "verifier" else label
+
+    def no_match(best: Boundary, cos: float) -> Finding:
+        return finding(check, "fail", cap, label, str(declared), "none",
+                       f"{who} matches no boundary of the reference (best: {best}, cos {cos:.4f}); contract says "
+                       f"{declared}: a reference of another checkpoint, or a tensor that is no residual-stream boundary",
+                       fault)
+
+    if v is None or v.status == "undecidable":
+        # nothing resolvable (or within the allowance), but a slot matching nothing is still wrong
+        return no_match(any_best, any_cos) if any_cos < NO_MATCH_COSINE else _undecidable(check, cap, label, declared, v, fault)
+    if v.status == "pass":
+        return finding(check, "pass", cap, label, str(declared), str(declared),
+                       f"{who} is {declared.describe(c.L)} (cos {v.declared_cos:.4f}, next best {v.runner_cos:.4f}; "
+                       f"{v.used} tokens, {v.excluded} not resolvable)", fault)
+    if v.best_cos < NO_MATCH_COSINE:
+        return no_match(v.best, v.best_cos)
+    if v.best == declared:  # the closest boundary, but not close enough to be it
+        return finding(check, "fail", cap, label, str(declared), str(declared),
+                       f"{who} points toward {declared} (cos {v.declared_cos:.4f}) but is not it: below the floor "
+                       f"{GATE_ROW_FLOOR} {gates.row_min_cosine(c, cap.stored)} (rows of other tokens, or a tensor derived from "
+                       f"{declared})", fault, GATE_ROW_FLOOR)
+    return finding(check, "fail", cap, label, str(declared), str(v.best),
+                   f"{who} is {v.best.describe(c.L)}; contract says {declared} (cos {v.best_cos:.4f} to {v.best}, "
+                   f"{v.declared_cos:.4f} to {declared}; {v.gap_deg:.1f} deg apart, beyond {GATE_NOISE} "
+                   f"{gates.identity_noise_deg(c, cap.stored):g})", fault, GATE_NOISE)
+
+
+@check(REFERENCE, ("K2", "K13"))
+def check_slot_order(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
+    """K2/K13: the slots hold the declared boundaries in the declared (ascending) order; catches
+    blocks that are all present but permuted, which width and band checks cannot see."""
+    d = c.draft.target_hidden_size
+    if not usable(cap, d) or cap.width % d or cap.width == 0:
+        return [finding("slot_order", "skip", cap, "feature", None, None, "widths do not split into slots", "K2")]
+    keep = keep_rows(c, cap.rows)
+    if not bool(keep.any()):
+        return no_rows("slot_order", cap, "feature", "K2")
+    got = []
+    for i, s in enumerate(cap.slots(d)):
+        declared = c.aux[i] if i < c.num_slots else None
+        if declared is None:
+            got.append(identify(s, cap.rows, ref, keep)[0])
+            continue
+        v = judge(declared, s, cap.rows, ref, keep, c, cap.stored)
+        # undecidable: the evidence cannot tell the declared boundary from the best match
+        got.append(v.best if v is not None and v.status == "fail" else declared)
+    want = c.aux
+    ok = got == want
+    if ok:
+        msg = "slots are in the declared order"
+    elif sorted(got, key=Boundary.sort_key) == sorted(want, key=Boundary.sort_key):
+        msg = f"blocks are out of order: {[str(g) for g in got]}; contract says {[str(w) for w in want]}"
+    else:
+        msg = f"slots hold {[str(g) for g in got]}; contract says {[str(w) for w in want]}"
+    return [finding("slot_order", "pass" if ok else "fail", cap, "feature", [str(w) for w in want],
+                    [str(g) for g in got], msg, "K2")]
+
+
+@check(REFERENCE, ("K2",))
+def check_no_embedding(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
+    """K2: no slot is the embedding output B_0 unless the contract allows it (the seed incident:
+    a "fix" that captured the embedding made shapes match and meaning wrong)."""
+    if c.capture.allow_embedding:
+        return [finding("no_embedding", "skip", cap, None, None, None, "contract allows B_0", "K2")]
+    d = c.draft.target_hidden_size
+    if not usable(cap, d):
+        return [finding("no_embedding", "skip", cap, None, None, None, "no rows", "K2")]
+    keep = keep_rows(c, cap.rows)
+    if not bool(keep.any()):
+        return no_rows("no_embedding", cap, None, "K2")
+    emb = ref.boundary(Boundary(0))[cap.rows]
+    out = []
+    for i, s in enumerate(cap.slots(d)):
+        if s.shape[-1] != d:
+            continue
+        cos = float(torch.nn.functional.cosine_similarity(s.float()[keep], emb[keep], dim=-1).mean())
+        got, best_cos, _ = identify(s, cap.rows, ref, keep)
+        if best_cos < NO_MATCH_COSINE:
+            # matches no boundary (zeros, another checkpoint): the identity checks report it; B_0 is no claim
+            out.append(finding("no_embedding", "skip", cap, slot_label(i), "not B_0", f"cos to B_0 {cos:.4f}",
+                               f"slot {i} matches no boundary (best {got}, cos {best_cos:.4f} < {NO_MATCH_COSINE}): "
+                               "slot_identity reports what it is", "K2"))
+            continue
+        bad = got.index == 0 and not got.final
+        out.append(finding("no_embedding", "fail" if bad else "pass", cap, slot_label(i), "not B_0",
+                           f"cos to B_0 {cos:.4f}",
+                           f"slot {i} is B_0 (embedding output, cos {cos:.4f})" if bad else f"slot {i} is not the embedding",
+                           "K2"))
+    return out

@@ -1,0 +1,125 @@
+"""``eagle3-conformance upgrade-check CONTRACT... --from TOOL==V --to TOOL==V``: would an engine
+upgrade change the tensors a draft receives? Each version's own code decides
+(:mod:`eagle3_conformance.upgrade`); exit 0 same tensors, 1 a draft would receive different
+tensors, 2 a version could not be fetched or its rule could not be run, or bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from eagle3_conformance.cli.common import check_output
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("upgrade-check", help="compare what two versions of an engine capture for each contract")
+    p.add_argument("contracts", nargs="+", metavar="CONTRACT")
+    p.add_argument("--from", dest="base", required=True, metavar="TOOL==V",
+                   help="the version served today: sglang==0.5.12, vllm==0.33.0 (both runners) or vllm==0.33.0:v1")
+    p.add_argument("--to", dest="to", required=True, action="append", metavar="TOOL==V",
+                   help="the candidate version (repeat to compare several with the baseline)")
+    p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    p.add_argument("--output", metavar="FILE", help="write the report there instead of stdout")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from eagle3_conformance.upgrade import check, parse_spec
+
+    base = parse_spec(args.base)
+    to = [s for t in args.to for s in parse_spec(t)]
+    if args.output:
+        check_output(args.output, "--output", inputs=tuple(args.contracts))
+    report = check(list(args.contracts), base, to)
+    text = {"json": lambda r: json.dumps(r.to_json(), indent=1), "markdown": markdown, "text": plain}[args.format](report)
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+    else:
+        print(text)
+    return report.exit_code
+
+
+def _boundaries(cap, step: str) -> str:
+    if cap.status != "ok":
+        return f"[{cap.status}]"
+    return " ".join(cap.steps[step].boundaries)
+
+
+def _columns(r) -> list[tuple[str, str]]:
+    """One row per column and step; a step shown apart only where some version differs between steps."""
+    split = any(c.status == "ok" and c.steps["extend"].boundaries != c.steps["verify/decode"].boundaries
+                for c in r.captures)
+    return [("extend", "extend"), ("verify/decode", "verify/decode")] if split else [("extend", "all steps")]
+
+
+def _merged(changes) -> list:
+    """The changes with a step label ``all steps`` where extend and verify/decode change alike."""
+    key = lambda ch: (ch.slot, ch.from_boundary, ch.to_boundary)  # noqa: E731
+    ext = [ch for ch in changes if ch.step == "extend"]
+    ver = [ch for ch in changes if ch.step != "extend"]
+    if [key(c) for c in ext] == [key(c) for c in ver]:
+        return [("all steps", ch) for ch in ext]
+    return [(ch.step, ch) for ch in changes]
+
+
+def _changes(changes) -> list[str]:
+    """Text lines: each changed slot, then each distinct pair of rules once."""
+    out, rules = [], []
+    for step, ch in _merged(changes):
+        out.append(f"    {step} slot {ch.slot}: {ch.from_boundary or '(none)'} -> {ch.to_boundary or '(none)'}"
+                   f" (draft-config id {ch.from_id} -> {ch.to_id})")
+        if (ch.from_rule, ch.to_rule) not in rules:
+            rules.append((ch.from_rule, ch.to_rule))
+    for a, b in rules:
+        out += [f"      from rule: {a}", f"      to rule:   {b}"]
+    return out
+
+
+def plain(report) -> str:
+    """The report as text: per contract, each version's boundaries, then each verdict's changed slots."""
+    out = [f"upgrade-check: from {report.baseline} to {', '.join(report.candidates)} "
+           f"({len(report.contracts)} contracts, {report.seconds:.1f} s)"]
+    for s in report.sources:
+        out.append(f"  {s.column}: " + (f"CANNOT FETCH: {s.error}" if s.error else
+                                        f"{s.wheel} sha256 {s.sha256[:16]}… ({s.files} files)"))
+    for r in report.contracts:
+        out.append("")
+        if r.error:
+            out.append(f"{r.contract}: ERROR {r.error}")
+            continue
+        out.append(f"{r.name} ({r.method}, {r.architecture}, L = {r.num_hidden_layers}) [{r.contract}]")
+        for step, label in _columns(r):
+            for c in r.captures:
+                extra = f"  (ids read: {c.ids_read})" if c.status == "ok" else f"  {c.error}"
+                out.append(f"  {label:>13}  {c.column:<26} {_boundaries(c, step):<24}{extra}")
+        for v in r.verdicts:
+            out.append(f"  {v.base} -> {v.to}: {v.status.upper() if v.status != 'same tensors' else v.status}"
+                       + (f" ({v.reason})" if v.reason else ""))
+            out += _changes(v.changes)
+    out.append("")
+    out.append(f"exit {report.exit_code}: " + {0: "same tensors for every contract", 1: "a draft would receive "
+               "different tensors", 2: "something could not be fetched or run (see above)"}[report.exit_code])
+    return "\n".join(out)
+
+
+def markdown(report) -> str:
+    """The report as Markdown (a CI job summary): one table per contract, then the changed slots."""
+    out = [f"## upgrade-check: {report.baseline} → {', '.join(report.candidates)}", ""]
+    out += ["| version | wheel | sha256 |", "|---|---|---|"]
+    out += [f"| {s.column} | {s.wheel or 'CANNOT FETCH'} | {s.sha256[:16] or s.error} |" for s in report.sources]
+    for r in report.contracts:
+        out += ["", f"### {r.name}" + (f" — ERROR: {r.error}" if r.error else
+                                       f" ({r.method}, {r.architecture}, L = {r.num_hidden_layers})"), ""]
+        if r.error:
+            continue
+        out += ["| step | " + " | ".join(c.column for c in r.captures) + " |",
+                "|---|" + "---|" * len(r.captures)]
+        for step, label in _columns(r):
+            out.append(f"| {label} | " + " | ".join(_boundaries(c, step) for c in r.captures) + " |")
+        for v in r.verdicts:
+            out.append(f"\n**{v.base} → {v.to}: {v.status}**" + (f" ({v.reason})" if v.reason else ""))
+            for step, ch in _merged(v.changes):
+                out.append(f"- {step} slot {ch.slot}: `{ch.from_boundary}` → `{ch.to_boundary}` "
+                           f"(draft-config id {ch.from_id} → {ch.to_id}); rules: `{ch.from_rule}` / `{ch.to_rule}`")
+    out += ["", f"exit code {report.exit_code}"]
+    return "\n".join(out)

@@ -1,0 +1,140 @@
+"""The package as users install it (issue 24): declared dependencies and extras agree with the
+engine releases the paths are tested with, every package is in the wheel, the embedded fixtures
+are named, a path skips an engine that is missing or of another release, and the pytest plugin is
+inert in a session that does not ask for the suite. The built wheel in a clean virtual
+environment: :func:`test_install_as_users_get_it` (slow; scripts/check_install.py, also a step of
+.ci/run)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from eagle3_conformance import engines, shipped
+from eagle3_conformance.fixture_base import known_fixtures
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def test_extras_pin_the_tested_engine_releases():
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    for dist, spec in engines.TESTED.items():
+        assert f"{dist}{spec}" in extras[dist], (dist, extras[dist])
+
+
+def test_core_dependencies_hold_no_torch_and_no_engine():
+    core = " ".join(PYPROJECT["project"]["dependencies"]).lower()
+    for heavy in ("torch", "transformers", "sglang", "vllm", "speculators", "specforge", "hypothesis", "ray"):
+        assert heavy not in core
+
+
+def test_every_package_is_in_the_wheel():
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    code = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "eagle3_conformance").rglob("__init__.py")}
+    data = {"eagle3_conformance._contracts", "eagle3_conformance._contracts.schema", "eagle3_conformance._docs"}
+    assert listed == code | data
+
+
+def test_embedded_fixtures_named():
+    assert list(shipped.EMBEDDED_FIXTURES) == known_fixtures()
+
+
+def test_example_contracts_are_the_public_pairs(repo):
+    names = {p.name for p in shipped.example_contracts()}
+    assert "llama-3.1-8b-instruct--lmsys-eagle3.yaml" in names
+    assert not {n for n in names if n.startswith(("tiny-", "smollm2-"))}
+    assert shipped.SCHEMA_PATH == repo / "contracts" / "schema" / "contract.schema.json"
+
+
+def test_untested_engine_release_skips_the_path(monkeypatch):
+    """The fault: SGLang 0.5.22 installed where the paths run on 0.5.23's internals."""
+    from eagle3_conformance.paths import get
+
+    assert engines.problem("sglang") is None  # the lock's release
+    monkeypatch.setattr(engines, "installed", lambda dist: "0.5.22" if dist == "sglang" else "9")
+    why = engines.problem("sglang")
+    assert why and "SGLang 0.5.22 is installed" in why and "sglang==0.5.23" in why
+    pair = type("P", (), {"draft_dir": None, "data_dir": None})()
+    assert get("sglang-extend").needs.unmet(pair) == why
+    monkeypatch.setenv(engines.UNTESTED_ENV, "1")
+    assert engines.problem("sglang") is None
+
+
+def test_missing_engine_says_how_to_install(monkeypatch):
+    monkeypatch.setattr(engines, "installed", lambda dist: None)
+    assert engines.problem("vllm") == ("vLLM is not installed in this environment "
+                                       "(pip install 'eagle3-conformance[vllm]')")
+    assert "eagle3-conformance[reference]" in engines.problem("torch")
+
+
+def test_command_missing_an_optional_dependency_names_the_extra(monkeypatch, capsys, repo):
+    """The fault: torch absent (a core-only install) under a command that needs it."""
+    from eagle3_conformance import cli
+    from eagle3_conformance.cli import check_data
+
+    def needs_torch(args):
+        raise ModuleNotFoundError("No module named 'torch'", name="torch")
+
+    monkeypatch.setattr(check_data, "run", needs_torch)
+    rc = cli.main(["check-data", str(repo / "contracts" / "tiny-llama.yaml"), "--data", str(repo), "--no-reference"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "check-data: torch is not installed" in err and "eagle3-conformance[reference]" in err
+    assert engines.missing_dependency(ModuleNotFoundError("x", name="not_ours")) is None
+
+
+@pytest.mark.parametrize("expr, asked", [
+    ("", False), ("conformance", True), ("not conformance and not gpu", False),
+    ("not conformance and not gpu and not slow", False), ("conformance and not gpu", True),
+    ("slow or conformance", True), ("slow", False),
+])
+def test_the_suite_is_asked_for_by_the_mark_expression(expr, asked):
+    from eagle3_conformance.plugin import _asked
+
+    opts = {"--contract": [], "markexpr": expr}
+    config = type("C", (), {"getoption": lambda self, name, default=None: opts.get(name, default)})()
+    assert _asked(config) is asked
+
+
+UNRELATED = '''
+import sys
+import warnings
+
+
+def test_session_untouched():
+    from hypothesis import settings
+
+    assert settings.get_current_profile_name() == "default"
+    assert not any("sglang" in str(getattr(f[3], "pattern", f[3])) for f in warnings.filters)
+    assert "torch" not in sys.modules
+'''
+
+
+def test_plugin_inert_in_an_unrelated_project(pytester, repo):
+    """A project with its own tests and a contract under contracts/: plain pytest runs its test
+    only, with hypothesis' default profile and no engine warning filter (the plugin used to load
+    its ci profile and add filters into every session)."""
+    pytester.makepyfile(test_unrelated=UNRELATED)
+    pytester.mkdir("contracts")
+    (pytester.path / "contracts" / "tiny-llama.yaml").write_text((repo / "contracts" / "tiny-llama.yaml").read_text())
+    pytester.makeini("[pytest]\n")
+    res = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-v")
+    res.assert_outcomes(passed=1)
+    assert "tiny-llama" not in res.stdout.str()
+
+
+@pytest.mark.slow
+def test_install_as_users_get_it(tmp_path):
+    """Build the sdist and wheel, install the wheel into a clean venv (no lock), and run the
+    authoring commands, an unrelated project's pytest (hypothesis absent / present) and the suite
+    there. Needs the package index (core dependencies, pytest, hypothesis); about 1 minute."""
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "check_install.py"), str(tmp_path / "work")],
+                       capture_output=True, text=True, timeout=1200)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
+    assert "install check passed" in p.stdout

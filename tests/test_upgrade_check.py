@@ -1,0 +1,297 @@
+"""``eagle3-conformance upgrade-check``: each version's own code decides what a contract captures.
+
+Two tiers:
+
+* offline (fast): made-up releases ``sglang 9.9.x`` written into a temporary engine-code cache
+  (the layout :mod:`eagle3_conformance.released.fetch` writes). They exist to exercise the
+  isolation machinery (delegation through ``__init__``, the reader's ``try`` block, a setter that
+  raises, a rule that needs the engine) and the command's verdicts and exit codes without a
+  network; they are shaped like SGLang's files but are not a statement of SGLang's behaviour.
+* real (slow, needs PyPI once; the cache is reused): the actual wheels. 0.5.12 -> 0.5.13 changes
+  the Kimi-K2.5 draft's slots (sgl-project/sglang#25454); the released 0.5.23 run in isolation
+  agrees with the installed 0.5.23's own setter for every shipped contract.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+KIMI = REPO / "contracts" / "kimi-k2.5--eagle3-mla.yaml"
+DSV3 = REPO / "contracts" / "deepseek-v3--specforge-eagle3.yaml"
+MTP = REPO / "contracts" / "tiny-llama-mtp-sglang.yaml"
+
+_KIMI = """
+from sglang.srt.models.deepseek_v2 import DeepseekV3ForCausalLM
+
+
+class KimiK25ForConditionalGeneration:
+    def __init__(self, config):
+        self.language_model = None
+        self.language_model = DeepseekV3ForCausalLM(config.text_config)
+
+    def set_eagle3_layers_to_capture(self, layer_ids=None):
+        self.language_model.set_eagle3_layers_to_capture(layer_ids)
+
+
+EntryClass = [KimiK25ForConditionalGeneration]
+"""
+
+_DEEPSEEK = """
+from typing import List, Optional
+
+
+class DeepseekV2Model:
+    def __init__(self):
+        self.layers_to_capture = []
+
+
+class DeepseekV2ForCausalLM:
+    def __init__(self, config):
+        self.model = DeepseekV2Model()
+
+    def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
+        if not self.pp_group.is_last_rank:
+            return
+        if layer_ids is None:
+            num_layers = self.config.num_hidden_layers
+            self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]
+        else:
+{body}
+
+
+class DeepseekV3ForCausalLM(DeepseekV2ForCausalLM):
+    pass
+
+
+EntryClass = [DeepseekV2ForCausalLM, DeepseekV3ForCausalLM]
+"""
+
+_BODIES = {  # the explicit-ids branch of each made-up release
+    "9.9.1": "self.model.layers_to_capture = [val + 1 for val in layer_ids]",
+    "9.9.2": "self.model.layers_to_capture = [v + 1 for v in layer_ids] if layer_ids[0] == 1 else list(layer_ids)",
+    "9.9.3": "raise ValueError('layer ids are not supported by this release')",
+    "9.9.4": "self.model.layers_to_capture = torch.tensor(layer_ids).tolist()",
+    "9.9.5": "self.model.layers_to_capture = [val + 1 for val in layer_ids]",
+}
+
+_RUNNER = """
+class ModelRunner:
+    def __init__(self, draft_model_config):
+        self.eagle_use_aux_hidden_state = True
+        try:
+            eagle_config = getattr(draft_model_config.hf_config, "eagle_config", None)
+            self.eagle_use_aux_hidden_state = eagle_config.get("use_aux_hidden_state", True)
+            self.eagle_aux_hidden_state_layer_ids = eagle_config["eagle_aux_hidden_state_layer_ids"]
+        except:
+            self.eagle_aux_hidden_state_layer_ids = None
+"""
+
+_GRAPH = """
+class CudaGraphRunner:
+    def __init__(self, model_runner):
+        self.model_runner = model_runner
+        self.model_runner.model.set_eagle3_layers_to_capture()
+"""
+
+
+def _write_release(cache: Path, version: str) -> None:
+    root = cache / "engine-code" / f"sglang-{version}"
+    files = {
+        "sglang/srt/models/kimi_k25.py": _KIMI,
+        "sglang/srt/models/deepseek_v2.py": _DEEPSEEK.format(body=textwrap.indent(_BODIES[version], " " * 12)),
+        "sglang/srt/model_executor/model_runner.py": _RUNNER,
+    }
+    if version == "9.9.5":  # CUDA graphs captured with the default ids, as <= 0.5.10.post1
+        files["sglang/srt/model_executor/cuda_graph_runner.py"] = _GRAPH
+    digests = {}
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+        digests[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    (root / "manifest.json").write_text(json.dumps({"tool": "sglang", "version": version, "wheel": f"made-up-{version}",
+                                                    "sha256": "0" * 64, "files": digests}))
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    c = tmp_path / "cache"
+    for v in _BODIES:
+        _write_release(c, v)
+    empty = tmp_path / "no-index"
+    empty.mkdir()
+    monkeypatch.setenv("CONFORMANCE_MODEL_CACHE", str(c))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # a version not in the cache must fail offline, as a missing release
+    monkeypatch.setenv("PIP_FIND_LINKS", str(empty))
+    return c
+
+
+def _run(*argv: str) -> tuple[int, str, str]:
+    from tests.test_identity import run_cli
+
+    return run_cli(["upgrade-check", *argv])
+
+
+def _json(*argv: str) -> tuple[int, dict]:
+    code, out, _ = _run(*argv, "--format", "json")
+    return code, json.loads(out)
+
+
+def test_a_changed_rule_is_reported_slot_by_slot_with_both_source_lines(cache):
+    code, out, _ = _run(str(KIMI), "--from", "sglang==9.9.1", "--to", "sglang==9.9.2")
+    assert code == 1, out
+    assert "DIFFERENT TENSORS" in out
+    for a, b in (("B_3", "B_2"), ("B_31", "B_30"), ("B_59", "B_58")):
+        assert f"{a} -> {b}" in out
+    # both versions' own rules, through the delegating wrapper, with file and line
+    assert "sglang/srt/models/kimi_k25.py:10 KimiK25ForConditionalGeneration.set_eagle3_layers_to_capture" in out
+    assert "sglang/srt/models/deepseek_v2.py:14 DeepseekV2ForCausalLM.set_eagle3_layers_to_capture" in out
+    assert "stores at sglang/srt/models/deepseek_v2.py:21" in out
+
+
+def test_rules_that_agree_for_a_contract_say_same_tensors(cache):
+    code, rep = _json(str(DSV3), "--from", "sglang==9.9.1", "--to", "sglang==9.9.2")  # first id 1: both +1
+    assert code == 0
+    (c,) = rep["contracts"]
+    assert [v["status"] for v in c["verdicts"]] == ["same tensors"]
+    assert c["captures"][0]["steps"]["extend"]["boundaries"] == ["B_2", "B_30", "B_58"]
+    assert c["captures"][0]["ids_read"] == [1, 29, 57]  # read by the version's own reader block
+
+
+def test_json_and_markdown_carry_the_same_verdict(cache):
+    code, rep = _json(str(KIMI), str(DSV3), "--from", "sglang==9.9.1", "--to", "sglang==9.9.2")
+    assert code == 1 and rep["exit_code"] == 1
+    kimi = rep["contracts"][0]
+    (v,) = kimi["verdicts"]
+    assert [(ch["slot"], ch["from_boundary"], ch["to_boundary"]) for ch in v["changes"] if ch["step"] == "extend"] == \
+        [(0, "B_3", "B_2"), (1, "B_31", "B_30"), (2, "B_59", "B_58")]
+    assert rep["sources"][0]["wheel"] == "made-up-9.9.1"
+    code, md, _ = _run(str(KIMI), "--from", "sglang==9.9.1", "--to", "sglang==9.9.2", "--format", "markdown")
+    assert code == 1 and "| extend |" not in md and "| all steps | B_3 B_31 B_59 | B_2 B_30 B_58 |" in md
+
+
+def test_cuda_graphs_captured_with_defaults_show_as_their_own_step(cache):
+    code, rep = _json(str(DSV3), "--from", "sglang==9.9.1", "--to", "sglang==9.9.5")
+    cap = rep["contracts"][0]["captures"][1]
+    assert cap["steps"]["extend"]["boundaries"] == ["B_2", "B_30", "B_58"]
+    assert cap["steps"]["verify/decode"]["boundaries"] == ["B_2", "B_30", "B_58"]  # L=61 defaults [2, 30, 58]
+    code, rep = _json(str(KIMI), "--from", "sglang==9.9.1", "--to", "sglang==9.9.5")
+    (v,) = rep["contracts"][0]["verdicts"]
+    assert code == 1 and {ch["step"] for ch in v["changes"]} == {"verify/decode"}
+    assert "cuda_graph_runner.py:5" in v["changes"][0]["to_rule"]
+
+
+def test_a_version_whose_own_code_raises_is_a_finding_naming_it(cache):
+    code, rep = _json(str(KIMI), "--from", "sglang==9.9.1", "--to", "sglang==9.9.3")
+    cap = rep["contracts"][0]["captures"][1]
+    assert code == 1 and cap["status"] == "refused" and "ValueError: layer ids are not supported" in cap["error"]
+
+
+def test_a_rule_that_needs_the_engine_cannot_run_and_exits_2(cache):
+    code, out, _ = _run(str(KIMI), str(DSV3), "--from", "sglang==9.9.1", "--to", "sglang==9.9.4")
+    assert code == 2
+    assert "cannot run" in out and "'torch'" in out and "deepseek_v2.py" in out
+    assert out.count("cannot run") >= 2  # both contracts reported
+
+
+def test_bad_input_exits_2_and_other_contracts_are_still_reported(cache, tmp_path):
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("schema_version: 1\nname: [\n")
+    code, out, _ = _run(str(bad), str(KIMI), "--from", "sglang==9.9.1", "--to", "sglang==9.9.2")
+    assert code == 2 and "broken.yaml: ERROR does not load" in out and "B_3 -> B_2" in out
+    code, out, err = _run(str(KIMI), "--from", "sglang==9.9.1", "--to", "sglang==0.0.0.post999")
+    assert code == 2 and "CANNOT FETCH" in out and "0.0.0.post999" in out
+    for spec, words in (("trtllm==1.0", "unknown tool 'trtllm'"), ("sglang", "expected TOOL==VERSION"),
+                        ("sglang==not-a-version", "not a version number"), ("vllm==0.33.0:v3", "unknown vLLM model runner"),
+                        ("specforge==0.2.0", "not run across versions yet")):
+        code, out, err = _run(str(KIMI), "--from", "sglang==9.9.1", "--to", spec)
+        assert code == 2 and words in err, (spec, err)
+
+
+def test_contracts_of_several_methods_are_each_read_by_their_method(cache):
+    code, rep = _json(str(KIMI), str(MTP), "--from", "sglang==9.9.1", "--to", "sglang==9.9.2")
+    by = {c["method"]: c for c in rep["contracts"]}
+    assert by["mtp"]["verdicts"][0]["status"] == "not compared"
+    assert "MTP head reads no layer ids" in by["mtp"]["verdicts"][0]["reason"]
+    assert by["eagle3"]["verdicts"][0]["status"] == "different tensors" and code == 1
+
+
+def test_the_cache_is_checked_against_its_manifest(cache):
+    p = cache / "engine-code" / "sglang-9.9.2" / "sglang" / "srt" / "models" / "deepseek_v2.py"
+    p.write_text(p.read_text().replace("== 1", "== 2"))
+    code, out, _ = _run(str(KIMI), "--from", "sglang==9.9.1", "--to", "sglang==9.9.2")
+    assert code == 2 and "differs from its manifest" in out
+
+
+# --- real wheels (PyPI once, then the shared cache) ---------------------------------------------
+
+SHIPPED = sorted(str(p) for p in (REPO / "contracts").glob("*.yaml"))
+
+
+@pytest.mark.slow
+def test_real_sglang_0_5_12_to_0_5_13_reports_the_kimi_change():
+    code, rep = _json(*SHIPPED, "--from", "sglang==0.5.12", "--to", "sglang==0.5.13")
+    assert code == 1, rep
+    by = {c["name"]: c for c in rep["contracts"]}
+    (v,) = by["kimi-k2.5--eagle3-mla"]["verdicts"]
+    assert v["status"] == "different tensors"
+    assert [(c["from_boundary"], c["to_boundary"]) for c in v["changes"] if c["step"] == "extend"] == \
+        [("B_3", "B_2"), ("B_31", "B_30"), ("B_59", "B_58")]
+    assert "deepseek_v2.py" in v["changes"][0]["from_rule"] and "deepseek_v2.py" in v["changes"][0]["to_rule"]
+    assert by["deepseek-v3--specforge-eagle3"]["verdicts"][0]["status"] == "same tensors"  # first id 1
+    assert all(s["sha256"] and len(s["sha256"]) == 64 for s in rep["sources"])
+    others = [c for n, c in by.items() if n != "kimi-k2.5--eagle3-mla"]
+    assert {c["verdicts"][0]["status"] for c in others} <= {"same tensors", "not compared"}
+
+
+@pytest.mark.slow
+def test_real_released_0_5_23_agrees_with_the_installed_setter():
+    """The stand-in (the released file run in isolation) against what it replaces (the installed
+    SGLang's own class, through its registry): same layers_to_capture for every shipped EAGLE-3
+    contract's architecture, with its ids, with none, and with the ids read raw."""
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.engine_ids import installed_sglang_version, sglang_rule
+    from eagle3_conformance.released import sglang as released
+    from eagle3_conformance.released.fetch import fetch
+    from eagle3_conformance.released.isolated import SourceTree
+
+    v = installed_sglang_version()
+    tree = SourceTree(fetch("sglang", v).root, f"sglang {v}")
+    checked = 0
+    for path in SHIPPED:
+        c = load_contract(path)
+        if c.method != "eagle3":
+            continue
+        rule = sglang_rule(c.target.architecture)
+        for ids in (c.draft.layer_ids.values, None, [1, c.L // 2, c.L - 4], [2, c.L // 2, c.L - 3]):
+            ids = list(ids) if ids is not None else None
+            got = released.run_setter(tree, c.target.architecture, c.L, ids).layers_to_capture
+            assert got == rule.layers_to_capture(c.L, ids), (path, ids)
+            checked += 1
+    assert checked >= 40
+
+
+@pytest.mark.slow
+def test_real_vllm_0_33_runners_differ_on_nested_ids():
+    code, rep = _json(str(REPO / "contracts" / "smollm2-135m.yaml"), "--from", "vllm==0.33.0:v1",
+                      "--to", "vllm==0.33.0:v2")
+    (c,) = rep["contracts"]
+    caps = {x["column"]: x for x in c["captures"]}
+    assert caps["vllm==0.33.0 (v1)"]["ids_read"] == [1, 14, 26]  # V1 reads the nested key
+    assert caps["vllm==0.33.0 (v2)"]["ids_read"] is None  # V2 does not: the model default applies
+    assert caps["vllm==0.33.0 (v2)"]["steps"]["extend"]["boundaries"] == ["B_2", "B_15", "B_27"]
+    assert code == 1 and c["verdicts"][0]["status"] == "different tensors"
+
+
+def test_cli_stays_importable_without_the_released_package():
+    r = subprocess.run([sys.executable, "-c", "import eagle3_conformance.cli.upgrade_check as m; print(m.__doc__[:10])"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
