@@ -54,9 +54,10 @@ def _specforge_dir(c, spec: str) -> bool:
     from eagle3_conformance.tools.specforge_layout import has_samples
 
     p = Path(spec)
-    # any directory with .ckpt / .ckpt.gz samples: SpecForge's chain; other files (vocab_mapping/, .pt,
-    # .lock) are listed as skipped by specforge_layout, never read as samples (issue 23 item 2)
-    return has_samples(p) and importlib.util.find_spec("specforge") is not None
+    # a directory with .ckpt / .ckpt.gz samples: SpecForge's chain, whatever else it holds (vocab_mapping/,
+    # .pt, .lock files are listed as skipped by specforge_layout, never read as samples; issue 23 item 2)
+    return (c.training.tool == "specforge" and has_samples(p)
+            and importlib.util.find_spec("specforge") is not None)
 
 
 def run(args) -> int:
