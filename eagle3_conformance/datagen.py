@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Sequence
 
 from eagle3_conformance import torch_env
+from eagle3_conformance.torch_env import torch_dtype
 
 torch_env.prepare()
 import torch  # noqa: E402
 
-_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 TRANSFERS = ("file", "fp8")
@@ -93,7 +93,7 @@ def write_speculators_dataset(
     # token (preprocessing.py _append_row: "unsupervised"), so input position and Arrow row can differ
     for i, ids in enumerate(r.tolist() for r in ds["input_ids"]):
         ref = reference.capture(ids)
-        hs = torch.stack([ref.boundary(b) for b in slots], dim=1).to(_DTYPES[dtype]).contiguous()
+        hs = torch.stack([ref.boundary(b) for b in slots], dim=1).to(torch_dtype(dtype)).contiguous()
         save_file(hs_payload(hs, torch.tensor(ids, dtype=torch.long), transfer), str(hs_dir / f"hs_{i}.safetensors"))
     return out
 
@@ -133,7 +133,7 @@ def write_vllm_extraction(
     stems = list(names) if names is not None else [f"req-{i}" for i in range(len(samples))]
     for stem, ids in zip(stems, samples):
         ref = reference.capture(list(map(int, ids)))
-        hs = torch.stack([ref.boundary(b) for b in slots], dim=1).to(_DTYPES[dtype]).contiguous()
+        hs = torch.stack([ref.boundary(b) for b in slots], dim=1).to(torch_dtype(dtype)).contiguous()
         save_file({"hidden_states": hs, "token_ids": torch.tensor(list(map(int, ids)), dtype=torch.long)},
                   str(out / f"{stem}.safetensors"))
     return out

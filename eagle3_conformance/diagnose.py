@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding, as_finding
+from eagle3_conformance.findings import Finding, as_finding, stored_path
 from eagle3_conformance.notation import Boundary, engine_default_aux_ids
 
 #: kind -> (FAULTS.md kind, one line); the catalogue of diagnoses (docs and tests use it)
@@ -227,7 +227,7 @@ class _PathView:
 
     @property
     def unit(self) -> str:
-        return "samples" if self.path.startswith("training") else "captures"
+        return "samples" if stored_path(self.path) else "captures"
 
     def support(self, slots: Sequence[_Judged]) -> str:
         """``"n/m samples"``: how many of the judged samples show the pattern."""
@@ -356,7 +356,7 @@ class _Fixer:
                 f"{self.c.L} as the verifier slot, --include-last-layer, its default); train with the same {flag}"]
 
     def for_path(self, path: str, boundaries: Sequence[str], ids: dict) -> list[str]:
-        if path.startswith("training"):
+        if stored_path(path):
             return self.data_generation(boundaries, ids) + self.draft_config(boundaries, ids)
         return self.draft_config(boundaries, ids)
 
@@ -420,7 +420,7 @@ def _one_slot_input(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Di
         ev.append("that one slot is F (post final norm): the no-aux fallback stored the last state")
         fix = ["turn aux capture on: eagle_config.use_aux_hidden_state: true (an EAGLE, not EAGLE3, algorithm "
                "also hands the draft one state)"] + fx.draft_config([str(b) for b in c.aux], ids)
-        if v.path.startswith("training"):
+        if stored_path(v.path):
             fix = ["regenerate the data with the K aux slots then B_L; it stores [F, B_L]"] + \
                 fx.data_generation([str(b) for b in c.aux], ids)
     elif obs == str(c.aux[0]):
@@ -575,7 +575,7 @@ def _engine_default(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Di
     shift = {(_idx(j.observed) or 0) - (_idx(j.declared) or 0) for j in aux}
     if len(shift) == 1:
         ev.append("these are also every declared boundary shifted by one: check the id convention too")
-    if v.path.startswith("training"):
+    if stored_path(v.path):
         title = "the data generator captured its default layers, not the declared ones"
         fix = ["pass the ids to the generator explicitly:"] + fx.data_generation(declared, ids)
     else:
@@ -612,7 +612,7 @@ def _convention_shift(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[
           "one boundary off"]
     ids: dict = {}
     fix = ["write the ids for the tool that reads them:"] + fx.for_path(v.path, declared, ids)
-    fix += fx.contract_change(observed, ids, "this data" if v.path.startswith("training") else "this capture")
+    fix += fx.contract_change(observed, ids, "this data" if stored_path(v.path) else "this capture")
     used.update(_IDENTITY_CHECKS)
     return [Diagnosis("convention-shift", "K2", title, tuple(ev), tuple(fix), (v.path,), tuple(j.label for j in aux),
                       _explained(v, _IDENTITY_CHECKS), {v.path: v.support(aux)}, ids)]
@@ -1034,7 +1034,8 @@ _RULES = (_production_precision, _one_slot_input, _other_width, _slot_count, _ve
 
 
 def diagnose(contract: Contract, findings: Iterable[Any], *, translate: Optional[Translate] = None) -> list[Diagnosis]:
-    """Name the faults behind the findings of one run.
+    """Name the faults behind the findings of one run (:func:`merge_diagnoses` of
+    :func:`path_diagnoses`).
 
     Args:
         contract: the contract the findings were judged against.
@@ -1050,6 +1051,15 @@ def diagnose(contract: Contract, findings: Iterable[Any], *, translate: Optional
         Empty when nothing failed or no pattern is recognised (the failing checks still say what
         failed).
     """
+    return merge_diagnoses(path_diagnoses(contract, findings, translate=translate))
+
+
+def path_diagnoses(contract: Contract, findings: Iterable[Any], *,
+                   translate: Optional[Translate] = None) -> list[Diagnosis]:
+    """Each finding path's diagnoses, in the order the paths first appear, not yet merged across
+    paths. The findings of one path are judged together, so the diagnoses of several runs whose
+    failing paths appear in no other run are the concatenation of each run's (the pytest plugin
+    diagnoses each failing item once this way)."""
     fs = _expand(findings)
     if not any(f.status == "fail" for f in fs):
         return []
@@ -1066,7 +1076,12 @@ def diagnose(contract: Contract, findings: Iterable[Any], *, translate: Optional
         used: set = set()
         for rule in _RULES:
             found += rule(contract, view, fx, used)
-    return _merge(found)
+    return found
+
+
+def merge_diagnoses(ds: list[Diagnosis]) -> list[Diagnosis]:
+    """One diagnosis per (kind, fault, title, evidence, slots), in order: see :func:`_merge`."""
+    return _merge(ds)
 
 
 def _matches_reference(fs: list[Finding]) -> bool:

@@ -73,12 +73,9 @@ _FINAL_CAPTURE_RE = re.compile(r"(end_layer|len\(self\.layers\))\s+in\s+self\.la
 
 def installed_sglang_version() -> Optional[str]:
     """The installed SGLang version (from package metadata, no import), or None."""
-    from importlib.metadata import PackageNotFoundError, version
+    from eagle3_conformance.installed import installed_version
 
-    try:
-        return version("sglang")
-    except PackageNotFoundError:
-        return None
+    return installed_version("sglang")
 
 
 def _vkey(v: str) -> tuple:

@@ -133,5 +133,21 @@ def _jsonable(v: Any) -> Any:
     return str(v)
 
 
+STORED_PATH_PREFIX = "training"
+"""Every tool that reads stored training data names its captures' path ``training`` or
+``training-<reader>`` (``training-disk``, ``training-vllm``, ``training-legacy``,
+``training-specforge``) and sets :attr:`eagle3_conformance.capture.Capture.stored`."""
+
+
+def stored_path(path: str) -> bool:
+    """Whether findings of path ``path`` judged stored training data (samples, not served captures).
+
+    For what sees only findings (the diagnosis, a merged JSON report): a finding keeps its path's
+    name, not its capture, so the name is read here, and only here; checks read
+    :attr:`eagle3_conformance.capture.Capture.stored`.
+    """
+    return path.startswith(STORED_PATH_PREFIX)
+
+
 def failed(findings: Iterable[Finding]) -> list[Finding]:
     return [f for f in findings if f.status == "fail"]

@@ -1,14 +1,17 @@
 """What every fixture kind shares: where fixtures live, the spec reader, the built result, the
-error type, and the draft config writer. Imported by the seeded builder (:mod:`eagle3_conformance.fixtures`)
+error type, the draft config writer, and :func:`build_once` (every cached build of the package:
+fixtures, converted models, the trained draft, SpecForge data). Imported by the seeded builder (:mod:`eagle3_conformance.fixtures`)
 and the real-model builder (:mod:`eagle3_conformance.fixtures_real`), which never import each other's
 internals."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES_DIR = REPO_ROOT / "fixtures"
@@ -16,6 +19,36 @@ FIXTURES_DIR = REPO_ROOT / "fixtures"
 
 class FixtureError(Exception):
     """A fixture folder is missing or malformed."""
+
+
+def build_once(root: Path, build: Callable[[Path], None], marker: str = "DONE") -> Path:
+    """``root``, built at most once and never seen half-built.
+
+    When ``root / marker`` exists, ``root`` is returned as it is. Otherwise ``build(stage)``
+    writes the folder ``stage`` (it does not exist yet; a sibling of ``root`` in a fresh hidden
+    temporary folder of ``root``'s parent) and writes ``stage / marker`` last; ``stage`` is then
+    renamed to ``root`` (atomic on one file system). When another process renamed its copy
+    first, that copy is kept. The temporary folder is removed whatever happens.
+
+    Raises:
+        whatever ``build`` raises; OSError: the rename failed and no complete ``root`` exists.
+    """
+    root = Path(root)
+    if (root / marker).is_file():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", suffix=".tmp", dir=root.parent))
+    try:
+        stage = tmp / root.name
+        build(stage)
+        try:
+            stage.rename(root)
+        except OSError:  # another process renamed its copy first
+            if not (root / marker).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
 
 
 @dataclass(frozen=True)

@@ -25,13 +25,12 @@ import hashlib
 import json
 import math
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 from eagle3_conformance import torch_env
 from eagle3_conformance.fixture_base import (  # noqa: F401  (re-exported: the public fixture API)
-    FIXTURES_DIR, REPO_ROOT, BuiltFixture, FixtureError, fixture_spec, write_draft)
+    FIXTURES_DIR, REPO_ROOT, BuiltFixture, FixtureError, build_once, fixture_spec, write_draft)
 
 torch_env.prepare()
 import torch  # noqa: E402
@@ -64,29 +63,25 @@ def build_fixture(name_or_dir: str | Path, out_root: Path | None = None) -> Buil
         raise FixtureError(f"fixture {name}: unknown kind {kind!r} (expected 'seeded' or 'real')")
     root = out_root / f"{name}-{_digest(spec)}"
     built = BuiltFixture(name, root, root / "target", root / "draft", root / "data", spec)
-    if (root / "DONE").is_file():
-        return built
-    tmp = out_root / f".{name}-{os.getpid()}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    model = build_target(spec)
-    model.save_pretrained(tmp / "target", safe_serialization=True)
-    write_draft(spec, tmp / "draft", tmp / "target")
-    from eagle3_conformance.datagen import write_speculators_dataset
-    from eagle3_conformance.reference import ReferenceModel
 
-    ref = ReferenceModel(tmp / "target")
-    d = spec["data"]
-    samples = sample_token_ids(spec, d["num_samples"], d["min_len"], d["max_len"], d["seed"])
-    write_speculators_dataset(
-        tmp / "data", ref, samples, slots=d["slots"], dtype=d.get("dtype", "bfloat16"),
-        loss_masks=[loss_mask_for(len(s), d["seed"] + i) for i, s in enumerate(samples)],
-    )
-    (tmp / "DONE").write_text(json.dumps({"fixture": name, "spec_digest": _digest(spec)}))
-    try:
-        tmp.rename(root)
-    except OSError:  # another process built it first
-        shutil.rmtree(tmp, ignore_errors=True)
+    def build(stage: Path) -> None:
+        stage.mkdir()
+        model = build_target(spec)
+        model.save_pretrained(stage / "target", safe_serialization=True)
+        write_draft(spec, stage / "draft", stage / "target")
+        from eagle3_conformance.datagen import write_speculators_dataset
+        from eagle3_conformance.reference import ReferenceModel
+
+        ref = ReferenceModel(stage / "target")
+        d = spec["data"]
+        samples = sample_token_ids(spec, d["num_samples"], d["min_len"], d["max_len"], d["seed"])
+        write_speculators_dataset(
+            stage / "data", ref, samples, slots=d["slots"], dtype=d.get("dtype", "bfloat16"),
+            loss_masks=[loss_mask_for(len(s), d["seed"] + i) for i, s in enumerate(samples)],
+        )
+        (stage / "DONE").write_text(json.dumps({"fixture": name, "spec_digest": _digest(spec)}))
+
+    build_once(root, build)
     return built
 
 

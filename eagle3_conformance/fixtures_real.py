@@ -26,13 +26,11 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Optional
 
-from eagle3_conformance.fixture_base import REPO_ROOT, BuiltFixture, FixtureError, fixture_spec, write_draft
+from eagle3_conformance.fixture_base import REPO_ROOT, BuiltFixture, FixtureError, build_once, fixture_spec, write_draft
 
 BUILDER_VERSION = "1"
 _DTYPES = ("float32", "bfloat16", "float16")
@@ -108,25 +106,18 @@ def build_real_fixture(name: str, raw_spec: dict[str, Any], out_root: Path) -> B
     target_dir = ensure_model(spec["model"], spec["target_dtype"])
     root = Path(out_root) / f"{name}-{_digest(spec, corpus_sha)}"
     built = BuiltFixture(name, root, target_dir, root / "draft", root / "data", spec)
-    if (root / "DONE").is_file():
-        return built
-    Path(out_root).mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", suffix=".tmp", dir=out_root))
-    try:
+
+    def build(stage: Path) -> None:
+        stage.mkdir()
         t0 = time.perf_counter()
-        write_draft(spec, tmp / "draft", target_dir)
-        samples = write_data(spec, target_dir, tmp / "data")
-        (tmp / "samples.json").write_text(json.dumps(samples, indent=1) + "\n")
-        (tmp / "DONE").write_text(json.dumps({
+        write_draft(spec, stage / "draft", target_dir)
+        samples = write_data(spec, target_dir, stage / "data")
+        (stage / "samples.json").write_text(json.dumps(samples, indent=1) + "\n")
+        (stage / "DONE").write_text(json.dumps({
             "fixture": name, "spec_digest": _digest(spec, corpus_sha), "corpus_sha256": corpus_sha,
             "target_dir": str(target_dir), "data_seconds": round(time.perf_counter() - t0, 1)}) + "\n")
-        try:
-            tmp.rename(root)
-        except OSError:  # another process built it first
-            if not (root / "DONE").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    build_once(root, build)
     return built
 
 

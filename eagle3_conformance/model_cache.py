@@ -31,17 +31,16 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Optional
 
-from eagle3_conformance.fixture_base import REPO_ROOT, FixtureError
+from eagle3_conformance.fixture_base import REPO_ROOT, FixtureError, build_once
+from eagle3_conformance.torch_env import DTYPE_NAMES
 
 CONVERTER_VERSION = "1"
 CACHE_ENV = "CONFORMANCE_MODEL_CACHE"
-_DTYPES = ("float32", "bfloat16", "float16")
+_DTYPES = DTYPE_NAMES
 _CHUNK = 1 << 20
 
 
@@ -126,20 +125,12 @@ def ensure_model(model: dict[str, Any], dtype: str = "float32") -> Path:
         if key not in model:
             raise FixtureError(f"model spec without {key!r}: {sorted(model)}")
     out = model_dir(model, dtype)
-    if (out / "conversion.json").is_file():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
-        _convert(model, dtype, tmp)
-        try:
-            tmp.rename(out)
-        except OSError:  # another process renamed its copy first
-            if not (out / "conversion.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+
+    def build(stage: Path) -> None:
+        stage.mkdir()
+        _convert(model, dtype, stage)
+
+    return build_once(out, build, marker="conversion.json")
 
 
 def _gguf_source(model: dict[str, Any], tmp: Path) -> Path:

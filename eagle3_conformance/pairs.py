@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from eagle3_conformance.contract import Contract, contract_source
+from eagle3_conformance.torch_env import torch_dtype  # noqa: F401  (where the paths import it from)
 
 
 class PairUnavailable(Exception):
@@ -87,10 +88,3 @@ def contract_reference(c: Contract) -> Optional[Path]:
     if not c.fixture and not c.target.path:
         return None
     return resolve_pair(c).target_dir
-
-
-def torch_dtype(name: str):
-    """The torch dtype of a contract dtype name (``"bfloat16"``, ``"float16"``, ``"float32"``)."""
-    import torch
-
-    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[name]

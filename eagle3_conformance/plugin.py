@@ -42,11 +42,24 @@ PATHS = registered_paths.names()
 
 @dataclass
 class _Record:
-    """What the suite found for one contract: the contract (for the diagnoses) and the findings
-    of its items, in the order they ran."""
+    """What the suite found for one contract: the contract, the findings of its items in the order
+    they ran, and per item the finding paths it reported and its path diagnoses (computed once,
+    when the item failed: :func:`eagle3_conformance.diagnose.path_diagnoses`)."""
 
     contract: Any
     findings: list = field(default_factory=list)
+    items: list = field(default_factory=list)  # (finding paths, failing finding paths, path diagnoses)
+
+    def diagnoses(self) -> list:
+        """The contract's diagnoses: its failing items' path diagnoses merged, when each failing
+        path belongs to one item (then they equal a diagnosis of all the findings at once), else
+        all the findings diagnosed together."""
+        from eagle3_conformance.diagnose import diagnose, merge_diagnoses
+
+        for k, (_, failing, _) in enumerate(self.items):
+            if any(failing & paths for j, (paths, _, _) in enumerate(self.items) if j != k):
+                return diagnose(self.contract, self.findings)
+        return merge_diagnoses([d for _, _, ds in self.items for d in ds])
 
 
 _RECORDS = pytest.StashKey[dict]()
@@ -192,6 +205,8 @@ class PathItem(pytest.Item):
         rec = self.config.stash[_RECORDS].setdefault(key, _Record(self.contract))
         rec.contract = self.contract
         rec.findings.extend(findings)
+        rec.items.append(({f.path for f in findings}, {f.path for f in findings if f.status == "fail"},
+                          self._path_diagnoses))
         # --junitxml: each record names the contract, the path and the failing checks
         self.user_properties += [("contract", self.contract.name), ("contract_file", str(self.path)),
                                  ("conformance_path", self.conformance_path)]
@@ -212,12 +227,15 @@ class PathItem(pytest.Item):
                                     profile=self.config.getoption("conformance_profile"))
         if isinstance(findings, registered_paths.Skipped):
             pytest.skip(findings.reason)
-        self._record(findings)
         bad = [f for f in findings if f.status == "fail"]
-        if bad:
-            from eagle3_conformance.diagnose import diagnose
+        self._path_diagnoses = []
+        if bad:  # diagnosed once: the contract's report reuses these (_Record.diagnoses)
+            from eagle3_conformance.diagnose import merge_diagnoses, path_diagnoses
 
-            self._diagnoses = diagnose(self.contract, findings)
+            self._path_diagnoses = path_diagnoses(self.contract, findings)
+            self._diagnoses = merge_diagnoses(self._path_diagnoses)
+        self._record(findings)
+        if bad:
             self.user_properties += [("diagnosis", f"{d.label}: {d.title}") for d in self._diagnoses]
             raise ConformanceFailure(bad)
 
@@ -251,19 +269,15 @@ def pytest_runtest_call(item):
 
 
 def _sglang_version() -> Optional[str]:
-    try:
-        from importlib.metadata import version
+    from eagle3_conformance.installed import installed_version
 
-        return version("sglang")
-    except Exception:
-        return None
+    return installed_version("sglang")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     store = config.stash.get(_RECORDS, {})
     if not store:
         return
-    from eagle3_conformance.diagnose import diagnose
     from eagle3_conformance.report import WIDTH, render_text, write_json
 
     width = min(terminalreporter._tw.fullwidth, WIDTH)
@@ -271,7 +285,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     all_findings, all_diagnoses = [], []
     for (path, name), rec in store.items():
         findings = rec.findings
-        diagnoses = diagnose(rec.contract, findings)
+        diagnoses = rec.diagnoses()
         terminalreporter.write_line(render_text(
             findings, diagnoses, title=f"{name} ({path})", extra={"sglang": _sglang_version() or "not installed"},
             verbose=config.getoption("verbose") > 0, width=width))
@@ -280,7 +294,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         all_diagnoses += diagnoses
     out = config.getoption("--conformance-json")
     if out:
-        write_json(out, ",".join(n for _, n in store), all_findings, diagnoses=all_diagnoses)
+        from eagle3_conformance.validated import record
+
+        meta = {"validated_on": [record(rec.contract, rec.findings) for rec in store.values()]}
+        write_json(out, ",".join(n for _, n in store), all_findings, meta=meta, diagnoses=all_diagnoses)
 
 
 # --- fixtures for hand-written tests -------------------------------------------------------------

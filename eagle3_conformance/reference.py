@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from eagle3_conformance import torch_env
+from eagle3_conformance.torch_env import DTYPE_NAMES, torch_dtype
 from eagle3_conformance.notation import Boundary, all_boundaries, boundary_row
 
 torch_env.prepare()
@@ -99,7 +100,7 @@ class Reference:
         return self.final_norm_weight
 
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: torch_dtype(name) for name in DTYPE_NAMES}
 """Compute dtypes of the reference forward (``--dtype``)."""
 
 

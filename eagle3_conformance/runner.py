@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from eagle3_conformance.assess import sample_findings
+from eagle3_conformance.batches import every_sample
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.findings import Finding
 from eagle3_conformance.pairs import torch_dtype
@@ -78,8 +79,8 @@ def specforge_findings(contract: Contract, data_dir: Path, reference_dir: Option
     loader = SpecForgeLoader(data_dir, contract.draft.target_hidden_size)
     n = len(loader)
     out: list[Finding] = []
-    for i in range(0, n, batch_size):
-        for cap in loader.batch(list(range(i, min(i + batch_size, n)))):
+    for batch in every_sample(n, batch_size):
+        for cap in loader.batch(batch):
             out += sample_findings(contract, cap, ref_model)
     return out, [loader.file(i) for i in range(n)]
 

@@ -16,6 +16,22 @@ from typing import Optional
 
 _done = False
 
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
+"""The floating dtypes a contract names (``target.dtype``, ``data_dtype``) and a reference runs in."""
+
+
+def torch_dtype(name: str):
+    """The torch dtype of a contract dtype name: ``"bfloat16"`` -> ``torch.bfloat16`` (one of
+    :data:`DTYPE_NAMES`). Raises KeyError for another name."""
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def dtype_name(t) -> str:
+    """A tensor's (or a torch dtype's) name as a contract spells it: ``torch.bfloat16`` -> ``"bfloat16"``."""
+    return str(getattr(t, "dtype", t)).replace("torch.", "")
+
 
 MAX_THREADS = 1024
 """Largest thread count accepted from ``CONFORMANCE_TORCH_THREADS`` (torch crashes creating

@@ -46,13 +46,12 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from eagle3_conformance.fixture_base import FixtureError
+from eagle3_conformance.fixture_base import FixtureError, build_once
 
 BUILDER_VERSION = "1"
 
@@ -145,22 +144,15 @@ def ensure_trained_draft(recipe: dict[str, Any] = RECIPE, log=None) -> TrainedDr
     target_dir = ensure_model(spec["model"], "float32")
     corpus_sha = corpus_digest(DEFAULT_CORPUS)
     root = model_cache_root() / "drafts" / f"smollm2-135m-eagle3-{_digest(recipe, corpus_sha, spec)}"
-    if (root / "train.json").is_file():
-        return TrainedDraft(root / "draft", target_dir, json.loads((root / "train.json").read_text()))
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", suffix=".tmp", dir=root.parent))
-    try:
-        info = _build(recipe, spec, target_dir, corpus_sha, tmp, log or (lambda s: None))
-        (tmp / "train.json").write_text(json.dumps(info, indent=1) + "\n")
-        shutil.rmtree(tmp / "data", ignore_errors=True)
-        shutil.rmtree(tmp / "ckpt", ignore_errors=True)
-        try:
-            tmp.rename(root)
-        except OSError:
-            if not (root / "train.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    def build(stage: Path) -> None:
+        stage.mkdir()
+        info = _build(recipe, spec, target_dir, corpus_sha, stage, log or (lambda s: None))
+        shutil.rmtree(stage / "data", ignore_errors=True)
+        shutil.rmtree(stage / "ckpt", ignore_errors=True)
+        (stage / "train.json").write_text(json.dumps(info, indent=1) + "\n")
+
+    build_once(root, build, marker="train.json")
     return TrainedDraft(root / "draft", target_dir, json.loads((root / "train.json").read_text()))
 
 

@@ -492,3 +492,18 @@ def test_the_embedding_in_the_verifier_slot_is_diagnosed(base):
     d = _one(diagnose(base[2], _train(base, Knobs(slots=["B_3", "B_5", "B_6", "B_0"]))), "verifier-slot-off")
     assert d.fault == "K3" and "B_0, the embedding output" in d.title and d.slots == ("verifier",)
     assert "verifier_identity" in d.checks
+
+
+def test_path_diagnoses_of_separate_runs_merge_to_the_diagnosis_of_all(base):
+    """The pytest plugin diagnoses each failing item once (issue 27): the path diagnoses of runs
+    whose paths differ, merged, are what diagnosing all their findings at once gives."""
+    import dataclasses
+
+    from eagle3_conformance.diagnose import merge_diagnoses, path_diagnoses
+
+    a = _train(base, _op(base, "ids-shifted"))
+    b = [dataclasses.replace(f, path="training-b") for f in _train(base, _op(base, "ids-shifted"))]
+    c = [dataclasses.replace(f, path="training-c") for f in _train(base)]
+    whole = [d.to_json() for d in diagnose(base[2], a + c + b)]
+    assert whole and [d.to_json() for d in merge_diagnoses(
+        path_diagnoses(base[2], a) + path_diagnoses(base[2], c) + path_diagnoses(base[2], b))] == whole

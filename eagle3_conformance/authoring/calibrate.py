@@ -200,6 +200,7 @@ def identity_problems(c, data_dir: Path, ref_model, sample: int = IDENTITY_SAMPL
         DataError: not a dataset.
     """
     from eagle3_conformance.pairs import torch_dtype
+    from eagle3_conformance.batches import in_batches
     from eagle3_conformance.runner import training_findings
     from eagle3_conformance.scan import fingerprint_sample
     from eagle3_conformance.tools.speculators_loader import TrainingDataError, TrainingLoader, default_batches
@@ -211,7 +212,7 @@ def identity_problems(c, data_dir: Path, ref_model, sample: int = IDENTITY_SAMPL
         raise DataError(str(e)) from None
     n = len(loader)
     idx = fingerprint_sample(n, sample, 0)
-    batches = [idx[k:k + 4] for k in range(0, len(idx), 4)] if idx else default_batches(0)
+    batches = in_batches(idx) if idx else default_batches(0)
     fs = training_findings(c, data_dir, None, batches, loader=loader, ref_model=ref_model)
     judged: dict = {}
     wrong: dict = {}

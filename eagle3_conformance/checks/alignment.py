@@ -65,7 +65,7 @@ def _alignment(check: str, c: Contract, cap: Capture, label: str, x: torch.Tenso
                     "" if ok else GATE_NOISE)]
 
 
-@check(REFERENCE, ("K13",), gates=(GATE_NOISE,))
+@check(REFERENCE, ("K8", "K13"), gates=(GATE_NOISE,))
 def check_feature_alignment(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
     """K13: feature rows sit at the tokens the path says (fingerprint shift search over -1..+2,
     using the first slot's declared boundary); catches rows shifted or permuted across requests.

@@ -22,7 +22,7 @@ def check_engine_mapping(c: Contract, cap: Capture) -> list[Finding]:
                     + ("" if ok else f"; contract says {want}"), "K1")]
 
 
-@check(CAPTURE, ("K5",), stored=TENSORS)
+@check(CAPTURE, ("K5", "K7", "K9"), stored=TENSORS)
 def check_fc_ran(c: Contract, cap: Capture) -> list[Finding]:
     """K5: the draft's fc actually ran on the aux input (SGLang skips fc silently when the input
     is as wide as the draft's embedding, python/sglang/srt/models/llama_eagle3.py:237-247)."""

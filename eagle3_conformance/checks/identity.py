@@ -104,7 +104,7 @@ def _undecidable(check: str, cap: Capture, label, declared, v: Optional[Verdict]
     return finding(check, "skip", cap, label, str(declared), obs, msg, fault)
 
 
-@check(REFERENCE, ("K1", "K2"), gates=(GATE_NOISE, GATE_ROW_FLOOR))
+@check(REFERENCE, ("K1", "K2", "K4", "K5", "K13"), gates=(GATE_NOISE, GATE_ROW_FLOOR))
 def check_slot_identity(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
     """K1/K2: each aux slot is the declared boundary, by fingerprint against the reference.
 

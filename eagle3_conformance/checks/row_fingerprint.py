@@ -14,7 +14,7 @@ from eagle3_conformance.findings import Finding
 from eagle3_conformance.reference import Reference
 
 
-@check(REFERENCE, ("K13",), gates=(GATE_ROW_FLOOR,))
+@check(REFERENCE, ("K4", "K8", "K13"), gates=(GATE_ROW_FLOOR,))
 def check_row_fingerprint(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
     """K13: every non-excluded feature row, slot by slot, is the declared boundary of the token the
     path claims (per-row cosine >= ``gates.slot_identity_min_cosine``, by default from the serving

@@ -12,7 +12,7 @@ from eagle3_conformance.checks.common import dtype_name, finding
 from eagle3_conformance.checks.registry import CAPTURE, DTYPES, ROW_RMS, TENSORS, check
 
 
-@check(CAPTURE, ("K11", "K13"), stored=TENSORS, always=True)
+@check(CAPTURE, ("K8", "K11", "K13"), stored=TENSORS, always=True)
 def check_sample_available(c: Contract, cap: Capture) -> list[Finding]:
     """K11/K13: the path produced the sample (speculators skips a sample whose stored token ids
     differ from the dataset's, with only a warning; such skips must be zero)."""
@@ -22,7 +22,7 @@ def check_sample_available(c: Contract, cap: Capture) -> list[Finding]:
     return [finding("sample_available", "pass", cap, None, "sample loads", "loaded", "sample loaded", "K13")]
 
 
-@check(CAPTURE, ("K3", "K5"), stored=TENSORS)
+@check(CAPTURE, ("K1", "K3", "K5", "K7", "K9"), stored=TENSORS)
 def check_slot_count(c: Contract, cap: Capture) -> list[Finding]:
     """K3/K5: the draft input holds exactly K blocks of target_hidden_size."""
     d, K, W = c.draft.target_hidden_size, c.num_slots, cap.width
@@ -34,7 +34,7 @@ def check_slot_count(c: Contract, cap: Capture) -> list[Finding]:
     return [finding("slot_count", "pass" if ok else "fail", cap, "feature", K, obs, msg, "K3")]
 
 
-@check(CAPTURE, ("K5", "K6", "K7"), emits=("feature_width", "draft_input_width", "verifier_width"), stored=TENSORS)
+@check(CAPTURE, ("K3", "K5", "K6", "K7", "K9"), emits=("feature_width", "draft_input_width", "verifier_width"), stored=TENSORS)
 def check_width(c: Contract, cap: Capture) -> list[Finding]:
     """K5/K6/K7: concatenated width equals K x target_hidden_size, and each slot is d wide."""
     want = c.capture.feature_width
@@ -93,7 +93,7 @@ def check_finite(c: Contract, cap: Capture) -> list[Finding]:
     return out
 
 
-@check(CAPTURE, ("K13",), stored=TENSORS)
+@check(CAPTURE, ("K8", "K13"), stored=TENSORS)
 def check_row_count(c: Contract, cap: Capture) -> list[Finding]:
     """K13: one feature row per row index, and every row index is a token of the sequence."""
     n = int(cap.feature.shape[0])

@@ -12,7 +12,7 @@ from eagle3_conformance.notation import Boundary
 from eagle3_conformance.reference import Reference, rms
 
 
-@check(REFERENCE, ("K3", "K4"), gates=(GATE_NOISE, GATE_ROW_FLOOR))
+@check(REFERENCE, ("K3", "K4", "K13"), gates=(GATE_NOISE, GATE_ROW_FLOOR))
 def check_verifier_identity(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
     """K3/K4: the verifier slot is the declared tensor (B_L or F), at the contract's target offset."""
     if cap.verifier_last is None:

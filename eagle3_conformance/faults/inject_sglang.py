@@ -14,6 +14,7 @@ import time
 from typing import Callable, Optional
 
 from eagle3_conformance import torch_env
+from eagle3_conformance.torch_env import torch_dtype
 
 torch_env.prepare()
 import torch  # noqa: E402
@@ -51,8 +52,7 @@ class HarnessPool:
                 else:
                     cfg[kk] = vv
             draft_dir = write_draft_dir(scn.fresh_dir("draft-variant"), cfg)
-            dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[
-                variant.get("dtype", "float32")]
+            dtype = torch_dtype(variant.get("dtype", "float32"))
         t0 = time.perf_counter()
         self.h = SGLangCPUHarness(scn.target_dir, draft_dir, dtype=dtype)
         self.build_s += time.perf_counter() - t0

@@ -55,11 +55,11 @@ def _same_file(a, b) -> bool:
 def write_specforge(scn: Scenario, contract: Contract, k: Knobs):
     """The scenario's samples as SpecForge files with ``k``'s data faults; raises :class:`NoOp`
     when the faults change no stored row."""
-    from eagle3_conformance.datagen import _DTYPES
+    from eagle3_conformance.torch_env import torch_dtype
     from eagle3_conformance.tools.specforge_loader import write_dataset
 
     slots = k.slots or [str(b) for b in contract.aux] + [contract.verifier_last.tensor]
-    dtype = _DTYPES[k.disk_dtype or contract.data_dtype]
+    dtype = torch_dtype(k.disk_dtype or contract.data_dtype)
     tf = (lambda r, hs: k.hs_transform(scn, r, hs)) if k.hs_transform is not None else None
     kw = dict(aux=slots[:-1], target=slots[-1], dtype=dtype, batch_size=1, compress=(1,))
     out = scn.fresh_dir("specforge")

@@ -47,14 +47,15 @@ def write_dataset(out: Path, scn: Scenario, contract: Contract, k: Knobs) -> Pat
     from datasets import Dataset
     from safetensors.torch import save_file
 
-    from eagle3_conformance.datagen import _DTYPES, hs_payload
+    from eagle3_conformance.datagen import hs_payload
+    from eagle3_conformance.torch_env import torch_dtype
 
     out.mkdir(parents=True)
     samples, masks = scn.samples, scn.masks
     Dataset.from_dict({"input_ids": samples, "loss_mask": masks, "seq_len": [len(x) for x in samples]},
                       features=_speculators_features()).with_format("torch").save_to_disk(str(out))
     slots = k.slots or [str(b) for b in contract.aux] + [contract.verifier_last.tensor]
-    dtype = _DTYPES[k.disk_dtype or contract.data_dtype]
+    dtype = torch_dtype(k.disk_dtype or contract.data_dtype)
     hs_all = []
     for ids in samples:
         r = scn.ref.capture(ids)

@@ -13,6 +13,7 @@ import time
 from typing import Optional
 
 from eagle3_conformance import torch_env
+from eagle3_conformance.torch_env import torch_dtype
 
 torch_env.prepare()
 import torch  # noqa: E402
@@ -63,8 +64,7 @@ class VLLMPool:
         if key not in self.harnesses:
             cfg = _with_variant(vllm_draft_config(scn, scn.spec.boundaries), variant)
             d = write_draft_dir(scn.fresh_dir("vllm-draft"), cfg)
-            dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[
-                (variant or {}).get("dtype", "float32")]
+            dtype = torch_dtype((variant or {}).get("dtype", "float32"))
             t0 = time.perf_counter()
             self.harnesses[key] = VLLMCPUHarness(scn.target_dir, d, dtype=dtype)
             self.build_s += time.perf_counter() - t0

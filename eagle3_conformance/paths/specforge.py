@@ -18,8 +18,6 @@ pairing); other contracts are skipped with the reason, as the ``training`` path 
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path as FsPath
 from typing import Any
@@ -46,35 +44,28 @@ def data_dir(c, pair) -> FsPath:
     import datasets
     import torch
 
+    from eagle3_conformance.fixture_base import build_once
     from eagle3_conformance.pairs import torch_dtype
     from eagle3_conformance.reference import ReferenceModel
     from eagle3_conformance.tools import specforge_loader as sl
 
     key = f"specforge-{sl.VERSION}-" + "-".join(c.capture.boundaries) + f"-{c.data_dtype}-{MAX_SAMPLES}"
     out = FsPath(pair.data_dir).parent / key
-    if (out / "DONE").is_file():
-        return out
-    datasets.disable_progress_bars()
-    ds = datasets.load_from_disk(str(pair.data_dir))
-    n = min(len(ds), MAX_SAMPLES)
-    samples = [list(map(int, x)) for x in ds["input_ids"][:n]]
-    masks = [list(map(int, x)) for x in ds["loss_mask"][:n]]
-    ref = ReferenceModel(pair.target_dir)
-    tmp = FsPath(tempfile.mkdtemp(prefix=".specforge-", dir=out.parent))
-    try:
+
+    def build(stage: FsPath) -> None:
+        datasets.disable_progress_bars()
+        ds = datasets.load_from_disk(str(pair.data_dir))
+        n = min(len(ds), MAX_SAMPLES)
+        samples = [list(map(int, x)) for x in ds["input_ids"][:n]]
+        masks = [list(map(int, x)) for x in ds["loss_mask"][:n]]
+        ref = ReferenceModel(pair.target_dir)
         with torch.inference_mode():
-            sl.write_dataset(tmp / "data", ref.capture, samples, masks, aux=c.capture.boundaries, target="F",
+            sl.write_dataset(stage, ref.capture, samples, masks, aux=c.capture.boundaries, target="F",
                              dtype=torch_dtype(c.data_dtype), batch_size=2, compress=(1,))
-        (tmp / "data" / "DONE").write_text(json.dumps({"samples": n, "writer": "eagle3_conformance.tools.specforge_loader"
-                                                       ".write_dataset"}) + "\n")
-        try:
-            (tmp / "data").rename(out)
-        except OSError:  # another process wrote it first
-            if not (out / "DONE").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+        (stage / "DONE").write_text(json.dumps({"samples": n, "writer": "eagle3_conformance.tools.specforge_loader"
+                                                ".write_dataset"}) + "\n")
+
+    return build_once(out, build)
 
 
 def prepare(c, pair):
@@ -92,7 +83,9 @@ def prepare(c, pair):
 
 def first(s: _State) -> Observation:
     """Every sample once, in consecutive batches of 4; a failure here ends the run."""
-    caps = [cap for i in range(0, s.n, 4) for cap in s.loader.batch(list(range(i, min(i + 4, s.n))))]
+    from eagle3_conformance.batches import every_sample
+
+    caps = [cap for batch in every_sample(s.n) for cap in s.loader.batch(batch)]
     return Observation(captures=caps, stored=True, stop_on_failure=True)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+from eagle3_conformance.batches import in_batches
+
 SHARDING = "modulo: shard i/N owns the samples s with s % N == i"
 
 
@@ -41,5 +43,5 @@ def loader_batches(sample: list[int], batch_size: int, shard: tuple[int, int]) -
     """The loader batches of ``sample`` (consecutive groups of ``batch_size``) owned by ``shard``
     (the shard that owns a batch's first index)."""
     bs = max(int(batch_size), 1)
-    batches = [sample[k:k + bs] for k in range(0, len(sample), bs)]
+    batches = in_batches(sample, bs)
     return [b for b in batches if b[0] % shard[1] == shard[0]]

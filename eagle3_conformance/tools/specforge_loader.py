@@ -51,6 +51,7 @@ from types import SimpleNamespace
 from typing import Any, Callable, Optional, Sequence
 
 from eagle3_conformance import torch_env
+from eagle3_conformance.batches import every_sample
 from eagle3_conformance.errors import DataError
 
 torch_env.prepare()
@@ -75,12 +76,9 @@ class SpecForgeDataError(DataError):
 
 def installed_version() -> Optional[str]:
     """The installed ``specforge`` distribution's version, or None."""
-    from importlib.metadata import PackageNotFoundError, version
+    from eagle3_conformance import installed
 
-    try:
-        return version("specforge")
-    except PackageNotFoundError:
-        return None
+    return installed.installed_version("specforge")
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -396,9 +394,9 @@ def write_dataset(out: Path, capture: Callable[[list[int]], Any], samples: Seque
     if out.exists():
         raise FileExistsError(f"{out} exists; refusing to overwrite")
     rows: list[tuple[list[int], list[int]]] = []
-    for s in range(0, len(samples), batch_size):
-        rows += pad_batch(samples[s:s + batch_size], masks[s:s + batch_size]) if batch_size > 1 else \
-            [(list(map(int, x)), list(map(int, m))) for x, m in zip(samples[s:s + 1], masks[s:s + 1])]
+    for idx in every_sample(len(samples), batch_size):
+        xs, ms = [samples[i] for i in idx], [masks[i] for i in idx]
+        rows += pad_batch(xs, ms) if batch_size > 1 else [(list(map(int, x)), list(map(int, m))) for x, m in zip(xs, ms)]
     slots = list(aux) + [target]
     stacks = []
     for ids, _ in rows:

@@ -40,8 +40,11 @@ PATH = "training"
 
 
 def default_batches(n: int, batch_size: int = 4) -> list[list[int]]:
-    """Consecutive batches covering every sample once (``[[0, 1, 2, 3], [4, ...], ...]``)."""
-    return [list(range(i, min(i + batch_size, n))) for i in range(0, n, batch_size)]
+    """Consecutive batches covering every sample once (``[[0, 1, 2, 3], [4, ...], ...]``;
+    :func:`eagle3_conformance.batches.every_sample`)."""
+    from eagle3_conformance.batches import every_sample
+
+    return every_sample(n, batch_size)
 
 
 class TrainingDataError(Exception):

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Optional
 
 from eagle3_conformance import torch_env
+from eagle3_conformance.torch_env import torch_dtype
 from eagle3_conformance.errors import DataError
 
 torch_env.prepare()
@@ -92,7 +93,6 @@ def read(path: Path) -> tuple[Optional[dict], Optional[str]]:
     return {"hidden_states": hs, "token_ids": ids.long(), SCALES_KEY: scales}, None
 
 
-_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 def _name(t: torch.Tensor) -> str:
@@ -148,7 +148,7 @@ def load_capture(path: str | Path, contract, index: Optional[int] = None, name: 
                                f"[T, 1, 1] = [{T}, 1, 1] float32 (one scale per token)")
         from hs_connectors.fp8_utils import dequantize_fp8_tensor
 
-        hs = dequantize_fp8_tensor(hs, scales, dtype=_DTYPES[contract.data_dtype])  # FP8Transfer._dequantize
+        hs = dequantize_fp8_tensor(hs, scales, dtype=torch_dtype(contract.data_dtype))  # FP8Transfer._dequantize
     # what the trainer's reader hands over (as speculators_loader records it); the stored dtype is in payload
     on_disk = _name(hs)
     if N not in (K, K + 1):

@@ -2,12 +2,15 @@
 
 A family module declares its ``KINDS`` (FAULTS.md kind -> the name the matrix prints) and its
 ``OPERATORS``, each :class:`~eagle3_conformance.faults.operators.base.Operator` next to its knob
-builders: which checks must catch it, which scenario it needs, and how it applies on each path
-(or why it cannot occur there). Adding an operator is an entry in its family's list.
+builders: which checks must catch it (finding names of checks in
+:mod:`eagle3_conformance.checks.registry`, at least one declared for the operator's kind: checked
+here at import), which scenario it needs, and how it applies on each path (or why it cannot
+occur there). Adding an operator is an entry in its family's list.
 """
 
 from __future__ import annotations
 
+from eagle3_conformance.checks import registry
 from eagle3_conformance.faults.operators import buffers, dtype, layers, rows, state, vllm, vocab
 from eagle3_conformance.faults.operators.base import Apply, NotApplicable, Operator
 
@@ -23,6 +26,13 @@ if _no_vllm or set(vllm.COLUMN) - set(OPERATORS_BY_NAME):
 for _op in OPERATORS:  # the vllm-extend column lives in one module (operators/vllm.py)
     _v = vllm.COLUMN[_op.name]
     _op.paths[vllm.PATH] = Apply(_v.how, _v.where, _op.paths["sglang-extend"].fn) if isinstance(_v, vllm.SameKnob) else _v
+_unregistered = [(op.name, ch) for op in OPERATORS for ch in op.checks if registry.emitting(ch) is None]
+if _unregistered:  # the catching checks are the registry's (eagle3_conformance.checks.registry)
+    raise RuntimeError(f"fault operators name checks no registered check emits: {_unregistered}")
+_undeclared = [(op.name, op.kind) for op in OPERATORS
+               if not any(op.kind in registry.emitting(ch).faults for ch in op.checks)]
+if _undeclared:  # a fault kind is caught by a check declared for it
+    raise RuntimeError(f"fault operators whose catching checks are not declared for their kind: {_undeclared}")
 KIND_NAMES: dict[str, str] = dict(sorted(((k, v) for fam in FAMILIES for k, v in fam.KINDS.items()),
                                         key=lambda kv: int(kv[0][1:])))
 KINDS = tuple(KIND_NAMES)

@@ -58,13 +58,12 @@ from __future__ import annotations
 
 import contextlib
 import io
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 from eagle3_conformance.capture import Capture
-from eagle3_conformance.draft_dir import with_ids_at
+from eagle3_conformance.cpu_harness import CPUHarnessLifecycle
 from eagle3_conformance.torch_env import prepare
 
 prepare()
@@ -113,7 +112,7 @@ def greedy_accepted(predict: list[int], drafts: list[int], wanted: int) -> int:
     return k
 
 
-class SGLangCPUHarness:
+class SGLangCPUHarness(CPUHarnessLifecycle):
     """SGLang target + EAGLE-3 draft on CPU; :meth:`extend` / :meth:`verify` return
     :class:`~eagle3_conformance.capture.Capture` objects describing what entered the draft.
 
@@ -160,14 +159,7 @@ class SGLangCPUHarness:
             # SGLang keeps one runtime context and one set of process groups per process
             # (runtime_context.publish is last-publish-wins): the previous harness is closed.
             _ACTIVE.close()
-        self.closed = False
-        t0 = time.perf_counter()
-        self.timings: dict[str, float] = {}
-        self.target_dir = Path(target_dir)
-        self.dtype = dtype
-        self._tmpdir: Optional[str] = None
-        self.draft_dir = self._maybe_rewrite_draft(Path(draft_dir), draft_ids_key)
-        self.draft_ids_key = draft_ids_key
+        self._start(target_dir, draft_dir, dtype, draft_ids_key)
         self._override = list(capture_layers_override) if capture_layers_override is not None else None
         self.sglang_version = sglang_version()
 
@@ -185,21 +177,9 @@ class SGLangCPUHarness:
             )
         )
         _ACTIVE = self
-        try:
-            self._build()
-        except BaseException:
-            self.close()
-            raise
-        self.timings["build"] = time.perf_counter() - t0
+        self._finish_build()
 
     # ---------------------------------------------------------------- construction
-
-    def _maybe_rewrite_draft(self, draft_dir: Path, key: Optional[str]) -> Path:
-        if key is None:
-            return draft_dir
-        out = with_ids_at(draft_dir, key, prefer="nested", prefix="sglang_cpu_draft_")
-        self._tmpdir = str(out)
-        return out
 
     def _build(self) -> None:
         from sglang.srt.configs.device_config import DeviceConfig
@@ -721,29 +701,19 @@ class SGLangCPUHarness:
 
     # ---------------------------------------------------------------- teardown
 
+    DRAFT_IDS_PREFER = "nested"  # eagle_config.eagle_aux_hidden_state_layer_ids
+    DRAFT_COPY_PREFIX = "sglang_cpu_draft_"
+
     def close(self) -> None:
         """Remove hooks, tear down SGLang's process groups and runtime context (idempotent)."""
         global _ACTIVE
-        self.closed = True
         for h in getattr(self, "_hooks", []):
             h.remove()
         self._hooks = []
         if _ACTIVE is self:
             _ACTIVE = None
             teardown_process()
-        if self._tmpdir:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-            self._tmpdir = None
-
-    def _check_open(self) -> None:
-        if self.closed:
-            raise RuntimeError("SGLangCPUHarness is closed (a newer harness replaced it?)")
-
-    def __enter__(self) -> "SGLangCPUHarness":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        super().close()
 
 
 # --------------------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ from types import SimpleNamespace
 from typing import Any, Optional
 
 from eagle3_conformance.capture import Capture
-from eagle3_conformance.draft_dir import with_ids_at
+from eagle3_conformance.cpu_harness import CPUHarnessLifecycle
 from eagle3_conformance.torch_env import prepare
 
 prepare()
@@ -75,7 +75,7 @@ RUNNERS = ("v1", "v2")
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
-class VLLMCPUHarness:
+class VLLMCPUHarness(CPUHarnessLifecycle):
     """vLLM 0.33.0's target and EAGLE-3 draft classes in-process on CPU.
 
     Args:
@@ -100,29 +100,14 @@ class VLLMCPUHarness:
 
     def __init__(self, target_dir: str | Path, draft_dir: str | Path, *, dtype: torch.dtype = torch.float32,
                  draft_ids_key: Optional[str] = None) -> None:
-        t0 = time.perf_counter()
-        self.timings: dict[str, float] = {}
-        self.target_dir = Path(target_dir)
-        self.dtype = dtype
-        self._tmpdir: Optional[str] = None
-        self.draft_dir = self._maybe_rewrite_draft(Path(draft_dir), draft_ids_key)
-        self.draft_ids_key = draft_ids_key
+        self._start(target_dir, draft_dir, dtype, draft_ids_key)
         self.vllm_version = vllm_version()
-        try:
-            self._build()
-        except BaseException:
-            self.close()
-            raise
-        self.timings["build"] = time.perf_counter() - t0
+        self._finish_build()
 
     # ---------------------------------------------------------------- construction
 
-    def _maybe_rewrite_draft(self, draft_dir: Path, key: Optional[str]) -> Path:
-        if key is None:
-            return draft_dir
-        out = with_ids_at(draft_dir, key, prefer="top_level", prefix="vllm_cpu_draft_")
-        self._tmpdir = str(out)
-        return out
+    DRAFT_IDS_PREFER = "top_level"  # eagle_aux_hidden_state_layer_ids at the config's top level
+    DRAFT_COPY_PREFIX = "vllm_cpu_draft_"
 
     def _build(self) -> None:
         from vllm.config import (CompilationConfig, DeviceConfig, LoadConfig, ModelConfig, ParallelConfig,
@@ -351,9 +336,7 @@ class VLLMCPUHarness:
 
     def close(self) -> None:
         """Remove the rewritten draft copy (if any). vLLM's process groups stay (one per process)."""
-        if self._tmpdir:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-            self._tmpdir = None
+        super().close()
 
 
 _SHARED: dict = {}

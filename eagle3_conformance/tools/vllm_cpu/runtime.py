@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import os
 import socket
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Optional
 
 import torch
 from torch import nn
+
+from eagle3_conformance.installed import installed_version
 
 # model modules whose ``Attention`` attribute is replaced (each does ``from ... import Attention``)
 STANDIN_MODULES = ("vllm.model_executor.models.llama", "vllm.model_executor.models.llama_eagle3")
@@ -31,10 +32,7 @@ STANDIN_MODULES = ("vllm.model_executor.models.llama", "vllm.model_executor.mode
 
 def vllm_version() -> Optional[str]:
     """The installed vLLM version (package metadata, no import), or None."""
-    try:
-        return version("vllm")
-    except PackageNotFoundError:
-        return None
+    return installed_version("vllm")
 
 
 class Segments:
