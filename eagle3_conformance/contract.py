@@ -286,9 +286,26 @@ class VLLMServing(_Strict):
     )
 
 
+class ValidatedOn(_Strict):
+    """What a passing conformance run ran against (written by the run into its JSON report's
+    ``meta.validated_on[].engines_update.validated``: :mod:`eagle3_conformance.validated`)."""
+
+    tool: Literal["sglang", "vllm"] = Field(description="The engine whose own classes the passing paths ran.")
+    version: str = Field(description="Its installed release.")
+    runners: Optional[list[Literal["v1", "v2"]]] = Field(None, description="vLLM: the model runners checked.")
+    date: str = Field(description="UTC date of the run, YYYY-MM-DD.")
+    contract_sha256: str = Field(description="sha256 of the contract without its engines block, at the run.")
+    paths: list[str] = Field(default_factory=list, description="The conformance paths that ran and passed.")
+    tool_versions: dict[str, str] = Field(default_factory=dict, description="Installed tools at the run.")
+
+
 class Engines(_Strict):
     sglang_validated: list[str] = Field(
         default_factory=list, description="SGLang versions this contract was validated with."
+    )
+    validated: list[ValidatedOn] = Field(
+        default_factory=list, description="Validated-on records (engine, version, runners, date, tool versions, "
+        "the contract's hash), pasted from a passing run's report (meta.validated_on)."
     )
     sglang_model_file: Optional[str] = Field(
         None, description="SGLang model family rule used to translate ids, e.g. 'llama'."

@@ -294,7 +294,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         all_diagnoses += diagnoses
     out = config.getoption("--conformance-json")
     if out:
-        write_json(out, ",".join(n for _, n in store), all_findings, diagnoses=all_diagnoses)
+        from eagle3_conformance.validated import record
+
+        meta = {"validated_on": [record(rec.contract, rec.findings) for rec in store.values()]}
+        write_json(out, ",".join(n for _, n in store), all_findings, meta=meta, diagnoses=all_diagnoses)
 
 
 # --- fixtures for hand-written tests -------------------------------------------------------------

@@ -149,7 +149,11 @@ def test_plugin_runs_contract_suite(pytester, tmp_path):
     res.assert_outcomes(passed=1)
     res.stdout.fnmatch_lines(["*conformance report*", "CONFORMS: tiny-llama-eagle3*", "passed: * findings in * checks*",
                               "CONFORMS: * findings, 0 failed*"])
-    assert json.loads((tmp_path / "f.json").read_text())["findings"]
+    doc = json.loads((tmp_path / "f.json").read_text())
+    assert doc["findings"]
+    (rec,) = doc["meta"]["validated_on"]  # the run's validated-on block (issue 25)
+    assert rec["passed"] and rec["paths"] == ["training"] and len(rec["contract_sha256"]) == 64
+    assert rec["engines_update"] == {}  # the training path runs no engine: nothing to record for one
 
 
 def test_plugin_fails_on_a_contract_the_data_violates(pytester, tmp_path):

@@ -3,6 +3,8 @@ contract names must exist (:func:`eagle3_conformance.contract.fixture_problems`)
 
 from __future__ import annotations
 
+import sys
+
 from eagle3_conformance.cli.common import EXIT_BAD_INPUT, EXIT_OK, console
 
 
@@ -15,8 +17,10 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from eagle3_conformance.contract import ContractError, load_contract
     from eagle3_conformance.shipped import checkout_fixture_note
+    from eagle3_conformance.validated import installed_versions, never_validated_warning
 
     con = console()
+    installed = installed_versions()
     bad = 0
     for p in args.contracts:
         try:
@@ -32,4 +36,8 @@ def run(args) -> int:
         note = checkout_fixture_note(c.fixture)
         if note:
             con.print(f"  note: {note}", markup=False)
+        warn = never_validated_warning(c, installed)
+        if warn:
+            print(f"warning: {p}: {warn} (a passing `pytest -m conformance --conformance-json` run writes the "
+                  "record to paste into engines: meta.validated_on)", file=sys.stderr)
     return EXIT_BAD_INPUT if bad else EXIT_OK
