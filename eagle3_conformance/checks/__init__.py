@@ -21,7 +21,7 @@ module                    checks
 ``magnitude``             magnitude against the reference, the draft's pre-fc norm
 ``transport``             hs-connectors FP8 payloads and their error
 ``cross_path``            two paths agree on the same tokens
-``facts``                 engine releases, the accept-length gate
+``facts``                 engine releases, the accept-length gate, engine losslessness, graphed vs eager
 ``vocab``                 d2t/t2d mapping, chat template, golden token ids
 ``suite``                 :func:`run_checks`: every check on one capture, in registry order
 ========================  ===================================================================
@@ -47,7 +47,8 @@ from eagle3_conformance.checks.tensor_dtypes import check_tensor_dtypes  # noqa:
 from eagle3_conformance.checks.magnitude import PRE_FC_FIT_TOL, check_magnitude, check_pre_fc_norm  # noqa: F401
 from eagle3_conformance.checks.transport import FP8_DTYPES, GATE_FP8, check_fp8_scale_error, check_transfer_backend  # noqa: F401
 from eagle3_conformance.checks.cross_path import check_cross_path  # noqa: F401
-from eagle3_conformance.checks.facts import check_accept_length, check_engine_version, check_vllm_version  # noqa: F401
+from eagle3_conformance.checks.facts import (  # noqa: F401
+    check_accept_length, check_engine_lossless, check_engine_version, check_graph_acceptance, check_vllm_version)
 from eagle3_conformance.checks.vocab import (check_chat_template, check_golden_tokens, check_vocab_mapping,  # noqa: F401
                                              mapping_sha256)
 from eagle3_conformance.checks.suite import run_checks  # noqa: F401

@@ -51,12 +51,20 @@ def check_accept_length(c: Contract, avg_accept_length: Optional[float], path: s
     symptom most field reports had (FAULTS.md); it gates, it does not diagnose.
 
     Args:
-        avg_accept_length: the measured mean (>= 1), or None when nothing was measured.
+        avg_accept_length: the measured mean (>= 1), None when nothing was measured, or (sglang-engine)
+            ``captures.accept_figures``: SGLang's counters, per-position acceptance in the locator.
         path: the path that measured it: ``sglang-engine`` (a real engine's server info, GPU) or
             ``cpu-accept`` (the greedy speculative loop on the SGLang CPU harness).
     """
+    detail = ""
+    if isinstance(avg_accept_length, dict):  # sglang-engine: SGLang's own meta_info counters
+        per_pos = avg_accept_length.get("per_position_acceptance") or []
+        detail = (f"; per-position acceptance {[round(x, 3) for x in per_pos]} from spec_correct_drafts_histogram "
+                  f"{avg_accept_length.get('spec_correct_drafts_histogram')}")
+        avg_accept_length = avg_accept_length.get("spec_accept_length")
     floor = c.gates.min_accept_length
-    where = "sglang.Engine server info" if path == "sglang-engine" else f"{path}: mean tokens per verify step"
+    where = ("sglang.Engine meta_info: completion_tokens / spec_verify_ct" + detail) if path == "sglang-engine" \
+        else f"{path}: mean tokens per verify step"
     if floor is None:
         return [Finding("accept_length", "skip", path, None, None, avg_accept_length, where,
                         "the contract sets no gates.min_accept_length: acceptance not gated", "")]
@@ -68,3 +76,48 @@ def check_accept_length(c: Contract, avg_accept_length: Optional[float], path: s
     name = "avg_spec_accept_length" if path == "sglang-engine" else "mean accept length"
     return [Finding("accept_length", "pass" if ok else "fail", path, None, floor, avg_accept_length,
                     where, f"{name} {avg_accept_length:.3f} (floor {floor})", "")]
+
+
+@check(FACT, (), emits=("lossless",), fact="engine_lossless")
+def check_engine_lossless(c: Contract, greedy: dict, path: str = "sglang-engine") -> list[Finding]:
+    """Greedy speculative decoding is lossless: every request's output ids equal the target's own
+    greedy decode of the same prompt (float32 only; bf16 diverges at near-ties and is no oracle,
+    ../shared/SGLANG_CPU_ENGINE.md section 3).
+
+    Args:
+        greedy: ``{"engine": [[ids]...], "reference": [[ids]...]}`` (same length per request), or
+            ``{"skip": why}``.
+    """
+    if "skip" in greedy:
+        return [Finding("lossless", "skip", path, None, "engine output == target greedy", None, "all requests",
+                        greedy["skip"], "")]
+    bad = [i for i, (a, b) in enumerate(zip(greedy["engine"], greedy["reference"])) if list(a) != list(b)]
+    n = len(greedy["engine"])
+    if not bad:
+        return [Finding("lossless", "pass", path, None, "engine output == target greedy", f"{n} of {n} equal",
+                        "all requests", f"all {n} outputs equal the target's greedy decode", "")]
+    i = bad[0]
+    a, b = list(greedy["engine"][i]), list(greedy["reference"][i])
+    j = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return [Finding("lossless", "fail", path, None, "engine output == target greedy", f"{n - len(bad)} of {n} equal",
+                    f"request {i}, output token {j}",
+                    f"{len(bad)} of {n} outputs differ from the target's greedy decode; request {i} first at output "
+                    f"token {j} (engine {a[j] if j < len(a) else None}, target {b[j] if j < len(b) else None})", "")]
+
+
+@check(FACT, ("R42",), fact="graph_acceptance")
+def check_graph_acceptance(c: Contract, fig: dict, path: str = "sglang-engine") -> list[Finding]:
+    """R42 class: an engine run with CUDA graphs accepts no less than the same run eager (hooks never
+    fire on graph replay, so this is the only check that sees the graphed decode).
+
+    Args:
+        fig: ``{"eager": float, "graphed": float, "noise": float}`` (SGLang's spec_accept_length).
+    """
+    e, g, noise = fig.get("eager"), fig.get("graphed"), fig.get("noise", 0.0)
+    if e is None or g is None:
+        return [Finding("graph_acceptance", "fail", path, None, "graphed >= eager - noise", g, "CUDA graphs",
+                        "a run reported no spec_accept_length", "R42")]
+    ok = g >= e - noise
+    return [Finding("graph_acceptance", "pass" if ok else "fail", path, None, f">= {e - noise:.3f}", round(g, 3),
+                    "CUDA graphs vs eager", f"graphed spec_accept_length {g:.3f}, eager {e:.3f} (noise {noise})",
+                    "R42")]

@@ -1,0 +1,142 @@
+"""The kill matrix's ``sglang-engine`` column: each fault caused the way a user causes it, through
+the real ``sglang.Engine`` (a draft config or a draft directory), never injected after the engine.
+
+Every fault is a copy of the trained draft directory (weights linked, ``config.json`` rewritten)
+or a different ``speculative_draft_model_path``; the engine runs it and the path's checks judge what
+its ``forward_hooks`` saw, against the unmutated baseline of the same run
+(:func:`eagle3_conformance.faults.matrix.judge`: caught only if the baseline passes the check and the
+fault fails it). A fault whose engine does not start, or whose generation fails, is caught by the
+engine itself when SGLang's error is loud (``engine start`` / ``engine run``). A fault that leaves
+the engine's ``layers_to_capture`` equal to the baseline's (read off the hook records) is a
+``noop`` on this pair and says so.
+
+One engine start per fault (~45-110 s on the shared 2-core machine): the column runs in the slow
+tier (tests/test_sglang_engine.py) and from :func:`run_engine_column`, not in the main job.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from eagle3_conformance.faults.matrix import Verdict, judge
+
+
+@dataclass(frozen=True)
+class EngineFault:
+    """One fault of the column: ``name`` (the matrix operator it mirrors), ``kind`` (FAULTS.md),
+    ``how`` (what the user did), ``checks`` (the checks expected to catch it), and ``config``
+    (draft config -> faulty config) or ``draft_dir`` (baseline draft dir, target dir -> the dir given)."""
+
+    name: str
+    kind: str
+    how: str
+    checks: tuple[str, ...]
+    config: Optional[Callable[[dict], dict]] = None
+    draft_dir: Optional[Callable[[Path, Path], Path]] = None
+
+
+def _ids(cfg: dict) -> list[int]:
+    return list(cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
+
+
+def _with_ids(cfg: dict, ids: list[int]) -> dict:
+    out = json.loads(json.dumps(cfg))
+    out["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = ids
+    return out
+
+
+def _top_level(cfg: dict) -> dict:
+    out = json.loads(json.dumps(cfg))
+    out["eagle_aux_hidden_state_layer_ids"] = out["eagle_config"].pop("eagle_aux_hidden_state_layer_ids")
+    return out
+
+
+def _removed(cfg: dict) -> dict:
+    out = json.loads(json.dumps(cfg))
+    out["eagle_config"].pop("eagle_aux_hidden_state_layer_ids")
+    return out
+
+
+FAULTS: tuple[EngineFault, ...] = (
+    EngineFault("embedding-prepended", "K2", "draft config ids [-1, a, b] (the known incident: llama.py's +1 maps -1 "
+                "to layer 0, which captures the embedding; the last aux layer is dropped)",
+                ("no_embedding", "slot_identity"), config=lambda c: _with_ids(c, [-1] + _ids(c)[:-1])),
+    EngineFault("ids-shifted", "K2", "draft config ids shifted by +1 (boundary ids written where SGLang adds +1)",
+                ("slot_identity", "row_fingerprint"), config=lambda c: _with_ids(c, [i + 1 for i in _ids(c)])),
+    EngineFault("ids-shifted-down", "K2", "draft config ids shifted by -1", ("slot_identity", "row_fingerprint"),
+                config=lambda c: _with_ids(c, [i - 1 for i in _ids(c)])),
+    EngineFault("engine-default-layers", "K1", "ids removed from the draft config (SGLang falls back to its "
+                "defaults [2, L//2, L-3])", ("slot_identity", "engine_mapping", "slot_count"), config=_removed),
+    EngineFault("ids-top-level", "K1", "ids at the top level instead of eagle_config (SGLang reads only the nested "
+                "key, spec_aux_hidden_state.py:185-196)", ("slot_identity", "engine_mapping", "slot_count"),
+                config=_top_level),
+    EngineFault("wrong-draft-dir", "K1", "speculative_draft_model_path = the target's directory",
+                ("engine start",), draft_dir=lambda draft, target: target),
+)
+
+
+def fault_draft_dir(base: Path, fault: EngineFault, workdir: Path, target_dir: Path) -> Path:
+    """The draft directory the user would hand SGLang for ``fault`` (weights linked, never copied
+    or modified: the baseline draft is read only)."""
+    if fault.draft_dir is not None:
+        return fault.draft_dir(base, target_dir)
+    d = workdir / fault.name
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    for f in base.iterdir():
+        if f.name != "config.json":
+            (d / f.name).symlink_to(f.resolve())
+    (d / "config.json").write_text(json.dumps(fault.config(json.loads((base / "config.json").read_text())), indent=2))
+    return d
+
+
+def _findings(c, obs):
+    from eagle3_conformance.assess import assess, reference_loader
+    from eagle3_conformance.paths.base import Observation
+
+    o = Observation(captures=obs.extend + obs.decode, facts={"engine_lossless": obs.lossless})
+    return assess(c, o, reference_loader(c, obs.run.spec["target_dir"]), path="sglang-engine")
+
+
+def _captured(obs) -> list[str]:
+    caps = obs.extend + obs.decode
+    return caps[0].engine_boundaries if caps else []
+
+
+def run_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[list[int]], workdir: Path, *,
+                      max_new_tokens: int = 8, faults=FAULTS, log=lambda s: None) -> dict:
+    """Baseline, then every fault; returns ``{"verdicts": {name: Verdict}, "timings": {...},
+    "captured": {name: [B_i...]}}``."""
+    from eagle3_conformance.tools.sglang_engine import EngineRunError, EngineStartError, observe_engine
+
+    timings, captured, verdicts = {}, {}, {}
+    t0 = time.perf_counter()
+    base_obs = observe_engine(target_dir, draft_dir, prompts, max_new_tokens=max_new_tokens, workdir=workdir / "base")
+    base = _findings(c, base_obs)
+    captured["baseline"] = _captured(base_obs)
+    timings["baseline"] = time.perf_counter() - t0
+    for f in faults:
+        t1 = time.perf_counter()
+        d = fault_draft_dir(Path(draft_dir), f, workdir / "drafts", Path(target_dir))
+        try:
+            obs = observe_engine(target_dir, d, prompts, max_new_tokens=max_new_tokens, workdir=workdir / f.name)
+        except (EngineStartError, EngineRunError) as e:
+            which = "engine start" if isinstance(e, EngineStartError) else "engine run"
+            verdicts[f.name] = Verdict("caught", which, e.reason)
+        else:
+            captured[f.name] = _captured(obs)
+            if captured[f.name] == captured["baseline"]:
+                verdicts[f.name] = Verdict("noop", detail=f"the engine captured {captured[f.name]}, as the baseline "
+                                                          "(this pair's ids are SGLang's defaults for L=30)")
+            else:
+                verdicts[f.name] = judge(f.checks, base, _findings(c, obs))
+        timings[f.name] = time.perf_counter() - t1
+        log(f"{f.kind:>3} {f.name:<24} {verdicts[f.name].status} {verdicts[f.name].check or ''} "
+            f"({timings[f.name]:.0f} s)")
+    return {"verdicts": verdicts, "timings": timings, "captured": captured,
+            "baseline_failures": [x for x in base if x.status == "fail"]}

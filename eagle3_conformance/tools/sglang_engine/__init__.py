@@ -1,0 +1,110 @@
+"""The real ``sglang.Engine`` with its EAGLE-3 worker, on CPU (config B of
+../shared/SGLANG_CPU_ENGINE.md) or CUDA, one code path; observed through SGLang's own
+``forward_hooks``.
+
+- :mod:`.launch`: :func:`run_engine` starts the driver (:mod:`.driver`) in its own process group with
+  the recipe's environment, always reaps it, bounds start and generation with timeouts;
+- :mod:`.bootstrap` + ``site/sitecustomize.py``: what every spawned process loads (torchvision
+  shim; on CPU the guards, :mod:`.sgl_kernel_standin` and :mod:`.patches`);
+- :mod:`.guards`: exact SGLang version and source digests of everything a stand-in serves;
+- :mod:`.hooks`: the ``forward_hooks`` factory recording what enters the draft;
+- :mod:`.captures`: records -> Captures, SGLang's acceptance counters;
+- :func:`observe_engine`: one observed run with the reference greedy decode, for the path.
+
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eagle3_conformance.tools.sglang_engine.launch import EngineRun, EngineRunError, EngineStartError, run_engine
+
+__all__ = ["EngineRun", "EngineRunError", "EngineStartError", "EngineObservation", "observe_engine", "run_engine",
+           "GRAPH_ACCEPT_NOISE"]
+
+GRAPH_ACCEPT_NOISE = 0.1
+"""Tokens per verify step that graphed acceptance may fall below eager before the GPU path fails.
+NOT measured: no GPU was available when it was written (greedy verify is deterministic, so eager
+and graphed should agree up to near-tie flips); replace it with a measured spread."""
+
+
+@dataclass
+class EngineObservation:
+    """One observed engine run: captures, SGLang's counters, losslessness."""
+
+    run: EngineRun
+    extend: list
+    decode: list
+    acceptance: dict[str, Any]
+    lossless: dict[str, Any]
+    extra_facts: dict[str, Any] = field(default_factory=dict)
+
+
+def reference_greedy(target_dir, prompts: list[list[int]], max_new_tokens: int, dtype: str) -> list[list[int]]:
+    """The target's own greedy decode (transformers, KV cache, EOS ignored) of each prompt."""
+    from eagle3_conformance import torch_env
+
+    torch_env.prepare()
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=getattr(torch, dtype)).eval()
+    out = []
+    with torch.no_grad():
+        for p in prompts:
+            ids, past, got = torch.tensor([p]), None, []
+            for _ in range(max_new_tokens):
+                o = model(input_ids=ids, past_key_values=past, use_cache=True)
+                past, nxt = o.past_key_values, int(o.logits[0, -1].argmax())
+                got.append(nxt)
+                ids = torch.tensor([[nxt]])
+            out.append(got)
+    return out
+
+
+def observe_engine(target_dir, draft_dir, prompts: list[list[int]], *, dtype: str = "float32",
+                   max_new_tokens: int = 32, device: str = "cpu", **kw) -> EngineObservation:
+    """Run the engine with the hooks, build the captures, compare with the target's greedy decode.
+    With CUDA also a graphed run (acceptance only) -> ``extra_facts["graph_acceptance"]``.
+
+    Raises:
+        EngineStartError / EngineRunError: see :func:`run_engine`.
+    """
+    import shutil
+    import tempfile
+
+    own = kw.get("workdir") is None
+    if own:
+        kw["workdir"] = Path(tempfile.mkdtemp(prefix="sglang-engine-"))
+    try:
+        return _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw)
+    finally:
+        if own:
+            shutil.rmtree(kw["workdir"], ignore_errors=True)
+
+
+def _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw) -> EngineObservation:
+    from eagle3_conformance.tools.sglang_engine.captures import accept_figures, build_captures, load_records
+
+    run = run_engine(target_dir, draft_dir, prompts, device=device, dtype=dtype, max_new_tokens=max_new_tokens, **kw)
+    outs = [o["output_ids"] for o in run.outputs]
+    prov = {"engine": "sglang.Engine", "sglang": run.sglang_version, "device": device,
+            "attention": "torch_native (config B)" if device == "cpu" else "default",
+            "engine_timings": {k: round(v, 2) for k, v in run.timings.items()}}
+    extend, decode = build_captures(load_records(run.records_dir), prompts, outs, prov)
+    acc = accept_figures(run.outputs)
+    if dtype == "float32":
+        lossless = {"engine": outs, "reference": reference_greedy(target_dir, prompts, max_new_tokens, dtype)}
+    else:
+        lossless = {"skip": f"{dtype}: not a losslessness oracle (near-tie flips); float32 only"}
+    extra = {}
+    if device == "cuda":
+        gkw = dict(kw, workdir=Path(kw["workdir"]) / "graphed") if kw.get("workdir") else kw
+        graphed = run_engine(target_dir, draft_dir, prompts, device=device, dtype=dtype,
+                             max_new_tokens=max_new_tokens, observe=False, cuda_graph=True, **gkw)
+        extra["graph_acceptance"] = {"eager": acc["spec_accept_length"],
+                                     "graphed": accept_figures(graphed.outputs)["spec_accept_length"],
+                                     "noise": GRAPH_ACCEPT_NOISE}
+    return EngineObservation(run, extend, decode, acc, lossless, extra)

@@ -1,0 +1,110 @@
+"""The engine process: ``python -m eagle3_conformance.tools.sglang_engine.driver SPEC.json``.
+
+Started by :func:`.launch.run_engine` in its own process group. Starts the real ``sglang.Engine``
+(EAGLE3, topk 1), generates greedily for the spec's prompts in one batch, shuts the engine down and
+writes ``spec["result"]`` (JSON). Phases have their own timeouts (SIGALRM): a phase that runs over
+raises, the engine is shut down, and the exit status says which phase failed:
+
+* 0: done; 2: bad input (the engine refused to start: ``error`` in the result names why);
+* 3: generation failed; 4: a timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+import traceback
+
+
+class PhaseTimeout(Exception):
+    pass
+
+
+def _alarm(seconds: float, phase: str) -> None:
+    def on_alarm(signum, frame):
+        raise PhaseTimeout(f"{phase} did not finish within {seconds:.0f} s")
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(max(1, int(seconds)))
+
+
+def engine_kwargs(spec: dict) -> dict:
+    """``sglang.Engine`` keyword arguments for ``spec`` (one code path; CPU adds only its backend)."""
+    kw = dict(
+        model_path=spec["target_dir"], speculative_algorithm="EAGLE3",
+        speculative_draft_model_path=spec["draft_dir"], speculative_num_steps=spec["num_steps"],
+        speculative_eagle_topk=1, speculative_num_draft_tokens=spec["num_draft_tokens"],
+        dtype=spec["dtype"], skip_tokenizer_init=True, tp_size=1, log_level=spec.get("log_level", "warning"),
+        mem_fraction_static=spec.get("mem_fraction_static", 0.3), random_seed=0,
+        disable_cuda_graph=not spec.get("cuda_graph", False), max_total_tokens=spec.get("max_total_tokens", 4096),
+    )
+    if spec["device"] == "cpu":
+        kw.update(device="cpu", attention_backend="torch_native")
+    if spec.get("forward_hooks"):
+        kw["forward_hooks"] = spec["forward_hooks"]
+    return kw
+
+
+def _meta(o: dict) -> dict:
+    m = o.get("meta_info", {})
+    keep = ("completion_tokens", "prompt_tokens", "cached_tokens", "spec_verify_ct", "spec_accept_length",
+            "spec_accept_rate", "spec_correct_drafts_histogram", "spec_accept_token_num", "spec_draft_token_num",
+            "finish_reason")
+    return {k: m[k] for k in keep if k in m}
+
+
+def run(spec: dict) -> tuple[int, dict]:
+    res: dict = {"timings": {}}
+    t0 = time.perf_counter()
+    try:
+        _alarm(spec["start_timeout"], "engine start")
+        if spec["device"] == "cpu":
+            from eagle3_conformance.tools.sglang_engine import bootstrap
+            bootstrap.install_standins()  # guards first: a mismatch is reported here, before SGLang starts
+        import sglang
+        res["sglang_version"] = sglang.__version__
+        engine = sglang.Engine(**engine_kwargs(spec))
+        signal.alarm(0)
+    except PhaseTimeout as e:
+        return 4, {**res, "error": str(e), "phase": "start"}
+    except BaseException as e:  # noqa: BLE001 - reported to the parent as bad input
+        return 2, {**res, "error": f"{type(e).__name__}: {e}", "phase": "start", "traceback": traceback.format_exc()}
+    res["timings"]["start_s"] = time.perf_counter() - t0
+    try:
+        t1 = time.perf_counter()
+        _alarm(spec["generate_timeout"], "generation")
+        outs = engine.generate(input_ids=spec["prompts"], sampling_params={
+            "temperature": 0.0, "max_new_tokens": spec["max_new_tokens"], "ignore_eos": spec.get("ignore_eos", True)})
+        signal.alarm(0)
+        res["timings"]["generate_s"] = time.perf_counter() - t1
+        res["outputs"] = [{"output_ids": list(o.get("output_ids") or []), "meta_info": _meta(o)} for o in outs]
+        code = 0
+    except PhaseTimeout as e:
+        res.update(error=str(e), phase="generate")
+        code = 4
+    except BaseException as e:  # noqa: BLE001
+        res.update(error=f"{type(e).__name__}: {e}", phase="generate", traceback=traceback.format_exc())
+        code = 3
+    finally:
+        signal.alarm(0)
+        t2 = time.perf_counter()
+        try:
+            engine.shutdown()
+        except BaseException as e:  # noqa: BLE001 - the parent kills the group anyway
+            res["shutdown_error"] = repr(e)
+        res["timings"]["shutdown_s"] = time.perf_counter() - t2
+    return code, res
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[0]) as f:
+        spec = json.load(f)
+    code, res = run(spec)
+    with open(spec["result"], "w") as f:
+        json.dump(res, f)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

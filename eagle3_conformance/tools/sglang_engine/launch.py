@@ -1,0 +1,184 @@
+"""Start the driver (:mod:`.driver`) in its own process group and always reap it.
+
+The environment of the recipe (../shared/SGLANG_CPU_ENGINE.md, config B) is set here for the driver
+and, through the environment and ``site/sitecustomize.py``, for every process SGLang spawns:
+
+* ``PYTHONPATH`` = this package's ``site/`` dir, then the project root, then the caller's;
+* ``EAGLE3_CONFORMANCE_SGLANG_ENGINE=1`` (sitecustomize runs the torchvision shim);
+* on CPU only: ``SGLANG_USE_CPU_ENGINE=1`` (SGLang's CPU engine, ``sglang/srt/utils/common.py:221-224``),
+  ``TORCHDYNAMO_DISABLE=1`` (``spec_utils.py:437`` is ``torch.compile``d: ~18 s of inductor per
+  process on CPU), ``EAGLE3_CONFORMANCE_SGLANG_STANDINS=1`` (guards, ``sgl_kernel`` stand-in, patches).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+SITE_DIR = Path(__file__).resolve().parent / "site"
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
+LOG_TAIL_LINES = 40
+
+
+class EngineError(RuntimeError):
+    """The engine failed; ``reason`` says why, ``log_tail`` is the end of SGLang's own log.
+
+    Attributes:
+        reason: one line: why.
+        log_tail: the last lines of SGLang's own log (the driver's stdout/stderr).
+    """
+
+    def __init__(self, reason: str, log_tail: str, pgid: Optional[int] = None) -> None:
+        super().__init__(f"{reason}\n--- SGLang log (last lines) ---\n{log_tail}")
+        self.reason, self.log_tail, self.pgid = reason, log_tail, pgid
+
+
+class EngineStartError(EngineError):
+    """The engine did not start (missing or wrong draft, unsupported dtype, a tripped guard, a timeout)."""
+
+
+class EngineRunError(EngineError):
+    """The engine started but generation failed or ran over its timeout."""
+
+
+@dataclass
+class EngineRun:
+    """One engine run.
+
+    Attributes:
+        outputs: per prompt ``{"output_ids": [...], "meta_info": {...}}`` (SGLang's meta_info subset:
+            ``completion_tokens``, ``spec_verify_ct``, ``spec_accept_length``,
+            ``spec_correct_drafts_histogram``, ...).
+        timings: seconds: ``start_s``, ``generate_s``, ``shutdown_s``, ``wall_s`` (the whole process).
+        records_dir: the hook records (None when not observed); see :mod:`.hooks`.
+        sglang_version: the engine's ``sglang.__version__``.
+        log_tail: the last lines of SGLang's log.
+    """
+
+    outputs: list[dict[str, Any]]
+    timings: dict[str, float]
+    records_dir: Optional[Path]
+    sglang_version: str
+    log_tail: str = ""
+    spec: dict[str, Any] = field(default_factory=dict)
+    pgid: Optional[int] = None
+
+
+def child_env(device: str) -> dict[str, str]:
+    """The driver's environment (see the module docstring)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), str(PROJECT_ROOT)] + (
+        [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["EAGLE3_CONFORMANCE_SGLANG_ENGINE"] = "1"
+    env.setdefault("OMP_NUM_THREADS", "1")
+    if device == "cpu":
+        env.update(SGLANG_USE_CPU_ENGINE="1", TORCHDYNAMO_DISABLE="1", EAGLE3_CONFORMANCE_SGLANG_STANDINS="1")
+    else:
+        for k in ("SGLANG_USE_CPU_ENGINE", "EAGLE3_CONFORMANCE_SGLANG_STANDINS"):
+            env.pop(k, None)
+    return env
+
+
+def _tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(lines[-n:])
+
+
+def _last_error(tail: str) -> str:
+    """The last ``SomeError: message`` line of SGLang's log (a scheduler that fails kills the
+    engine's main process with SIGQUIT before it can report)."""
+    import re
+
+    hits = [ln.strip() for ln in tail.splitlines() if re.match(r"^\s*[\w.]+(Error|Exception|Interrupt): ", ln)]
+    return hits[-1] if hits else ""
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM then SIGKILL to the driver's whole process group (the scheduler and detokenizer
+    SGLang spawned are in it); never raises."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        if sig == signal.SIGTERM:
+            time.sleep(1.0)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    deadline = time.monotonic() + 20  # killed members linger until their new parent (init) reaps them
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.2)
+
+
+def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str = "cpu", dtype: str = "float32",
+               max_new_tokens: int = 32, num_steps: int = 3, num_draft_tokens: int = 4, observe: bool = True,
+               cuda_graph: bool = False, start_timeout: float = 300, generate_timeout: float = 300,
+               workdir: Optional[Path] = None, extra: Optional[dict] = None) -> EngineRun:
+    """Start the real ``sglang.Engine`` with EAGLE3 (topk 1, a chain of ``num_steps`` drafts), generate
+    greedily for ``prompts`` (token ids) in one batch, shut down. The driver's whole process group is
+    killed afterwards, whatever happened.
+
+    Args:
+        observe: register :mod:`.hooks` through ``forward_hooks`` (records in ``records_dir``).
+        cuda_graph: keep SGLang's CUDA graphs (GPU only; hooks then miss replayed forwards).
+        workdir: where the spec, result, log and records go (default: a new temp dir, left for the
+            caller to read and remove; :func:`observe_engine` removes the one it makes).
+        extra: more driver spec keys (``ignore_eos``, ``max_total_tokens``, ``log_level``).
+
+    Raises:
+        EngineStartError: the engine did not start (reason and SGLang's log tail).
+        EngineRunError: generation failed or a timeout expired.
+    """
+    from eagle3_conformance.tools.sglang_engine.hooks import spec as hook_spec
+
+    work = Path(workdir or tempfile.mkdtemp(prefix="sglang-engine-"))
+    work.mkdir(parents=True, exist_ok=True)
+    records = work / "records" if observe else None
+    spec = dict(target_dir=str(target_dir), draft_dir=str(draft_dir), prompts=[list(map(int, p)) for p in prompts],
+                device=device, dtype=dtype, max_new_tokens=max_new_tokens, num_steps=num_steps,
+                num_draft_tokens=num_draft_tokens, cuda_graph=cuda_graph, start_timeout=start_timeout,
+                generate_timeout=generate_timeout, result=str(work / "result.json"),
+                forward_hooks=[hook_spec(records)] if observe else None, **(extra or {}))
+    (work / "spec.json").write_text(json.dumps(spec))
+    log = work / "engine.log"
+    t0 = time.perf_counter()
+    with open(log, "wb") as lf:
+        proc = subprocess.Popen([sys.executable, "-m", "eagle3_conformance.tools.sglang_engine.driver",
+                                 str(work / "spec.json")], stdout=lf, stderr=subprocess.STDOUT, cwd=str(work),
+                                env=child_env(device), start_new_session=True)
+        try:
+            code = proc.wait(timeout=start_timeout + generate_timeout + 60)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            _kill_group(proc)
+    wall = time.perf_counter() - t0
+    res = json.loads((work / "result.json").read_text()) if (work / "result.json").is_file() else {}
+    tail = _tail(log)
+    if code is None:
+        raise EngineRunError(f"the engine process ran past {start_timeout + generate_timeout + 60:.0f} s "
+                             "and was killed", tail, proc.pid)
+    if code != 0 or "outputs" not in res:
+        reason = res.get("error") or _last_error(tail) or f"the engine process exited with status {code}"
+        if res.get("phase", "start") == "start":
+            raise EngineStartError(f"sglang.Engine did not start: {reason}", tail, proc.pid)
+        raise EngineRunError(f"sglang.Engine generation failed: {reason}", tail, proc.pid)
+    return EngineRun(res["outputs"], {**res.get("timings", {}), "wall_s": wall}, records,
+                     res.get("sglang_version", ""), tail, spec, proc.pid)

@@ -1,0 +1,167 @@
+"""The two patches config B needs in SGLang 0.5.23 (../shared/SGLANG_CPU_ENGINE.md section 2, #9 and #10).
+
+Why they exist: SGLang's only CPU EAGLE backend is ``intel_amx`` (AMX Xeons with a source-built
+sgl-kernel). With ``attention_backend="torch_native"``:
+
+#9 ``DraftBackendFactory._create_backend`` (``sglang/srt/speculative/draft_utils.py:47``) has no
+   torch_native entry: "EAGLE is not supported in decode attention backend torch_native". The patch
+   adds one: the draft-extend backend is SGLang's own ``TorchNativeAttnBackend``; the multi-step draft
+   decode backend is one ``TorchNativeAttnBackend`` per step whose decode attends over
+   ``seq_lens + step + 1`` (a topk-1 chain: the draft slots of step s sit at ``req_to_token[r,
+   seq_len + s]``, written by ``assign_draft_cache_locs_contiguous``; as ``IntelAMXMultiStepDraftBackend``,
+   ``intel_amx_backend.py:426-497``). topk > 1 raises.
+#10 ``TorchNativeAttnBackend.forward_extend`` (``torch_native_backend.py:262``) reads
+   ``extend_prefix_lens`` / ``extend_seq_lens``, which a TARGET_VERIFY batch does not carry. For that
+   mode the patch derives them from ``spec_info`` as ``IntelAMXAttnBackend._build_extend_metadata``
+   does (``intel_amx_backend.py:70-123``): prefix = seq_lens, extend = draft_token_num, seq_lens +=
+   draft_token_num, then SGLang's own SDPA code. The causal mask is right for a chain only, so a
+   tree (topk > 1) raises.
+
+Both are installed by a post-import hook (:func:`install`) so they apply in every SGLang process,
+and both check :data:`GUARDS` (version and source digests) first.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+
+GUARDS: dict[tuple[str, str], str] = {
+    ("sglang.srt.speculative.draft_utils", "DraftBackendFactory._create_backend"): "3124ca2396c60d24",
+    ("sglang.srt.layers.attention.torch_native_backend", "TorchNativeAttnBackend.forward_extend"): "71c0c1fefbef0ce0",
+    ("sglang.srt.layers.attention.torch_native_backend", "TorchNativeAttnBackend.forward_decode"): "9b6aa60009d744b4",
+    ("sglang.srt.layers.attention.torch_native_backend", "TorchNativeAttnBackend._run_sdpa_forward_extend"): "5ce429c04fa0f38b",
+}
+"""(SGLang module, function) -> source digest the patches were written against."""
+
+
+class PatchError(RuntimeError):
+    """A patch cannot serve this request (a draft tree on the chain-only torch_native path)."""
+
+
+def _multi_step_class():
+    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+
+    class TorchNativeDraftStepBackend(TorchNativeAttnBackend):
+        """Draft decode step ``step``: SGLang's torch_native decode over ``seq_lens + step + 1`` keys."""
+
+        def __init__(self, model_runner, step: int):
+            super().__init__(model_runner)
+            self.step = step
+
+        def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True):
+            saved = forward_batch.seq_lens
+            forward_batch.seq_lens = saved + self.step + 1
+            try:
+                return super().forward_decode(q, k, v, layer, forward_batch, save_kv_cache)
+            finally:
+                forward_batch.seq_lens = saved
+
+    class TorchNativeMultiStepDraftBackend:
+        """Per-step draft decode backends for a topk-1 chain (patch #9)."""
+
+        def __init__(self, model_runner, topk: int, speculative_num_steps: int):
+            if topk != 1:
+                raise PatchError(f"the torch_native EAGLE draft backend (patch #9) runs topk-1 chains only; "
+                                 f"speculative_eagle_topk={topk}")
+            self.topk = topk
+            self.speculative_num_steps = speculative_num_steps
+            self.attn_backends = [TorchNativeDraftStepBackend(model_runner, s)
+                                  for s in range(speculative_num_steps - 1)]
+
+        def init_forward_metadata(self, forward_batch):
+            for b in self.attn_backends:
+                b.init_forward_metadata(forward_batch)
+
+    return TorchNativeAttnBackend, TorchNativeMultiStepDraftBackend
+
+
+def _patch_draft_utils(mod) -> None:
+    factory = mod.DraftBackendFactory
+    original = factory._create_backend
+    if getattr(original, "_eagle3_conformance_patch", False):
+        return
+
+    def _create_backend(self, backend_name, backend_map, error_template, stamps_children=False):
+        plain, multi = _multi_step_class()
+        backend_map = dict(backend_map)
+        if stamps_children:  # the multi-step draft decode backend (create_decode_backend)
+            backend_map.setdefault("torch_native", lambda: ("torch_native", multi(
+                self.draft_model_runner, self.topk, self.speculative_num_steps)))
+        else:  # draft extend
+            backend_map.setdefault("torch_native", lambda: ("torch_native", plain(self.draft_model_runner)))
+        return original(self, backend_name, backend_map, error_template, stamps_children)
+
+    _create_backend._eagle3_conformance_patch = True
+    factory._create_backend = _create_backend
+
+
+def _patch_torch_native(mod) -> None:
+    cls = mod.TorchNativeAttnBackend
+    original = cls.forward_extend
+    if getattr(original, "_eagle3_conformance_patch", False):
+        return
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):
+        if not forward_batch.forward_mode.is_target_verify():
+            return original(self, q, k, v, layer, forward_batch, save_kv_cache)
+        import torch
+
+        spec = forward_batch.spec_info
+        if spec is None:
+            raise PatchError("TARGET_VERIFY without spec_info: nothing to derive the verify lengths from")
+        if getattr(spec, "topk", 1) != 1:
+            raise PatchError(f"TARGET_VERIFY on torch_native (patch #10) runs topk-1 chains only (the backend "
+                             f"ignores spec_info.custom_mask); topk={spec.topk}")
+        n = int(spec.draft_token_num)
+        saved = (forward_batch.extend_prefix_lens, forward_batch.extend_seq_lens, forward_batch.seq_lens)
+        seq = forward_batch.seq_lens
+        forward_batch.extend_prefix_lens = seq
+        forward_batch.extend_seq_lens = torch.full_like(seq, n)
+        forward_batch.seq_lens = seq + n
+        try:
+            return original(self, q, k, v, layer, forward_batch, save_kv_cache)
+        finally:
+            forward_batch.extend_prefix_lens, forward_batch.extend_seq_lens, forward_batch.seq_lens = saved
+
+    forward_extend._eagle3_conformance_patch = True
+    cls.forward_extend = forward_extend
+
+
+PATCHES = {
+    "sglang.srt.speculative.draft_utils": _patch_draft_utils,
+    "sglang.srt.layers.attention.torch_native_backend": _patch_torch_native,
+}
+
+
+class _PostImport(importlib.abc.MetaPathFinder):
+    """Applies :data:`PATCHES` right after the named module is executed."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in PATCHES:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                loader = spec.loader
+                exec_module = loader.exec_module
+
+                def patched_exec(module, _exec=exec_module, _name=fullname):
+                    _exec(module)
+                    PATCHES[_name](module)
+
+                loader.exec_module = patched_exec
+                return spec
+        return None
+
+
+def install() -> None:
+    """Apply the patches now to already-imported modules, and on import to the others."""
+    for name, fn in PATCHES.items():
+        if name in sys.modules:
+            fn(sys.modules[name])
+    if not any(isinstance(f, _PostImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PostImport())

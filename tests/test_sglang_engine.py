@@ -1,0 +1,228 @@
+"""The engine tool (eagle3_conformance/tools/sglang_engine): stand-ins against SGLang's Triton twins,
+guards, the stand-in module's refusals, bad input (a tripped guard, a timeout, a missing draft: exit
+with the reason and SGLang's log tail, no orphaned process), and the engine against the harness."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eagle3_conformance.tools.sglang_engine import guards, sgl_kernel_standin
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def _group_gone(pgid) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.slow
+def test_standins_match_their_triton_twins():
+    """Each of the 7 ops against SGLang's own Triton kernel (TRITON_INTERPRET=1), 30 random cases,
+    and an off-by-one port is caught by the same comparison."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    env.pop("SGLANG_USE_CPU_ENGINE", None)
+    p = subprocess.run([PY, str(ROOT / "tests/data/standin_twins.py"), "30"], capture_output=True, text=True,
+                       env=env, timeout=600)
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    assert line, p.stdout[-2000:] + p.stderr[-2000:]
+    res = json.loads(line[-1])
+    broken = res.pop("broken fill_bonus_tokens_cpu")
+    assert set(res) == set(sgl_kernel_standin.MODULE_OPS)
+    for op, r in res.items():
+        assert r["mismatches"] == [] and r["errors"] == [], (op, r)
+    assert len(broken["mismatches"]) > 0
+
+
+def test_guards_hold_on_the_installed_sglang():
+    from eagle3_conformance.tools.sglang_engine import bootstrap
+
+    guards.check_all(bootstrap.all_guards())  # the digests were read off this wheel
+
+
+def test_guard_trips_on_changed_source_and_version(monkeypatch):
+    key = next(iter(sgl_kernel_standin.GUARDS))
+    with pytest.raises(guards.GuardError, match=r"cache_move\.py:copy_all_layer_kv_cache_func changed"):
+        guards.check_all({key: "0000000000000000"})
+    with pytest.raises(guards.GuardError, match="not found"):
+        guards.source_digest(key[0], "no_such_function")
+    monkeypatch.setattr(guards.importlib.metadata, "version", lambda name: "0.5.24")
+    with pytest.raises(guards.GuardError, match="SGLang 0.5.24 is installed"):
+        guards.check_version()
+
+
+def test_standin_module_refuses_what_it_does_not_implement():
+    mod = sgl_kernel_standin.build_module()
+    assert callable(mod.verify_tree_greedy_cpu)
+    with pytest.raises(sgl_kernel_standin.StandInMissing, match="decode_attention_cpu"):
+        mod.decode_attention_cpu(1, 2)
+    ns = sgl_kernel_standin._OpsNamespace()
+    assert not hasattr(ns, "convert_weight_packed")  # SGLang then takes forward_native, not AMX
+    assert not hasattr(ns, "gptq_marlin_repack")  # no fake kernel registered for an absent op
+    with pytest.raises(sgl_kernel_standin.StandInMissing):
+        ns.rmsnorm_cpu()
+
+
+def _fake_sglang(tmp_path: Path, version: str) -> Path:
+    d = tmp_path / "fake"
+    (d / f"sglang-{version}.dist-info").mkdir(parents=True)
+    (d / f"sglang-{version}.dist-info" / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+    return d
+
+
+def test_engine_refuses_to_start_when_a_guard_trips(tmp_path, monkeypatch):
+    """Another SGLang release on the path: the driver's guard refuses before SGLang starts (exit 2
+    path: EngineStartError with the reason), and the process group is gone."""
+    from eagle3_conformance.tools.sglang_engine import EngineStartError, run_engine
+
+    monkeypatch.setenv("PYTHONPATH", str(_fake_sglang(tmp_path, "0.5.24")))
+    with pytest.raises(EngineStartError, match="SGLang 0.5.24 is installed") as e:
+        run_engine(tmp_path / "t", tmp_path / "d", [[1, 2, 3]], workdir=tmp_path / "w", start_timeout=120)
+    assert _group_gone(e.value.pgid)
+
+
+def test_engine_start_timeout_reaps_the_group(tmp_path):
+    from eagle3_conformance.tools.sglang_engine import EngineStartError, run_engine
+
+    with pytest.raises(EngineStartError, match="did not finish within 2 s") as e:
+        run_engine(tmp_path / "t", tmp_path / "d", [[1, 2, 3]], workdir=tmp_path / "w", start_timeout=2)
+    assert _group_gone(e.value.pgid)
+
+
+@pytest.mark.slow
+def test_engine_refuses_a_missing_draft_with_sglangs_reason(tmp_path):
+    """A draft directory without weights: SGLang's own loader error, its log tail, no orphan."""
+    from eagle3_conformance.tools.sglang_engine import EngineStartError, run_engine
+    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
+
+    t = ensure_trained_draft(RECIPE)
+    empty = tmp_path / "draft"
+    empty.mkdir()
+    (empty / "config.json").write_text((t.draft_dir / "config.json").read_text())
+    with pytest.raises(EngineStartError, match="Cannot find any model weights") as e:
+        run_engine(t.target_dir, empty, [[1, 2, 3]], workdir=tmp_path / "w", start_timeout=400)
+    assert "Traceback" in e.value.log_tail or "Error" in e.value.log_tail
+    assert _group_gone(e.value.pgid)
+
+
+@pytest.mark.slow
+def test_engine_agrees_with_the_harness_loop(tmp_path):
+    """The same prompts through the real engine and the in-process harness loop (spec_loop): the
+    accept length of every verify step (but each request's last, which the token budget may cut),
+    and the extend rows handed to the draft."""
+    import torch
+
+    from eagle3_conformance.tools.sglang_cpu import SGLangCPUHarness
+    from eagle3_conformance.tools.sglang_cpu.spec_loop import speculative_decode
+    from eagle3_conformance.tools.sglang_engine import observe_engine
+    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft, eval_prompts
+
+    t = ensure_trained_draft(RECIPE)
+    prompts = eval_prompts(t.target_dir, 3, 48)
+    obs = observe_engine(t.target_dir, t.draft_dir, prompts, max_new_tokens=24, workdir=tmp_path / "w")
+    assert obs.lossless["engine"] == obs.lossless["reference"]
+    h = SGLangCPUHarness(t.target_dir, t.draft_dir, dtype=torch.float32)
+    try:
+        loop = speculative_decode(h, prompts, num_draft_tokens=3, max_new_tokens=24)
+        harness_extend = h.extend(prompts)
+    finally:
+        h.close()
+    for r, run in enumerate(loop.runs):
+        engine_steps = [c.provenance["accepted"] for c in obs.decode if c.provenance["request"] == r]
+        assert engine_steps[:-1] == run.accept_lengths[:len(engine_steps) - 1], r
+    for e, hx in zip(sorted(obs.extend, key=lambda c: c.provenance["request"]), harness_extend):
+        assert torch.equal(e.token_ids, hx.token_ids)
+        assert torch.allclose(e.feature.float(), hx.feature.float(), atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.slow
+def test_engine_kill_matrix_column(tmp_path):
+    """Every fault of the sglang-engine column, caused through the draft config or directory, is
+    caught by its check (or is a no-op on this pair, with the engine's own captured layers as proof)."""
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.faults.engine_column import FAULTS, run_engine_column
+    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft, eval_prompts
+
+    t = ensure_trained_draft(RECIPE)
+    c = load_contract(ROOT / "contracts" / "smollm2-135m.yaml")
+    res = run_engine_column(c, t.target_dir, t.draft_dir, eval_prompts(t.target_dir, 2, 48), tmp_path,
+                            log=print)
+    print(json.dumps({k: (v.status, v.check, v.detail[:200]) for k, v in res["verdicts"].items()}, indent=1))
+    print(json.dumps(res["timings"]), json.dumps(res["captured"]))
+    assert res["baseline_failures"] == []
+    v = res["verdicts"]
+    for f in FAULTS:
+        assert v[f.name].status in ("caught", "noop"), (f.name, v[f.name])
+        if v[f.name].status == "noop":  # only where SGLang's defaults equal the configured ids
+            assert res["captured"][f.name] == res["captured"]["baseline"]
+    for name in ("embedding-prepended", "ids-shifted", "ids-shifted-down", "wrong-draft-dir"):
+        assert v[name].status == "caught", (name, v[name])
+
+
+@pytest.mark.slow
+def test_engine_refuses_an_unsupported_dtype(tmp_path):
+    from eagle3_conformance.tools.sglang_engine import EngineStartError, run_engine
+    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
+
+    t = ensure_trained_draft(RECIPE)
+    with pytest.raises(EngineStartError, match="did not start") as e:
+        run_engine(t.target_dir, t.draft_dir, [[1, 2, 3]], dtype="int7", workdir=tmp_path / "w", start_timeout=400)
+    assert "int7" in str(e.value)
+    assert _group_gone(e.value.pgid)
+
+
+def test_cuda_runs_the_same_code_path_without_standins():
+    from eagle3_conformance.tools.sglang_engine.driver import engine_kwargs
+    from eagle3_conformance.tools.sglang_engine.launch import child_env
+
+    spec = dict(target_dir="t", draft_dir="d", num_steps=3, num_draft_tokens=4, dtype="float32", device="cuda",
+                cuda_graph=True, forward_hooks=None)
+    cuda, cpu = engine_kwargs(spec), engine_kwargs({**spec, "device": "cpu", "cuda_graph": False})
+    assert "attention_backend" not in cuda and "device" not in cuda and cuda["disable_cuda_graph"] is False
+    assert cpu["attention_backend"] == "torch_native" and cpu["disable_cuda_graph"] is True
+    assert {k: v for k, v in cuda.items() if k not in cpu} == {}
+    env = child_env("cuda")
+    assert "EAGLE3_CONFORMANCE_SGLANG_STANDINS" not in env and "SGLANG_USE_CPU_ENGINE" not in env
+    assert child_env("cpu")["EAGLE3_CONFORMANCE_SGLANG_STANDINS"] == "1"
+
+
+def test_graph_acceptance_check_fails_when_graphs_accept_less():
+    from eagle3_conformance.checks import check_graph_acceptance
+    from eagle3_conformance.contract import load_contract
+
+    c = load_contract(ROOT / "contracts" / "smollm2-135m.yaml")
+    assert check_graph_acceptance(c, {"eager": 1.5, "graphed": 1.45, "noise": 0.1})[0].status == "pass"
+    bad = check_graph_acceptance(c, {"eager": 1.5, "graphed": 1.1, "noise": 0.1})[0]
+    assert bad.status == "fail" and bad.fault == "R42"
+    assert check_graph_acceptance(c, {"eager": 1.5, "graphed": None})[0].status == "fail"
+
+
+def test_lossless_check_names_the_first_divergence():
+    from eagle3_conformance.checks import check_engine_lossless
+    from eagle3_conformance.contract import load_contract
+
+    c = load_contract(ROOT / "contracts" / "smollm2-135m.yaml")
+    assert check_engine_lossless(c, {"engine": [[1, 2]], "reference": [[1, 2]]})[0].status == "pass"
+    f = check_engine_lossless(c, {"engine": [[1, 2], [5, 6, 7]], "reference": [[1, 2], [5, 9, 7]]})[0]
+    assert f.status == "fail" and "request 1 first at output token 1" in f.message
+
+
+def test_acceptance_figures_follow_sglangs_definition():
+    from eagle3_conformance.tools.sglang_engine.captures import accept_figures
+
+    outs = [{"meta_info": {"completion_tokens": 30, "spec_verify_ct": 21, "spec_correct_drafts_histogram": [14, 6, 1]}},
+            {"meta_info": {"completion_tokens": 32, "spec_verify_ct": 29, "spec_correct_drafts_histogram": [27, 2]}}]
+    f = accept_figures(outs)
+    assert f["spec_accept_length"] == 62 / 50  # completion tokens / verify steps (SGLANG_CPU_ENGINE.md section 3)
+    assert f["spec_correct_drafts_histogram"] == [41, 8, 1]
+    assert f["per_position_acceptance"] == [9 / 50, 1 / 50]
