@@ -44,15 +44,15 @@ def prepare(c, pair):
         return Skipped(f"sglang-engine: no trained draft for this pair (fixtures with one: {', '.join(TRAINED)}); "
                        "an untrained draft accepts nothing and its weights may not exist")
     device = os.environ.get("CONFORMANCE_ENGINE_DEVICE") or _default_device()
-    if device == "cpu" and c.target.dtype != "float32":
+    if device == "cpu" and c.serving_dtype != "float32":
         return Skipped(f"sglang-engine on CPU runs the float32 pair (bf16 is no losslessness oracle); this "
-                       f"contract serves {c.target.dtype}")
+                       f"contract serves {c.serving_dtype}")
     t = ensure_trained_draft(TRAINED[c.fixture])
     n = int(os.environ.get("CONFORMANCE_ENGINE_PROMPTS", "4"))
     new = int(os.environ.get("CONFORMANCE_ENGINE_TOKENS", "32"))
     prompts = eval_prompts(t.target_dir, n, PROMPT_TOKENS)
     try:
-        obs = observe_engine(t.target_dir, t.draft_dir, prompts, dtype=c.target.dtype, max_new_tokens=new,
+        obs = observe_engine(t.target_dir, t.draft_dir, prompts, dtype=c.serving_dtype, max_new_tokens=new,
                              device=device)
     except EngineStartError as e:
         return Skipped(f"sglang-engine: {e}")
