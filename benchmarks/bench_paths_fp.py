@@ -18,8 +18,12 @@ boundary minus angle to the declared one, degrees; docs/gates.md), undecidable s
 off-by-one check on the same captures: each slot judged as if the contract declared the boundary
 one layer shallower and one deeper (what a +-1 id convention error would declare) must fail.
 
-Usage: python benchmarks/bench_paths_fp.py [--examples 1000] [--paths ...] [--dtypes float32 bfloat16]
-       [--json OUT]
+Usage: python benchmarks/bench_paths_fp.py [--examples 1000] [--paths ...]
+           [--dtypes float32 bfloat16 bfloat16-on-float32] [--json OUT]
+
+``bfloat16-on-float32``: the float32 checkpoint (contracts/smollm2-135m.yaml) with its hidden states
+produced in bfloat16 (training data by a bf16 forward, the serving paths run in bf16), the contract
+stating ``precision.training/serving: bfloat16`` (issue 23).
 """
 
 from __future__ import annotations
@@ -37,7 +41,25 @@ from eagle3_conformance import torch_env
 torch_env.prepare()
 import torch  # noqa: E402
 
-CONTRACTS = {"float32": "smollm2-135m", "bfloat16": "smollm2-135m-bf16"}
+CONTRACTS = {"float32": "smollm2-135m", "bfloat16": "smollm2-135m-bf16",
+             # the float32 checkpoint, its hidden states produced in bfloat16 (vLLM's dtype="auto" serves a
+             # float32 checkpoint in bf16; issue 23): the contract as shipped plus precision.training/serving
+             "bfloat16-on-float32": "smollm2-135m"}
+#: the precision the data is produced in, per row key
+PRODUCED = {"float32": "float32", "bfloat16": "bfloat16", "bfloat16-on-float32": "bfloat16"}
+
+
+def load_bench_contract(dtype: str):
+    """The contract of a row key: the shipped one, with the precision block for ``bfloat16-on-float32``."""
+    from eagle3_conformance.contract import Contract, load_contract
+    from eagle3_conformance.fixtures import REPO_ROOT
+
+    c = load_contract(REPO_ROOT / "contracts" / f"{CONTRACTS[dtype]}.yaml")
+    if dtype != "bfloat16-on-float32":
+        return c
+    doc = c.model_dump(mode="json")
+    doc["precision"] = {"training": "bfloat16", "serving": "bfloat16"}
+    return Contract.model_validate(doc)
 
 
 def _angle(c: float) -> float:
@@ -155,8 +177,8 @@ def run_training(c, pair, n: int, dtype: str) -> Tally:
 
     windows = corpus_windows(pair.target_dir, n)
     gen = ReferenceModel(pair.target_dir)
-    if dtype != "float32":
-        gen.model.to(getattr(torch, dtype))
+    if PRODUCED[dtype] != "float32":
+        gen.model.to(getattr(torch, PRODUCED[dtype]))
         emulate_half_gemm(gen.model)
     slots = [str(b) for b in c.aux] + [str(c.verifier_last.parsed)]
     with tempfile.TemporaryDirectory(prefix="bench-paths-fp-") as tmp:
@@ -178,17 +200,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--examples", type=int, default=1000)
     ap.add_argument("--paths", nargs="+", default=["training", "sglang-extend", "sglang-decode"])
-    ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16", "bfloat16-on-float32"],
+                    choices=sorted(CONTRACTS))
     ap.add_argument("--json", metavar="OUT")
     args = ap.parse_args()
 
-    from eagle3_conformance.contract import load_contract
-    from eagle3_conformance.fixtures import REPO_ROOT
     from eagle3_conformance.pairs import resolve_pair
 
     rows = []
     for dtype in args.dtypes:
-        c = load_contract(REPO_ROOT / "contracts" / f"{CONTRACTS[dtype]}.yaml")
+        c = load_bench_contract(dtype)
         pair = resolve_pair(c)
         for name in args.paths:
             t0 = time.perf_counter()
@@ -199,11 +220,11 @@ def main() -> None:
             print(json.dumps(r), flush=True)
             if args.json:
                 Path(args.json).write_text(json.dumps(rows, indent=1))
-    print(f"\n{'path':<14} {'dtype':<9} {'examples':>8} {'findings':>9} {'FP':>4} {'min sep deg':>11} "
+    print(f"\n{'path':<14} {'dtype':<19} {'examples':>8} {'findings':>9} {'FP':>4} {'min sep deg':>11} "
           f"{'undecid.':>8} {'off-by-one caught/undec/passed':>31} {'s':>7}")
     for r in rows:
         o = r["off_by_one"]
-        print(f"{r['path']:<14} {r['dtype']:<9} {r['examples']:>8} {r['findings']:>9} {r['false_positives']:>4} "
+        print(f"{r['path']:<14} {r['dtype']:<19} {r['examples']:>8} {r['findings']:>9} {r['false_positives']:>4} "
               f"{r['min_separation_deg'] if r['min_separation_deg'] is not None else '-':>11} "
               f"{r['undecidable_slots']:>8} {o['caught']:>15}/{o['undecidable']}/{o['passed']:<13} {r['seconds']:>7}")
 

@@ -37,10 +37,11 @@ def capture_findings(c: Contract, cap, ref_model) -> list[Finding]:
 
 
 def shape_findings(c: Contract, cap) -> list[Finding]:
-    """Slot count, widths and norm bands: what can be judged without per-token reference rows."""
-    from eagle3_conformance.checks import check_norm_bands, check_slot_count, check_width
+    """The capture checks declared ``rowless`` (slot count, widths, norm bands): what can be judged
+    without per-token reference rows."""
+    from eagle3_conformance.checks import registry
 
-    return check_slot_count(c, cap) + check_width(c, cap) + check_norm_bands(c, cap)
+    return [f for spec in registry.of(registry.CAPTURE) if spec.rowless for f in spec.fn(c, cap)]
 
 
 def sample_findings(c: Contract, cap, ref_model=None) -> list[Finding]:

@@ -74,7 +74,12 @@ class Target(_Strict):
     num_hidden_layers: int = Field(gt=0, description="L: number of decoder layers.")
     hidden_size: int = Field(gt=0, description="d: target hidden size.")
     vocab_size: int = Field(gt=0)
-    dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "bfloat16",
+        description="dtype of the checkpoint (config.json torch_dtype). The precision hidden states were "
+        "*produced* in can differ (vLLM and SGLang serve a float32 checkpoint in half precision by "
+        "default): that is the precision block; null there means this value.",
+    )
     final_norm: Literal["rmsnorm", "rmsnorm_one_plus", "layernorm"] = Field(
         "rmsnorm",
         description="Final norm form: rmsnorm is x/rms(x)*w; rmsnorm_one_plus is x/rms(x)*(1+w) "
@@ -225,9 +230,31 @@ class NormBands(_Strict):
     source: Optional[str] = Field(None, description="Where the calibration data came from.")
 
 
+DTypeName = Literal["float32", "bfloat16", "float16"]
+
+
+class Precision(_Strict):
+    """The dtype the target ran in when it *produced* the hidden states, per path, apart from the
+    checkpoint's dtype (``target.dtype``). Every precision-dependent gate (identity noise, row floor,
+    cross-path, magnitude, FP8 tolerance; :mod:`eagle3_conformance.gates`) follows it: a float32
+    checkpoint served with vLLM's or SGLang's ``dtype="auto"`` produces bf16/fp16 hidden states,
+    whose noise against the float32 reference the float32 gates would call a fault.
+    ``eagle3-conformance init`` derives both from the named engine's own ``auto`` rule."""
+
+    training: Optional[DTypeName] = Field(
+        None, description="Training data generation (stored training data): the dtype of the forward that wrote the "
+        "hidden states (e.g. the vLLM server behind speculators' generate-offline-data, SpecForge's capture). "
+        "null: target.dtype.",
+    )
+    serving: Optional[DTypeName] = Field(
+        None, description="Serving (every other path): the dtype the engine runs the target in. null: "
+        "target.dtype.",
+    )
+
+
 class Gates(_Strict):
     """Identity and agreement gates. Null values are derived from the precision the target is
-    served in (``target.dtype``), from the measurements written down in docs/gates.md; set a
+    served in (``precision.training`` / ``precision.serving`` by path, else ``target.dtype``), from the measurements written down in docs/gates.md; set a
     number only to override them for a pair whose noise was measured otherwise."""
 
     slot_identity_margin: Optional[float] = Field(
@@ -240,14 +267,14 @@ class Gates(_Strict):
     slot_identity_min_cosine: Optional[float] = Field(
         None, ge=-1, le=1,
         description="Per-row floor (row_fingerprint): every resolvable row's cosine to its declared "
-        "boundary must reach this. null: by target.dtype (float32 0.99, bfloat16/float16 0.85).",
+        "boundary must reach this. null: by the path's precision (float32 0.99, bfloat16/float16 0.85).",
     )
     identity_noise_deg: Optional[float] = Field(
         None, ge=0, le=90,
         description="Precision-noise allowance of one sample, in degrees: a slot whose best-matching "
         "boundary is not the declared one fails only when the declared boundary is farther by more "
         "than this angle; within it the sample is counted as undecidable, never failed. null: by "
-        "target.dtype (float32 1.0, bfloat16/float16 6.0).",
+        "the path's precision (float32 1.0, bfloat16/float16 6.0).",
     )
     resolvable_max_cosine: Optional[float] = Field(
         None, gt=0, le=1,
@@ -258,7 +285,7 @@ class Gates(_Strict):
     cross_path_min_cosine: Optional[float] = Field(
         None, ge=-1, le=1,
         description="Two paths over the same tokens: per-row, per-slot cosine floor. null: by "
-        "target.dtype (float32 0.999, bfloat16/float16 0.98).",
+        "the lower precision of the two paths (float32 0.999, bfloat16/float16 0.98).",
     )
     min_accept_length: Optional[float] = Field(
         None, ge=1, description="avg accept length floor (cpu-accept, sglang-engine); null = not gated."
@@ -268,7 +295,7 @@ class Gates(_Strict):
         description="Training data (fp8_scale_error): per token and slot, ||x - B|| / ||B|| of what the trainer "
         "receives against the reference boundary must not exceed this. hs-connectors' fp8 backend shares one scale "
         "per token across all slots (fp8_utils.py:29-51), so a large value in one slot coarsens the others. null: "
-        "by target.dtype (float32 0.10, bfloat16/float16 0.55; docs/gates.md, FP8 transport).",
+        "by precision.training (float32 0.10, bfloat16/float16 0.55; docs/gates.md, FP8 transport).",
     )
 
 
@@ -461,6 +488,10 @@ class Contract(_Strict):
     alignment: Alignment = Field(default_factory=Alignment)
     training: Training = Field(default_factory=Training)
     norm_bands: NormBands = Field(default_factory=NormBands)
+    precision: Precision = Field(
+        default_factory=Precision, description="The dtype hidden states were produced in, per path (apart from "
+        "the checkpoint's target.dtype); every precision-dependent gate follows it."
+    )
     gates: Gates = Field(default_factory=Gates)
     engines: Engines = Field(default_factory=Engines)
     data_dtype: Literal["float32", "bfloat16", "float16"] = Field(
@@ -485,6 +516,21 @@ class Contract(_Strict):
     @property
     def aux(self) -> list[Boundary]:
         return self.capture.parsed
+
+    @property
+    def training_dtype(self) -> str:
+        """dtype the training data's hidden states were produced in (``precision.training`` or ``target.dtype``)."""
+        return self.precision.training or self.target.dtype
+
+    @property
+    def serving_dtype(self) -> str:
+        """dtype the serving engine runs the target in (``precision.serving`` or ``target.dtype``)."""
+        return self.precision.serving or self.target.dtype
+
+    def produced_dtype(self, stored: bool) -> str:
+        """The precision hidden states were produced in: stored training data (``Capture.stored``,
+        written by the data generation) :attr:`training_dtype`, a serving capture :attr:`serving_dtype`."""
+        return self.training_dtype if stored else self.serving_dtype
 
     @property
     def L(self) -> int:  # noqa: N802 - the field's letter

@@ -7,7 +7,8 @@ Layout (docs/REFERENCE.md section 5.1; speculators src/speculators/train/data.py
 - an Arrow ``save_to_disk`` directory with columns ``input_ids``, ``loss_mask``, ``seq_len``,
   built by speculators' own ``build_speculator_training_dataset`` (pre-tokenized passthrough);
 - ``hidden_states/hs_{i}.safetensors`` with ``hidden_states`` [T, N, H] and ``token_ids`` [T],
-  ``i`` being the Arrow row, slots stacked in the order given (aux ascending, verifier last, as
+  ``i`` being the Arrow row (rows with an all-zero loss mask are dropped by speculators' own
+  preprocessing, so ``i`` counts the surviving rows, as ``generate-offline-data`` numbers them), slots stacked in the order given (aux ascending, verifier last, as
   vLLM's connector stores them).
 
 ``transfer="fp8"`` writes each file as hs-connectors 0.9.0's ``FP8HiddenStatesConnector._write_tensors``
@@ -88,7 +89,9 @@ def write_speculators_dataset(
     rows = {"input_ids": [list(map(int, s)) for s in samples], "loss_mask": [list(map(int, m)) for m in masks]}
     ds = build_speculator_training_dataset(Dataset.from_dict(rows), processor=None, max_length=10**9, num_proc=1)
     ds.save_to_disk(str(out))
-    for i, ids in enumerate(rows["input_ids"]):
+    # hs_{i} numbers the *surviving* Arrow rows: speculators' preprocessing drops a row with no supervised
+    # token (preprocessing.py _append_row: "unsupervised"), so input position and Arrow row can differ
+    for i, ids in enumerate(r.tolist() for r in ds["input_ids"]):
         ref = reference.capture(ids)
         hs = torch.stack([ref.boundary(b) for b in slots], dim=1).to(torch_dtype(dtype)).contiguous()
         save_file(hs_payload(hs, torch.tensor(ids, dtype=torch.long), transfer), str(hs_dir / f"hs_{i}.safetensors"))

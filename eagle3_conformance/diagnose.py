@@ -37,6 +37,15 @@ fp8-transport         K12    hs-connectors FP8 data read without its scales (the
                              hidden_states_scales), or FP8's shared per-token scale coarsening a slot
 pre-fc-norm           K4     the fc input lacks (or has) the pre-fc norm the contract declares
 rows-misassigned      K13    slot identity holds on average but individual rows belong to other tokens
+hidden-without-residual K4   a slot matches no boundary but slot + B_{k-1} is its declared B_k: the
+                             layer's update captured before the residual add
+verifier-slot-off     K3     the verifier slot holds another boundary than the declared B_L / F (the
+                             embedding B_0, a mid layer) or none
+verifier-missing      K3     the data stores only the aux planes (vLLM extraction files with N = K); the
+                             declared verifier is missing
+production-precision  --     the data's noise against the reference is that of a lower precision than the
+                             contract's precision block declares (an input problem: the contract key to
+                             change, not a FAULTS.md kind); it claims the failures of the precision gates
 ====================  =====  ============================================================================
 
 Diagnoses found on several paths with the same evidence and fix are merged into one that lists
@@ -70,6 +79,10 @@ KINDS: dict[str, tuple[str, str]] = {
     "fp8-transport": ("K12", "FP8 training data read without its scales, or coarsened by the shared per-token scale"),
     "pre-fc-norm": ("K4", "the pre-fc norm the draft declares is missing on the path (or the reverse)"),
     "rows-misassigned": ("K13", "rows of other tokens or requests"),
+    "hidden-without-residual": ("K4", "a layer's update captured without the residual (x + B_{k-1} = B_k)"),
+    "verifier-slot-off": ("K3", "the verifier slot holds another boundary (the embedding, a mid layer) or none"),
+    "verifier-missing": ("K3", "no verifier plane in the data although the contract declares verifier_last"),
+    "production-precision": ("", "produced in lower precision than the contract declares (precision block)"),
 }
 
 #: checks whose failures a slot-identity pattern accounts for
@@ -173,9 +186,12 @@ def _slot_index(label: Optional[str]) -> int:
 class _PathView:
     """The findings of one path, indexed by check and slot."""
 
-    def __init__(self, path: str, findings: list[Finding]):
+    def __init__(self, path: str, findings: list[Finding], others_matched: tuple[str, ...] = ()):
         self.path = path
         self.findings = findings
+        #: other paths of the same run on which the slots matched their declared boundaries (the
+        #: reference is then the right checkpoint: never blamed)
+        self.others_matched = others_matched
         self.by_check: dict[str, list[Finding]] = {}
         for f in findings:
             self.by_check.setdefault(f.check, []).append(f)
@@ -327,9 +343,17 @@ class _Fixer:
             ids["speculators"] = {"error": err}
             return [f"data generation (speculators) cannot store {_fmt_b(boundaries)}: {err}"]
         ids["speculators"] = t.to_json()
+        from eagle3_conformance.tools.speculators_flags import installed_version, target_layer_ids_flag
+
         gen = t.extra.get("data_generation_ids", t.ids)
-        return [f"data generation (speculators 0.9.0 format, boundary ids = B_k entering layer k): --layer-ids "
-                f"{' '.join(map(str, gen))}  (aux ascending, B_{self.c.L} last as the verifier slot)"]
+        flag = target_layer_ids_flag()
+        if flag is None:  # speculators not importable here: its flag cannot be read, so none is named
+            return [f"data generation (speculators format, boundary ids = B_k entering layer k): layer ids "
+                    f"{' '.join(map(str, gen))}  (aux ascending, B_{self.c.L} last as the verifier slot)"]
+        aux = [i for i in gen if i != self.c.L] if gen and gen[-1] == self.c.L else gen
+        return [f"data generation (speculators {installed_version()} launch_vllm.py, boundary ids = B_k entering "
+                f"layer k): {flag} {' '.join(map(str, aux))}  (aux ascending; the launcher appends "
+                f"{self.c.L} as the verifier slot, --include-last-layer, its default); train with the same {flag}"]
 
     def for_path(self, path: str, boundaries: Sequence[str], ids: dict) -> list[str]:
         if stored_path(path):
@@ -479,6 +503,23 @@ def _slot_count(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagno
                       {v.path: f"{len(bad)} {v.unit}"}, ids)]
 
 
+def _verifier_missing(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
+    """``verifier_present`` failed: the data stores the aux planes only, no verifier."""
+    bad = v.failing("verifier_present")
+    if not bad:
+        return []
+    used.update({"verifier_present", "verifier_identity", "target_alignment"})
+    vt = c.verifier_last.tensor
+    return [Diagnosis(
+        "verifier-missing", "K3", f"the data stores no verifier state: {vt} is declared but no plane holds it",
+        (f"{len(bad)} {v.unit} hold only the {c.num_slots} aux planes (N = K); the trainer's verifier target "
+         f"({vt}, {c.verifier_last.norm}-norm) is missing", ),
+        (f"generate the data with the verifier plane: speculators' launcher stores {vt} after the aux ids by default "
+         "(its --no-include-last-layer drops it); list the aux ids then L", ) + tuple(
+            fx.for_path(v.path, [str(b) for b in c.aux], {})),
+        (v.path,), ("verifier",), _explained(v, ("verifier_present",)), {v.path: f"{len(bad)} {v.unit}"})]
+
+
 def _embedding_for_last(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
     aux = v.aux()
     if not aux or "slot_identity" in used:
@@ -599,6 +640,30 @@ def _permuted(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosi
                       {v.path: v.support([j for j in aux if j.wrong])}, ids)]
 
 
+def _without_residual(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
+    """``residual_missing`` failed: slots hold the layer's update, not the residual stream."""
+    bad = v.failing("residual_missing")
+    if not bad or "slot_identity" in used:
+        return []
+    labels = sorted({f.slot for f in bad if f.slot}, key=lambda s: _slot_index(s) if s != "verifier" else 10**6)
+    declared = {f.slot: str(f.expected) for f in bad}
+    used.update(_IDENTITY_CHECKS + ("residual_missing",) + (_VERIFIER_CHECKS if "verifier" in labels else ()))
+    n = max(Counter(f.slot for f in bad).values())
+    n_all = max((j.judged for j in v.aux()), default=n)
+    ev = [f"{lab} + B_{(_idx(declared[lab]) or 1) - 1} is {declared[lab]} on the reference (the slot itself matches "
+          "no boundary)" for lab in labels]
+    if v.others_matched:
+        ev.append(f"on {', '.join(v.others_matched)} the same reference matches the declared boundaries: the reference "
+                  "is the right checkpoint")
+    return [Diagnosis(
+        "hidden-without-residual", "K4", f"{', '.join(labels)} hold{'s' if len(labels) == 1 else ''} the layer's update "
+        "without the residual it is added to", tuple(ev),
+        ("capture the residual stream entering the layer (hidden_states + residual after the fused add), not the "
+         "layer's output before the add (vllm-project/vllm#14464; SGLang 0.5.23's Gemma 3 aux capture)",),
+        (v.path,), tuple(labels), _explained(v, _IDENTITY_CHECKS + ("residual_missing",), labels),
+        {v.path: f"{n}/{n_all} {v.unit}"})]
+
+
 def _no_boundary(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
     if "slot_identity" in used:
         return []
@@ -607,7 +672,7 @@ def _no_boundary(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagn
     none = [j for j in aux if j.wrong and j.observed == "none"]
     if not none:
         return []
-    if len(none) == len(aux) and (ver is None or ver.fails * 2 > ver.judged):
+    if len(none) == len(aux) and (ver is None or ver.fails * 2 > ver.judged) and not v.others_matched:
         used.update(_IDENTITY_CHECKS + _VERIFIER_CHECKS)
         ev = [f"{', '.join(j.label for j in none)}: the best cosine to any boundary B_0..B_{c.L}, F of the "
               "reference is below 0.5, on most samples"]
@@ -628,6 +693,9 @@ def _no_boundary(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagn
     if good:
         ev.append(f"{', '.join(good)} match{'es' if len(good) == 1 else ''} the declared boundar"
                   f"{'y' if len(good) == 1 else 'ies'}: the reference is the right model")
+    if v.others_matched:
+        ev.append(f"on {', '.join(v.others_matched)} the same reference matches the declared boundaries: the "
+                  "reference is the right checkpoint")
     labels = ", ".join(j.label for j in none)
     return [Diagnosis(
         "not-a-boundary", "K4", f"{labels} hold{'s' if len(none) == 1 else ''} a tensor that is no residual-stream "
@@ -727,6 +795,24 @@ def _verifier_state(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Di
                       _explained(v, _VERIFIER_CHECKS, ["verifier"]), {v.path: f"{n}/{judged} {v.unit}"})]
 
 
+def _verifier_other(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
+    """The verifier slot holds another boundary than B_L / F (the embedding B_0, a mid layer) or none:
+    every failing slot kind gets a diagnosis (issue 23 item 6)."""
+    ver = v.verifier()
+    if "verifier_identity" in used or ver is None or not ver.wrong:
+        return []
+    used.update(_VERIFIER_CHECKS)
+    what = {"none": "no boundary of the reference", "B_0": "B_0, the embedding output"}.get(
+        ver.observed, f"{ver.observed}, a mid-depth boundary")
+    return [Diagnosis(
+        "verifier-slot-off", "K3", f"the verifier slot holds {what} where the contract declares {ver.declared}",
+        (f"verifier_identity: {ver.observed} on {ver.fails} of {ver.judged} {v.unit}; contract says {ver.declared}",),
+        (f"store {ver.declared} as the last plane: the data-generation list is the aux ids then L = {c.L} (speculators' "
+         "launcher appends L itself with --include-last-layer, its default); an id of 0 there stores the embedding",),
+        (v.path,), ("verifier",), _explained(v, _VERIFIER_CHECKS, ["verifier"]),
+        {v.path: f"{ver.fails}/{ver.judged} {v.unit}"})]
+
+
 def _fp8_transport(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
     """hs-connectors transport (checks ``transfer_backend``, ``fp8_scale_error``)."""
     out = []
@@ -769,7 +855,7 @@ def _fp8_transport(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Dia
                              {v.path: f"{len(tb)}/{n_tb} {v.unit}"}))
         used.update({"transfer_backend", "magnitude", "fp8_scale_error", "dtype"})
         return out
-    fe = v.failing("fp8_scale_error")
+    fe = [f for f in v.failing("fp8_scale_error") if f not in used_precision(used)]
     if fe:
         worst = max(fe, key=lambda f: float(f.observed.get("max", 0)) if isinstance(f.observed, dict) else 0)
         n_fe = len([f for f in v.by_check.get("fp8_scale_error", []) if f.status != "skip"])
@@ -791,6 +877,8 @@ def _magnitude(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnos
         return []  # FP8 read as plain files: the fp8-transport diagnosis names the cause
     bad: dict[str, list[Finding]] = {}
     for f in v.failing("magnitude"):
+        if f in used_precision(used):
+            continue  # half-precision noise (production-precision names it)
         if isinstance(f.observed, dict) and "rms_ratio" in f.observed:
             bad.setdefault(f.slot or "", []).append(f)
     out = []
@@ -857,6 +945,66 @@ def _pre_fc_norm(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagn
                       {v.path: f"{len(bad)}/{n_all} {v.unit}"})]
 
 
+#: failures a lower production precision explains (its noise, judged by gates set for float32): these
+#: checks' own failures, and any check's failure decided by the per-row floor (the declared boundary is
+#: the best match, only too far)
+_PRECISION_CHECKS = ("row_fingerprint", "fp8_scale_error", "cross_path", "magnitude")
+_PRECISION_GATES = ("gates.slot_identity_min_cosine", "gates.cross_path_min_cosine", "gates.fp8_max_relative_error")
+
+
+class _PrecisionClaims(tuple):
+    """The failing findings production-precision explains, kept in a rule's ``used`` set."""
+
+    def __new__(cls, fs):
+        return super().__new__(cls, (id(f) for f in fs))
+
+    def __contains__(self, f) -> bool:
+        return tuple.__contains__(self, id(f))
+
+
+def used_precision(used: set) -> _PrecisionClaims:
+    return next((u for u in used if isinstance(u, _PrecisionClaims)), _PrecisionClaims(()))
+
+
+def _within_half(f: Finding) -> bool:
+    """A magnitude failure within the half-precision band (3x, gates.MAGNITUDE_MAX_RATIO); others always."""
+    if f.check != "magnitude":
+        return True
+    r = f.observed.get("rms_ratio") if isinstance(f.observed, dict) else None
+    return r is not None and 1 / 3 <= float(r) <= 3
+
+
+def _production_precision(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
+    """``production_precision`` failed: the data was produced in lower precision than declared
+    (:func:`eagle3_conformance.checks.check_production_precision`). Runs first, so that the noise it explains is never
+    named as a fault (K13 rows of other tokens, K12 FP8 scaling)."""
+    bad = v.failing("production_precision")
+    if not bad:
+        return []
+    ob = bad[0].observed if isinstance(bad[0].observed, dict) else {}
+    key, declared = ob.get("key", "precision"), ob.get("declared", "float32")
+    med = sorted(float(f.observed.get("median_row_angle_deg", 0)) for f in bad if isinstance(f.observed, dict))
+    n_all = len([f for f in v.by_check.get("production_precision", []) if f.status != "skip"])
+    noise = [f for f in v.findings if f.status == "fail" and (f.check in _PRECISION_CHECKS or f.gate in
+                                                                _PRECISION_GATES) and _within_half(f)]
+    claimed = tuple(dict.fromkeys(["production_precision"] + [f.check for f in noise]))
+    used.add(_PrecisionClaims(noise))
+    # a check every failure of which is this noise is accounted for (the other rules leave it alone)
+    used.update(ch for ch in claimed[1:] if all(any(f is g for g in noise) for f in v.failing(ch)))
+    return [Diagnosis(
+        "production-precision", "", f"these hidden states were produced in lower precision than the contract "
+        f"declares ({key}: {declared})",
+        (f"{len(bad)} of {n_all} {v.unit}: median per-row angle to the float32 reference "
+         f"{med[len(med) // 2]:.3f} deg (float32 production measured <= 0.15 deg; a bf16 forward 0.13..2.2 deg)",
+         "the failures below are that precision's noise judged by float32 gates, not a fault: "
+         + ", ".join(claimed[1:]) if len(claimed) > 1 else "no other check failed on it"),
+        (f"set {key}: bfloat16 (or float16: the dtype the target actually ran in; vLLM's and SGLang's "
+         "dtype=auto serve a float32 checkpoint in half precision) and run again; `eagle3-conformance init "
+         "--engine ...` derives it",
+         f"or, if the contract is right, produce the data in {declared} (the engine's --dtype {declared})"),
+        (v.path,), ("feature",), claimed, {v.path: f"{len(bad)}/{n_all} {v.unit}"})]
+
+
 def _rows_misassigned(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
     if "row_fingerprint" in used or "slot_identity" in used:
         return []
@@ -877,9 +1025,9 @@ def _rows_misassigned(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[
         {v.path: f"{len(bad)}/{n_all} {v.unit}"})]
 
 
-_RULES = (_one_slot_input, _other_width, _slot_count, _embedding_for_last, _engine_default, _convention_shift,
-          _permuted, _no_boundary, _slot_off, _loose_match, _verifier_state, _fp8_transport, _magnitude, _pre_fc_norm,
-          _rows_misassigned)
+_RULES = (_production_precision, _one_slot_input, _other_width, _slot_count, _verifier_missing, _embedding_for_last,
+          _engine_default, _convention_shift, _permuted, _without_residual, _no_boundary, _slot_off, _loose_match,
+          _verifier_state, _verifier_other, _fp8_transport, _magnitude, _pre_fc_norm, _rows_misassigned)
 
 
 # --- entry ----------------------------------------------------------------------------------------
@@ -920,10 +1068,11 @@ def path_diagnoses(contract: Contract, findings: Iterable[Any], *,
     for f in fs:
         by_path.setdefault(f.path, []).append(f)
     found: list[Diagnosis] = []
+    matched = [p for p, pf in by_path.items() if _matches_reference(pf)]
     for path, pf in by_path.items():
         if not any(f.status == "fail" for f in pf):
             continue
-        view = _PathView(path, pf)
+        view = _PathView(path, pf, tuple(p for p in matched if p != path))
         used: set = set()
         for rule in _RULES:
             found += rule(contract, view, fx, used)
@@ -933,6 +1082,12 @@ def path_diagnoses(contract: Contract, findings: Iterable[Any], *,
 def merge_diagnoses(ds: list[Diagnosis]) -> list[Diagnosis]:
     """One diagnosis per (kind, fault, title, evidence, slots), in order: see :func:`_merge`."""
     return _merge(ds)
+
+
+def _matches_reference(fs: list[Finding]) -> bool:
+    """Most slot-identity judgements on this path pass: the reference is the data's checkpoint."""
+    judged = [f for f in fs if f.check == "slot_identity" and f.status in ("pass", "fail")]
+    return bool(judged) and sum(f.status == "pass" for f in judged) * 2 > len(judged)
 
 
 def _merge(ds: list[Diagnosis]) -> list[Diagnosis]:

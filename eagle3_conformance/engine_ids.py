@@ -485,8 +485,8 @@ def _to_speculators(bs: list[Boundary], L: int, *, architecture: str, version: O
     return ToolIds("speculators", f"speculators>=0.5 (checked against {ver}; REFERENCE.md 2.1, 5.3)", ids,
                    f"speculators config.json: {TOP_KEY} (top level; training, resolve_target_layer_ids)",
                    "boundary", extra={"data_generation_ids": ids + [L],
-                                      "data_generation_key": "scripts/launch_vllm.py --layer-ids "
-                                      "(--include-last-layer appends L)"},
+                                      "data_generation_key": "scripts/launch_vllm.py --target-layer-ids "
+                                      "(--include-last-layer appends L; speculators 0.9.0)"},
                    notes=["the data must store the aux slots ascending with B_L last; routing is purely "
                           "positional (REFERENCE.md 5.2)"])
 

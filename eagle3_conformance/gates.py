@@ -1,7 +1,11 @@
 """The numbers behind the identity and agreement gates, resolved for one contract.
 
 A contract's ``gates`` block leaves these null by default; they are then derived from the
-precision the target is served in (``target.dtype``). The defaults come from measurements on two
+precision the judged hidden states were *produced* in: ``precision.training`` for stored training
+data (``Capture.stored``), ``precision.serving`` for a serving capture, each ``target.dtype``
+(the checkpoint's) when null (:meth:`eagle3_conformance.contract.Contract.produced_dtype`). A float32
+checkpoint served with an engine's ``dtype="auto"`` produces half-precision data, whose noise the
+float32 gates would call a fault (issue 23). The defaults come from measurements on two
 trained targets of different families (SmolLM2-135M-Instruct, a Llama; Gemma-3-270M held out),
 float32 reference vs a bfloat16 forward (bf16 operands, fp32 accumulation, as a GPU server
 computes), over the project's corpus: ``benchmarks/bench_identity_gates.py`` reproduces them and
@@ -54,26 +58,38 @@ MAGNITUDE_MAX_RATIO = {"float32": 1.1, "bfloat16": 3.0, "float16": 3.0}
 FP8_MAX_RELATIVE_ERROR = {"float32": 0.10, "bfloat16": 0.55, "float16": 0.55}
 
 
-def _dtype(c) -> str:
-    return c.target.dtype if c.target.dtype in IDENTITY_NOISE_DEG else "bfloat16"
+_ORDER = ("float32", "bfloat16", "float16")
 
 
-def identity_noise_deg(c) -> float:
-    """Per-sample noise allowance in degrees (``gates.identity_noise_deg`` or the dtype default)."""
+def precision(c, stored: bool = False) -> str:
+    """The precision the gates follow for stored training data (``stored``) or a serving capture, as
+    a key of the tables above."""
+    d = c.produced_dtype(stored)
+    return d if d in IDENTITY_NOISE_DEG else "bfloat16"
+
+
+def lower_precision(c, *stored: bool) -> str:
+    """The lower of the precisions of captures of these kinds (a comparison is as noisy as its noisier side)."""
+    return max((precision(c, s) for s in stored), key=lambda d: IDENTITY_NOISE_DEG[d])
+
+
+def identity_noise_deg(c, stored: bool = False) -> float:
+    """Per-sample noise allowance in degrees (``gates.identity_noise_deg`` or the precision's default)."""
     g = c.gates.identity_noise_deg
-    return float(g) if g is not None else IDENTITY_NOISE_DEG[_dtype(c)]
+    return float(g) if g is not None else IDENTITY_NOISE_DEG[precision(c, stored)]
 
 
-def row_min_cosine(c) -> float:
-    """Per-row cosine floor (``gates.slot_identity_min_cosine`` or the dtype default)."""
+def row_min_cosine(c, stored: bool = False) -> float:
+    """Per-row cosine floor (``gates.slot_identity_min_cosine`` or the precision's default)."""
     g = c.gates.slot_identity_min_cosine
-    return float(g) if g is not None else ROW_MIN_COSINE[_dtype(c)]
+    return float(g) if g is not None else ROW_MIN_COSINE[precision(c, stored)]
 
 
-def cross_path_min_cosine(c) -> float:
-    """Cross-path per-row cosine floor (``gates.cross_path_min_cosine`` or the dtype default)."""
+def cross_path_min_cosine(c, *stored: bool) -> float:
+    """Cross-path per-row cosine floor (``gates.cross_path_min_cosine`` or the default of the lower
+    precision of the two captures' kinds; none given: serving)."""
     g = c.gates.cross_path_min_cosine
-    return float(g) if g is not None else CROSS_PATH_MIN_COSINE[_dtype(c)]
+    return float(g) if g is not None else CROSS_PATH_MIN_COSINE[lower_precision(c, *(stored or (False,)))]
 
 
 def resolvable_max_cosine(c) -> float:
@@ -81,17 +97,17 @@ def resolvable_max_cosine(c) -> float:
     return float(g) if g is not None else RESOLVABLE_MAX_COSINE
 
 
-def magnitude_max_ratio(c) -> float:
-    """Magnitude band factor by serving dtype (no contract key: the faults it exists for are an
-    order of magnitude outside it)."""
-    return MAGNITUDE_MAX_RATIO[_dtype(c)]
+def magnitude_max_ratio(c, stored: bool = False) -> float:
+    """Magnitude band factor by the capture's precision (no contract key: the faults it exists for are
+    an order of magnitude outside it)."""
+    return MAGNITUDE_MAX_RATIO[precision(c, stored)]
 
 
-def fp8_max_relative_error(c) -> float:
+def fp8_max_relative_error(c, stored: bool = True) -> float:
     """Per-token relative error tolerance of the training data (``gates.fp8_max_relative_error``
-    or the dtype default :data:`FP8_MAX_RELATIVE_ERROR`)."""
+    or the default :data:`FP8_MAX_RELATIVE_ERROR` of the precision the data was produced in)."""
     g = c.gates.fp8_max_relative_error
-    return float(g) if g is not None else FP8_MAX_RELATIVE_ERROR[_dtype(c)]
+    return float(g) if g is not None else FP8_MAX_RELATIVE_ERROR[precision(c, stored)]
 
 
 def angle_deg(cos: float) -> float:

@@ -94,28 +94,36 @@ def test_connector_files_conform_every_file_scanned_fingerprints_on_the_sample(g
 
 def test_sampled_findings_equal_check_offlines_on_the_same_files(good_dir, write, tiny, tiny_contract):
     """The fingerprint sample is read with check-offline's reader and rule (first K planes aux, plane
-    K the verifier when N = K + 1; N = K: no verifier): with every file sampled, the sampled findings
+    K the verifier when N = K + 1; N = K: no verifier, which fails verifier_present): with every file sampled, the sampled findings
     are check-offline's findings, for both plane counts."""
     from eagle3_conformance.runner import offline_findings
     from eagle3_conformance.tools.vllm_hidden_states import find_files
 
-    for d in (good_dir, write(AUX)):
+    for d, bad in ((good_dir, set()), (write(AUX), {"verifier_present"})):  # N = K: the verifier is missing
         res = scan(tiny_contract, d, sample=-1, reference_dir=tiny.target_dir)
         got = [f.to_json() for f in res.findings if f.path == VLLM_PATH]
         want = [f.to_json() for f in offline_findings(tiny_contract, find_files(d), tiny.target_dir)]
-        assert got == want and not [f for f in res.findings if f.status == "fail"]
+        assert got == want and {f.check for f in res.findings if f.status == "fail"} == bad
 
 
-def test_raw_connector_output_without_b_l_has_no_verifier_slot(write, tiny, tiny_contract):
-    """N = K (the connector's planes without B_L): all K planes are aux, as check-offline reads them;
-    the all-rows pass judges K slots and no verifier, and nothing fails."""
+def test_raw_connector_output_without_b_l_fails_naming_the_missing_verifier(write, tiny, tiny_contract, tmp_path,
+                                                                           capsys):
+    """N = K (the connector's planes without B_L, speculators' launcher ``--no-include-last-layer``):
+    all K planes are aux, as check-offline reads them, and the verifier the contract declares
+    (``verifier_last: B_8``) is missing: every file fails ``verifier_present`` on both the all-rows
+    pass and the sampled reader, diagnosed ``verifier-missing`` (issue 23 item 3)."""
     d = write(AUX)
     res = scan(tiny_contract, d, sample=2, reference_dir=tiny.target_dir)
-    assert not [f for f in res.findings if f.status == "fail"], [f.message for f in res.findings if f.status == "fail"]
+    fails = [f for f in res.findings if f.status == "fail"]
+    assert {f.check for f in fails} == {"verifier_present"} and {f.slot for f in fails} == {"verifier"}
+    assert {f.path for f in fails} == {DISK_PATH, VLLM_PATH}
+    assert len([f for f in fails if f.path == DISK_PATH]) == 7  # every file, not only the sample
+    assert all("B_8" in f.message and "missing" in f.message for f in fails)
     disk = [f for f in res.findings if f.path == DISK_PATH]
     assert [f.observed for f in disk if f.check == "slot_count"] == [3] * 7
-    assert not [f for f in res.findings if f.slot == "verifier"]
     assert set(res.meta["slot_stats"]) == {"slot 0", "slot 1", "slot 2"}
+    rc, doc, _ = _check(tmp_path, capsys, d, "--reference", tiny.target_dir)
+    assert rc == 1 and [x["kind"] for x in doc["diagnoses"]] == ["verifier-missing"]
 
 
 # --- faults -------------------------------------------------------------------------------------

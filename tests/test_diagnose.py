@@ -9,6 +9,8 @@ through the real CPU harness. Also here: the two checks the diagnoses need that 
 
 from __future__ import annotations
 
+import dataclasses
+
 import importlib.util
 import json
 from pathlib import Path
@@ -86,7 +88,7 @@ def test_one_boundary_too_deep_is_a_convention_shift_with_the_ids_to_write(base)
     assert d.ids["sglang"]["ids"] == [2, 4, 5]
     assert d.ids["speculators"]["extra"]["data_generation_ids"] == [3, 5, 6, 8]
     assert "eagle_config.eagle_aux_hidden_state_layer_ids: [2, 4, 5]" in _fix(d)
-    assert "--layer-ids 3 5 6 8" in _fix(d)
+    assert "--target-layer-ids 3 5 6  (aux ascending; the launcher appends 8" in _fix(d)
     # or the contract change, if the data is the intended one
     assert d.ids["contract"] == {"capture.boundaries": ["B_4", "B_6", "B_7"], "draft.layer_ids.values": [3, 5, 6]}
     assert {"slot_identity", "slot_order", "row_fingerprint"} <= set(d.checks)
@@ -106,7 +108,7 @@ def test_embedding_in_place_of_the_last_layer(base):
     assert (d.kind, d.fault) == ("embedding-for-last", "K2")
     assert "slot 0 is B_0 (embedding output); contract says B_3" in d.evidence
     assert any("verifier slot holds B_6, the last aux boundary; contract says B_8" in e for e in d.evidence)
-    assert "--layer-ids 3 5 6 8" in _fix(d)
+    assert "--target-layer-ids 3 5 6  (aux ascending; the launcher appends 8" in _fix(d)
     assert {"slot_identity", "no_embedding", "verifier_identity"} <= set(d.checks)
     assert len(ds) == 1  # one fault, one diagnosis
 
@@ -147,10 +149,47 @@ def test_verifier_B_L_where_F_is_declared(base):
     assert "B_8 (before the final norm) where the contract declares F" in d.title
 
 
-def test_a_slot_that_is_no_boundary(base):
-    d = diagnose(base[2], _train(base, _op(base, "hidden-without-residual")))[0]  # slot 2 = B_6 - B_5
-    assert (d.kind, d.fault, d.slots) == ("not-a-boundary", "K4", ("slot 2",))
-    assert "without its residual" in _fix(d)
+def test_a_slot_that_is_the_update_without_its_residual(base):
+    """slot 2 = B_6 - B_5: recognised from the reference (slot + B_5 = B_6), issue 23 item 6."""
+    d = diagnose(base[2], _train(base, _op(base, "hidden-without-residual")))[0]
+    assert (d.kind, d.fault, d.slots) == ("hidden-without-residual", "K4", ("slot 2",))
+    assert "slot 2 + B_5 is B_6" in d.evidence[0] and "residual" in _fix(d)
+
+
+def _all_without_residual(scn, r, hs):
+    from eagle3_conformance.notation import Boundary
+
+    hs = hs.clone()
+    for j, b in enumerate((3, 5, 6)):  # every aux slot B_b written as B_b - B_{b-1} (Gemma 3's capture bug)
+        hs[:, j] = r.boundary(Boundary(b)) - r.boundary(Boundary(b - 1))
+    return hs
+
+
+def test_every_slot_without_its_residual_is_not_blamed_on_the_reference(base):
+    """All slots match no boundary: before, "the reference is another checkpoint"; the sum with the
+    preceding boundary says what they are, and a path of the same run that matched clears the reference."""
+    fs = _train(base, Knobs(hs_transform=_all_without_residual))
+    ds = diagnose(base[2], fs)
+    assert [d.kind for d in ds][:1] == ["hidden-without-residual"] and "reference-mismatch" not in [d.kind for d in ds]
+    assert ds[0].slots == ("slot 0", "slot 1", "slot 2")
+    good = [dataclasses.replace(f, path="training-vllm") for f in _train(base)]
+    ds2 = diagnose(base[2], fs + good)
+    assert "reference-mismatch" not in [d.kind for d in ds2]
+    assert any("training-vllm" in e and "right checkpoint" in e for e in ds2[0].evidence)
+
+
+def test_the_reference_is_not_blamed_when_another_path_matched_it(base):
+    """Slots that match nothing on one path (a foreign tensor) while another path of the run matches the
+    same reference: not-a-boundary, never reference-mismatch."""
+    def foreign(scn, r, hs):
+        g = torch.Generator().manual_seed(0)
+        return torch.randn(hs.shape, generator=g) * hs.std()
+
+    fs = _train(base, Knobs(hs_transform=foreign))
+    assert diagnose(base[2], fs)[0].kind == "reference-mismatch"  # alone: the reference is suspect
+    good = [dataclasses.replace(f, path="training-vllm") for f in _train(base)]
+    kinds = [d.kind for d in diagnose(base[2], fs + good)]
+    assert "reference-mismatch" not in kinds and "not-a-boundary" in kinds, kinds
 
 
 def test_another_checkpoint_as_reference(base):
@@ -445,6 +484,14 @@ def test_data_of_another_width_is_another_model_not_a_slot_count(tiny, tmp_path)
     assert ds[0]["kind"] == "other-model-width" and ds[0]["fault"] == "K6", [d["kind"] for d in ds]
     assert "slot-count" not in [d["kind"] for d in ds]
     assert "128 wide" in ds[0]["title"], ds[0]["title"]  # tiny-llama: d = 64, stored 2 x 64
+
+
+def test_the_embedding_in_the_verifier_slot_is_diagnosed(base):
+    """On-disk slots [B_3, B_5, B_6, B_0]: the verifier slot holds the embedding (issue 23 item 6: before, it
+    failed verifier_identity with no diagnosis)."""
+    d = _one(diagnose(base[2], _train(base, Knobs(slots=["B_3", "B_5", "B_6", "B_0"]))), "verifier-slot-off")
+    assert d.fault == "K3" and "B_0, the embedding output" in d.title and d.slots == ("verifier",)
+    assert "verifier_identity" in d.checks
 
 
 def test_path_diagnoses_of_separate_runs_merge_to_the_diagnosis_of_all(base):

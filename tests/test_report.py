@@ -48,7 +48,7 @@ def test_check_data_first_lines_say_one_boundary_too_deep_and_give_the_ids(too_d
     assert "K2 convention-shift" in head and "one boundary deeper than declared" in head
     assert "slot 0 is B_3, slot 1 is B_5, slot 2 is B_6; contract says B_2, B_4, B_5" in head
     assert "eagle_config.eagle_aux_hidden_state_layer_ids: [1, 3, 4]" in head  # SGLang, from translate
-    assert "--layer-ids 2 4 5 8" in head  # the data generation list
+    assert "--target-layer-ids 2 4 5 (aux" in head  # the data generation list (the launcher appends 8)
     # readable at 100 columns, one screen
     assert max(len(ln) for ln in lines) <= WIDTH
     assert len(lines) <= SCREEN, out
@@ -103,7 +103,7 @@ def test_seed_incident_is_named_first(tiny, tiny_ref, tmp_path, capsys):
     rc, out = _check_data(capsys, "--data", data, "--reference", tiny.target_dir)
     head = "\n".join(out.splitlines()[:12])
     assert rc == 1 and "K2 embedding-for-last" in head and "in place of B_L" in head
-    assert "--layer-ids 2 4 5 8" in out
+    assert "--target-layer-ids 2 4 5 (aux" in out
 
 
 # --- the pure renderers ----------------------------------------------------------------------
@@ -219,7 +219,7 @@ def test_failing_run_on_every_path_fits_a_screen_per_contract(pytester, tmp_path
     text = "\n".join(lines)
     # the same fault on the two engine paths is one diagnosis; training adds its data-generation fix
     assert text.count("DIAGNOSIS ") == 1 and "on training" in text and "sglang-extend" in text
-    assert "--layer-ids 3 4 5 8" in text and "eagle_aux_hidden_state_layer_ids: [2, 3, 4]" in text
+    assert "--target-layer-ids 3 4 5 (aux" in text and "eagle_aux_hidden_state_layer_ids: [2, 3, 4]" in text
 
 
 def test_finding_to_json_carries_every_field():

@@ -418,7 +418,8 @@ def _target(t: TargetFacts, out_dir: Path):
     m["vocab_size"] = t.V
     eol(m, f"{t.file.name}: {t.V_key}", "vocab_size")
     m["dtype"] = t.dtype
-    eol(m, "torch_dtype" if t.config_dtype in DTYPES else "no torch_dtype: bfloat16 assumed", "dtype")
+    eol(m, "the checkpoint's, torch_dtype" if t.config_dtype in DTYPES else "no torch_dtype: bfloat16 assumed",
+        "dtype")
     one_plus = one_plus_norm(t.model_type)
     m["final_norm"] = "rmsnorm_one_plus" if one_plus else "rmsnorm"
     eol(m, f"model_type {t.model_type!r}: " + ("x*(1+w)" if one_plus else "x*w"), "final_norm")
@@ -494,22 +495,45 @@ def _norm_bands():
     return m
 
 
-def _gates(dtype: str):
-    """Every gate with its default (null: derived from the serving dtype, docs/gates.md), each
-    commented with the value it resolves to, so that a user sees what can be tuned."""
+def _precision(t: TargetFacts, cap: CaptureFacts):
+    """The dtype the hidden states are produced in, per path, by the engine's own ``auto`` rule
+    (:mod:`eagle3_conformance.authoring.precision`), each commented with the rule."""
+    from ruamel.yaml.comments import CommentedMap
+
+    from eagle3_conformance.authoring.precision import derive
+
+    tr, sv = derive(cap.tool, cap.version, {"model_type": t.model_type, "dtype": t.config_dtype})
+    m = CommentedMap()
+    m["training"] = tr.dtype
+    eol(m, tr.why, "training")
+    m["serving"] = sv.dtype
+    eol(m, sv.why, "serving")
+    return m
+
+
+def _gates(training: str, serving: str):
+    """Every gate with its default (null: derived from the production precision of the path judged,
+    docs/gates.md), each commented with the value it resolves to, so that a user sees what can be tuned."""
     from ruamel.yaml.comments import CommentedMap
 
     from eagle3_conformance import gates as g
 
-    dt = dtype if dtype in g.IDENTITY_NOISE_DEG else "bfloat16"
+    dts = [d if d in g.IDENTITY_NOISE_DEG else "bfloat16" for d in (training, serving)]
+
+    def per(table, unit: str = "") -> str:
+        if dts[0] == dts[1]:
+            return f"{table[dts[0]]}{unit} for {dts[0]}"
+        return f"{table[dts[0]]}{unit} for training data ({dts[0]}), {table[dts[1]]}{unit} for serving ({dts[1]})"
+
     m = CommentedMap()
     rows = [
-        ("identity_noise_deg", f"null = {g.IDENTITY_NOISE_DEG[dt]} deg for {dt}: a slot fails only when its declared "
+        ("identity_noise_deg", f"null = {per(g.IDENTITY_NOISE_DEG, ' deg')}: a slot fails only when its declared "
                                "boundary is this much farther than its best match (else undecidable)"),
         ("resolvable_max_cosine", f"null = {g.RESOLVABLE_MAX_COSINE}: tokens whose boundaries the reference cannot "
                                   "tell apart (massive activations, repeats) are excluded and counted"),
-        ("slot_identity_min_cosine", f"null = {g.ROW_MIN_COSINE[dt]} for {dt}: per-row floor of row_fingerprint"),
-        ("cross_path_min_cosine", f"null = {g.CROSS_PATH_MIN_COSINE[dt]} for {dt}: per-row agreement of two paths"),
+        ("slot_identity_min_cosine", f"null = {per(g.ROW_MIN_COSINE)}: per-row floor of row_fingerprint"),
+        ("cross_path_min_cosine", f"null = {per(g.CROSS_PATH_MIN_COSINE)}: per-row agreement of two paths (the "
+                                  "noisier side's)"),
         ("min_accept_length", "null = acceptance not gated; set it for a pair with a trained draft"),
     ]
     for key, note in rows:
@@ -562,8 +586,11 @@ def build_document(t: TargetFacts, dr: DraftFacts, cap: CaptureFacts, v_final: b
                                          ("position", 1)])
         eol(doc, "speculators 0.9.0 shift_batch: (g_t, x_t+1, y_t+1, mask_t+1) at position t+1", "alignment")
     doc["norm_bands"] = _norm_bands()
-    doc["gates"] = _gates(t.dtype)
-    eol(doc, "null: derived from the serving dtype (docs/gates.md)", "gates")
+    doc["precision"] = _precision(t, cap)
+    eol(doc, "the dtype hidden states are produced in, by the engine's dtype=auto rule (not target.dtype, the "
+        "checkpoint's); every gate follows it", "precision")
+    doc["gates"] = _gates(doc["precision"]["training"], doc["precision"]["serving"])
+    eol(doc, "null: derived from precision, per path (docs/gates.md)", "gates")
     doc["engines"] = _engines(cap)
     doc["data_dtype"] = "bfloat16"
     eol(doc, "SpecForge stores the capture's model dtype (bf16 in its scripts)" if cap.tool == "specforge"

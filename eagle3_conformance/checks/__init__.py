@@ -13,7 +13,7 @@ module                    checks
 ``shape``                 availability, slot count, widths, dtypes, finiteness, rows, stored ids
 ``identity``              slot identity, order and the embedding by fingerprint
 ``draft_fc``              the engine's resolved ids, the draft's fc ran and its shape
-``verifier``              the verifier slot's identity and norm state
+``verifier``              the verifier slot's identity and norm state, and that stored data has it
 ``bands``                 per-token RMS in the calibrated norm bands
 ``alignment``             rows, input ids, loss mask and positions at the contract's offsets
 ``row_fingerprint``       every row is its token's declared boundary
@@ -23,6 +23,8 @@ module                    checks
 ``cross_path``            two paths agree on the same tokens
 ``facts``                 engine releases, the accept-length gate, engine losslessness, graphed vs eager
 ``vocab``                 d2t/t2d mapping, chat template, golden token ids
+``precision``             the data's noise is the declared production precision's (issue 23)
+``residual``              a slot that is the layer's update without its residual (issue 23)
 ``suite``                 :func:`run_checks`: every check on one capture, in registry order
 ========================  ===================================================================
 
@@ -37,7 +39,8 @@ from eagle3_conformance.checks.shape import (check_dtype, check_finite, check_ro
 from eagle3_conformance.checks.identity import (Verdict, check_no_embedding, check_slot_identity,  # noqa: F401
                                                 check_slot_order, identify, judge, resolvable, similarity_profile)
 from eagle3_conformance.checks.draft_fc import check_engine_mapping, check_fc_ran, check_fc_shape  # noqa: F401
-from eagle3_conformance.checks.verifier import check_verifier_identity, check_verifier_norm_state  # noqa: F401
+from eagle3_conformance.checks.verifier import (check_verifier_identity, check_verifier_norm_state,  # noqa: F401
+                                                check_verifier_present)
 from eagle3_conformance.checks.bands import band_rows, check_norm_bands  # noqa: F401
 from eagle3_conformance.checks.alignment import (check_feature_alignment, check_input_token_alignment,  # noqa: F401
                                                  check_loss_mask_alignment, check_position_alignment,
@@ -51,4 +54,6 @@ from eagle3_conformance.checks.facts import (  # noqa: F401
     check_accept_length, check_engine_lossless, check_engine_version, check_graph_acceptance, check_vllm_version)
 from eagle3_conformance.checks.vocab import (check_chat_template, check_golden_tokens, check_vocab_mapping,  # noqa: F401
                                              mapping_sha256)
+from eagle3_conformance.checks.precision import check_production_precision  # noqa: F401
+from eagle3_conformance.checks.residual import check_residual_missing  # noqa: F401
 from eagle3_conformance.checks.suite import run_checks  # noqa: F401

@@ -48,13 +48,13 @@ def _alignment(check: str, c: Contract, cap: Capture, label: str, x: torch.Tenso
         return [finding(check, "skip", cap, label, declared, None,
                         "no row whose neighbouring tokens the reference tells apart (repeated or excluded tokens): "
                         "a shift cannot be seen", fault)]
-    if scores[o] < gates.row_min_cosine(c):
+    if scores[o] < gates.row_min_cosine(c, cap.stored):
         return [finding(check, "skip", cap, label, declared, None,
                         f"{label} is not {b} at any offset (best cos {scores[o]:.4f}): it holds another tensor, so its "
                         "alignment cannot be judged (the identity checks report what it is)", fault)]
     if o != declared and declared in scores:
         gap = gates.angle_deg(scores[declared]) - gates.angle_deg(scores[o])
-        if gap <= gates.identity_noise_deg(c):
+        if gap <= gates.identity_noise_deg(c, cap.stored):
             return [finding(check, "skip", cap, label, declared, f"undecidable (t{o:+d} by {gap:.2f} deg)",
                             f"{what} t{o:+d} fits slightly better than t{declared:+d} ({gap:.2f} deg), within the "
                             "precision-noise allowance: not decided", fault)]

@@ -29,7 +29,7 @@ def band_rows(c: Contract, rows: torch.Tensor, x: torch.Tensor, band=None) -> to
     return keep
 
 
-@check(CAPTURE, ("K4", "K12", "K2"), emits=("norm_band",), stored=SLOT_RMS)
+@check(CAPTURE, ("K4", "K12", "K2"), emits=("norm_band",), stored=SLOT_RMS, rowless=True)
 def check_norm_bands(c: Contract, cap: Capture) -> list[Finding]:
     """K4/K12 (and K2 where scales differ): per-slot per-token RMS within the contract's band.
     Uncalibrated bands are reported as skip with observed "uncalibrated", never as pass."""

@@ -36,7 +36,7 @@ def check_cross_path(c: Contract, a: Capture, b: Capture) -> list[Finding]:
                        for sa, sb in zip(xa.split(d, -1), xb.split(d, -1))]).min(0).values
     worst = float(cos.min())
     maxabs = float((xa - xb).abs().max())
-    floor = gates.cross_path_min_cosine(c)
+    floor = gates.cross_path_min_cosine(c, a.stored, b.stored)
     ok = worst >= floor
     return [Finding("cross_path", "pass" if ok else "fail", f"{a.path}|{b.path}", "feature",
                     f"cos >= {floor}", f"min cos {worst:.5f}, max |diff| {maxabs:.4g}", where,

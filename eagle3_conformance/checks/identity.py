@@ -65,7 +65,7 @@ class Verdict:
 
 
 def judge(declared: Boundary, slot: torch.Tensor, rows: torch.Tensor, ref: Reference, keep: torch.Tensor,
-          c: Contract) -> Optional[Verdict]:
+          c: Contract, stored: bool = False) -> Optional[Verdict]:
     """Rank-based slot identity with a precision-noise allowance (docs/gates.md).
 
     Args:
@@ -86,9 +86,9 @@ def judge(declared: Boundary, slot: torch.Tensor, rows: torch.Tensor, ref: Refer
     gap = gates.angle_deg(d_cos) - gates.angle_deg(b_cos)
     if bi == di:
         # the best match, but too far from it to be that boundary at all: a foreign tensor
-        status = "pass" if d_cos >= gates.row_min_cosine(c) else "fail"
+        status = "pass" if d_cos >= gates.row_min_cosine(c, stored) else "fail"
     else:
-        status = "fail" if gap > gates.identity_noise_deg(c) else "undecidable"
+        status = "fail" if gap > gates.identity_noise_deg(c, stored) else "undecidable"
     return Verdict(status, names[bi], d_cos, b_cos, runner, gap, int(res.sum()), int(keep.sum() - res.sum()))
 
 
@@ -133,7 +133,7 @@ def check_slot_identity(c: Contract, cap: Capture, ref: Reference) -> list[Findi
                                f"{c.num_slots} slots", "K2"))
             continue
         out.append(identity_finding("slot_identity", c, cap, slot_label(i), declared,
-                                     judge(declared, slot, cap.rows, ref, keep, c), cos, got, "K2"))
+                                     judge(declared, slot, cap.rows, ref, keep, c, cap.stored), cos, got, "K2"))
     return out
 
 
@@ -159,12 +159,12 @@ def identity_finding(check: str, c: Contract, cap: Capture, label: str, declared
     if v.best == declared:  # the closest boundary, but not close enough to be it
         return finding(check, "fail", cap, label, str(declared), str(declared),
                        f"{who} points toward {declared} (cos {v.declared_cos:.4f}) but is not it: below the floor "
-                       f"{GATE_ROW_FLOOR} {gates.row_min_cosine(c)} (rows of other tokens, or a tensor derived from "
+                       f"{GATE_ROW_FLOOR} {gates.row_min_cosine(c, cap.stored)} (rows of other tokens, or a tensor derived from "
                        f"{declared})", fault, GATE_ROW_FLOOR)
     return finding(check, "fail", cap, label, str(declared), str(v.best),
                    f"{who} is {v.best.describe(c.L)}; contract says {declared} (cos {v.best_cos:.4f} to {v.best}, "
                    f"{v.declared_cos:.4f} to {declared}; {v.gap_deg:.1f} deg apart, beyond {GATE_NOISE} "
-                   f"{gates.identity_noise_deg(c):g})", fault, GATE_NOISE)
+                   f"{gates.identity_noise_deg(c, cap.stored):g})", fault, GATE_NOISE)
 
 
 @check(REFERENCE, ("K2", "K13"))
@@ -183,7 +183,7 @@ def check_slot_order(c: Contract, cap: Capture, ref: Reference) -> list[Finding]
         if declared is None:
             got.append(identify(s, cap.rows, ref, keep)[0])
             continue
-        v = judge(declared, s, cap.rows, ref, keep, c)
+        v = judge(declared, s, cap.rows, ref, keep, c, cap.stored)
         # undecidable: the evidence cannot tell the declared boundary from the best match
         got.append(v.best if v is not None and v.status == "fail" else declared)
     want = c.aux

@@ -54,8 +54,8 @@ def check_magnitude(c: Contract, cap: Capture, ref: Reference, max_ratio: Option
     d = c.draft.target_hidden_size
     if not usable(cap, d):
         return [finding("magnitude", "skip", cap, None, None, None, "no rows to compare", "K4")]
-    gate = gates.row_min_cosine(c)
-    max_ratio = max_ratio if max_ratio is not None else gates.magnitude_max_ratio(c)
+    gate = gates.row_min_cosine(c, cap.stored)
+    max_ratio = max_ratio if max_ratio is not None else gates.magnitude_max_ratio(c, cap.stored)
     want = f"median rms(slot)/rms(reference) in [{1 / max_ratio:.3g}, {max_ratio:.3g}]"
     targets: list[tuple[str, Boundary, torch.Tensor, torch.Tensor]] = [
         (slot_label(i), c.aux[i], s, cap.rows) for i, s in enumerate(cap.slots(d))

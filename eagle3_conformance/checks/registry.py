@@ -52,6 +52,8 @@ class CheckSpec:
         fact: for fact checks, the :attr:`eagle3_conformance.paths.base.Observation.facts` key it judges.
         always: runs on a capture the path could not produce (``cap.unavailable``) too; every
             other capture check runs only on a capture that is there.
+        rowless: judges a capture without per-token bookkeeping (an engine's decode rows:
+            :attr:`eagle3_conformance.paths.base.Observation.shapes_only`): widths, slot count, bands.
     """
 
     name: str
@@ -63,6 +65,7 @@ class CheckSpec:
     stored: Optional[str] = None
     fact: Optional[str] = None
     always: bool = False
+    rowless: bool = False
 
 
 REGISTRY: dict[str, CheckSpec] = {}
@@ -70,7 +73,8 @@ REGISTRY: dict[str, CheckSpec] = {}
 
 
 def check(judges: str, faults: tuple[str, ...] = (), *, emits: tuple[str, ...] = (), gates: tuple[str, ...] = (),
-          stored: Optional[str] = None, fact: Optional[str] = None, always: bool = False) -> Callable[[Callable], Callable]:
+          stored: Optional[str] = None, fact: Optional[str] = None, always: bool = False,
+          rowless: bool = False) -> Callable[[Callable], Callable]:
     """Register the decorated ``check_<name>`` function (returned unchanged).
 
     Raises:
@@ -89,7 +93,7 @@ def check(judges: str, faults: tuple[str, ...] = (), *, emits: tuple[str, ...] =
         if name in REGISTRY:
             raise ValueError(f"check {name!r} is registered twice")
         REGISTRY[name] = CheckSpec(name, fn, judges, tuple(faults), tuple(emits) or (name,), tuple(gates),
-                                   stored, fact, always)
+                                   stored, fact, always, rowless)
         return fn
 
     return register

@@ -32,7 +32,7 @@ def check_row_fingerprint(c: Contract, cap: Capture, ref: Reference) -> list[Fin
     keep = keep_rows(c, cap.rows)
     if not bool(keep.any()):
         return no_rows("row_fingerprint", cap, "feature", "K13")
-    gate = gates.row_min_cosine(c)
+    gate = gates.row_min_cosine(c, cap.stored)
     worst, worst_at = 2.0, None
     bad_rows: set[int] = set()
     max_cos = gates.resolvable_max_cosine(c)

@@ -22,7 +22,7 @@ def check_sample_available(c: Contract, cap: Capture) -> list[Finding]:
     return [finding("sample_available", "pass", cap, None, "sample loads", "loaded", "sample loaded", "K13")]
 
 
-@check(CAPTURE, ("K1", "K3", "K5", "K7", "K9"), stored=TENSORS)
+@check(CAPTURE, ("K1", "K3", "K5", "K7", "K9"), stored=TENSORS, rowless=True)
 def check_slot_count(c: Contract, cap: Capture) -> list[Finding]:
     """K3/K5: the draft input holds exactly K blocks of target_hidden_size."""
     d, K, W = c.draft.target_hidden_size, c.num_slots, cap.width
@@ -34,7 +34,8 @@ def check_slot_count(c: Contract, cap: Capture) -> list[Finding]:
     return [finding("slot_count", "pass" if ok else "fail", cap, "feature", K, obs, msg, "K3")]
 
 
-@check(CAPTURE, ("K3", "K5", "K6", "K7", "K9"), emits=("feature_width", "draft_input_width", "verifier_width"), stored=TENSORS)
+@check(CAPTURE, ("K3", "K5", "K6", "K7", "K9"), emits=("feature_width", "draft_input_width", "verifier_width"),
+       stored=TENSORS, rowless=True)
 def check_width(c: Contract, cap: Capture) -> list[Finding]:
     """K5/K6/K7: concatenated width equals K x target_hidden_size, and each slot is d wide."""
     want = c.capture.feature_width
@@ -57,8 +58,8 @@ def check_width(c: Contract, cap: Capture) -> list[Finding]:
 @check(CAPTURE, ("K12",), emits=("dtype", "id_dtype"), stored=DTYPES)
 def check_dtype(c: Contract, cap: Capture) -> list[Finding]:
     """K12: hidden states carry the contract's dtype; token ids are int64."""
-    # on disk / in the training batch: data_dtype; on a serving path: the target's dtype
-    want = c.data_dtype if cap.stored else c.target.dtype
+    # on disk / in the training batch: data_dtype; on a serving path: the dtype the target is served in
+    want = c.data_dtype if cap.stored else c.serving_dtype
     got = dtype_name(cap.feature)
     out = [finding("dtype", "pass" if got == want else "fail", cap, "feature", want, got,
                    f"feature dtype is {got}; contract says {want}", "K12")]

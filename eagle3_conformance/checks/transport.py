@@ -144,7 +144,7 @@ def check_fp8_scale_error(c: Contract, cap: Capture, ref: Reference) -> list[Fin
     d = c.draft.target_hidden_size
     if not usable(cap, d):
         return [finding("fp8_scale_error", "skip", cap, None, None, None, "no rows to compare", "K12")]
-    tol = gates.fp8_max_relative_error(c)
+    tol = gates.fp8_max_relative_error(c, cap.stored)
     kind = "fp8"
     want = f"per-token ||x - B|| / ||B|| <= {tol:g}"
     targets = [(slot_label(i), c.aux[i], s, cap.rows) for i, s in enumerate(cap.slots(d))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks.common import GATE_NOISE, GATE_ROW_FLOOR, finding, keep_rows, no_rows, verifier_rows
 from eagle3_conformance.checks.identity import identify, identity_finding, judge
-from eagle3_conformance.checks.registry import REFERENCE, check
+from eagle3_conformance.checks.registry import CAPTURE, REFERENCE, TENSORS, check
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.findings import Finding
 from eagle3_conformance.notation import Boundary
@@ -29,7 +29,7 @@ def check_verifier_identity(c: Contract, cap: Capture, ref: Reference) -> list[F
     declared = c.verifier_last.parsed
     x, r = cap.verifier_last[valid], rows[valid]
     any_best, any_cos, _ = identify(x, r, ref, keep)
-    return [identity_finding("verifier_identity", c, cap, "verifier", declared, judge(declared, x, r, ref, keep, c),
+    return [identity_finding("verifier_identity", c, cap, "verifier", declared, judge(declared, x, r, ref, keep, c, cap.stored),
                               any_cos, any_best, "K4")]
 
 
@@ -68,3 +68,19 @@ def check_verifier_norm_state(c: Contract, cap: Capture, ref: Reference, tol: fl
                     f"{c.verifier_last.norm}-norm", f"{state} (median rms(y/gamma) = {r:.3f})",
                     f"verifier slot is {state} (rms(y/gamma) = {r:.3f}); contract says {c.verifier_last.norm}-norm",
                     "K4")]
+
+
+@check(CAPTURE, ("K3",), stored=TENSORS)
+def check_verifier_present(c: Contract, cap: Capture) -> list[Finding]:
+    """K3: stored training data holds the verifier state the contract declares (``verifier_last``): a
+    reader that found no verifier plane (vLLM extraction files with N = K planes, written with
+    speculators' launcher ``--no-include-last-layer``) fails naming it. A serving capture carries no
+    verifier (nothing to judge). A present verifier returns nothing: ``verifier_identity`` judges it."""
+    if not cap.stored or cap.verifier_last is not None:
+        return []
+    planes = cap.provenance.get("planes")
+    held = f"{planes} planes" if planes is not None else "no verifier plane"
+    return [finding("verifier_present", "fail", cap, "verifier", c.verifier_last.tensor, "missing",
+                    f"the data holds {held}, all read as the {c.num_slots} aux slots; the contract declares the "
+                    f"verifier {c.verifier_last.tensor} ({c.verifier_last.norm}-norm) stored after them, and it is "
+                    "missing", "K3")]

@@ -100,10 +100,10 @@ def _gate_line(c, gate: str) -> str:
 
     if gate == "gates.identity_noise_deg":
         return (f"gate that failed: slot identity, rank rule (another boundary matches better by more than the "
-                f"precision-noise allowance {gates.identity_noise_deg(c):g} deg); contract key "
+                f"precision-noise allowance {gates.identity_noise_deg(c, True):g} deg); contract key "
                 f"gates.identity_noise_deg (docs/gates.md: raise it only for a serving dtype noisier than measured)")
     if gate == "gates.slot_identity_min_cosine":
-        return (f"gate that failed: slot identity, cosine floor {gates.row_min_cosine(c):g} (the declared boundary "
+        return (f"gate that failed: slot identity, cosine floor {gates.row_min_cosine(c, True):g} (the declared boundary "
                 f"is the closest, but too far to be it); contract key gates.slot_identity_min_cosine (docs/gates.md)")
     return ("gate that failed: slot identity, no boundary matches (cosine < 0.5): no contract key changes this; "
             "the data holds another tensor or the reference is another checkpoint")

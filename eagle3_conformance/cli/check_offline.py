@@ -51,9 +51,13 @@ def _specforge_dir(c, spec: str) -> bool:
     project's reader (:mod:`eagle3_conformance.tools.offline_files`), which the real chain cannot replace."""
     import importlib.util
 
+    from eagle3_conformance.tools.specforge_layout import has_samples
+
     p = Path(spec)
-    return (c.training.tool == "specforge" and p.is_dir() and importlib.util.find_spec("specforge") is not None
-            and not any(p.rglob("*.pt")))
+    # a directory with .ckpt / .ckpt.gz samples: SpecForge's chain, whatever else it holds (vocab_mapping/,
+    # .pt, .lock files are listed as skipped by specforge_layout, never read as samples; issue 23 item 2)
+    return (c.training.tool == "specforge" and has_samples(p)
+            and importlib.util.find_spec("specforge") is not None)
 
 
 def run(args) -> int:
@@ -102,8 +106,10 @@ def run(args) -> int:
         from eagle3_conformance.runner import specforge_findings
         from eagle3_conformance.tools.specforge_loader import LOADER
 
+        from eagle3_conformance.tools.specforge_layout import layout_finding
+
         got, names = specforge_findings(c, Path(args.files), ref_dir)
-        findings += got
+        findings += got + [layout_finding(Path(args.files), len(names))]
         files = [Path(n) for n in names]
         loader = LOADER + " (weights_only)"
     else:

@@ -38,9 +38,9 @@ def prepare(c, pair):
 
     if c.fixture not in TRAINED:
         return Skipped(f"cpu-accept: no trained draft for this pair (fixtures with one: {', '.join(TRAINED)})")
-    if c.target.dtype != "float32":
+    if c.serving_dtype != "float32":
         return Skipped(f"cpu-accept: the trained draft is measured with the float32 target; this contract "
-                       f"serves {c.target.dtype}")
+                       f"serves {c.serving_dtype}")
     return _State(c, ensure_trained_draft(TRAINED[c.fixture]))
 
 

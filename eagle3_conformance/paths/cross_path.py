@@ -27,7 +27,7 @@ def prepare(c, pair) -> _State:
     from eagle3_conformance.pairs import torch_dtype
     from eagle3_conformance.tools.sglang_cpu import shared_harness
 
-    h = shared_harness(pair.target_dir, pair.draft_dir, torch_dtype(c.target.dtype))
+    h = shared_harness(pair.target_dir, pair.draft_dir, torch_dtype(c.serving_dtype))
     loader = None
     if pair.data_dir is not None:
         from eagle3_conformance.tools.speculators_loader import TrainingLoader

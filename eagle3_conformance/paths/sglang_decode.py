@@ -42,7 +42,7 @@ def prepare(c, pair) -> _State:
     from eagle3_conformance.reference import load_reference_model
     from eagle3_conformance.tools.sglang_cpu import shared_harness
 
-    h = shared_harness(pair.target_dir, pair.draft_dir, torch_dtype(c.target.dtype))
+    h = shared_harness(pair.target_dir, pair.draft_dir, torch_dtype(c.serving_dtype))
     return _State(c, h, load_reference_model(pair.target_dir, c.target), prompt_pool(pair.target_dir))
 
 

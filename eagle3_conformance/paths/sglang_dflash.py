@@ -33,7 +33,7 @@ def prepare(c, pair):
     if "dflash_config" not in cfg and "target_layer_ids" not in cfg and not any(
             "dflash" in str(a).lower() for a in cfg.get("architectures") or []):
         return Skipped(f"{pair.draft_dir}/config.json is not a DFlash draft config")
-    h = runtime_harness(pair.target_dir, torch_dtype(c.target.dtype))
+    h = runtime_harness(pair.target_dir, torch_dtype(c.serving_dtype))
     try:
         d = DFlashCPU(h, cfg)
     except DFlashConfigError as e:  # SGLang refuses at load: that is the finding, not a crash

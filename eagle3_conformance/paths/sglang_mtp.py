@@ -26,7 +26,7 @@ def prepare(c, pair) -> _State:
     from eagle3_conformance.pairs import torch_dtype
     from eagle3_conformance.tools.sglang_cpu.families import runtime_harness
 
-    return _State(c, runtime_harness(pair.target_dir, torch_dtype(c.target.dtype)), prompt_pool(pair.target_dir))
+    return _State(c, runtime_harness(pair.target_dir, torch_dtype(c.serving_dtype)), prompt_pool(pair.target_dir))
 
 
 def first(s: _State) -> Observation:

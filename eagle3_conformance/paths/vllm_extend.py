@@ -38,7 +38,7 @@ def prepare(c, pair):
     from eagle3_conformance.pairs import torch_dtype
     from eagle3_conformance.tools.vllm_cpu.harness import shared_harness
 
-    h = shared_harness(pair.target_dir, pair.draft_dir, torch_dtype(c.target.dtype))
+    h = shared_harness(pair.target_dir, pair.draft_dir, torch_dtype(c.serving_dtype))
     return _State(c, h, tuple(c.engines.vllm.runners), prompt_pool(pair.target_dir))
 
 

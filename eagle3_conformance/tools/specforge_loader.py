@@ -362,8 +362,15 @@ def pad_batch(samples: Sequence[Sequence[int]], masks: Sequence[Sequence[int]]) 
 def write_dataset(out: Path, capture: Callable[[list[int]], Any], samples: Sequence[Sequence[int]],
                   masks: Sequence[Sequence[int]], *, aux: Sequence[str], target: str = "F",
                   dtype: torch.dtype = torch.bfloat16, batch_size: int = 1, compress: Sequence[int] = (),
-                  hs_transform: Optional[Callable] = None, rows_from: Optional[Callable] = None) -> Path:
-    """Write samples in SpecForge 0.2.0's offline layout from a target's forward.
+                  hs_transform: Optional[Callable] = None, rows_from: Optional[Callable] = None,
+                  vocab: Optional[tuple[int, int]] = None) -> Path:
+    """Write samples in SpecForge 0.2.0's offline layout from a target's forward, as
+    ``scripts/prepare_hidden_states.py`` does: a sample whose tensors hold a NaN is not written (its
+    ``_save_tensor_sync``: "NaN found ... Skipping save"; its index stays a gap), and with ``vocab`` the
+    draft vocab mapping is written beside the samples as ``vocab_mapping/vocab_mapping.pt`` by SpecForge's
+    own ``specforge.data.preprocessing.generate_vocab_mapping_file`` (``_generate_shared_vocab_mapping``).
+    The script stores the checkpoint's dtype (``build_target_model``: ``torch_dtype=model_config.dtype``):
+    pass it as ``dtype``.
 
     Args:
         out: the directory to create (refused if it exists).
@@ -375,6 +382,7 @@ def write_dataset(out: Path, capture: Callable[[list[int]], Any], samples: Seque
         batch_size: capture batch size: rows of a batch are padded to its longest
             (:func:`pad_batch`), as SpecForge's capture with ``--batch-size > 1`` does.
         compress: sample indices written as ``.ckpt.gz`` (``--compress``).
+        vocab: ``(target_vocab_size, draft_vocab_size)``: write the vocab mapping (None: none).
         hs_transform / rows_from: fault injection only (see :class:`eagle3_conformance.faults.example.Knobs`):
             ``hs_transform(ref, hs [T, N, d]) -> hs`` on the stacked slots (aux then target),
             ``rows_from(list of hs) -> list`` across samples.
@@ -401,10 +409,25 @@ def write_dataset(out: Path, capture: Callable[[list[int]], Any], samples: Seque
         stacks = rows_from(stacks)
     out.mkdir(parents=True)
     for i, ((ids, mask), hs) in enumerate(zip(rows, stacks)):
-        save_sample(sample_file(out, i, i in compress), {
-            "input_ids": torch.tensor(ids, dtype=torch.long),
-            "loss_mask": torch.tensor(mask, dtype=torch.long),
-            "hidden_state": hs[:, -1].to(dtype).unsqueeze(0).contiguous(),
-            "aux_hidden_state": hs[:, :-1].flatten(1).to(dtype).unsqueeze(0).contiguous(),
-        })
+        record = {"input_ids": torch.tensor(ids, dtype=torch.long), "loss_mask": torch.tensor(mask, dtype=torch.long),
+                  "hidden_state": hs[:, -1].to(dtype).unsqueeze(0).contiguous(),
+                  "aux_hidden_state": hs[:, :-1].flatten(1).to(dtype).unsqueeze(0).contiguous()}
+        if any(t.is_floating_point() and bool(torch.isnan(t).any()) for t in record.values()):
+            continue  # prepare_hidden_states.py _save_tensor_sync skips a record holding a NaN
+        save_sample(sample_file(out, i, i in compress), record)
+    if vocab is not None:
+        _write_vocab_mapping(out, rows, *vocab)
     return out
+
+
+def _write_vocab_mapping(out: Path, rows: list[tuple[list[int], list[int]]], target_vocab: int,
+                         draft_vocab: int) -> Path:
+    """``out/vocab_mapping/vocab_mapping.pt`` by SpecForge's own ``generate_vocab_mapping_file`` over the
+    written rows (token frequency under the loss mask), as prepare_hidden_states.py writes it."""
+    from datasets import Dataset
+    from specforge.data.preprocessing import generate_vocab_mapping_file
+
+    ds = Dataset.from_dict({"input_ids": [r[0] for r in rows], "loss_mask": [r[1] for r in rows]})
+    ds.set_format(type="torch")
+    return Path(generate_vocab_mapping_file(ds, target_vocab, draft_vocab, cache_dir=str(out / "vocab_mapping"),
+                                            cache_key="vocab_mapping"))

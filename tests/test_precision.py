@@ -1,0 +1,245 @@
+"""Production precision (issue 23 item 1): the contract states the dtype hidden states were produced in,
+per path, apart from the checkpoint's; ``init`` derives it by each engine's own ``dtype="auto"`` rule;
+every precision-dependent gate follows it; data whose noise shows a lower precision than declared is
+reported as exactly that (the contract key to change), not as a fault.
+
+Data is written by the project's speculators writer (:func:`eagle3_conformance.datagen.write_speculators_dataset`,
+speculators' own ``build_speculator_training_dataset``) from a bfloat16 forward of the float32 tiny-llama
+target (:class:`eagle3_conformance.reference.ReferenceModel` with ``dtype="bfloat16"``: bf16 weights and
+operands, as a GPU server computes), and judged against the float32 reference.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import contract_with
+
+from eagle3_conformance import gates
+from eagle3_conformance.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = REPO / "contracts" / "tiny-llama.yaml"
+SLOTS = ["B_2", "B_4", "B_5", "B_8"]
+
+
+# --- the contract and the gates ----------------------------------------------------------------
+
+
+def test_gates_follow_the_production_precision_of_the_path_not_the_checkpoint(tiny_contract):
+    c = contract_with(tiny_contract, **{"precision.training": "bfloat16"})  # float32 checkpoint
+    assert c.target.dtype == "float32" and c.serving_dtype == "float32" and c.training_dtype == "bfloat16"
+    # stored training data (Capture.stored) follows precision.training, a serving capture precision.serving
+    assert gates.identity_noise_deg(c, True) == 6.0 and gates.identity_noise_deg(c, False) == 1.0
+    assert gates.row_min_cosine(c, True) == 0.85 and gates.row_min_cosine(c, False) == 0.99
+    assert gates.fp8_max_relative_error(c) == 0.55 and gates.magnitude_max_ratio(c, True) == 3.0
+    # a cross-path comparison is as noisy as its noisier side
+    assert gates.cross_path_min_cosine(c, True, False) == 0.98
+    assert gates.cross_path_min_cosine(c, False, False) == 0.999
+
+
+def test_a_contract_without_the_block_keeps_the_checkpoint_dtype(tiny_contract):
+    assert tiny_contract.precision.training is None and tiny_contract.precision.serving is None
+    assert tiny_contract.training_dtype == tiny_contract.serving_dtype == tiny_contract.target.dtype == "float32"
+    assert gates.row_min_cosine(tiny_contract, True) == 0.99
+
+
+def test_an_unknown_precision_is_refused_naming_the_key(tmp_path):
+    from eagle3_conformance.contract import ContractError, load_contract
+
+    bad = tmp_path / "c.yaml"
+    bad.write_text(TINY.read_text().replace("data_dtype: bfloat16", "precision:\n  serving: half\ndata_dtype: bfloat16"))
+    with pytest.raises(ContractError) as e:
+        load_contract(bad)
+    assert "precision.serving" in str(e.value)
+
+
+def test_serving_paths_run_the_target_in_the_serving_precision():
+    """Every serving path builds its harness with precision.serving, never the checkpoint dtype."""
+    for f in (REPO / "eagle3_conformance" / "paths").glob("*.py"):
+        assert "torch_dtype(c.target.dtype)" not in f.read_text(), f.name
+
+
+# --- init: each engine's own auto rule -------------------------------------------------------------
+
+
+def _pair(tmp: Path, dtype: str, model_type: str = "llama") -> tuple[Path, Path]:
+    (tmp / "t").mkdir()
+    (tmp / "d").mkdir()
+    (tmp / "t" / "config.json").write_text(json.dumps(
+        {"architectures": ["LlamaForCausalLM"], "model_type": model_type, "num_hidden_layers": 8, "hidden_size": 64,
+         "vocab_size": 512, "torch_dtype": dtype}))
+    (tmp / "d" / "config.json").write_text(json.dumps(
+        {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 64,
+         "target_hidden_size": 64, "vocab_size": 512, "draft_vocab_size": 256,
+         "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 4]}}))
+    return tmp / "t", tmp / "d"
+
+
+@pytest.mark.parametrize("engine,dtype,model_type,training,serving", [
+    # vLLM 0.33.0 vllm/config/model.py _resolve_auto_dtype: float32 -> the platform's first dtype (bf16, Ampere+)
+    ("vllm", "float32", "llama", "bfloat16", "bfloat16"),
+    ("vllm", "float16", "llama", "float16", "float16"),
+    # SGLang 0.5.23 srt/configs/model_config.py:2304-2319: float32 -> float16, Gemma -> bfloat16
+    ("sglang", "float32", "llama", "float16", "float16"),
+    ("sglang", "float32", "gemma3_text", "bfloat16", "bfloat16"),
+    ("sglang", "bfloat16", "llama", "bfloat16", "bfloat16"),
+    # SpecForge 0.2.0 prepare_hidden_states.py captures in the checkpoint dtype (build_target_model); served by SGLang
+    ("specforge", "float32", "llama", "float32", "float16"),
+])
+def test_init_derives_the_production_precision_by_the_engines_auto_rule(tmp_path, engine, dtype, model_type,
+                                                                         training, serving):
+    from eagle3_conformance.contract import load_contract
+
+    t, d = _pair(tmp_path, dtype, model_type)
+    o = tmp_path / "c.yaml"
+    assert main(["init", "--target", str(t), "--draft", str(d), "--engine", engine, "-o", str(o)]) == 0
+    c = load_contract(o)
+    assert c.target.dtype == dtype  # the checkpoint's, as written
+    assert (c.precision.training, c.precision.serving) == (training, serving)
+    text = o.read_text()
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("serving:"))
+    assert "dtype=auto" in line and ("vllm" if engine == "vllm" else "sglang") in line.lower()  # the rule, commented
+    floor = next(ln for ln in text.splitlines() if ln.strip().startswith("slot_identity_min_cosine:"))
+    assert f"null = {gates.ROW_MIN_COSINE[training]}" in floor  # the gate comments resolve by the precision
+
+
+def test_the_vllm_stand_in_rule_matches_the_installed_vllm():
+    """The stand-in (vLLM is not installed in the CPU environment) against vLLM's own function where it is."""
+    from eagle3_conformance.authoring.precision import VLLM_RULE_VERSION, vllm_auto_dtype
+
+    vllm = pytest.importorskip("vllm")
+    if vllm.__version__ != VLLM_RULE_VERSION:
+        pytest.skip(f"vLLM {vllm.__version__} installed; the stand-in is for {VLLM_RULE_VERSION}")
+    import torch
+    from vllm.config.model import _resolve_auto_dtype
+
+    for mt in ("llama", "gemma3_text"):
+        for cd in (torch.float32, torch.bfloat16, torch.float16):
+            want = str(_resolve_auto_dtype(mt, cd, is_pooling_model=False)).replace("torch.", "")
+            assert vllm_auto_dtype(mt, str(cd).replace("torch.", "")) == want
+
+
+def test_the_sglang_rule_is_the_installed_sglangs_own():
+    import torch
+    from sglang.srt.configs.model_config import _get_and_verify_dtype
+
+    from eagle3_conformance.authoring.precision import sglang_auto_dtype
+
+    for mt in ("llama", "gemma3_text", "qwen3"):
+        for cd in ("float32", "bfloat16", "float16"):
+            want = _get_and_verify_dtype({"model_type": mt, "dtype": cd}, "auto")
+            assert sglang_auto_dtype({"model_type": mt, "torch_dtype": cd}) == str(want).replace("torch.", "")
+    assert _get_and_verify_dtype({"model_type": "llama", "dtype": "float32"}, "auto") == torch.float16
+
+
+# --- data produced in bfloat16 from a float32 checkpoint ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bf16_data(tiny, tmp_path_factory):
+    from eagle3_conformance.datagen import write_speculators_dataset
+    from eagle3_conformance.fixtures import sample_token_ids
+    from eagle3_conformance.reference import ReferenceModel
+
+    prompts = sample_token_ids(tiny.spec, 12, 16, 32, seed=5)
+    b16 = ReferenceModel(tiny.target_dir, dtype="bfloat16")
+    return write_speculators_dataset(tmp_path_factory.mktemp("bf16") / "ds", b16, prompts, slots=SLOTS)
+
+
+def _check(tmp_path, contract: Path, data: Path, tiny):
+    out = tmp_path / f"r{len(list(tmp_path.glob('r*.json')))}.json"
+    rc = main(["check-data", str(contract), "--data", str(data), "--quiet", "--json", str(out),
+               "--reference", str(tiny.target_dir), "--sample", "12"])
+    return rc, json.loads(out.read_text())
+
+
+def test_bf16_produced_data_conforms_when_the_contract_says_bfloat16(bf16_data, tiny, tmp_path):
+    con = tmp_path / "bf16.yaml"
+    con.write_text(TINY.read_text().replace("data_dtype: bfloat16", "precision:\n  training: bfloat16\ndata_dtype: bfloat16"))
+    rc, doc = _check(tmp_path, con, bf16_data, tiny)
+    assert rc == 0, [f for f in doc["findings"] if f["status"] == "fail"][:3]
+    pp = [f for f in doc["findings"] if f["check"] == "production_precision"]
+    assert pp and all(f["status"] == "pass" for f in pp)
+
+
+def test_bf16_produced_data_under_a_float32_contract_names_the_precision_key(bf16_data, tiny, tmp_path):
+    rc, doc = _check(tmp_path, TINY, bf16_data, tiny)
+    assert rc == 1
+    fails = [f for f in doc["findings"] if f["status"] == "fail"]
+    assert fails and {f["check"] for f in fails} <= {"production_precision", "row_fingerprint", "magnitude",
+                                                     "verifier_identity", "slot_identity", "feature_alignment"}
+    kinds = [d["kind"] for d in doc["diagnoses"]]
+    assert kinds == ["production-precision"], kinds
+    d = doc["diagnoses"][0]
+    assert "precision.training: float32" in d["title"] and any("precision.training: bfloat16" in x for x in d["fix"])
+    assert d["fault"] == ""  # an input problem, not a FAULTS.md kind
+
+
+def test_float32_produced_data_passes_the_precision_check(tiny, tiny_contract, tiny_ref, good_caps):
+    """The fixture's data (float32 forward, stored bf16) is float32 production: never flagged."""
+    from eagle3_conformance.checks import check_production_precision
+
+    fs = [f for cap in good_caps for f in check_production_precision(tiny_contract, cap, tiny_ref.capture(cap.token_ids))]
+    assert fs and all(f.status == "pass" for f in fs), [f.message for f in fs if f.status != "pass"]
+    assert max(f.observed["median_row_angle_deg"] for f in fs) < 0.15
+
+
+def test_rows_of_other_tokens_stay_a_fault_under_the_right_precision(tiny, tiny_contract, tiny_ref, good_caps):
+    """A minority of moved rows in float32 data is K13, not precision: the median angle stays float32's."""
+    import dataclasses
+
+    from eagle3_conformance.checks import run_checks
+    from eagle3_conformance.diagnose import diagnose
+
+    fs = []
+    for cap in good_caps:
+        feat = cap.feature.clone()
+        feat[1] = feat[-1]  # one row of another token (every capture has >= 4 rows)
+        fs += run_checks(tiny_contract, dataclasses.replace(cap, feature=feat), tiny_ref.capture(cap.token_ids))
+    assert all(f.status == "pass" for f in fs if f.check == "production_precision")
+    assert any(f.status == "fail" for f in fs if f.check == "row_fingerprint")
+    kinds = [d.kind for d in diagnose(tiny_contract, fs)]
+    assert kinds and "production-precision" not in kinds, kinds
+
+
+# --- fix hints use the installed tool's own flag (issue 23 item 4) ------------------------------------
+
+
+def test_the_data_generation_hint_names_the_installed_speculators_flag(tiny_contract):
+    """The flag comes from speculators' own parser (0.9.0: --target-layer-ids), never 0.4's --layer-ids."""
+    from speculators.train.config.resolution import build_parser
+
+    from eagle3_conformance.diagnose import _Fixer, translate_ids
+
+    want = next(a.option_strings for a in build_parser()._actions if a.dest == "target_layer_ids")
+    lines = _Fixer(tiny_contract, translate_ids).data_generation(["B_2", "B_4", "B_5"], {})
+    assert want == ["--target-layer-ids"] and "--target-layer-ids 2 4 5 " in lines[0], lines
+    assert " --layer-ids" not in lines[0]
+
+
+# --- the writer numbers shards by the surviving Arrow rows (issue 23 item 5) ----------------------------
+
+
+def test_an_all_zero_mask_row_is_dropped_and_the_shards_stay_in_step(tiny, tiny_contract, tiny_ref, tmp_path):
+    """speculators' own preprocessing drops a row with no supervised token; hs_{i} numbers the surviving
+    Arrow rows, so every shard's token_ids equal its Arrow row's and check-data conforms."""
+    from datasets import load_from_disk
+    from safetensors.torch import load_file
+
+    from eagle3_conformance.datagen import write_speculators_dataset
+    from eagle3_conformance.fixtures import sample_token_ids
+
+    prompts = sample_token_ids(tiny.spec, 5, 8, 16, seed=9)
+    masks = [[1] * len(p) for p in prompts]
+    masks[1] = [0] * len(prompts[1])  # no supervised token: speculators drops this row
+    d = write_speculators_dataset(tmp_path / "ds", tiny_ref, prompts, slots=SLOTS, loss_masks=masks)
+    ds = load_from_disk(str(d))
+    assert len(ds) == 4 and sorted(p.name for p in (d / "hidden_states").iterdir()) == [f"hs_{i}.safetensors" for i in range(4)]
+    for i in range(4):
+        assert load_file(str(d / "hidden_states" / f"hs_{i}.safetensors"))["token_ids"].tolist() == list(ds[i]["input_ids"])
+    out = tmp_path / "r.json"
+    assert main(["check-data", str(TINY), "--data", str(d), "--quiet", "--json", str(out),
+                 "--reference", str(tiny.target_dir)]) == 0
