@@ -13,13 +13,16 @@ The recipe (:data:`RECIPE`):
 1. **Data, with the project's own data path.** Corpus items split by a seeded hash into a held-out
    evaluation set (:func:`eval_prompts`: the acceptance loop's prompts) and the training set.
    Every training item is tokenized with the target's tokenizer (chat items with its chat
-   template, :mod:`eagle3_conformance.corpus`) and cut at ``max_tokens``. With ``regen_tokens`` > 0 each
-   item is also regenerated, as speculators' own data generation does with a serving engine: a
-   prefix of it followed by the target's greedy continuation (HF ``generate``). The recipe has it
-   off (0): at about 7 tokens/s on the busy 2-core machine it would take about 20 minutes. The
-   sequences go through :func:`eagle3_conformance.datagen.write_speculators_dataset` (the target's
-   float32 forward; slots ``B_2, B_15, B_27`` and the verifier slot ``B_30``, speculators 0.9.0
-   format).
+   template, :mod:`eagle3_conformance.corpus`) and cut at ``max_tokens``. With ``regen_tokens`` > 0
+   the target's own greedy continuations are added (:func:`regen_prompts`: each item cut after
+   ``regen_cuts`` tokens, continued for ``regen_tokens``), as speculators' own data generation
+   does with a serving engine. They are shipped as token ids (``regen_file``, written by
+   ``python -m eagle3_conformance.trained_draft --regen``, :func:`regenerate_continuations`):
+   autoregressive generation costs about ten times the teacher-forced capture per token on CPU,
+   and a float32 greedy rerun elsewhere could flip a near-tie. The file's header is checked
+   against the recipe and its sha256 is part of the cache key. The sequences go through
+   :func:`eagle3_conformance.datagen.write_speculators_dataset` (the target's float32 forward;
+   slots ``B_2, B_15, B_27`` and the verifier slot ``B_30``, speculators 0.9.0 format).
 2. **Vocabulary.** Token frequencies over the training sequences, then speculators' own
    ``build_vocab_mappings_from_distribution`` (``train/vocab_mapping.py:74-110``) for a reduced
    draft vocabulary of ``draft_vocab_size`` ids (``d2t`` offsets, ``t2d`` mask).
@@ -60,17 +63,19 @@ RECIPE: dict[str, Any] = {
     "eval_items": 8,                  # held-out corpus items (acceptance prompts)
     "eval_seed": 12,                  # corpus.select seed of the held-out split
     "max_tokens": 256,                # per training sequence
-    "regen_prefix": 24,               # tokens of an item kept before the target's continuation
-    "regen_tokens": 0,                # greedy tokens the target writes after the prefix (0: no regeneration)
+    "regen_file": "fixtures/corpus/smollm2-135m-continuations.json",  # the target's own continuations (shipped)
+    "regen_cuts": [32],               # each training item cut after these many tokens ...
+    "regen_tokens": 64,               # ... and continued greedily by the target for these many
+    "regen_batch": 32,                # prompts per batched generate (left-padded)
     "slots": ["B_2", "B_15", "B_27", "B_30"],
     "sglang_ids": [1, 14, 26],        # SGLang nested ids (llama +1: B_2, B_15, B_27)
     "draft_layers": 1,
     "draft_vocab_size": 4096,
     "total_seq_len": 1024,            # CollateFn packing length (tokens per step)
-    "docs_per_step": 4,
-    "epochs": 10,
+    "docs_per_step": 8,               # about 750 of the 1,024 rows filled (documents average 93 tokens)
+    "epochs": 8,
     "lr": 3e-3,
-    "ttt_steps": 2,
+    "ttt_steps": 3,                   # as many as the loop's k = 3 draft positions
     "ttt_step_loss_decay": 1.0,
     "seed": 0,
 }
@@ -106,6 +111,11 @@ def _spec():
 
 def _digest(recipe: dict[str, Any], corpus_sha: str, spec: dict[str, Any]) -> str:
     blob = json.dumps([recipe, spec["model"], spec["draft"]], sort_keys=True) + corpus_sha + BUILDER_VERSION
+    if recipe.get("regen_tokens"):
+        from eagle3_conformance.corpus import REPO_ROOT
+
+        f = REPO_ROOT / recipe["regen_file"]
+        blob += hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else "missing"
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -169,24 +179,95 @@ def training_sequences(recipe: dict[str, Any], target_dir: Path) -> tuple[list[l
     from eagle3_conformance.reference import load_reference_model
 
     tok = load_tokenizer(target_dir)
-    model = load_reference_model(target_dir).model
     train, _ = split_items(recipe)
-    seqs, masks = [], []
+    seqs = []
     for it in train:
         t = tokenize(it, tok, max_tokens=recipe["max_tokens"])
         if len(t.input_ids) >= 2:
             seqs.append(list(t.input_ids))
-            masks.append([1] * len(t.input_ids))  # the target's own text: every position trains the draft
-        if not recipe["regen_tokens"]:
-            continue
-        prefix = list(t.input_ids[: recipe["regen_prefix"]])
+    if recipe.get("regen_tokens"):
+        seqs += load_continuations(recipe, target_dir)
+    # every row trains the draft: the loss is KL to the target's own logits at that row
+    return seqs, [[1] * len(s) for s in seqs]
+
+
+def regen_prompts(recipe: dict[str, Any], target_dir: Path) -> list[list[int]]:
+    """The prompts the target continues: every training item tokenized (``max_tokens``) and cut
+    after each of ``regen_cuts`` tokens where at least 8 tokens of the item follow the cut."""
+    from eagle3_conformance.corpus import tokenize
+    from eagle3_conformance.fixtures_real import load_tokenizer
+
+    tok = load_tokenizer(target_dir)
+    train, _ = split_items(recipe)
+    out = []
+    for it in train:
+        ids = list(tokenize(it, tok, max_tokens=recipe["max_tokens"]).input_ids)
+        out += [ids[:c] for c in recipe["regen_cuts"] if len(ids) >= c + 8]
+    return out
+
+
+def _regen_header(recipe: dict[str, Any]) -> dict[str, Any]:
+    from eagle3_conformance.corpus import DEFAULT_CORPUS, corpus_digest
+
+    return {"fixture": recipe["fixture"], "corpus_sha256": corpus_digest(DEFAULT_CORPUS),
+            "eval_items": recipe["eval_items"], "eval_seed": recipe["eval_seed"], "max_tokens": recipe["max_tokens"],
+            "regen_cuts": list(recipe["regen_cuts"]), "regen_tokens": recipe["regen_tokens"],
+            "regen_batch": recipe["regen_batch"]}
+
+
+def regenerate_continuations(recipe: dict[str, Any], target_dir: Path, *, log=None) -> dict:
+    """The target's greedy continuations of :func:`regen_prompts` (``regen_tokens`` each; HF
+    ``generate``, float32, left-padded batches of ``regen_batch`` prompts, stable-sorted by length): the JSON
+    written to ``recipe["regen_file"]`` by ``python -m eagle3_conformance.trained_draft --regen``.
+    Greedy in float32: another CPU or thread count can flip a near-tie, which is why the file is
+    shipped and its sha256 is part of the draft's cache key."""
+    from eagle3_conformance import torch_env
+
+    torch_env.prepare()
+    import torch
+    from eagle3_conformance.fixtures_real import load_tokenizer
+    from eagle3_conformance.reference import load_reference_model
+
+    tok = load_tokenizer(target_dir)
+    model = load_reference_model(target_dir).model
+    prompts = sorted(regen_prompts(recipe, target_dir), key=len)
+    batch = recipe["regen_batch"]
+    pad = int(tok.eos_token_id or 0)
+    seqs = []
+    for i in range(0, len(prompts), batch):
+        b = prompts[i:i + batch]
+        n = max(map(len, b))
+        ids = torch.tensor([[pad] * (n - len(p)) + p for p in b])
+        mask = torch.tensor([[0] * (n - len(p)) + [1] * len(p) for p in b])
         with torch.no_grad():
-            out = model.generate(torch.tensor([prefix]), max_new_tokens=recipe["regen_tokens"], do_sample=False,
-                                 num_beams=1, pad_token_id=tok.eos_token_id or 0)
-        full = out[0].tolist()
-        seqs.append(full)
-        masks.append([0] * len(prefix) + [1] * (len(full) - len(prefix)))
-    return seqs, masks
+            out = model.generate(ids, attention_mask=mask, max_new_tokens=recipe["regen_tokens"], do_sample=False,
+                                 num_beams=1, pad_token_id=pad)
+        seqs += [p + row[n:] for p, row in zip(b, out.tolist())]
+        (log or (lambda s: None))(f"continued {len(seqs)}/{len(prompts)} prompts")
+    return {**_regen_header(recipe), "sequences": seqs}
+
+
+def load_continuations(recipe: dict[str, Any], target_dir: Path) -> list[list[int]]:
+    """The shipped continuations (``recipe["regen_file"]``), checked against the recipe and corpus.
+
+    Raises:
+        FixtureError: the file is missing or was made for another recipe or corpus (the message
+            gives the command that rewrites it).
+    """
+    from eagle3_conformance.corpus import REPO_ROOT
+
+    f = REPO_ROOT / recipe["regen_file"]
+    fix = "rewrite it with: python -m eagle3_conformance.trained_draft --regen"
+    try:
+        data = json.loads(f.read_text())
+    except (OSError, ValueError) as e:
+        raise FixtureError(f"{f}: cannot read the target's continuations ({e}); {fix}") from e
+    head = _regen_header(recipe)
+    got = {k: data.get(k) for k in head}
+    if got != head:
+        diff = ", ".join(f"{k}: {got[k]!r} != {head[k]!r}" for k in head if got[k] != head[k])
+        raise FixtureError(f"{f}: made for another recipe or corpus ({diff}); {fix}")
+    return [list(map(int, s)) for s in data["sequences"]]
 
 
 def _sha_dir(d: Path) -> str:
@@ -205,7 +286,7 @@ def _build(recipe, spec, target_dir: Path, corpus_sha: str, out: Path, log) -> d
     from eagle3_conformance.datagen import write_speculators_dataset
     from eagle3_conformance.reference import load_reference_model
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     torch.manual_seed(recipe["seed"])
     seqs, masks = training_sequences(recipe, target_dir)
     t_gen = time.perf_counter() - t0
@@ -228,6 +309,7 @@ def _build(recipe, spec, target_dir: Path, corpus_sha: str, out: Path, log) -> d
         "seed": recipe["seed"],
         "command": "python -m eagle3_conformance.trained_draft  # eagle3_conformance.trained_draft.ensure_trained_draft(RECIPE)",
         "seconds": {"sequences": round(t_gen, 1), "data": round(t_data, 1), "train": round(t_train, 1)},
+        "cpu_seconds": round(time.process_time() - c0, 1), "torch_threads": torch.get_num_threads(),
         "final_train_metrics": final,
         "weights_bytes": weights.stat().st_size,
         "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
@@ -352,5 +434,13 @@ def _export(recipe, spec, model, out: Path) -> Path:
 if __name__ == "__main__":
     import sys
 
+    if sys.argv[1:] == ["--regen"]:
+        from eagle3_conformance.corpus import REPO_ROOT
+        from eagle3_conformance.model_cache import ensure_model
+
+        data = regenerate_continuations(RECIPE, ensure_model(_spec()["model"], "float32"),
+                                        log=lambda s: print(s, file=sys.stderr, flush=True))
+        (REPO_ROOT / RECIPE["regen_file"]).write_text(json.dumps(data, separators=(",", ":")) + "\n")
+        sys.exit(0)
     t = ensure_trained_draft(log=lambda s: print(s, file=sys.stderr, flush=True))
     print(json.dumps({"draft_dir": str(t.draft_dir), **t.info}, indent=1))

@@ -145,3 +145,115 @@ def test_gate_fails_on_a_fault_that_passes_every_shape_check(loop):
         restore(h, loop["d2t"])
     assert len(h.captured_boundaries) == 3 and caps[0].feature.shape[-1] == c.capture.feature_width
     assert caps[0].fc_ran
+
+
+# ------------------------------------------------- issue 26: intervals, per-position, estimate
+
+
+def _row(name, per_prompt, errors=()):
+    from eagle3_conformance.faults.acceptance import Row
+
+    steps = sum(s for _, s in per_prompt)
+    mean = sum(t for t, _ in per_prompt) / steps if steps else None
+    return Row(name, "", (), "", mean, None, True, 1, list(errors), 0.0, per_prompt=list(per_prompt))
+
+
+def test_a_fault_inside_the_noise_is_not_beaten_and_one_outside_is():
+    from eagle3_conformance.faults.acceptance import FREE, add_intervals, not_beaten
+
+    good = _row("correct pair", [(20 + i, 10) for i in range(8)])
+    far = _row("embedding-prepended", [(11, 10)] * 8)
+    near = _row("slots-swapped", [(20 + i + (3 if i % 2 else -3), 10) for i in range(8)])
+    free = _row(next(iter(FREE)), [(30, 10)] * 8)
+    crash = _row("last-slot-unreachable", [(0, 0)] * 8, errors=["RuntimeError: fc"])
+    rows = [good, far, near, free, crash]
+    add_intervals(rows)
+    assert far.vs_correct[0] > 0 and near.vs_correct[0] <= 0 < near.vs_correct[1]
+    assert good.interval[0] < good.mean_accept_length < good.interval[1]
+    assert not_beaten(rows) == ["slots-swapped"]
+    assert "with a verify step" in crash.interval_note
+
+
+def test_too_few_prompts_for_an_interval_is_said_and_means_decide():
+    from eagle3_conformance.faults.acceptance import add_intervals, not_beaten
+
+    rows = [_row("correct pair", [(20, 10)] * 3), _row("slots-swapped", [(21, 10)] * 3)]
+    add_intervals(rows)
+    assert rows[0].interval is None and "at least 5" in rows[0].interval_note
+    assert not_beaten(rows) == ["slots-swapped"]
+
+
+def test_accept_gate_reports_per_position_acceptance_from_the_histogram():
+    from eagle3_conformance.acceptance_stats import per_position
+
+    c = load_contract(SMOL)
+    hist = [2, 3, 3, 2]
+    fact = {"spec_accept_length": 2.2, "spec_correct_drafts_histogram": hist,
+            "per_position_acceptance": per_position(hist, 3)}
+    [f] = check_accept_length(c, fact, path="cpu-accept")
+    assert f.observed == 2.2 and f.status == ("pass" if 2.2 >= c.gates.min_accept_length else "fail")
+    assert "per-position acceptance [0.8, 0.5, 0.2]" in f.where and "[2, 3, 3, 2]" in f.where
+    assert f.where.startswith("cpu-accept: mean tokens per verify step")
+
+
+@pytest.mark.slow
+def test_estimate_refuses_a_draft_that_does_not_fit_the_data(loop, tmp_path, capsys):
+    """Exit 2 naming the mismatch: data with two aux slots for a three-slot draft; a draft whose
+    d2t says 2,048 draft ids while its t2d and head say 4,096."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from eagle3_conformance.cli import main
+    from eagle3_conformance.datagen import write_speculators_dataset
+
+    td = loop["td"]
+    data = tmp_path / "two-slots"
+    write_speculators_dataset(data, loop["ref"], [list(range(100, 120))], slots=["B_2", "B_15", "B_30"],
+                              dtype="float32")
+    args = ["accept-estimate", "--draft", str(td.draft_dir), "--target", str(td.target_dir), "--data", str(data)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "1152-wide aux rows (2 slots of 576)" in err and "reads 1728 (3 slots)" in err
+    bad = tmp_path / "draft"
+    shutil.copytree(td.draft_dir, bad)
+    sd = load_file(str(bad / "model.safetensors"))
+    sd["d2t"], sd["t2d"] = sd["d2t"][:2048].clone(), sd["t2d"].clone()
+    save_file(sd, str(bad / "model.safetensors"))
+    assert main(["accept-estimate", "--draft", str(bad), "--target", str(td.target_dir), "--data", str(data)]) == 2
+    err = capsys.readouterr().err
+    assert "the draft vocabulary does not fit: d2t 2048, t2d ids set 4096, lm_head.weight rows 4096" in err
+
+
+@pytest.mark.slow
+def test_estimate_tracks_the_loop_and_names_a_faulty_decode_path(loop):
+    """The draft alone on stored data (speculators' forward) against the loop on the same tokens;
+    with the deepest slot post-norm on decode only, the decode path's tensors are named."""
+    from eagle3_conformance.acceptance_attribution import compare
+    from eagle3_conformance.faults.acceptance import _post_norm_deepest
+    from eagle3_conformance.tools.sglang_cpu.spec_loop import LoopKnobs
+
+    td, prompts = loop["td"], loop["prompts"]
+    good = compare(td, prompts, k=3, max_new=16)
+    loop_al = good["loop"]["mean_accept_length"]
+    ests = good["estimates"]
+    assert abs(ests["training"]["mean_accept_length"] - loop_al) < 0.5
+    # the same tokens on the three paths: float32 everywhere, the estimates agree
+    assert abs(ests["sglang-extend"]["mean_accept_length"] - ests["training"]["mean_accept_length"]) < 0.05
+    assert not good["findings"]
+    bad = compare(td, prompts, k=3, max_new=16, knobs_fn=lambda h: LoopKnobs(decode_hidden=_post_norm_deepest(h)))
+    names = [f["path"] for f in bad["findings"]]
+    assert names == ["sglang-decode"], bad["findings"]
+    assert "at least 5" in bad["findings"][0]["note"]  # two prompts: no interval, said
+
+
+def test_shipped_continuations_fit_the_recipe_and_another_recipe_is_refused(tmp_path):
+    from eagle3_conformance.fixture_base import FixtureError
+    from eagle3_conformance.trained_draft import RECIPE, load_continuations
+
+    seqs = load_continuations(RECIPE, None)
+    assert len(seqs) == 73 and all(len(s) == RECIPE["regen_cuts"][0] + RECIPE["regen_tokens"] for s in seqs)
+    with pytest.raises(FixtureError, match=r"made for another recipe or corpus \(regen_cuts: \[32\] != \[16\]\).*--regen"):
+        load_continuations({**RECIPE, "regen_cuts": [16]}, None)
+    with pytest.raises(FixtureError, match="cannot read the target's continuations"):
+        load_continuations({**RECIPE, "regen_file": str(tmp_path / "missing.json")}, None)

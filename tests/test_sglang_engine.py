@@ -226,3 +226,19 @@ def test_acceptance_figures_follow_sglangs_definition():
     assert f["spec_accept_length"] == 62 / 50  # completion tokens / verify steps (SGLANG_CPU_ENGINE.md section 3)
     assert f["spec_correct_drafts_histogram"] == [41, 8, 1]
     assert f["per_position_acceptance"] == [9 / 50, 1 / 50]
+
+
+def test_main_job_judges_every_partial_acceptance_and_each_requests_ends(monkeypatch):
+    import torch
+
+    from eagle3_conformance.capture import Capture
+    from eagle3_conformance.paths.sglang_engine import judged_decode
+
+    def cap(r, acc):
+        return Capture("sglang-engine", "", torch.zeros(1, dtype=torch.long), torch.zeros(1, 1), torch.zeros(1),
+                       provenance={"request": r, "accepted": acc})
+    caps = [cap(0, 1), cap(0, 1), cap(0, 3), cap(0, 1), cap(0, 1), cap(1, 1), cap(1, 2), cap(1, 1)]
+    got = judged_decode(caps)
+    assert [next(i for i, x in enumerate(caps) if x is c) for c in got] == [0, 2, 4, 5, 6, 7]
+    monkeypatch.setenv("CONFORMANCE_ENGINE_ALL_DECODE", "1")
+    assert judged_decode(caps) == caps

@@ -51,20 +51,23 @@ def check_accept_length(c: Contract, avg_accept_length: Optional[float], path: s
     symptom most field reports had (FAULTS.md); it gates, it does not diagnose.
 
     Args:
-        avg_accept_length: the measured mean (>= 1), None when nothing was measured, or (sglang-engine)
-            ``captures.accept_figures``: SGLang's counters, per-position acceptance in the locator.
+        avg_accept_length: the measured mean (>= 1), None when nothing was measured, or a mapping
+            with ``spec_accept_length``, ``spec_correct_drafts_histogram`` and
+            ``per_position_acceptance`` (sglang-engine: ``captures.accept_figures``, SGLang's counters;
+            cpu-accept: the loop's, :mod:`eagle3_conformance.acceptance_stats`): per-position
+            acceptance in the locator.
         path: the path that measured it: ``sglang-engine`` (a real engine's server info, GPU) or
             ``cpu-accept`` (the greedy speculative loop on the SGLang CPU harness).
     """
     detail = ""
-    if isinstance(avg_accept_length, dict):  # sglang-engine: SGLang's own meta_info counters
+    if isinstance(avg_accept_length, dict):  # SGLang's meta_info counters, or the cpu-accept loop's same figures
         per_pos = avg_accept_length.get("per_position_acceptance") or []
         detail = (f"; per-position acceptance {[round(x, 3) for x in per_pos]} from spec_correct_drafts_histogram "
                   f"{avg_accept_length.get('spec_correct_drafts_histogram')}")
         avg_accept_length = avg_accept_length.get("spec_accept_length")
     floor = c.gates.min_accept_length
     where = ("sglang.Engine meta_info: completion_tokens / spec_verify_ct" + detail) if path == "sglang-engine" \
-        else f"{path}: mean tokens per verify step"
+        else f"{path}: mean tokens per verify step" + detail
     if floor is None:
         return [Finding("accept_length", "skip", path, None, None, avg_accept_length, where,
                         "the contract sets no gates.min_accept_length: acceptance not gated", "")]

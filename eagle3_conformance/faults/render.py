@@ -86,13 +86,47 @@ def render_acceptance(t: dict[str, Any], console=None) -> None:
     s = t["setup"]
     tab = Table(title=f"accept length per fault: SmolLM2-135M + trained EAGLE-3 draft, {s['prompts']} held-out "
                       f"prompts x {s['max_new_tokens']} tokens, k = {s['num_draft_tokens']} (CPU, SGLang classes)")
-    for col in ("fault", "kind", "accept length", "acceptance", "lossless", "fc ran", "caught by (kill matrix)"):
+    for col in ("fault", "kind", "accept length [95% CI]", "correct - fault [95% CI]", "acceptance",
+                "per position 1..k", "lossless", "fc ran", "caught by (kill matrix)"):
         tab.add_column(col)
     for r in t["rows"]:
         acc = _fmt(r.mean_accept_length, ".2f") if not r.errors else f"crash ({r.errors[0][:60]})"
-        tab.add_row(r.name, r.kind, acc, _fmt(r.acceptance_rate, ".0%"),
+        if r.interval is not None and not r.errors:
+            acc += f" [{r.interval[0]:.2f}, {r.interval[1]:.2f}]"
+        diff = "-" if r.vs_correct is None else f"[{r.vs_correct[0]:+.2f}, {r.vs_correct[1]:+.2f}]"
+        tab.add_row(r.name, r.kind, acc, diff, _fmt(r.acceptance_rate, ".0%"),
+                    " ".join(f"{p:.2f}" for p in r.per_position) or "-",
                     "-" if r.lossless is None else ("yes" if r.lossless else "NO"),
                     "yes" if r.fc_calls else "no", ", ".join(r.checks))
     con.print(tab)
+    good = t["rows"][0]
+    if good.histogram:
+        con.print(f"correct pair: correct-drafts histogram (steps with 0..k drafts accepted) {good.histogram}")
+    from eagle3_conformance.faults.acceptance import FREE
+
+    for name, why in FREE.items():
+        con.print(f"expected to cost nothing: {name}: {why}")
     for name, why in t["not_measured"].items():
         con.print(f"not measured: {name}: {why}")
+
+
+def render_estimate(est: dict[str, Any], console=None) -> None:
+    """Loop vs engine-free estimate per draft position, per path, correct and with the decode-only
+    fault; then the attribution findings."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = console or Console()
+    for label, r in (("correct wiring", est["correct"]), (est["fault_name"], est["fault"])):
+        tab = Table(title=f"acceptance per draft position, {label}: the loop (SGLang classes) and the estimate "
+                          f"(draft only, teacher-forced) on each path's tensors, {r['prompts']} prompts")
+        for col in ("measured by", "mean accept length", *[f"position {i + 1}" for i in range(r["num_draft_tokens"])]):
+            tab.add_column(col)
+        rows = [("loop", r["loop"])] + [(f"estimate: {p}", e) for p, e in r["estimates"].items()]
+        for name, e in rows:
+            tab.add_row(name, f"{e['mean_accept_length']:.3f}", *[f"{p:.1%}" for p in e["per_position"]])
+        con.print(tab)
+        for f in r["findings"]:
+            con.print(f"[red]path costs acceptance[/red]: {f['message']}")
+        if not r["findings"]:
+            con.print("no path's tensors cost acceptance against the training loader's")

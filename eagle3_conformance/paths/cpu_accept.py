@@ -62,7 +62,12 @@ def first(s: _State) -> Observation:
         res = speculative_decode(h, prompts, num_draft_tokens=NUM_DRAFT_TOKENS, max_new_tokens=new)
     finally:
         h.close()
-    return Observation(facts={"avg_accept_length": res.mean_accept_length})
+    from eagle3_conformance.acceptance_stats import per_position
+
+    hist = res.correct_drafts_histogram if res.verify_steps else []
+    fact = {"spec_accept_length": res.mean_accept_length, "spec_correct_drafts_histogram": hist,
+            "per_position_acceptance": per_position(hist, NUM_DRAFT_TOKENS) if hist else []}
+    return Observation(facts={"avg_accept_length": fact})
 
 
 PATH = Path(

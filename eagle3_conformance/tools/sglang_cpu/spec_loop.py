@@ -131,6 +131,20 @@ class SpecResult:
     def errors(self) -> list[str]:
         return [r.error for r in self.runs if r.error]
 
+    @property
+    def correct_drafts_histogram(self) -> list[int]:
+        """``k + 1`` counts: verify steps with ``j`` drafts accepted (SGLang's
+        ``spec_correct_drafts_histogram``, summed over prompts;
+        :mod:`eagle3_conformance.acceptance_stats`)."""
+        from eagle3_conformance.acceptance_stats import correct_drafts_histogram
+
+        return correct_drafts_histogram([a for r in self.runs for a in r.accept_lengths], self.num_draft_tokens)
+
+    @property
+    def per_prompt(self) -> list[tuple[int, int]]:
+        """Per prompt ``(sum of accept lengths, verify steps)``: the bootstrap's unit."""
+        return [(sum(r.accept_lengths), len(r.accept_lengths)) for r in self.runs]
+
 
 def speculative_decode(h, prompts: list[list[int]], *, num_draft_tokens: int = 3, max_new_tokens: int = 32,
                        knobs: LoopKnobs = LoopKnobs()) -> SpecResult:

@@ -138,13 +138,12 @@ def accept_figures(outputs: list[dict]) -> dict[str, Any]:
     """
     comp = sum(int(o["meta_info"].get("completion_tokens", 0)) for o in outputs)
     verify = sum(int(o["meta_info"].get("spec_verify_ct", 0)) for o in outputs)
-    hist: list[int] = []
-    for o in outputs:
-        for j, c in enumerate(o["meta_info"].get("spec_correct_drafts_histogram") or []):
-            hist += [0] * (j + 1 - len(hist))
-            hist[j] += int(c)
-    steps = sum(hist)
-    per_pos = [sum(hist[j:]) / steps for j in range(1, len(hist))] if steps else []
+    from eagle3_conformance.acceptance_stats import merge_histograms, per_position
+
+    hist = merge_histograms([o["meta_info"].get("spec_correct_drafts_histogram") or [] for o in outputs])
+    # SGLang grows the histogram on demand: positions up to the largest count seen (the same function
+    # gives the cpu-accept loop's figures)
+    per_pos = per_position(hist, len(hist) - 1) if len(hist) > 1 and sum(hist) else []
     return {"spec_accept_length": comp / verify if verify else None,
             "per_request": [o["meta_info"].get("spec_accept_length") for o in outputs],
             "spec_correct_drafts_histogram": hist, "per_position_acceptance": per_pos,
