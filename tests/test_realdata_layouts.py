@@ -80,3 +80,17 @@ def test_a_nan_sample_that_was_written_is_named(sf_real, tmp_path, tiny_ref):
     bad = [f for f in json.loads(out.read_text())["findings"] if f["status"] == "fail"]
     assert bad and all("data_2.ckpt" in f["where"] for f in bad if f["check"] == "finite"), bad[:2]
     assert any(f["check"] == "finite" for f in bad)
+
+
+def test_the_projects_reader_names_what_it_does_not_read(sf_real, tmp_path):
+    """A speculators-format contract reads the directory with the project's reader (.pt/.ckpt): the
+    .ckpt.gz sample and the vocab mapping are named as not read, never read as samples or skipped silently."""
+    out = tmp_path / "f.json"
+    main(["check-offline", str(REPO / "contracts" / "tiny-llama.yaml"), "--files", str(sf_real), "--quiet",
+          "--json", str(out)])
+    doc = json.loads(out.read_text())
+    avail = [f for f in doc["findings"] if f["check"] == "sample_available"]
+    assert not any("vocab_mapping" in f["where"] for f in avail)
+    skipped = [f for f in doc["findings"] if f["check"] == "data_files" and f["status"] == "skip"]
+    assert len(skipped) == 1 and "data_1.ckpt.gz" in skipped[0]["message"]
+    assert "vocab_mapping/vocab_mapping.pt" in skipped[0]["message"]

@@ -114,6 +114,10 @@ def run(args) -> int:
         loader = LOADER + " (weights_only)"
     else:
         findings += offline_findings(c, files, ref_dir)
+        if Path(args.files).is_dir():
+            from eagle3_conformance.tools.specforge_layout import unread_finding
+
+            findings += unread_finding(Path(args.files), files)
         if any(f.suffix == ".safetensors" for f in files):
             loader = "vLLM .safetensors: safetensors.safe_open" + (
                 "; .pt/.ckpt: torch.load(weights_only=True)" if any(f.suffix != ".safetensors" for f in files) else "")

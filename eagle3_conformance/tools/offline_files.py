@@ -70,7 +70,10 @@ def find_files(spec: str | Path) -> list[Path]:
     """
     p = Path(spec)
     if p.is_dir():
-        files = [q for q in p.rglob("*") if q.suffix in SUFFIXES and q.is_file()]
+        # SpecForge's vocab_mapping/vocab_mapping.pt is no sample (prepare_hidden_states.py writes it beside them);
+        # tools.specforge_layout lists it as skipped
+        files = [q for q in p.rglob("*") if q.suffix in SUFFIXES and q.is_file()
+                 and "vocab_mapping" not in q.relative_to(p).parts[:-1]]
         if not files:
             raise OfflineFilesError(f"{p}: no *.pt or *.ckpt files in this directory")
     elif p.is_file():

@@ -63,3 +63,19 @@ def layout_finding(d: Path, n_samples: int) -> Finding:
     return Finding("data_files", "skip", "data", None, "*.ckpt / *.ckpt.gz", f"{len(others)} other entries", str(d),
                    f"{n_samples} samples read; {len(others)} entries are not samples and were not read: {listed}",
                    "K13")
+
+
+def unread_finding(d: Path, read: list[Path]) -> list[Finding]:
+    """For the project's own reader (a contract whose ``training.tool`` is not specforge): one skipped
+    ``data_files`` finding naming the SpecForge samples (``.ckpt.gz``) and the vocab mapping it did not
+    read, so that nothing is skipped silently; nothing when it read everything."""
+    done = {q.resolve() for q in read}
+    left = [p.relative_to(d).as_posix() for p in sorted(d.rglob("*"))
+            if p.is_file() and p.resolve() not in done
+            and (p.name.endswith(".ckpt.gz") or "vocab_mapping" in p.relative_to(d).parts[:-1])]
+    if not left:
+        return []
+    shown = ", ".join(left[:8]) + (f" and {len(left) - 8} more" if len(left) > 8 else "")
+    return [Finding("data_files", "skip", "data", None, "every sample read", f"{len(left)} not read", str(d),
+                    f"{len(left)} files were not read: {shown} (.ckpt.gz samples and SpecForge's vocab mapping are "
+                    "read through SpecForge's own chain, for a contract with training.tool: specforge)", "K13")]
