@@ -148,10 +148,12 @@ def test_internal_errors_say_so(monkeypatch, capsys):
 def test_shard_file_findings_pure():
     names = ["hs_0.safetensors", "hs_2.safetensors", "hs_3.safetensors", "hs_01.safetensors", "notes.txt"]
     fs = datacheck.shard_file_findings(names, 3)
-    assert all(f.path == "data" and f.status == "fail" for f in fs)
-    by = {f.where: f.message for f in fs}
+    assert all(f.path == "data" for f in fs)
+    assert [f.status for f in fs].count("skip") == 1 and fs[-1].status == "skip"
+    by = {f.where: f.message for f in fs if f.status == "fail"}
     assert "hs_3.safetensors has no Arrow row: index 3 >= 3" in by["hidden_states/hs_3.safetensors"]
-    assert "stray" in by["hidden_states/notes.txt"] and "stray" in by["hidden_states/hs_01.safetensors"]
+    assert "stray" in by["hidden_states/hs_01.safetensors"] and "hidden_states/notes.txt" not in by
+    assert "notes.txt" in fs[-1].message and "not read" in fs[-1].message
     assert "1 of 3 shards are missing" in by["hidden_states"] and "hs_1.safetensors" in by["hidden_states"]
     ok = datacheck.shard_file_findings([f"hs_{i}.safetensors" for i in range(4)], 4)
     assert [f.status for f in ok] == ["pass"]
@@ -260,7 +262,8 @@ def _check_data(d, tiny, out):
 
 @pytest.mark.parametrize("mutate,where,words", [
     (lambda d: shutil.copy(_shard(d, 1), _shard(d, 12)), "hidden_states/hs_12.safetensors", "has no Arrow row"),
-    (lambda d: (d / "hidden_states" / "notes.txt").write_text("x"), "hidden_states/notes.txt", "stray"),
+    (lambda d: shutil.copy(_shard(d, 1), d / "hidden_states" / "hs_01.safetensors"),
+     "hidden_states/hs_01.safetensors", "stray"),
     (lambda d: _shard(d, 5).unlink(), "hidden_states", "1 of 12 shards are missing"),
 ], ids=["extra_shard", "stray_file", "missing_shard"])
 def test_dataset_level_shard_findings_in_check_data(mutate, where, words, data, tiny, tmp_path, capsys):
@@ -271,6 +274,19 @@ def test_dataset_level_shard_findings_in_check_data(mutate, where, words, data, 
     fs = json.loads(out.read_text())["findings"]
     hit = [f for f in fs if f["check"] == "shard_files" and f["status"] == "fail"]
     assert len(hit) == 1 and hit[0]["path"] == "data" and hit[0]["where"] == where and words in hit[0]["message"]
+
+
+def test_stray_non_shard_files_in_hidden_states_are_skipped_not_failed(data, tiny, tmp_path, capsys):
+    """A ``.lock`` (or notes) beside the shards is listed as skipped, like the vLLM layout's
+    ``data_files``; it is not data, so the run passes (exit 0), and it is never opened."""
+    (data / "hidden_states" / ".lock").write_text("")
+    (data / "hidden_states" / "NOTES.txt").write_text("x")
+    out = tmp_path / "r.json"
+    rc = main(["check-data", str(TINY), "--data", str(data), "--no-reference", "--json", str(out), "--quiet"])
+    assert rc == 0
+    fs = [f for f in json.loads(out.read_text())["findings"] if f["check"] == "shard_files"]
+    assert [f["status"] for f in fs] == ["pass", "skip"]
+    assert ".lock" in fs[1]["message"] and "NOTES.txt" in fs[1]["message"] and fs[1]["path"] == "data"
 
 
 def test_check_data_with_every_shard_missing_exit_2(data, tiny, tmp_path, capsys):
