@@ -478,6 +478,25 @@ def test_check_offline_and_merge_never_overwrite_inputs(tiny, tmp_path, capsys):
     assert _hash(a) == ha
 
 
+def test_merge_reports_refuses_an_existing_out_unless_force(tiny, tmp_path, capsys):
+    """`merge-reports s0.json s1.json` (OUT forgotten) must not destroy the part report s0.json."""
+    base = ["check-data", str(TINY), "--data", str(tiny.data_dir), "--no-reference", "--quiet"]
+    s0, s1 = tmp_path / "s0.json", tmp_path / "s1.json"
+    assert main([*base, "--shard", "0/2", "--json", str(s0)]) == 0
+    assert main([*base, "--shard", "1/2", "--json", str(s1)]) == 0
+    h0 = _hash(s0)
+    capsys.readouterr()
+    assert main(["merge-reports", str(s0), str(s1)]) == 2
+    err = capsys.readouterr().err
+    assert "exists" in err and "--force" in err and "Traceback" not in err
+    assert _hash(s0) == h0
+    m = tmp_path / "m.json"
+    m.write_text("old")
+    assert main(["merge-reports", str(m), str(s0), str(s1), "--quiet"]) == 2 and m.read_text() == "old"
+    assert main(["merge-reports", str(m), str(s0), str(s1), "--quiet", "--force"]) == 0
+    assert json.loads(m.read_text())["meta"]["complete"] is True
+
+
 # --- arguments that used to be accepted silently ----------------------------------------------------
 
 
