@@ -170,9 +170,10 @@ def choose_engine(engine: Optional[str], dr: DraftFacts) -> tuple[str, str, Opti
     implies when that is unambiguous.
 
     Raises:
-        UsageError: no engine named and none implied, or an unknown engine.
+        UsageError: no engine named and none implied, an unknown engine, or a version that is
+            malformed or whose rule is not known (:func:`eagle3_conformance.engine_ids.check_tool_version`).
     """
-    from eagle3_conformance.engine_ids import installed_sglang_version
+    from eagle3_conformance.engine_ids import TranslationError, check_tool_version, installed_sglang_version
 
     inferred = ""
     if engine is None:
@@ -192,7 +193,12 @@ def choose_engine(engine: Optional[str], dr: DraftFacts) -> tuple[str, str, Opti
     tool = tool.strip().lower()
     if tool not in ENGINES:
         raise UsageError(f"--engine {engine!r}: expected sglang[==X.Y.Z], vllm, speculators or specforge")
-    return engine, tool, version.strip() or None, inferred
+    version = version.strip() or None
+    try:
+        check_tool_version(tool, version)
+    except TranslationError as e:
+        raise UsageError(f"--engine {engine}: {e}") from None
+    return engine, tool, version, inferred
 
 
 def _sglang_capture(engine: str, version: Optional[str], inferred: str, t: TargetFacts, dr: DraftFacts,
