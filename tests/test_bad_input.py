@@ -140,6 +140,15 @@ def test_internal_errors_say_so(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "internal error" in err and "simulated bug" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+    # the program is eagle3-conformance (the old name `conformance` is gone from what users read)
+    assert err.startswith("eagle3-conformance: internal error (a bug in eagle3-conformance,"), err
+
+
+def test_bad_input_errors_name_the_program(tmp_path, capsys):
+    assert main(["validate", str(tmp_path / "missing.yaml")]) == 2
+    assert main(["merge-reports", str(tmp_path / "m.json"), str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err and all(ln.startswith("eagle3-conformance: error:") for ln in err), err
 
 
 # --- datasets -----------------------------------------------------------------------------------

@@ -60,6 +60,6 @@ def main(argv: Optional[list[str]] = None) -> int:
             error(f"{args.command}: {why}")
             return EXIT_BAD_INPUT
         msg = " ".join(str(e).split())[:500]
-        print(f"conformance: internal error (a bug in conformance, or an input it does not recognise): "
+        print(f"eagle3-conformance: internal error (a bug in eagle3-conformance, or an input it does not recognise): "
               f"{type(e).__name__}: {msg} (run with --debug for a traceback)", file=sys.stderr)
         return EXIT_BAD_INPUT
