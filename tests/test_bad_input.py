@@ -571,3 +571,25 @@ def test_init_with_a_missing_model_at_the_root_names_it(tmp_path, capsys):
                  str(tmp_path / "c.yaml")]) == 2
     err = capsys.readouterr().err
     assert "no such" in err and "lies inside" not in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("argv", [["schema"], ["translate", str(TINY), "--to", "vllm"]],
+                         ids=["large_output", "small_output"])
+def test_a_closed_stdout_ends_quietly_like_sigpipe(argv):
+    """`eagle3-conformance ... | head -c 10`: the reader goes away; no "internal error", no
+    BrokenPipeError at the exit flush, exit 141 (128 + SIGPIPE) as a shell reports for such a tool."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before the first write: deterministic, whatever the pipe buffer
+    try:
+        p = subprocess.run([sys.executable, "-m", "eagle3_conformance.cli", *argv], stdout=w,
+                           stderr=subprocess.PIPE, env=env, timeout=120)
+    finally:
+        os.close(w)
+    err = p.stderr.decode()
+    assert p.returncode == 141, err
+    assert "internal error" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err
