@@ -593,3 +593,24 @@ def test_a_closed_stdout_ends_quietly_like_sigpipe(argv):
     err = p.stderr.decode()
     assert p.returncode == 141, err
     assert "internal error" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err
+
+
+def test_validate_refuses_a_fifo_instead_of_hanging(tmp_path, capsys):
+    """`mkfifo ff; eagle3-conformance validate ff` waited forever for a writer."""
+    import os
+
+    import signal
+
+    def hung(*_):
+        raise TimeoutError("validate blocked on the FIFO")
+
+    ff = tmp_path / "ff"
+    os.mkfifo(ff)
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)  # a regression fails the test instead of hanging the suite
+    try:
+        assert main(["validate", str(ff)]) == 2
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert "not a regular file" in capsys.readouterr().out
