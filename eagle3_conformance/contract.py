@@ -754,11 +754,14 @@ def load_contract(path: str | Path, *, known_fixture: bool = False) -> Contract:
     """Load a contract file (read-only). ``known_fixture``: see :func:`parse_contract`.
 
     Raises:
-        ContractError: the file is missing or unreadable, or any problem listed in
-            :func:`parse_contract`.
+        ContractError: the file is missing, unreadable or not a regular file (a FIFO would block
+            the read), or any problem listed in :func:`parse_contract`.
     """
     p = Path(path)
     try:
+        if p.exists() and not p.is_file() and not p.is_dir():  # a directory keeps its own message
+            raise ContractError(str(p), [Problem((), "not a regular file (a FIFO, socket or device): refusing to "
+                                                     "read it, as reading could wait forever")])
         if p.is_file() and p.stat().st_size > MAX_CONTRACT_BYTES * 4:
             raise ContractError(str(p), [Problem((), f"{p.stat().st_size} bytes; a contract is at most "
                                                      f"{MAX_CONTRACT_BYTES} (is this a contract file?)")])

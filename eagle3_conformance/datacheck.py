@@ -6,8 +6,9 @@ stopping the run:
 
 - :func:`shard_file_findings`: the files in ``hidden_states/`` against the number of Arrow rows
   (speculators 0.9.0 names shard ``i`` ``hs_{i}.safetensors``, ``i`` being the Arrow row;
-  docs/REFERENCE.md section 5.1). Extra shards (``i >= rows``), stray files and missing
-  shards are dataset-level findings with path ``"data"``.
+  docs/REFERENCE.md section 5.1). Extra shards (``i >= rows``), misnamed ``*.safetensors``
+  files and missing shards are dataset-level failures with path ``"data"``; other entries (a
+  ``.lock``, notes) are listed in one skipped finding.
 - :func:`sample_length_findings`, :func:`token_range_findings`: a sample with no tokens, one
   with a single token (nothing survives the one-token shift), token ids outside the target
   vocabulary (which no reference forward can run on).
@@ -46,14 +47,20 @@ def shard_file_findings(names: Iterable[str], num_rows: int, shard_dir: str = SH
 
     Returns:
         One ``shard_files`` finding (path ``"data"``) per extra shard (``hs_{i}`` with
-        ``i >= num_rows``) and per stray entry, one summarising missing shards, or a single pass.
+        ``i >= num_rows``) and per misnamed ``*.safetensors`` file, one summarising missing shards,
+        or a single pass; plus one skip listing the entries that are not ``*.safetensors`` (a
+        ``.lock``, notes, a subdirectory: never opened, as in the vLLM layout's ``data_files``).
     """
     names = sorted(set(names))
     present: set[int] = set()
     out: list[Finding] = []
     expected = f"hs_0..hs_{num_rows - 1}.safetensors" if num_rows else "no shards (no Arrow rows)"
+    others: list[str] = []
     for name in names:
         m = SHARD_RE.match(name)
+        if m is None and not name.endswith(".safetensors"):
+            others.append(name)  # a lock file, notes, a subdirectory: not data, listed, never opened
+            continue
         if m is None:
             out.append(Finding("shard_files", "fail", DATA_PATH, None, expected, name, f"{shard_dir}/{name}",
                                f"{shard_dir}/{name} is not a hs_{{i}}.safetensors shard (stray file)", "K13"))
@@ -73,6 +80,11 @@ def shard_file_findings(names: Iterable[str], num_rows: int, shard_dir: str = SH
     if not out:
         out.append(Finding("shard_files", "pass", DATA_PATH, None, expected, f"{len(present)} shards", shard_dir,
                            f"{shard_dir}/ holds exactly one shard per Arrow row ({num_rows})", "K13"))
+    if others:
+        out.append(Finding("shard_files", "skip", DATA_PATH, None, "hs_{i}.safetensors only",
+                           f"{len(others)} other entries", shard_dir,
+                           f"{shard_dir}/ also holds {len(others)} entries that are not shards, not read: "
+                           f"{_names(others)}", "K13"))
     return out
 
 

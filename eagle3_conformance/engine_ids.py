@@ -354,6 +354,38 @@ def _check_tool(tool: str) -> None:
         raise TranslationError(f"unknown tool {tool!r}; expected one of {', '.join(TOOLS)}")
 
 
+# The releases whose id rule this tool knows without asking an installed copy (REFERENCE.md 5.3:
+# speculators 0.3/0.4 output-of ids, boundary ids from 0.5 to 0.9.0, the pinned release; REFERENCE.md
+# 6: SpecForge 0.2.0, the PyPI wheel). SGLang's range is checked by :func:`sglang_rule`, vLLM's by
+# asking the installed code (:mod:`eagle3_conformance.tools.vllm_cpu.ids`).
+_KNOWN_RELEASES = {"speculators": ((0, 3), (0, 9, 0), "0.3.0 to 0.9.0"),
+                   "specforge": ((0, 2, 0), (0, 2, 0), "0.2.0")}
+
+
+def check_tool_version(tool: str, version: Optional[str]) -> None:
+    """Refuse a release the tool cannot speak for, before any rule is applied.
+
+    Args:
+        tool: one of :data:`TOOLS`.
+        version: the release asked for (``"0.9.0"``); None: the tool's default, always accepted.
+
+    Raises:
+        TranslationError: ``version`` is not a PEP 440 version, or (speculators, SpecForge) it is
+            outside the releases whose rule is recorded; the message names the known ones.
+    """
+    if version is None:
+        return
+    vk = _vkey(version)
+    known = _KNOWN_RELEASES.get(tool)
+    if known is None:
+        return
+    lo, hi, words = known
+    pad = lambda k: k + (0,) * (3 - len(k))  # noqa: E731 - (0, 9) == (0, 9, 0)
+    if not pad(lo) <= pad(vk) <= pad(hi):
+        raise TranslationError(f"{tool} {version}: no id rule is known for this release (known: {words}; "
+                               "docs/REFERENCE.md)")
+
+
 def boundaries_to_tool(tool: str, boundaries: Sequence[Boundary | str], num_layers: int, *,
                        architecture: str = "LlamaForCausalLM", version: Optional[str] = None,
                        verifier: Boundary | str | None = None,
@@ -375,6 +407,7 @@ def boundaries_to_tool(tool: str, boundaries: Sequence[Boundary | str], num_laye
             id, K != 3 for SpecForge, F as speculators' verifier), or no rule is known.
     """
     _check_tool(tool)
+    check_tool_version(tool, version)
     bs = [Boundary.parse(b) for b in boundaries]
     L = num_layers
     if any(b.final for b in bs):
@@ -495,9 +528,6 @@ def _to_specforge(bs: list[Boundary], L: int, *, architecture: str, version: Opt
                   allow_embedding: bool) -> ToolIds:
     """SpecForge: exactly 3 output-of ids under the nested key."""
     names = [str(b) for b in bs]
-    if version and version != "0.2.0":
-        raise TranslationError(f"specforge {version}: only the rule of 0.2.0 (the PyPI wheel, /work/shared/"
-                               "ECOSYSTEM.md 1.3) is known")
     if len(bs) != 3:
         raise TranslationError(f"SpecForge requires exactly 3 ids (resolve_eagle_capture_layers, "
                                f"specforge/algorithms/model_providers.py:188-210); the contract has {len(bs)}")
@@ -564,6 +594,7 @@ def tool_to_boundaries(tool: str, ids: Optional[Sequence[int]], num_layers: int,
             :meth:`SGLangRule.boundaries`), or an unknown tool.
     """
     _check_tool(tool)
+    check_tool_version(tool, version)
     L = num_layers
     if tool == "sglang":
         return sglang_rule(architecture, version).boundaries(L, ids, allow_embedding=allow_embedding)

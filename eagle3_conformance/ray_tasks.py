@@ -333,7 +333,7 @@ def _warn_not_started(parts: list[str]) -> None:
         free = {k: v for k, v in ray.available_resources().items() if k == "CPU" or not k.startswith("node:")}
     except Exception:  # the cluster went away: ray.wait reports it
         free = {}
-    print(f"conformance: after {START_WARN_S:.0f} s, the Ray task(s) of {', '.join(parts)} have checked no sample "
+    print(f"eagle3-conformance: after {START_WARN_S:.0f} s, the Ray task(s) of {', '.join(parts)} have checked no sample "
           f"yet: waiting for a free CPU on the cluster (available now: {free or 'none'}), or a first sample that "
           "takes long; still waiting (Ctrl-C stops)", file=sys.stderr, flush=True)
 

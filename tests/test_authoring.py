@@ -523,3 +523,29 @@ def test_init_refuses_an_unknown_future_sglang_release(tiny, tmp_path, capsys):
                "-o", str(tmp_path / "c.yaml")])
     assert rc == 2 and "newer than 0.5.23" in capsys.readouterr().err
     assert not (tmp_path / "c.yaml").exists()
+
+
+@pytest.mark.parametrize("engine,words", [
+    ("specforge==9.9.9", "known: 0.2.0"), ("specforge==abc", "not a version"),
+    ("speculators==7.0", "known: 0.3.0 to 0.9.0"), ("speculators==xyz", "not a version"),
+    ("vllm==abc", "not a version"),
+])
+def test_init_refuses_malformed_and_unknown_tool_versions(engine, words, tiny, tmp_path, capsys):
+    """A version the tool has no rule for is refused (exit 2, naming the known ones), never
+    written into the contract as if it had been checked."""
+    rc = main(["init", "--target", str(tiny.target_dir), "--draft", str(tiny.draft_dir), "--engine", engine,
+               "-o", str(tmp_path / "c.yaml")])
+    err = capsys.readouterr().err
+    assert rc == 2 and words in err and engine in err, err
+    assert not (tmp_path / "c.yaml").exists()
+
+
+@pytest.mark.parametrize("to,version,words", [
+    ("speculators", "7.0", "known: 0.3.0 to 0.9.0"), ("specforge", "abc", "not a version"),
+    ("specforge", "0.3.0", "known: 0.2.0"),
+])
+def test_translate_refuses_unknown_tool_versions_like_init(to, version, words, capsys):
+    tiny = Path(__file__).resolve().parents[1] / "contracts" / "tiny-llama.yaml"
+    assert main(["translate", str(tiny), "--to", to, "--engine-version", version]) == 2
+    assert words in capsys.readouterr().err
+    assert main(["translate", str(tiny), "--to", "speculators", "--engine-version", "0.9.0"]) == 0

@@ -140,6 +140,15 @@ def test_internal_errors_say_so(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "internal error" in err and "simulated bug" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+    # the program is eagle3-conformance (the old name `conformance` is gone from what users read)
+    assert err.startswith("eagle3-conformance: internal error (a bug in eagle3-conformance,"), err
+
+
+def test_bad_input_errors_name_the_program(tmp_path, capsys):
+    assert main(["validate", str(tmp_path / "missing.yaml")]) == 2
+    assert main(["merge-reports", str(tmp_path / "m.json"), str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err and all(ln.startswith("eagle3-conformance: error:") for ln in err), err
 
 
 # --- datasets -----------------------------------------------------------------------------------
@@ -148,10 +157,12 @@ def test_internal_errors_say_so(monkeypatch, capsys):
 def test_shard_file_findings_pure():
     names = ["hs_0.safetensors", "hs_2.safetensors", "hs_3.safetensors", "hs_01.safetensors", "notes.txt"]
     fs = datacheck.shard_file_findings(names, 3)
-    assert all(f.path == "data" and f.status == "fail" for f in fs)
-    by = {f.where: f.message for f in fs}
+    assert all(f.path == "data" for f in fs)
+    assert [f.status for f in fs].count("skip") == 1 and fs[-1].status == "skip"
+    by = {f.where: f.message for f in fs if f.status == "fail"}
     assert "hs_3.safetensors has no Arrow row: index 3 >= 3" in by["hidden_states/hs_3.safetensors"]
-    assert "stray" in by["hidden_states/notes.txt"] and "stray" in by["hidden_states/hs_01.safetensors"]
+    assert "stray" in by["hidden_states/hs_01.safetensors"] and "hidden_states/notes.txt" not in by
+    assert "notes.txt" in fs[-1].message and "not read" in fs[-1].message
     assert "1 of 3 shards are missing" in by["hidden_states"] and "hs_1.safetensors" in by["hidden_states"]
     ok = datacheck.shard_file_findings([f"hs_{i}.safetensors" for i in range(4)], 4)
     assert [f.status for f in ok] == ["pass"]
@@ -260,7 +271,8 @@ def _check_data(d, tiny, out):
 
 @pytest.mark.parametrize("mutate,where,words", [
     (lambda d: shutil.copy(_shard(d, 1), _shard(d, 12)), "hidden_states/hs_12.safetensors", "has no Arrow row"),
-    (lambda d: (d / "hidden_states" / "notes.txt").write_text("x"), "hidden_states/notes.txt", "stray"),
+    (lambda d: shutil.copy(_shard(d, 1), d / "hidden_states" / "hs_01.safetensors"),
+     "hidden_states/hs_01.safetensors", "stray"),
     (lambda d: _shard(d, 5).unlink(), "hidden_states", "1 of 12 shards are missing"),
 ], ids=["extra_shard", "stray_file", "missing_shard"])
 def test_dataset_level_shard_findings_in_check_data(mutate, where, words, data, tiny, tmp_path, capsys):
@@ -271,6 +283,19 @@ def test_dataset_level_shard_findings_in_check_data(mutate, where, words, data, 
     fs = json.loads(out.read_text())["findings"]
     hit = [f for f in fs if f["check"] == "shard_files" and f["status"] == "fail"]
     assert len(hit) == 1 and hit[0]["path"] == "data" and hit[0]["where"] == where and words in hit[0]["message"]
+
+
+def test_stray_non_shard_files_in_hidden_states_are_skipped_not_failed(data, tiny, tmp_path, capsys):
+    """A ``.lock`` (or notes) beside the shards is listed as skipped, like the vLLM layout's
+    ``data_files``; it is not data, so the run passes (exit 0), and it is never opened."""
+    (data / "hidden_states" / ".lock").write_text("")
+    (data / "hidden_states" / "NOTES.txt").write_text("x")
+    out = tmp_path / "r.json"
+    rc = main(["check-data", str(TINY), "--data", str(data), "--no-reference", "--json", str(out), "--quiet"])
+    assert rc == 0
+    fs = [f for f in json.loads(out.read_text())["findings"] if f["check"] == "shard_files"]
+    assert [f["status"] for f in fs] == ["pass", "skip"]
+    assert ".lock" in fs[1]["message"] and "NOTES.txt" in fs[1]["message"] and fs[1]["path"] == "data"
 
 
 def test_check_data_with_every_shard_missing_exit_2(data, tiny, tmp_path, capsys):
@@ -462,6 +487,25 @@ def test_check_offline_and_merge_never_overwrite_inputs(tiny, tmp_path, capsys):
     assert _hash(a) == ha
 
 
+def test_merge_reports_refuses_an_existing_out_unless_force(tiny, tmp_path, capsys):
+    """`merge-reports s0.json s1.json` (OUT forgotten) must not destroy the part report s0.json."""
+    base = ["check-data", str(TINY), "--data", str(tiny.data_dir), "--no-reference", "--quiet"]
+    s0, s1 = tmp_path / "s0.json", tmp_path / "s1.json"
+    assert main([*base, "--shard", "0/2", "--json", str(s0)]) == 0
+    assert main([*base, "--shard", "1/2", "--json", str(s1)]) == 0
+    h0 = _hash(s0)
+    capsys.readouterr()
+    assert main(["merge-reports", str(s0), str(s1)]) == 2
+    err = capsys.readouterr().err
+    assert "exists" in err and "--force" in err and "Traceback" not in err
+    assert _hash(s0) == h0
+    m = tmp_path / "m.json"
+    m.write_text("old")
+    assert main(["merge-reports", str(m), str(s0), str(s1), "--quiet"]) == 2 and m.read_text() == "old"
+    assert main(["merge-reports", str(m), str(s0), str(s1), "--quiet", "--force"]) == 0
+    assert json.loads(m.read_text())["meta"]["complete"] is True
+
+
 # --- arguments that used to be accepted silently ----------------------------------------------------
 
 
@@ -527,3 +571,46 @@ def test_init_with_a_missing_model_at_the_root_names_it(tmp_path, capsys):
                  str(tmp_path / "c.yaml")]) == 2
     err = capsys.readouterr().err
     assert "no such" in err and "lies inside" not in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("argv", [["schema"], ["translate", str(TINY), "--to", "vllm"]],
+                         ids=["large_output", "small_output"])
+def test_a_closed_stdout_ends_quietly_like_sigpipe(argv):
+    """`eagle3-conformance ... | head -c 10`: the reader goes away; no "internal error", no
+    BrokenPipeError at the exit flush, exit 141 (128 + SIGPIPE) as a shell reports for such a tool."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before the first write: deterministic, whatever the pipe buffer
+    try:
+        p = subprocess.run([sys.executable, "-m", "eagle3_conformance.cli", *argv], stdout=w,
+                           stderr=subprocess.PIPE, env=env, timeout=120)
+    finally:
+        os.close(w)
+    err = p.stderr.decode()
+    assert p.returncode == 141, err
+    assert "internal error" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err
+
+
+def test_validate_refuses_a_fifo_instead_of_hanging(tmp_path, capsys):
+    """`mkfifo ff; eagle3-conformance validate ff` waited forever for a writer."""
+    import os
+
+    import signal
+
+    def hung(*_):
+        raise TimeoutError("validate blocked on the FIFO")
+
+    ff = tmp_path / "ff"
+    os.mkfifo(ff)
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)  # a regression fails the test instead of hanging the suite
+    try:
+        assert main(["validate", str(ff)]) == 2
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert "not a regular file" in capsys.readouterr().out

@@ -141,7 +141,7 @@ def test_damaged_dataset(spec, pristine, tmp_path_factory, capsys):
     else:
         assert rc in (1, 2), (f.name, spec, out.err)
     if rc == 2:
-        assert out.err.startswith("conformance: error:") and len(out.err.strip().splitlines()) == 1
+        assert out.err.startswith("eagle3-conformance: error:") and len(out.err.strip().splitlines()) == 1
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -188,6 +188,14 @@ def test_nan_rows_and_short_samples(tmp_path, tiny, tiny_ref, samples, capsys):
     assert ln["sample 2 (c_one.pt)"]["status"] == "skip"
 
 
+def test_an_empty_directory_names_every_format_check_offline_reads(tmp_path, capsys):
+    """The message listed only *.pt / *.ckpt though vLLM's *.safetensors are read too."""
+    (tmp_path / "empty").mkdir()
+    assert main(["check-offline", str(TINY), "--files", str(tmp_path / "empty"), "--no-reference"]) == 2
+    err = capsys.readouterr().err
+    assert all(w in err for w in ("*.pt", "*.ckpt", "*.ckpt.gz", "*.safetensors")), err
+
+
 def test_no_files_and_bad_reference_exit_2(tmp_path, tiny, tiny_ref, samples, capsys):
     assert main(["check-offline", str(TINY), "--files", str(tmp_path / "nothing-*.pt")]) == 2
     assert "no file matches" in capsys.readouterr().err

@@ -243,3 +243,18 @@ def test_an_all_zero_mask_row_is_dropped_and_the_shards_stay_in_step(tiny, tiny_
     out = tmp_path / "r.json"
     assert main(["check-data", str(TINY), "--data", str(d), "--quiet", "--json", str(out),
                  "--reference", str(tiny.target_dir)]) == 0
+
+
+@pytest.mark.parametrize("inst,version,words", [
+    (None, None, "SGLang is not installed, so its dtype=auto rule cannot be asked"),
+    ("0.5.23", "0.5.12", "SGLang 0.5.12 is not the installed release (0.5.23), so"),
+])
+def test_precision_comment_without_the_asked_sglang_is_a_clean_sentence(monkeypatch, inst, version, words):
+    """A core-only install wrote `SGLang ? is not installed (installed: None)` into the contract."""
+    import eagle3_conformance.engine_ids as ei
+    from eagle3_conformance.authoring import precision
+
+    monkeypatch.setattr(ei, "installed_sglang_version", lambda: inst)
+    got = precision._sglang({"torch_dtype": "bfloat16", "model_type": "llama"}, version)
+    text = got.why
+    assert words in text and "None" not in text and " ? " not in text, text

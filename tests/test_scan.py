@@ -354,7 +354,7 @@ def test_merge_missing_shard_is_a_failed_finding(tiny, tmp_path, capsys):
     assert len(miss) == 1 and miss[0]["status"] == "fail" and miss[0]["path"] == "data"
     assert "1/3" in miss[0]["message"] and "2/3" in miss[0]["message"] and "\n" not in miss[0]["message"]
     assert merged["meta"]["shards_missing"] == ["1/3", "2/3"] and merged["meta"]["complete"] is False
-    assert main(["merge-reports", str(out), str(a), "--quiet", "--allow-missing"]) == 0
+    assert main(["merge-reports", str(out), str(a), "--quiet", "--allow-missing", "--force"]) == 0
     merged = json.loads(out.read_text())
     assert [f["status"] for f in merged["findings"] if f["check"] == "shards_complete"] == ["skip"]
 
@@ -536,7 +536,7 @@ def test_merge_refuses_parts_of_different_datasets_of_one_size(tiny, other_same_
         doc = json.loads(p.read_text())
         del doc["meta"]["dataset_identity"]
         p.write_text(json.dumps(doc))
-    assert main(["merge-reports", str(out), str(a), str(b), "--quiet"]) == 0
+    assert main(["merge-reports", str(out), str(a), str(b), "--quiet", "--force"]) == 0
 
 
 def test_dataset_identity_of_vllm_files_is_names_and_sizes_not_the_path(tiny, tmp_path):

@@ -302,3 +302,30 @@ def test_a_capture_says_what_it_is():
         if m != "eagle3_conformance.findings" and 'startswith("training' in text:
             bad.append(m)
     assert bad == []
+
+
+def _docstring_ids(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            for st in body:  # module/class/function docstrings and attribute docstrings
+                if isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant) and isinstance(st.value.value, str):
+                    out.add(id(st.value))
+    return out
+
+
+def test_user_facing_strings_cite_the_projects_docs_not_the_build_machines_notes():
+    """Messages cited /work/shared/ECOSYSTEM.md, a file users do not have; they cite docs/ instead."""
+    bad = []
+    for f in sorted(PKG.rglob("*.py")):
+        tree = ast.parse(f.read_text())
+        docs = _docstring_ids(tree)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+                    and any(k in node.value for k in ("/work/shared", "shared/ECOSYSTEM", "shared/SGLANG_CPU"))):
+                bad.append(f"{f.relative_to(REPO)}:{node.lineno}: {node.value[:80]!r}")
+    assert not bad, bad
+    for doc in ("README.md", *(p.relative_to(REPO) for p in (REPO / "docs").glob("*.md"))):
+        text = (REPO / doc).read_text()
+        assert "../shared/" not in text and "/work/shared" not in text, doc

@@ -295,3 +295,35 @@ def test_cli_stays_importable_without_the_released_package():
     r = subprocess.run([sys.executable, "-c", "import eagle3_conformance.cli.upgrade_check as m; print(m.__doc__[:10])"],
                        capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_missing_release_names_the_nearest_few_not_pips_whole_list():
+    from eagle3_conformance.released.fetch import _nearest
+
+    versions = ", ".join([f"0.4.{i}" for i in range(10)] + [f"0.5.{i}" for i in range(24)])
+    pip = ("ERROR: Could not find a version that satisfies the requirement sglang==0.5.99 "
+           f"(from versions: {versions})")
+    got = _nearest("0.5.99", pip)
+    assert got == "; nearest releases: 0.5.20, 0.5.21, 0.5.22, 0.5.23 (of 34)", got
+    assert _nearest("0.4.5", pip) == "; nearest releases: 0.4.3, 0.4.4, 0.4.6, 0.4.7 (of 34)"
+    assert _nearest("1.0", "ERROR: No matching distribution found for x==1.0") == ""
+
+
+def test_text_report_says_none_in_words_and_counts_contracts_in_the_singular():
+    """User text never shows Python's None ("ids read: None") nor "(1 contracts"."""
+    from types import SimpleNamespace as NS
+
+    from eagle3_conformance.cli.upgrade_check import plain
+
+    steps = {"extend": NS(boundaries=["B_2"]), "verify/decode": NS(boundaries=["B_2"])}
+    caps = [NS(status="ok", column=col, steps=steps, ids_read=ids, error=None)
+            for col, ids in (("vllm==0.33.0 (v1)", [1]), ("vllm==0.33.0 (v2)", None))]
+    ch = NS(step="extend", slot=0, from_boundary="B_1", to_boundary="B_2", from_id=[1], to_id=None,
+            from_rule="a", to_rule="b")
+    v = NS(base="v1", to="v2", status="different tensors", reason="", changes=[ch])
+    r = NS(error=None, name="n", method="eagle3", architecture="LlamaForCausalLM", num_hidden_layers=4,
+           contract="c.yaml", captures=caps, verdicts=[v])
+    rep = NS(baseline="v1", candidates=["v2"], contracts=[r], seconds=0.1, sources=[], exit_code=1)
+    text = plain(rep)
+    assert "(1 contract," in text and "None" not in text, text
+    assert "ids read: none" in text and "draft-config id [1] -> none" in text

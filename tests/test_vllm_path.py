@@ -307,3 +307,32 @@ def test_real_smollm2_on_vllm_runners():
     assert [f for f in v2 if f.check == "slot_identity" and f.status == "pass"]
     assert not [f for f in v2 if f.status == "fail"], [f.message for f in v2 if f.status == "fail"]
     assert _fails(fs, "slot_identity", "v1") and _fails(fs, "engine_mapping", "v1")
+
+
+@needs_vllm
+def test_init_vllm_without_a_version_refuses_a_draft_the_runners_read_differently(sglang_pair, tmp_path, capsys):
+    """`init --engine vllm` (no version) on the SGLang draft (ids only under eagle_config): the
+    installed vLLM's runners disagree (V1 reads the nested ids, V2 ignores them), so init refuses as
+    it does with a pinned version instead of writing V1's reading."""
+    from eagle3_conformance.cli import main
+
+    _, spair = sglang_pair
+    out = tmp_path / "d.yaml"
+    assert main(["init", "--target", str(spair.target_dir), "--draft", str(spair.draft_dir),
+                 "--engine", "vllm", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "model runners capture different boundaries" in err and "v2 ['B_2', 'B_4', 'B_5']" in err, err
+    assert not out.exists()
+
+
+def test_init_vllm_without_vllm_installed_warns_on_nested_only_ids(sglang_pair, tmp_path, monkeypatch):
+    """With no vLLM to ask, the unpinned reading is written with a warning that it is unchecked."""
+    import eagle3_conformance.installed as inst
+    from eagle3_conformance.cli import main
+
+    real = inst.installed_version
+    monkeypatch.setattr(inst, "installed_version", lambda d: None if d == "vllm" else real(d))
+    _, spair = sglang_pair
+    with pytest.warns(UserWarning, match="vLLM is not installed.*v1 and v2 runners differ"):
+        assert main(["init", "--target", str(spair.target_dir), "--draft", str(spair.draft_dir),
+                     "--engine", "vllm", "-o", str(tmp_path / "d.yaml")]) == 0

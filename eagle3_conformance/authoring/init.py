@@ -170,9 +170,10 @@ def choose_engine(engine: Optional[str], dr: DraftFacts) -> tuple[str, str, Opti
     implies when that is unambiguous.
 
     Raises:
-        UsageError: no engine named and none implied, or an unknown engine.
+        UsageError: no engine named and none implied, an unknown engine, or a version that is
+            malformed or whose rule is not known (:func:`eagle3_conformance.engine_ids.check_tool_version`).
     """
-    from eagle3_conformance.engine_ids import installed_sglang_version
+    from eagle3_conformance.engine_ids import TranslationError, check_tool_version, installed_sglang_version
 
     inferred = ""
     if engine is None:
@@ -192,7 +193,12 @@ def choose_engine(engine: Optional[str], dr: DraftFacts) -> tuple[str, str, Opti
     tool = tool.strip().lower()
     if tool not in ENGINES:
         raise UsageError(f"--engine {engine!r}: expected sglang[==X.Y.Z], vllm, speculators or specforge")
-    return engine, tool, version.strip() or None, inferred
+    version = version.strip() or None
+    try:
+        check_tool_version(tool, version)
+    except TranslationError as e:
+        raise UsageError(f"--engine {engine}: {e}") from None
+    return engine, tool, version, inferred
 
 
 def _sglang_capture(engine: str, version: Optional[str], inferred: str, t: TargetFacts, dr: DraftFacts,
@@ -258,20 +264,17 @@ def _tool_capture(engine: str, tool: str, version: Optional[str], inferred: str,
     return CaptureFacts(engine, tool, version, inferred, ids, loc, bds, src, rule)
 
 
-def _vllm_capture(engine: str, version: str, inferred: str, t: TargetFacts, dr: DraftFacts) -> CaptureFacts:
-    """What vLLM ``version`` captures for the draft config, asked of the installed vLLM's code for
-    each model runner (:func:`eagle3_conformance.tools.vllm_cpu.ids.read_draft`).
+def _vllm_readings(engine: str, version: str, t: TargetFacts, dr: DraftFacts) -> dict:
+    """Each vLLM ``version`` model runner's reading of the draft config (asked of the installed code).
 
     Raises:
-        DataError: the runners capture different boundaries (the message names both and the fix),
-            or vLLM's config loader rejects the draft config.
+        DataError: the runners capture different boundaries, or vLLM's loader rejects the config.
         UsageError: vLLM ``version`` is not the installed release (or none is installed).
     """
     import json
 
-    from eagle3_conformance.engine_ids import SGLANG_KEY, TOP_KEY
-    from eagle3_conformance.notation import Boundary
-    from eagle3_conformance.tools.vllm_cpu.ids import READERS, RUNNERS, VLLMNotAsked, read_draft
+    from eagle3_conformance.engine_ids import TOP_KEY
+    from eagle3_conformance.tools.vllm_cpu.ids import RUNNERS, VLLMNotAsked, read_draft
 
     try:
         cfg = json.loads(dr.file.read_text())
@@ -285,6 +288,44 @@ def _vllm_capture(engine: str, version: str, inferred: str, t: TargetFacts, dr: 
         raise DataError(f"{dr.file}: vLLM {version}'s model runners capture different boundaries for this draft: "
                         + "; ".join(f"{r} {list(b)} (reads {rd[r].config_ids})" for r, b in got.items())
                         + f". Write the ids at the top-level {TOP_KEY}, which both read first")
+    return rd
+
+
+def _vllm_unpinned_nested(engine: str, t: TargetFacts, dr: DraftFacts) -> None:
+    """``--engine vllm`` with no version and ids only under ``eagle_config``: vLLM's model runners
+    may read that key differently (0.33.0: v1 and v2 do), so the installed vLLM is asked as for a
+    pinned version; with none installed a warning says the reading is unchecked.
+
+    Raises:
+        DataError: the installed vLLM's runners capture different boundaries for this draft.
+    """
+    import warnings
+
+    from eagle3_conformance.installed import installed_version
+
+    inst = installed_version("vllm")
+    if inst is not None:
+        _vllm_readings(engine, inst, t, dr)
+        return
+    warnings.warn(f"{dr.file}: ids only under eagle_config and vLLM is not installed: whether every vLLM "
+                  "model runner reads them cannot be asked (vLLM 0.33.0's v1 and v2 runners differ); write "
+                  "the ids at the top level too, or install vLLM and pin --engine vllm==X.Y.Z", stacklevel=2)
+
+
+def _vllm_capture(engine: str, version: str, inferred: str, t: TargetFacts, dr: DraftFacts) -> CaptureFacts:
+    """What vLLM ``version`` captures for the draft config, asked of the installed vLLM's code for
+    each model runner (:func:`eagle3_conformance.tools.vllm_cpu.ids.read_draft`).
+
+    Raises:
+        DataError: the runners capture different boundaries (the message names both and the fix),
+            or vLLM's config loader rejects the draft config.
+        UsageError: vLLM ``version`` is not the installed release (or none is installed).
+    """
+    from eagle3_conformance.engine_ids import SGLANG_KEY, TOP_KEY
+    from eagle3_conformance.notation import Boundary
+    from eagle3_conformance.tools.vllm_cpu.ids import READERS, RUNNERS
+
+    rd = _vllm_readings(engine, version, t, dr)
     r0 = rd[RUNNERS[0]]
     if not r0.uses_aux:
         raise DataError(f"{dr.file}: eagle_config.use_aux_hidden_state is false: vLLM hands the draft F, not aux states")
@@ -313,6 +354,8 @@ def capture_of(engine: str, tool: str, version: Optional[str], inferred: str, t:
             return _sglang_capture(engine, version, inferred, t, dr, allow_embedding)
         if tool == "vllm" and version:
             return _vllm_capture(engine, version, inferred, t, dr)
+        if tool == "vllm" and dr.top is None and dr.nested is not None:
+            _vllm_unpinned_nested(engine, t, dr)
         return _tool_capture(engine, tool, version, inferred, t, dr, allow_embedding)
     except TranslationError as e:
         raise DataError(f"{dr.file}: {e}") from None

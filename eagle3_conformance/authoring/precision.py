@@ -108,8 +108,10 @@ def _sglang(cfg: dict, version: Optional[str]) -> Produced:
     if inst is None or (version and version != inst):
         # not the release asked for: its rule cannot be asked; say so rather than guess
         d = cd if cd in _NAMES and cd != "float32" else "float16"
-        return Produced(d, f"SGLang {version or '?'} is not installed (installed: {inst}); its dtype=auto rule as in "
-                           f"0.5.23 assumed (float32 -> float16, Gemma bfloat16): check it")
+        what = (f"SGLang {version} is not the installed release ({inst})" if inst and version else
+                f"SGLang {version + ' ' if version else ''}is not installed")
+        return Produced(d, f"{what}, so its dtype=auto rule cannot be asked; the 0.5.23 rule is assumed "
+                           "(float32 -> float16, Gemma bfloat16): check it")
     d = sglang_auto_dtype(cfg)
     if cd in (None, "float32"):
         return Produced(d, f"SGLang {inst} dtype=auto serves a {cd or 'float32 (none written)'} checkpoint in {d} "

@@ -18,7 +18,8 @@ def check_engine_mapping(c: Contract, cap: Capture) -> list[Finding]:
     want = [str(b) for b in c.aux]
     ok = list(cap.engine_boundaries) == want
     return [finding("engine_mapping", "pass" if ok else "fail", cap, None, want, list(cap.engine_boundaries),
-                    f"engine ids {cap.engine_ids} -> {list(cap.engine_boundaries)}"
+                    f"engine ids {'none (its defaults)' if cap.engine_ids is None else cap.engine_ids} -> "
+                    f"{list(cap.engine_boundaries)}"
                     + ("" if ok else f"; contract says {want}"), "K1")]
 
 

@@ -33,6 +33,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+EXIT_SIGPIPE = 128 + 13  # what a shell reports for a process ended by SIGPIPE (`... | head`)
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (``| head``): stop quietly, as a tool ended by SIGPIPE does.
+    Further output goes to /dev/null so the interpreter's exit flush raises nothing (the recipe in
+    the Python docs, library/signal.rst "Note on SIGPIPE")."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (captured in tests)
+        pass
+    return EXIT_SIGPIPE
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -44,7 +61,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         error(str(e))
         return EXIT_BAD_INPUT
     try:
-        return int(args.func(args))
+        rc = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit flush
+        return rc
+    except BrokenPipeError:
+        return _stdout_closed()
     except InputError as e:
         error(str(e))
         return EXIT_BAD_INPUT
@@ -60,6 +81,6 @@ def main(argv: Optional[list[str]] = None) -> int:
             error(f"{args.command}: {why}")
             return EXIT_BAD_INPUT
         msg = " ".join(str(e).split())[:500]
-        print(f"conformance: internal error (a bug in conformance, or an input it does not recognise): "
+        print(f"eagle3-conformance: internal error (a bug in eagle3-conformance, or an input it does not recognise): "
               f"{type(e).__name__}: {msg} (run with --debug for a traceback)", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -134,11 +134,11 @@ def run(args) -> int:
             if wrong:
                 for line, _ in wrong:
                     error(line)
-                print(f"conformance: calibrate refused: the slots of {data} are not the boundaries "
+                print(f"eagle3-conformance: calibrate refused: the slots of {data} are not the boundaries "
                       f"{args.contract} declares, so their norms would calibrate the wrong layers; no file written",
                       file=sys.stderr)
                 for gate in dict.fromkeys(g for _, g in wrong):
-                    print("conformance: " + _gate_line(c, gate), file=sys.stderr)
+                    print("eagle3-conformance: " + _gate_line(c, gate), file=sys.stderr)
                 return EXIT_VIOLATIONS
         else:
             con.print(f"[yellow]warning: slot identity not verified: no reference model (give --reference "

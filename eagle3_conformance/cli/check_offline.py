@@ -84,6 +84,9 @@ def run(args) -> int:
                 files += find_vllm_files(args.files)
             except DataError as e:
                 errs.append(e)
+        if not files and Path(args.files).is_dir():
+            raise DataError(f"{args.files}: no offline sample files in this directory (check-offline reads "
+                            "speculators *.pt, SpecForge *.ckpt / *.ckpt.gz and vLLM extraction *.safetensors)")
         if not files:
             raise errs[0]
     ref_dir: Optional[Path] = resolve_reference(c, args)

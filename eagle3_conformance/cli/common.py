@@ -29,8 +29,8 @@ def exit_code(findings) -> int:
 
 
 def error(message: str) -> None:
-    """Print ``conformance: error: MESSAGE`` on stderr (the one-line form of every bad input)."""
-    print(f"conformance: error: {message}", file=sys.stderr)
+    """Print ``eagle3-conformance: error: MESSAGE`` on stderr (the one-line form of every bad input)."""
+    print(f"eagle3-conformance: error: {message}", file=sys.stderr)
 
 
 def console():

@@ -39,6 +39,11 @@ def run(args) -> int:
     return report.exit_code
 
 
+def _id(ids) -> str:
+    """Ids as users read them: ``none`` (no key in the draft config, the defaults apply), never ``None``."""
+    return "none" if ids is None else str(ids)
+
+
 def _boundaries(cap, step: str) -> str:
     if cap.status != "ok":
         return f"[{cap.status}]"
@@ -67,7 +72,7 @@ def _changes(changes) -> list[str]:
     out, rules = [], []
     for step, ch in _merged(changes):
         out.append(f"    {step} slot {ch.slot}: {ch.from_boundary or '(none)'} -> {ch.to_boundary or '(none)'}"
-                   f" (draft-config id {ch.from_id} -> {ch.to_id})")
+                   f" (draft-config id {_id(ch.from_id)} -> {_id(ch.to_id)})")
         if (ch.from_rule, ch.to_rule) not in rules:
             rules.append((ch.from_rule, ch.to_rule))
     for a, b in rules:
@@ -78,7 +83,7 @@ def _changes(changes) -> list[str]:
 def plain(report) -> str:
     """The report as text: per contract, each version's boundaries, then each verdict's changed slots."""
     out = [f"upgrade-check: from {report.baseline} to {', '.join(report.candidates)} "
-           f"({len(report.contracts)} contracts, {report.seconds:.1f} s)"]
+           f"({len(report.contracts)} contract{'' if len(report.contracts) == 1 else 's'}, {report.seconds:.1f} s)"]
     for s in report.sources:
         out.append(f"  {s.column}: " + (f"CANNOT FETCH: {s.error}" if s.error else
                                         f"{s.wheel} sha256 {s.sha256[:16]}… ({s.files} files)"))
@@ -90,7 +95,7 @@ def plain(report) -> str:
         out.append(f"{r.name} ({r.method}, {r.architecture}, L = {r.num_hidden_layers}) [{r.contract}]")
         for step, label in _columns(r):
             for c in r.captures:
-                extra = f"  (ids read: {c.ids_read})" if c.status == "ok" else f"  {c.error}"
+                extra = f"  (ids read: {_id(c.ids_read)})" if c.status == "ok" else f"  {c.error}"
                 out.append(f"  {label:>13}  {c.column:<26} {_boundaries(c, step):<24}{extra}")
         for v in r.verdicts:
             out.append(f"  {v.base} -> {v.to}: {v.status.upper() if v.status != 'same tensors' else v.status}"
@@ -120,6 +125,6 @@ def markdown(report) -> str:
             out.append(f"\n**{v.base} → {v.to}: {v.status}**" + (f" ({v.reason})" if v.reason else ""))
             for step, ch in _merged(v.changes):
                 out.append(f"- {step} slot {ch.slot}: `{ch.from_boundary}` → `{ch.to_boundary}` "
-                           f"(draft-config id {ch.from_id} → {ch.to_id}); rules: `{ch.from_rule}` / `{ch.to_rule}`")
+                           f"(draft-config id {_id(ch.from_id)} → {_id(ch.to_id)}); rules: `{ch.from_rule}` / `{ch.to_rule}`")
     out += ["", f"exit code {report.exit_code}"]
     return "\n".join(out)

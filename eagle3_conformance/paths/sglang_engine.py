@@ -11,7 +11,7 @@ spec_verify_ct``, gated on ``gates.min_accept_length``; per-position acceptance 
 ``spec_correct_drafts_histogram`` in the finding's locator), and losslessness against the target's
 greedy decode (float32).
 
-On CPU it runs config B of ../shared/SGLANG_CPU_ENGINE.md (stand-ins, no GPU) for the pair with a
+On CPU it runs config B of docs/REFERENCE.md section 4.1 (stand-ins, no GPU) for the pair with a
 trained draft (:data:`eagle3_conformance.trained_draft.TRAINED`, float32). With CUDA it runs the
 pair twice: eager with hooks (every check) and with CUDA graphs (acceptance only: hooks never fire on
 graph replay), and fails when graphed acceptance falls below eager beyond noise (the R42 class).

@@ -111,6 +111,28 @@ def _from_cache(tool: str, version: str, d: Path) -> Fetched | None:
     return Fetched(tool, version, d, man["wheel"], man["sha256"], len(man["files"]), 0.0)
 
 
+def _nearest(version: str, pip_error: str, n: int = 4) -> str:
+    """``"; nearest releases: a, b, c"`` from pip's ``(from versions: ...)`` list (which names every
+    release, ~150 for SGLang), or ``""`` when pip listed none or the version does not parse."""
+    import re
+
+    from packaging.version import InvalidVersion, Version
+
+    m = re.search(r"\(from versions: ([^)]*)\)", pip_error)
+    if not m or m.group(1).strip() in ("", "none"):
+        return ""
+    try:
+        want = Version(version)
+        known = sorted({Version(v.strip()) for v in m.group(1).split(",") if v.strip()})
+    except InvalidVersion:
+        return ""
+    below = [v for v in known if v < want]
+    above = [v for v in known if v > want]
+    k = min(len(below), max(n // 2, n - len(above)))  # half each side, the rest from the side that has them
+    near = below[len(below) - k:] + above[:n - k]
+    return f"; nearest releases: {', '.join(map(str, near))} (of {len(known)})" if near else ""
+
+
 def _download(dist: str, version: str, tmp: Path) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
            "-d", str(tmp), f"{dist}=={version}"]
@@ -123,7 +145,7 @@ def _download(dist: str, version: str, tmp: Path) -> Path:
         lines = (r.stderr or "").strip().splitlines()
         why = ([ln for ln in lines if ln.startswith("ERROR")] or lines[-1:] or ["no wheel"])[0]
         if "No matching distribution" in why or "Could not find a version" in why:
-            why = f"no release {version} of {dist} on the package index ({why})"
+            why = f"no release {version} of {dist} on the package index" + _nearest(version, why)
         raise FetchError(f"{dist}=={version} cannot be fetched: {why}")
     return wheels[0]
 

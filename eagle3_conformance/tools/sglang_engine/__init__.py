@@ -1,5 +1,5 @@
 """The real ``sglang.Engine`` with its EAGLE-3 worker, on CPU (config B of
-../shared/SGLANG_CPU_ENGINE.md) or CUDA, one code path; observed through SGLang's own
+docs/REFERENCE.md section 4.1) or CUDA, one code path; observed through SGLang's own
 ``forward_hooks``.
 
 - :mod:`.launch`: :func:`run_engine` starts the driver (:mod:`.driver`) in its own process group with

@@ -1,6 +1,6 @@
 """Start the driver (:mod:`.driver`) in its own process group and always reap it.
 
-The environment of the recipe (../shared/SGLANG_CPU_ENGINE.md, config B) is set here for the driver
+The environment of the recipe (docs/REFERENCE.md section 4.1, config B) is set here for the driver
 and, through the environment and ``site/sitecustomize.py``, for every process SGLang spawns:
 
 * ``PYTHONPATH`` = this package's ``site/`` dir, then the project root, then the caller's;
