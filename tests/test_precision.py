@@ -74,6 +74,9 @@ def _pair(tmp: Path, dtype: str, model_type: str = "llama") -> tuple[Path, Path]
     (tmp / "d" / "config.json").write_text(json.dumps(
         {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 64,
          "target_hidden_size": 64, "vocab_size": 512, "draft_vocab_size": 256,
+         # top level as well as nested: vLLM 0.33's two runners then read the same ids (init refuses a draft
+         # they read differently, which is not what these tests are about)
+         "eagle_aux_hidden_state_layer_ids": [1, 3, 4],
          "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 4]}}))
     return tmp / "t", tmp / "d"
 
@@ -106,20 +109,41 @@ def test_init_derives_the_production_precision_by_the_engines_auto_rule(tmp_path
     assert f"null = {gates.ROW_MIN_COSINE[training]}" in floor  # the gate comments resolve by the precision
 
 
-def test_the_vllm_stand_in_rule_matches_the_installed_vllm():
-    """The stand-in (vLLM is not installed in the CPU environment) against vLLM's own function where it is."""
-    from eagle3_conformance.authoring.precision import VLLM_RULE_VERSION, vllm_auto_dtype
+def test_the_vllm_stand_in_rule_matches_the_installed_vllm(monkeypatch):
+    """The stand-in (vLLM is not installed in the CPU environment) against vLLM's own
+    ``_resolve_auto_dtype`` where it is (``tox -e vllm``). There is no GPU here and
+    ``vllm.platforms.cuda`` needs libcuda, so only the device is stood in: its ``supported_dtypes``
+    are CUDA's lists for an Ampere (8.0+) and a Volta (6.0-7.x) device, as
+    vllm-project/vllm ``vllm/platforms/cuda.py`` ``supported_dtypes`` gives them."""
+    from eagle3_conformance.authoring.precision import (VLLM_FLOAT16_NOT_SUPPORTED, VLLM_RULE_VERSION,
+                                                        vllm_auto_dtype)
 
     vllm = pytest.importorskip("vllm")
     if vllm.__version__ != VLLM_RULE_VERSION:
         pytest.skip(f"vLLM {vllm.__version__} installed; the stand-in is for {VLLM_RULE_VERSION}")
     import torch
-    from vllm.config.model import _resolve_auto_dtype
+    import vllm.config.model as vllm_model
 
-    for mt in ("llama", "gemma3_text"):
-        for cd in (torch.float32, torch.bfloat16, torch.float16):
-            want = str(_resolve_auto_dtype(mt, cd, is_pooling_model=False)).replace("torch.", "")
-            assert vllm_auto_dtype(mt, str(cd).replace("torch.", "")) == want
+    assert set(VLLM_FLOAT16_NOT_SUPPORTED) == set(vllm_model._FLOAT16_NOT_SUPPORTED_MODELS)
+    devices = {True: [torch.bfloat16, torch.float16, torch.float32], False: [torch.float16, torch.float32]}
+    for ampere, supported in devices.items():
+        class Device:
+            supported_dtypes = supported
+
+            @staticmethod
+            def get_device_name(device_id=0):
+                return "stand-in"
+
+            @staticmethod
+            def get_device_capability(device_id=0):
+                return None
+
+        monkeypatch.setattr(vllm_model, "current_platform", Device())
+        for mt in ("llama", "gemma3_text", "gemma2"):
+            for cd in (torch.float32, torch.bfloat16, torch.float16):
+                want = str(vllm_model._resolve_auto_dtype(mt, cd, is_pooling_model=False)).replace("torch.", "")
+                got = vllm_auto_dtype(mt, str(cd).replace("torch.", ""), ampere_or_later=ampere)
+                assert got == want, (ampere, mt, cd)
 
 
 def test_the_sglang_rule_is_the_installed_sglangs_own():

@@ -31,7 +31,7 @@ from typing import Any, Optional
 #: ``_resolve_auto_dtype``, vllm/platforms/cuda.py ``supported_dtypes``)
 VLLM_RULE_VERSION = "0.33.0"
 #: vllm/config/model.py ``_FLOAT16_NOT_SUPPORTED_MODELS`` (matters only where float16 would be chosen)
-VLLM_FLOAT16_NOT_SUPPORTED = ("gemma2", "gemma3", "gemma3_text", "plamo2", "glm4")
+VLLM_FLOAT16_NOT_SUPPORTED = ("gemma2", "gemma3", "gemma3_text", "glm4")  # vLLM 0.33.0 _FLOAT16_NOT_SUPPORTED_MODELS
 
 _NAMES = {"float32", "bfloat16", "float16"}
 
@@ -57,19 +57,20 @@ def vllm_auto_dtype(model_type: str, config_dtype: Optional[str], *, ampere_or_l
     ``tests/test_precision.py`` compares this with the installed function there). The rule, read in
     vllm-project/vllm ``vllm/config/model.py``: ``supported = [d for d in platform.supported_dtypes if
     _is_valid_dtype(model_type, d)]``; ``preferred = supported[0]``; a float32 checkpoint becomes
-    ``preferred``; any other dtype is kept. CUDA's ``supported_dtypes`` is ``[bfloat16, float16,
+    ``preferred``; any other dtype is kept when supported, else ``preferred`` (with a warning). CUDA's ``supported_dtypes`` is ``[bfloat16, float16,
     float32]`` from compute capability 8.0, ``[float16, float32]`` from 6.0.
 
     Args:
         model_type: config.json ``model_type``; config_dtype: its ``torch_dtype`` (None: float32, as
             vLLM assumes when neither config nor safetensors metadata says).
     """
-    cd = config_dtype or "float32"
-    if cd != "float32":
-        return cd
     supported = ["bfloat16", "float16", "float32"] if ampere_or_later else ["float16", "float32"]
     supported = [d for d in supported if not (d == "float16" and model_type in VLLM_FLOAT16_NOT_SUPPORTED)]
-    return supported[0]
+    cd = config_dtype or "float32"
+    if cd == "float32":
+        return supported[0]
+    # a dtype the platform (or this model type) does not support falls back to the preferred one
+    return cd if cd in supported else supported[0]
 
 
 def sglang_auto_dtype(cfg: dict) -> str:
