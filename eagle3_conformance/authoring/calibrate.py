@@ -56,6 +56,23 @@ def quantiles(r) -> tuple[float, float, float]:
     return (float(torch.quantile(r, 0.001)), float(r.median()), float(torch.quantile(r, 0.999)))
 
 
+def _open_loader(c, data_dir: Path):
+    """speculators 0.9.0's loader over ``data_dir`` as the contract reads it
+    (:class:`eagle3_conformance.tools.speculators_loader.TrainingLoader`).
+
+    Raises:
+        DataError: not a dataset the loader can open (its own message).
+    """
+    from eagle3_conformance.pairs import torch_dtype
+    from eagle3_conformance.tools.speculators_loader import TrainingDataError, TrainingLoader
+
+    try:
+        return TrainingLoader(data_dir, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype),
+                              transfer=c.training.transfer)
+    except TrainingDataError as e:
+        raise DataError(str(e)) from None
+
+
 def collect_data_rms(c, data_dir: Path) -> tuple[dict, list[list[int]], int]:
     """Per-slot per-token RMS over every sample of a speculators 0.9.0 dataset, read through the
     real loader (:class:`eagle3_conformance.tools.speculators_loader.TrainingLoader`), excluding the contract's
@@ -70,23 +87,18 @@ def collect_data_rms(c, data_dir: Path) -> tuple[dict, list[list[int]], int]:
     """
     import torch
 
+    from eagle3_conformance.batches import every_sample
     from eagle3_conformance.checks import band_rows
-    from eagle3_conformance.pairs import torch_dtype
     from eagle3_conformance.reference import rms
-    from eagle3_conformance.tools.speculators_loader import TrainingDataError, TrainingLoader, default_batches
 
-    try:
-        loader = TrainingLoader(data_dir, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype),
-                                transfer=c.training.transfer)
-    except TrainingDataError as e:
-        raise DataError(str(e)) from None
+    loader = _open_loader(c, data_dir)
     n = len(loader)
     if n == 0:
         raise DataError(f"{data_dir}: the dataset holds no samples")
     d = c.draft.target_hidden_size
     acc: dict = {b: [] for b in c.aux + [c.verifier_last.parsed]}
     token_ids = []
-    for batch in default_batches(n, 4):
+    for batch in every_sample(n, 4):
         for cap in loader.batch(batch):
             if cap.unavailable or cap.feature.shape[0] == 0:
                 continue
@@ -199,20 +211,14 @@ def identity_problems(c, data_dir: Path, ref_model, sample: int = IDENTITY_SAMPL
     Raises:
         DataError: not a dataset.
     """
-    from eagle3_conformance.pairs import torch_dtype
     from eagle3_conformance.batches import in_batches
     from eagle3_conformance.runner import training_findings
     from eagle3_conformance.scan import fingerprint_sample
-    from eagle3_conformance.tools.speculators_loader import TrainingDataError, TrainingLoader, default_batches
 
-    try:
-        loader = TrainingLoader(data_dir, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype),
-                                transfer=c.training.transfer)
-    except TrainingDataError as e:
-        raise DataError(str(e)) from None
+    loader = _open_loader(c, data_dir)
     n = len(loader)
     idx = fingerprint_sample(n, sample, 0)
-    batches = in_batches(idx) if idx else default_batches(0)
+    batches = in_batches(idx)
     fs = training_findings(c, data_dir, None, batches, loader=loader, ref_model=ref_model)
     judged: dict = {}
     wrong: dict = {}

@@ -156,3 +156,29 @@ class Path:
 def start_token(contract: "Contract") -> Optional[int]:
     """The token drawn prompts begin with: the embedded fixtures' BOS (1), none otherwise."""
     return 1 if contract.fixture else None
+
+
+@dataclass
+class StoredData:
+    """The state of a path that reads stored training data through a tool's own loader (the
+    ``training`` and ``specforge`` paths): ``loader.batch([sample index, ...])`` returns one
+    :class:`~eagle3_conformance.capture.Capture` per sample, ``n`` samples in all."""
+
+    loader: Any
+    n: int
+
+
+def stored_first(s: StoredData) -> Observation:
+    """Every sample once, in consecutive batches of 4; a failure here ends the run."""
+    from eagle3_conformance.batches import every_sample
+
+    caps = [cap for batch in every_sample(s.n) for cap in s.loader.batch(batch)]
+    return Observation(captures=caps, stored=True, stop_on_failure=True)
+
+
+def stored_observe(s: StoredData, draw: Draw) -> Observation:
+    """One drawn batch: ``[sample index, ...]`` (repeats allowed, any order)."""
+    from eagle3_conformance import strategies
+
+    batch = draw(strategies.sample_batches(s.n), label="batch")
+    return Observation(captures=s.loader.batch(list(batch)), stored=True)

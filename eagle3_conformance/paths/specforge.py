@@ -18,21 +18,13 @@ pairing); other contracts are skipped with the reason, as the ``training`` path 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path as FsPath
-from typing import Any
 
-from eagle3_conformance.paths.base import Needs, Observation, Path, Skipped
+from eagle3_conformance.paths.base import Needs, Path, Skipped, StoredData, stored_first, stored_observe
 
 MAX_SAMPLES = 4
 """Samples of the pair's dataset written as SpecForge data (the path's time in the main job: the
 real SmolLM2 pair's longest samples are 320 tokens)."""
-
-
-@dataclass
-class _State:
-    loader: Any  # SpecForgeLoader
-    n: int
 
 
 def data_dir(c, pair) -> FsPath:
@@ -78,23 +70,7 @@ def prepare(c, pair):
     if c.training.version and have != c.training.version:
         return Skipped(f"the contract states SpecForge {c.training.version}'s pairing; specforge {have} is installed")
     loader = sl.SpecForgeLoader(data_dir(c, pair), c.draft.target_hidden_size)
-    return _State(loader, len(loader))
-
-
-def first(s: _State) -> Observation:
-    """Every sample once, in consecutive batches of 4; a failure here ends the run."""
-    from eagle3_conformance.batches import every_sample
-
-    caps = [cap for batch in every_sample(s.n) for cap in s.loader.batch(batch)]
-    return Observation(captures=caps, stored=True, stop_on_failure=True)
-
-
-def observe(s: _State, draw) -> Observation:
-    """One drawn batch: ``[sample index, ...]`` (repeats allowed, any order)."""
-    from eagle3_conformance import strategies
-
-    batch = draw(strategies.sample_batches(s.n), label="batch")
-    return Observation(captures=s.loader.batch(list(batch)), stored=True)
+    return StoredData(loader, len(loader))
 
 
 PATH = Path(
@@ -103,6 +79,6 @@ PATH = Path(
             "TargetHead.preprocess: aux features, F target, ids, loss mask after its shift",
     needs=Needs(modules=("specforge",), data=True),
     prepare=prepare,
-    first=first,
-    observe=observe,
+    first=stored_first,
+    observe=stored_observe,
 )

@@ -9,16 +9,7 @@ compositions hypothesis draws (which samples, how many, in which order;
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
-from eagle3_conformance.paths.base import Needs, Observation, Path, Skipped
-
-
-@dataclass
-class _State:
-    loader: Any  # TrainingLoader
-    n: int  # samples in the dataset
+from eagle3_conformance.paths.base import Needs, Path, Skipped, StoredData, stored_first, stored_observe
 
 
 def prepare(c, pair):
@@ -31,23 +22,7 @@ def prepare(c, pair):
 
     loader = TrainingLoader(pair.data_dir, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype),
                             transfer=c.training.transfer)
-    return _State(loader, len(loader))
-
-
-def first(s: _State) -> Observation:
-    """Every sample once, in consecutive batches of 4; a failure here ends the run."""
-    from eagle3_conformance.tools.speculators_loader import default_batches
-
-    caps = [cap for batch in default_batches(s.n) for cap in s.loader.batch(batch)]
-    return Observation(captures=caps, stored=True, stop_on_failure=True)
-
-
-def observe(s: _State, draw) -> Observation:
-    """One drawn batch: ``[sample index, ...]`` (repeats allowed, any order)."""
-    from eagle3_conformance import strategies
-
-    batch = draw(strategies.sample_batches(s.n), label="batch")
-    return Observation(captures=s.loader.batch(list(batch)), stored=True)
+    return StoredData(loader, len(loader))
 
 
 PATH = Path(
@@ -56,6 +31,6 @@ PATH = Path(
             "ids, mask, positions",
     needs=Needs(modules=("speculators",), data=True),
     prepare=prepare,
-    first=first,
-    observe=observe,
+    first=stored_first,
+    observe=stored_observe,
 )
