@@ -121,11 +121,108 @@ def _write_release(cache: Path, version: str) -> None:
                                                     "sha256": "0" * 64, "files": digests}))
 
 
+# made-up training releases, shaped like speculators 0.4 (its own capture loop) and SpecForge 0.2
+# (a resolver, then the SGLang release its METADATA pins: here the made-up 9.9.2)
+_GENERATOR = """
+from transformers import AutoConfig, AutoTokenizer
+
+log = None
+
+
+class VllmHiddenStatesGenerator:
+    def __init__(self, model_path, layer_ids=None, max_model_len=2048):
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        config = AutoConfig.from_pretrained(model_path, trust_remote_code=True)
+        num_layers = config.num_hidden_layers
+        if layer_ids is None:
+            self.layer_ids = [2, num_layers // 2, num_layers - 3, num_layers - 1]
+        else:
+            self.layer_ids = layer_ids
+        for layer_id in self.layer_ids:
+            if layer_id < 0 or layer_id >= {bound}:
+                raise ValueError(f"Layer index {{layer_id}} out of bounds [0, {{num_layers - 1}}]")
+        self.vllm_config = self._create_vllm_config(model_path)
+
+    def _create_vllm_config(self, model_path):
+        return VllmConfig(model=model_path)
+"""
+
+_WORKER = """
+from itertools import islice
+
+from vllm.distributed import get_pp_group, get_tp_group
+
+
+def _patched_forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None, **_kwargs):
+    hidden_states = inputs_embeds if inputs_embeds is not None else self.embed_input_ids(input_ids)
+    residual = None
+    aux_hidden_states = []
+    extension = self._extension
+    target_layers = extension._layer_ids if get_tp_group().rank_in_group == 0 else frozenset()
+    for idx, layer in enumerate(islice(self.layers, self.start_layer, self.end_layer)):
+        hidden_states, residual = layer(hidden_states=hidden_states, positions=positions, residual=residual)
+        if self.start_layer + idx in target_layers:
+            aux_hidden_states.append((hidden_states + residual{shift}).clone())
+    hidden_states, _ = self.norm(hidden_states, residual)
+    if aux_hidden_states:
+        extension._store_captured_states(aux_hidden_states)
+    return hidden_states
+
+
+class HiddenStatesWorkerExtension:
+    def _setup_hidden_states_capture(self, layer_ids):
+        self._layer_ids = frozenset(layer_ids)
+        model = self.model_runner.model
+        model.model.forward = _patched_forward
+"""
+
+_RESOLVER = """
+def resolve_eagle_capture_layers(cfg, draft_config, target_config):
+    layers = cfg.model.aux_hidden_state_layer_ids
+    if layers is None:
+        layers = (draft_config.get("eagle_config", {}) or {}).get("eagle_aux_hidden_state_layer_ids")
+    if layers is None:
+        n = int(target_config.num_hidden_layers)
+        layers = [1, n // 2 - 1, n - 4]
+    if len(layers) != 3:
+        raise ValueError(f"resolved EAGLE capture layers must contain exactly three integers, got {layers!r}")
+    return list(layers)
+"""
+
+
+def _write_files(cache: Path, dist: str, version: str, files: dict[str, str]) -> None:
+    root = cache / "engine-code" / f"{dist}-{version}"
+    digests = {}
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+        digests[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    (root / "manifest.json").write_text(json.dumps({"tool": dist, "version": version, "wheel": f"made-up-{version}",
+                                                    "sha256": "0" * 64, "files": digests}))
+
+
+def _write_training_releases(cache: Path) -> None:
+    gen = "speculators/data_generation/vllm_hidden_states_generator.py"
+    worker = "speculators/data_generation/custom_worker.py"
+    # 9.9.3 reads an attribute of the captured tensor that isolation does not give; 9.9.4 refuses ids >= L - 4
+    for version, shift, bound in (("9.9.1", "", "num_layers"), ("9.9.2", "", "num_layers"),
+                                  ("9.9.3", ".left", "num_layers"), ("9.9.4", "", "num_layers - 4")):
+        _write_files(cache, "speculators", version, {gen: _GENERATOR.format(bound=bound),
+                                                     worker: _WORKER.format(shift=shift)})
+    meta = "Metadata-Version: 2.4\nName: specforge\nRequires-Dist: torch\nRequires-Dist: sglang==9.9.2\n"
+    _write_files(cache, "specforge", "9.9.1", {"specforge/algorithms/model_providers.py": _RESOLVER,
+                                                "specforge-9.9.1.dist-info/METADATA": meta})
+    _write_files(cache, "specforge", "9.9.2", {"specforge/algorithms/model_providers.py": _RESOLVER,
+                                                "specforge-9.9.2.dist-info/METADATA": meta.replace("==9.9.2", ">=9.9")})
+
+
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     c = tmp_path / "cache"
     for v in _BODIES:
         _write_release(c, v)
+    _write_training_releases(c)
     empty = tmp_path / "no-index"
     empty.mkdir()
     monkeypatch.setenv("CONFORMANCE_MODEL_CACHE", str(c))
@@ -232,6 +329,48 @@ def test_the_cache_is_checked_against_its_manifest(cache):
 
 
 # --- real wheels (PyPI once, then the shared cache) ---------------------------------------------
+
+def test_a_training_release_runs_its_own_capture_loop_on_tagged_layers(cache):
+    """speculators-shaped releases: the generator's own default and range check, the worker's own
+    patched forward on stand-in layers tagged with the boundary their output is (layer i -> B_{i+1})."""
+    tiny, lmsys = str(REPO / "contracts" / "tiny-llama.yaml"), str(REPO / "contracts" / "llama-3.1-8b-instruct--lmsys-eagle3.yaml")
+    code, rep = _json(tiny, lmsys, "--from", "speculators==9.9.1", "--to", "speculators==9.9.2")
+    assert code == 0, rep
+    t, lm = rep["contracts"]
+    assert t["captures"][0]["steps"]["extend"]["boundaries"] == ["B_2", "B_4", "B_5"]  # ids [1, 3, 4], after each layer
+    assert lm["captures"][0]["steps"]["extend"]["boundaries"] == ["B_3", "B_17", "B_30"]  # default [2,16,29,31] less L-1
+    assert "custom_worker.py" in t["captures"][0]["steps"]["extend"]["rule"]
+    assert [v["status"] for c in rep["contracts"] for v in c["verdicts"]] == ["same tensors", "same tensors"]
+
+
+def test_a_training_release_whose_capture_isolation_cannot_follow_cannot_run(cache):
+    code, rep = _json(str(REPO / "contracts" / "tiny-llama.yaml"), "--from", "speculators==9.9.1", "--to", "speculators==9.9.3")
+    cap = rep["contracts"][0]["captures"][1]
+    assert code == 2 and cap["status"] == "cannot run", cap
+
+
+def test_a_training_release_refuses_ids_beyond_its_range(cache):
+    code, rep = _json(str(REPO / "contracts" / "tiny-llama.yaml"), "--from", "speculators==9.9.1", "--to", "speculators==9.9.4")
+    base, cand = rep["contracts"][0]["captures"]
+    assert base["status"] == "ok" and cand["status"] == "refused" and "Layer index 4 out of bounds" in cand["error"], cand
+    assert code == 1 and rep["contracts"][0]["verdicts"][0]["status"] == "different tensors"
+
+
+def test_specforge_captures_through_the_sglang_release_its_metadata_pins(cache):
+    """SpecForge-shaped release: its resolver reads the nested ids, then the pinned made-up SGLang
+    9.9.2 (first-id rule) captures them; SGLang 9.9.1 (+1 always) would serve the Kimi draft deeper."""
+    code, rep = _json(str(KIMI), "--from", "specforge==9.9.1", "--to", "sglang==9.9.1", "--to", "sglang==9.9.2")
+    assert code == 1, rep
+    (k,) = rep["contracts"]
+    assert k["captures"][0]["steps"]["extend"]["boundaries"] == ["B_2", "B_30", "B_58"]
+    rule = k["captures"][0]["steps"]["extend"]["rule"]
+    assert "specforge/algorithms/model_providers.py:2" in rule and "specforge-9.9.1.dist-info/METADATA:4" in rule
+    assert "sglang/srt/models/deepseek_v2.py" in rule
+    assert [v["status"] for v in k["verdicts"]] == ["different tensors", "same tensors"]
+    code, rep = _json(str(KIMI), "--from", "specforge==9.9.1", "--to", "specforge==9.9.2")
+    cap = rep["contracts"][0]["captures"][1]
+    assert code == 2 and cap["status"] == "cannot run" and "pins no single SGLang release" in cap["error"]
+
 
 SHIPPED = sorted(str(p) for p in (REPO / "contracts").glob("*.yaml"))
 

@@ -101,13 +101,21 @@ class _Half:
             raise Unavailable("the capture loop adds streams of different layers; not followed in isolation")
         return _Boundary(self.k)
 
+    def __getattr__(self, name: str):
+        raise Unavailable(f"the capture loop reads {name!r} of a layer's output; not followed in isolation")
+
 
 @dataclass(frozen=True)
 class _Boundary:
+    """The sum of one layer's two output streams: the boundary ``B_k`` (``clone`` is itself)."""
+
     k: int
 
     def clone(self) -> "_Boundary":
         return self
+
+    def __getattr__(self, name: str):
+        raise Unavailable(f"the capture loop reads {name!r} of a captured state; not followed in isolation")
 
 
 def _layer(i: int):
