@@ -1,6 +1,5 @@
 """Faults injected in the engine wiring, through SGLang's real knobs on the live CPU harness: the
-draft config as SGLang's own resolver reads it, applied with SGLang's own
-``configure_aux_hidden_state_capture``; the draft checkpoint's ``d2t`` through the real draft's
+draft config as the installed SGLang release's own reader reads it, applied with its own apply step; the draft checkpoint's ``d2t`` through the real draft's
 ``load_weights``; the harness's ``feed_draft_states``; a side-path buffer before the real draft;
 and harness rebuilds for what SGLang fixes at build time (``target_hidden_size`` -> fc shape,
 ``ServerArgs.dtype``)."""
@@ -68,41 +67,24 @@ class HarnessPool:
 
 
 def apply_draft_config(h, scn: Scenario, cfg: dict) -> None:
-    """Resolve the capture ids from ``cfg`` with SGLang's own resolver
-    (``resolve_spec_aux_hidden_state_config``: nested ``eagle_config`` key only, any exception ->
-    defaults) and apply them with SGLang's own ``configure_aux_hidden_state_capture`` to the live
-    target, starting from a freshly loaded model's state (capture off, no layers), as ModelRunner
-    does (model_runner.py:1105-1116). Only the target side is re-resolved: the draft's fc stays as
-    built."""
-    from sglang.srt.model_executor.model_runner_components.attention_backend_setup import (
-        configure_aux_hidden_state_capture,
-    )
-    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
-        resolve_spec_aux_hidden_state_config,
-    )
-    from sglang.srt.runtime_context import get_spec
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
+    """Resolve the capture ids from ``cfg`` with the installed SGLang release's own reader (0.5.23:
+    ``resolve_spec_aux_hidden_state_config``; 0.5.14: ``ModelRunner.__init__``'s reader lines; both
+    read the nested ``eagle_config`` key only, any exception -> defaults) and apply them with its
+    own apply step (``configure_aux_hidden_state_capture`` / ``ModelRunner.
+    init_aux_hidden_state_capture``) to the live target, starting from a freshly loaded model's
+    state (capture off, no layers), as ModelRunner does (see
+    :mod:`eagle3_conformance.tools.sglang_cpu.releases`). Only the target side is re-resolved: the
+    draft's fc stays as built."""
     d = write_draft_dir(scn.fresh_dir("draft-config"), cfg)
-    spec = get_spec()
-    old = spec.speculative_draft_model_path
-    object.__setattr__(spec, "speculative_draft_model_path", str(d))
     try:
-        conf = resolve_spec_aux_hidden_state_config(
-            server_args=h.server_args, model_config=h.target_config,
-            spec_algorithm=SpeculativeAlgorithm.from_string("EAGLE3"), is_draft_worker=False)
+        read = h.release.read_ids(h.server_args, h.target_config, d)
     finally:
-        object.__setattr__(spec, "speculative_draft_model_path", old)
         shutil.rmtree(d, ignore_errors=True)
     h.target.capture_aux_hidden_states = False
     h.target.model.layers_to_capture = []
-    configure_aux_hidden_state_capture(
-        model=h.target, eagle_use_aux_hidden_state=conf.eagle_use_aux_hidden_state,
-        eagle_aux_hidden_state_layer_ids=conf.eagle_aux_hidden_state_layer_ids,
-        dflash_use_aux_hidden_state=False, dflash_target_layer_ids=None, is_dspark=False)
-    ids = conf.eagle_aux_hidden_state_layer_ids
+    h.release.apply_ids(h.target, read)
     h._override = None
-    h.engine_ids = list(ids) if ids is not None else None
+    h.engine_ids = read.ids
     h._resolved_engine_ids = h.engine_ids
     h.resolved_layers_to_capture = list(h.target.model.layers_to_capture)
 
