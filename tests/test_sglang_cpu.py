@@ -23,7 +23,7 @@ import torch  # noqa: E402
 sglang = pytest.importorskip("sglang")
 
 from eagle3_conformance.engines import HARNESS_RELEASES  # noqa: E402
-from eagle3_conformance.tools.sglang_cpu import DraftForwardError, SGLangCPUHarness  # noqa: E402
+from eagle3_conformance.tools.sglang_cpu import DraftForwardError, SGLangCPUHarness, TargetForwardError  # noqa: E402
 
 COS = 0.999
 L = 7  # llama defaults [2, 3, 4] differ from the configured ids [1,3,4] -> [2, 4, 5]
@@ -194,7 +194,7 @@ def test_capture_layers_override(llama):
             # 0.5.14's LlamaModel.forward captures `hidden_states + residual` at every listed layer
             # (llama.py:407-409) and residual is None before layer 0: it cannot capture B_0
             # (0.5.23's _prepare_attention captures the embedding there).
-            with pytest.raises(TypeError, match="NoneType"):
+            with pytest.raises(TargetForwardError, match=r"SGLang 0\.5\.14.*NoneType.*sglang/srt/models/llama\.py:409"):
                 h.extend([[9, 8, 7, 6]])
         else:
             cap = h.extend([[9, 8, 7, 6]])[0]

@@ -140,7 +140,8 @@ def _serving_checks(scn, contract, h, caps, k: Knobs, path: str) -> list[Finding
 def run_sglang(scn: Scenario, contract: Contract, ex: Example, path: str, pool: HarnessPool,
                k: Knobs = Knobs()) -> list[Finding]:
     """One SGLang path run (``sglang-extend`` or ``sglang-decode``) on the live CPU harness."""
-    from eagle3_conformance.tools.sglang_cpu import DraftForwardError
+    from eagle3_conformance.faults.example import EngineRefuses
+    from eagle3_conformance.tools.sglang_cpu import DraftForwardError, TargetForwardError
 
     h = pool.get(scn, k.variant)
     bnd = ex.boundaries or scn.spec.boundaries
@@ -155,4 +156,6 @@ def run_sglang(scn: Scenario, contract: Contract, ex: Example, path: str, pool: 
                                 feed_draft_states=k.feed_draft_states)
     except DraftForwardError as e:  # loud in SGLang; what entered the draft is still checked
         caps = e.captures
+    except TargetForwardError as e:  # SGLang's target refused the faulty capture: nothing reached the draft
+        raise EngineRefuses(str(e)) from e
     return _serving_checks(scn, contract, h, caps, k, path)

@@ -70,7 +70,7 @@ prepare()
 
 import torch  # noqa: E402
 
-from eagle3_conformance.tools.sglang_cpu import releases  # noqa: E402
+from eagle3_conformance.tools.sglang_cpu.releases import branch as release_branch  # noqa: E402
 from eagle3_conformance.tools.sglang_cpu.runtime import (StandInAttention, cuda_sync_noop, init_process,  # noqa: E402
                                                   sglang_version, teardown_process)
 
@@ -94,6 +94,24 @@ class DraftForwardError(RuntimeError):
         super().__init__(message)
         self.captures = captures
 
+
+
+class TargetForwardError(RuntimeError):
+    """The real target forward raised: SGLang's own code refused the configured capture before
+    anything reached the draft (SGLang 0.5.14's ``LlamaModel.forward`` adds ``residual`` at every
+    listed layer, ``llama.py:407-409``, and there is none before layer 0, so an id that reaches the
+    embedding raises there). The message names the release and the SGLang line that raised."""
+
+
+def _sglang_site(exc: BaseException) -> str:
+    """``"sglang/...py:line"`` of the innermost traceback frame inside the SGLang package."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/sglang/" in f.filename.replace("\\", "/")]
+    if not frames:
+        return "outside sglang"
+    f = frames[-1]
+    return "sglang/" + f.filename.replace("\\", "/").rsplit("/sglang/", 1)[1] + f":{f.lineno}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -163,7 +181,7 @@ class SGLangCPUHarness(CPUHarnessLifecycle):
         self._start(target_dir, draft_dir, dtype, draft_ids_key)
         self._override = list(capture_layers_override) if capture_layers_override is not None else None
         self.sglang_version = sglang_version()
-        self.release = releases.branch(self.sglang_version)
+        self.release = release_branch(self.sglang_version)
 
         self.server_args = init_process(
             dict(
@@ -365,8 +383,13 @@ class SGLangCPUHarness(CPUHarnessLifecycle):
         (``srt/layers/logits_processor.py:866-872``).
         """
         if aux:
-            return self._run(self.target, self.target_attn, fb, segments, store=store,
-                             attend_cache=attend_cache)
+            try:
+                return self._run(self.target, self.target_attn, fb, segments, store=store,
+                                 attend_cache=attend_cache)
+            except Exception as exc:  # noqa: BLE001 - re-raised, named
+                raise TargetForwardError(
+                    f"SGLang {self.sglang_version}'s target forward raised {exc!r} at {_sglang_site(exc)} "
+                    f"(layers_to_capture {self.layers_to_capture})") from exc
         saved = (self.target.capture_aux_hidden_states, self.target.model.layers_to_capture)
         self.target.capture_aux_hidden_states, self.target.model.layers_to_capture = False, []
         try:
