@@ -19,6 +19,9 @@ one-slot-input        K5/K7/ the draft got 1 x d instead of K x d (``draft_input
 other-model-width     K6     every stored slot is w wide where the target's d is not w (the verifier
                              slot's width; the feature a whole number of w-wide slots): another model's
                              hidden states, not a slot count
+fc-slot-count         K6     the draft's fc reads k x d where the contract's K slots need K x d (k != K): the
+                             engine counted the slots from another key than the ids (R41: speculators' top-level
+                             ids, SGLang's nested-key count, default 3)
 slot-count            K3     fewer slots than declared; the declared B_L is the one missing
 embedding-for-last    K2     slot 0 is B_0 and every later slot (and the verifier) holds the boundary
                              declared one slot earlier: the embedding was captured in place of B_L
@@ -54,6 +57,7 @@ the paths.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
@@ -66,6 +70,8 @@ from eagle3_conformance.notation import Boundary, engine_default_aux_ids
 KINDS: dict[str, tuple[str, str]] = {
     "one-slot-input": ("K5", "the draft got 1 x d instead of the K x d concat; fc was skipped"),
     "other-model-width": ("K6", "every stored slot is another width than the target's: another model's states"),
+    "fc-slot-count": ("K6", "the draft's fc built for fewer (or more) slots than the draft's ids: the count read from "
+                            "another key (R41)"),
     "slot-count": ("K3", "fewer aux slots than declared (B_L unreachable)"),
     "embedding-for-last": ("K2", "the embedding B_0 was captured in place of B_L"),
     "engine-default": ("K1", "the engine's (or generator's) default layers, not the declared ids"),
@@ -472,6 +478,44 @@ def _other_width(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagn
                       _explained(v, ("slot_count", "feature_width", "verifier_width", "draft_input_width",
                                      "norm_band") + _IDENTITY_CHECKS),
                       {v.path: f"{len(vw)} {v.unit}"}, {})]
+
+
+_FC_IN = re.compile(r"^in (\d+), out (\d+)$")
+
+
+def _fc_slot_count(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
+    """R41 (FAULTS.md field reports; vllm#54526, speculators#1065): the draft's fc takes k slots of
+    the target width where the contract declares K: the engine read the slot count from another key
+    than the one holding the ids (SGLang 0.5.23 ``llama_eagle3.py:156-161``: ``num_aux_hidden_states``,
+    else ``len(eagle_config.eagle_aux_hidden_state_layer_ids)``, else 3)."""
+    d, K = c.draft.target_hidden_size, c.num_slots
+    sizes = []
+    for f in v.failing("fc_shape"):
+        m = _FC_IN.match(str(f.observed))
+        if m and int(m.group(1)) % d == 0 and int(m.group(1)) // d not in (0, K):
+            sizes.append(int(m.group(1)) // d)
+    if not sizes:
+        return []
+    k = Counter(sizes).most_common(1)[0][0]
+    aux = [str(b) for b in c.aux]
+    ids: dict = {}
+    got = [f.observed for f in v.failing("slot_count") if isinstance(f.observed, int)]
+    ev = [f"the draft's fc reads {k} x {d} = {k * d} where the contract's {K} aux slots need {K * d}"]
+    if got:
+        ev.append(f"the engine captured {Counter(got).most_common(1)[0][0]} slots, its default count, not the draft's "
+                  f"{K} ids")
+    fix = [f"the draft config holds {K} ids but the engine counted {k}: SGLang 0.5.23 takes the count from "
+           "num_aux_hidden_states, else eagle_config.eagle_aux_hidden_state_layer_ids, else 3 (llama_eagle3.py:"
+           "156-161) and ignores a top-level eagle_aux_hidden_state_layer_ids (where speculators writes them); "
+           "write the ids under eagle_config (or set num_aux_hidden_states: " + str(K) + "):"] + \
+        fx.draft_config(aux, ids)
+    used.update({"fc_shape", "slot_count", "feature_width", "draft_input_width", "engine_mapping"}
+                | set(_IDENTITY_CHECKS))
+    return [Diagnosis("fc-slot-count", "K6", f"the draft's fc is built for {k} slots of a {K}-slot draft: the slot "
+                      "count was read from another key than the ids (R41)", tuple(ev), tuple(fix), (v.path,),
+                      ("fc",), _explained(v, ("fc_shape", "slot_count", "feature_width", "draft_input_width",
+                                              "engine_mapping") + _IDENTITY_CHECKS),
+                      {v.path: f"{len(sizes)} {v.unit}"}, ids)]
 
 
 def _slot_count(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
@@ -1025,7 +1069,7 @@ def _rows_misassigned(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[
         {v.path: f"{len(bad)}/{n_all} {v.unit}"})]
 
 
-_RULES = (_production_precision, _one_slot_input, _other_width, _slot_count, _verifier_missing, _embedding_for_last,
+_RULES = (_production_precision, _one_slot_input, _other_width, _fc_slot_count, _slot_count, _verifier_missing, _embedding_for_last,
           _engine_default, _convention_shift, _permuted, _without_residual, _no_boundary, _slot_off, _loose_match,
           _verifier_state, _verifier_other, _fp8_transport, _magnitude, _pre_fc_norm, _rows_misassigned)
 

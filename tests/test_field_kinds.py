@@ -1,0 +1,70 @@
+"""Field kinds from 2026 (FAULTS.md, the table of field reports; issue 23 item 7), each injected the
+way a user causes it, caught by its check and named by its diagnosis, and the correct input still
+passing:
+
+- R41: a 4-slot draft whose slot count SGLang reads from another key than the ids (the ids at the
+  top level, where speculators writes them): fc built for 3 slots (``fc_shape``, ``fc-slot-count``);
+- R43 / R52: the draft extend after a partially accepted verify handed padded rows or the wrong
+  verified rows (``verified_rows``, ``decode-rows-padded`` / ``decode-rows-misaligned``);
+- R49: the MTP input (B_L or F) that a contract must state (an error naming the key when it is
+  missing) and its mismatch diagnosed (``mtp-input-side``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle3_conformance.torch_env import prepare
+
+prepare()
+
+from eagle3_conformance.diagnose import diagnose  # noqa: E402
+
+
+def _failing(findings, check):
+    return [f for f in findings if f.check == check and f.status == "fail"]
+
+
+def _no_failure(findings, what):
+    bad = [f for f in findings if f.status == "fail"]
+    assert not bad, f"false positive on the correct {what}: " + "; ".join(f"{f.check}: {f.message}" for f in bad[:4])
+
+
+# --- R41: fc built for 3 slots of a 4-slot draft ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory):
+    """The kill matrix's 4-slot scenario (B_1, B_3, B_5, B_6 of the 8-layer target) on SGLang's harness."""
+    pytest.importorskip("sglang")
+    from eagle3_conformance.faults import HarnessPool, build_scenario, default_example
+    from eagle3_conformance.faults.matrix import MATRIX_SCENARIOS
+
+    scn = build_scenario(MATRIX_SCENARIOS["four"], tmp_path_factory.mktemp("four"), for_sglang=True)
+    ex = default_example(scn)
+    pool = HarnessPool()
+    yield scn, scn.contract(extra_tokens=ex.tokens()), ex, pool
+    pool.close()
+
+
+@pytest.mark.parametrize("path", ["sglang-extend", "sglang-decode"])
+def test_r41_fc_for_three_slots_caught_and_diagnosed(four, path):
+    """The draft config's 4 ids at the top level: SGLang 0.5.23's real draft builds fc [64, 192]
+    (its default count 3) where the contract needs [64, 256]; the correct config (ids under
+    eagle_config) builds [64, 256] and passes every check."""
+    from eagle3_conformance.faults import OPERATORS_BY_NAME, run_path
+
+    scn, c, ex, pool = four
+    assert c.num_slots == 4
+    base = run_path(scn, c, ex, path, pool)
+    _no_failure(base, f"4-slot draft config on {path}")
+    k = OPERATORS_BY_NAME["aux-count-from-other-key"].paths[path].fn(scn, c, ex)
+    mut = run_path(scn, c, ex, path, pool, k)
+    bad = _failing(mut, "fc_shape")
+    assert bad and {f.observed for f in bad} == {"in 192, out 64"}, [f.message for f in bad]
+    assert {f.expected for f in bad} == {"in 256, out 64"}
+    d = diagnose(c, mut)
+    assert d and d[0].kind == "fc-slot-count" and d[0].fault == "K6", [x.label for x in d]
+    assert "R41" in d[0].title and "3 slots of a 4-slot draft" in d[0].title
+    assert any("eagle_config" in line for line in d[0].fix), d[0].fix
+    assert not diagnose(c, base)
