@@ -23,6 +23,9 @@ fc-slot-count         K6     the draft's fc reads k x d where the contract's K s
                              engine counted the slots from another key than the ids (R41: speculators' top-level
                              ids, SGLang's nested-key count, default 3)
 slot-count            K3     fewer slots than declared; the declared B_L is the one missing
+decode-rows-padded    K13    after a partial accept, accepted tokens get zero padding rows (``verified_rows``; R43)
+decode-rows-misaligned K9    after a partial accept, accepted tokens get other tokens' or requests' verified
+                             rows (``verified_rows``; R52)
 embedding-for-last    K2     slot 0 is B_0 and every later slot (and the verifier) holds the boundary
                              declared one slot earlier: the embedding was captured in place of B_L
 engine-default        K1     the aux slots are the engine's default layers (2, L//2, L-3), not the declared
@@ -73,6 +76,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "fc-slot-count": ("K6", "the draft's fc built for fewer (or more) slots than the draft's ids: the count read from "
                             "another key (R41)"),
     "slot-count": ("K3", "fewer aux slots than declared (B_L unreachable)"),
+    "decode-rows-padded": ("K13", "after a partial accept the draft gets padding rows for accepted tokens (R43)"),
+    "decode-rows-misaligned": ("K9", "after a partial accept the draft gets the wrong verified rows (R52)"),
     "embedding-for-last": ("K2", "the embedding B_0 was captured in place of B_L"),
     "engine-default": ("K1", "the engine's (or generator's) default layers, not the declared ids"),
     "convention-shift": ("K2", "every aux slot one boundary off: ids read under the other convention"),
@@ -562,6 +567,41 @@ def _verifier_missing(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[
          "(its --no-include-last-layer drops it); list the aux ids then L", ) + tuple(
             fx.for_path(v.path, [str(b) for b in c.aux], {})),
         (v.path,), ("verifier",), _explained(v, ("verifier_present",)), {v.path: f"{len(bad)} {v.unit}"})]
+
+
+def _decode_rows(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
+    """R43 / R52 (FAULTS.md field reports): ``verified_rows`` failed: after a partial accept the draft
+    extend got zero padding rows (R43) or other tokens' / requests' verified rows (R52) for the
+    accepted tokens."""
+    bad = [f for f in v.failing("verified_rows") if isinstance(f.observed, dict)]
+    if not bad:
+        return []
+    judged = len([f for f in v.by_check.get("verified_rows", []) if f.status in ("pass", "fail")])
+    pad = sum(int(f.observed.get("padding") or 0) for f in bad)
+    other = sum(int(f.observed.get("shifted") or 0) + int(f.observed.get("foreign") or 0) for f in bad)
+    rows = sum(int(f.observed.get("accepted") or 0) for f in bad)
+    shifts = Counter(f.observed.get("shift") for f in bad if f.observed.get("shift") is not None)
+    ev = [f"{len(bad)} of {judged} requests after verify: {pad} accepted rows are zero padding and {other} are "
+          f"rows of other tokens or requests, of {rows} accepted rows"]
+    if shifts:
+        ev.append(f"the misplaced rows sit {shifts.most_common(1)[0][0]:+d} rows from their own token's row")
+    checks = ("verified_rows", "row_fingerprint", "feature_alignment", "slot_identity", "norm_band", "magnitude")
+    used.update(checks)
+    where = "after a partial accept (accept length < num_draft_tokens)"
+    if pad >= other:
+        return [Diagnosis(
+            "decode-rows-padded", "K13", f"the draft extend gets padding rows for accepted tokens {where} (R43)",
+            tuple(ev), ("index the verified rows before the draft: request i's accepted rows are verify rows "
+                        "i * num_draft_tokens + arange(accept_len_i); drop any padding added for the batch layout "
+                        "(context-parallel or graph padding, vllm-ascend#8433) before the rows reach the draft",),
+            (v.path,), ("feature",), _explained(v, checks), {v.path: f"{len(bad)}/{judged} {v.unit}"})]
+    return [Diagnosis(
+        "decode-rows-misaligned", "K9", f"the draft extend gets the wrong verified rows {where} (R52)", tuple(ev),
+        ("read each request's accepted rows at its own offset in the buffer the verify wrote: uncompacted "
+         "(num_draft_tokens rows per request, SGLang 0.5.23 eagle_worker_v2: select_index = arange(0, bs * n, n) + "
+         "accept_lens - 1) or compacted (cumulative accept lengths), never one layout's offsets into the other "
+         "(ik_llama.cpp#1894)",),
+        (v.path,), ("feature",), _explained(v, checks), {v.path: f"{len(bad)}/{judged} {v.unit}"})]
 
 
 def _embedding_for_last(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
@@ -1069,7 +1109,8 @@ def _rows_misassigned(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[
         {v.path: f"{len(bad)}/{n_all} {v.unit}"})]
 
 
-_RULES = (_production_precision, _one_slot_input, _other_width, _fc_slot_count, _slot_count, _verifier_missing, _embedding_for_last,
+_RULES = (_production_precision, _one_slot_input, _other_width, _fc_slot_count, _slot_count, _verifier_missing,
+          _decode_rows, _embedding_for_last,
           _engine_default, _convention_shift, _permuted, _without_residual, _no_boundary, _slot_off, _loose_match,
           _verifier_state, _verifier_other, _fp8_transport, _magnitude, _pre_fc_norm, _rows_misassigned)
 

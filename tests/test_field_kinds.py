@@ -68,3 +68,57 @@ def test_r41_fc_for_three_slots_caught_and_diagnosed(four, path):
     assert "R41" in d[0].title and "3 slots of a 4-slot draft" in d[0].title
     assert any("eagle_config" in line for line in d[0].fix), d[0].fix
     assert not diagnose(c, base)
+
+
+# --- R43 / R52: decode rows after a partial accept ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """The kill matrix's base scenario: a verify step over 2 requests, 3 draft tokens, accepted [2, 3]."""
+    pytest.importorskip("sglang")
+    from eagle3_conformance.faults import HarnessPool, build_scenario, default_example
+    from eagle3_conformance.faults.matrix import MATRIX_SCENARIOS
+
+    scn = build_scenario(MATRIX_SCENARIOS["base"], tmp_path_factory.mktemp("base"), for_sglang=True)
+    ex = default_example(scn)
+    pool = HarnessPool()
+    yield scn, scn.contract(extra_tokens=ex.tokens()), ex, pool
+    pool.close()
+
+
+@pytest.mark.parametrize("op, kind, fault, observed", [
+    ("decode-rows-padded", "decode-rows-padded", "K13", {"padding": 1, "shifted": 1, "shift": -1}),
+    ("wrong-verified-rows", "decode-rows-misaligned", "K9", {"padding": 0, "shifted": 2, "foreign": 1, "shift": -1}),
+])
+def test_r43_r52_decode_rows_after_partial_accept(base, op, kind, fault, observed):
+    """Request 0 accepts 2 of 3 draft tokens. Padded (R43): its first accepted token gets a zero row,
+    its second the first one's row. Compacted offsets into the uncompacted buffer (R52): request 1's
+    rows start at row 2 of the batch, request 0's rejected row (matching no row of request 1), then
+    its own rows one token early. ``verified_rows`` fails on the request it hits, passes on
+    the correct input, and the diagnosis names the field kind."""
+    from eagle3_conformance.faults import OPERATORS_BY_NAME, run_path
+
+    scn, c, ex, pool = base
+    good = run_path(scn, c, ex, "sglang-decode", pool)
+    _no_failure(good, "decode rows")
+    vr = [f for f in good if f.check == "verified_rows"]
+    assert len(vr) == len(ex.prefixes) and all(f.status == "pass" for f in vr)
+    assert [f.observed["accepted"] for f in vr] == ex.accepted
+    k = OPERATORS_BY_NAME[op].paths["sglang-decode"].fn(scn, c, ex)
+    mut = run_path(scn, c, ex, "sglang-decode", pool, k)
+    bad = _failing(mut, "verified_rows")
+    assert len(bad) == 1, [f.message for f in bad]
+    assert all(bad[0].observed[key] == val for key, val in observed.items()), bad[0].observed
+    d = diagnose(c, mut)
+    assert d and d[0].kind == kind and d[0].fault == fault, [x.label for x in d]
+    assert ("R43" if op == "decode-rows-padded" else "R52") in d[0].title
+    assert "verified_rows" in d[0].checks
+
+
+def test_verified_rows_judges_only_verify_captures(base):
+    """An extend capture (no accept count) gives no verified_rows finding."""
+    from eagle3_conformance.faults import run_path
+
+    scn, c, ex, pool = base
+    assert not [f for f in run_path(scn, c, ex, "sglang-extend", pool) if f.check == "verified_rows"]

@@ -99,6 +99,8 @@ COLUMN: dict[str, Union[Apply, NotApplicable, SameKnob]] = {
     "decode-buffer-sized-d": NotApplicable("vllm-extend runs the prefill only; no decode-path buffer on this path"),
     "token-sharded-rows": SameKnob("rank 0's token shard handed on without the all-gather",
                                  "in memory (after the engine)"),
+    "wrong-verified-rows": NotApplicable("vllm-extend runs the prefill only: no verify step, nothing accepted"),
+    "decode-rows-padded": NotApplicable("vllm-extend runs the prefill only: no verify step, nothing accepted"),
     "draft-states-fed-back": NotApplicable("after prefill the draft always gets the target's prefill states"),
     "d2t-absolute": Apply("draft checkpoint d2t holds absolute ids (loaded as draft_id_to_target_id, used as offsets "
                           "at llama_eagle3.py:386)", "engine knob (checkpoint)", lambda s, c, e: Knobs(d2t="absolute")),
