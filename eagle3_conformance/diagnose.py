@@ -26,6 +26,7 @@ slot-count            K3     fewer slots than declared; the declared B_L is the 
 decode-rows-padded    K13    after a partial accept, accepted tokens get zero padding rows (``verified_rows``; R43)
 decode-rows-misaligned K9    after a partial accept, accepted tokens get other tokens' or requests' verified
                              rows (``verified_rows``; R52)
+mtp-input-side        K4     an MTP head's one slot is F where the contract states B_L, or the reverse (R49)
 embedding-for-last    K2     slot 0 is B_0 and every later slot (and the verifier) holds the boundary
                              declared one slot earlier: the embedding was captured in place of B_L
 engine-default        K1     the aux slots are the engine's default layers (2, L//2, L-3), not the declared
@@ -78,6 +79,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "slot-count": ("K3", "fewer aux slots than declared (B_L unreachable)"),
     "decode-rows-padded": ("K13", "after a partial accept the draft gets padding rows for accepted tokens (R43)"),
     "decode-rows-misaligned": ("K9", "after a partial accept the draft gets the wrong verified rows (R52)"),
+    "mtp-input-side": ("K4", "an MTP head fed B_L where F is stated, or the reverse (R49)"),
     "embedding-for-last": ("K2", "the embedding B_0 was captured in place of B_L"),
     "engine-default": ("K1", "the engine's (or generator's) default layers, not the declared ids"),
     "convention-shift": ("K2", "every aux slot one boundary off: ids read under the other convention"),
@@ -604,6 +606,31 @@ def _decode_rows(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagn
         (v.path,), ("feature",), _explained(v, checks), {v.path: f"{len(bad)}/{judged} {v.unit}"})]
 
 
+def _mtp_input_side(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
+    """R49 (FAULTS.md field reports): an MTP head handed the other side of the final norm than the
+    contract states (B_L where F is declared, or the reverse)."""
+    if c.method != "mtp" or "slot_identity" in used:
+        return []
+    j = v.judged("slot_identity").get("slot 0")
+    L = c.L
+    if j is None or not j.wrong or {j.declared, j.observed} != {f"B_{L}", "F"}:
+        return []
+    used.update(_IDENTITY_CHECKS + _VERIFIER_CHECKS)
+    got, want = j.observed, j.declared
+    served = {"F": "F, the final norm's output (SGLang 0.5.23 hands an MTP head the LM head's input, "
+                   "logits_processor.py:853-872)",
+              f"B_{L}": f"B_{L}, the last layer's output before the final norm"}
+    fix = (f"serve the head with {want}, the tensor it was trained on (speculators 0.9.0 trains MTP on B_{L}, "
+           "models/mtp/data.py; SGLang 0.5.23 feeds F): an engine that feeds the other side needs the head "
+           "retrained, or the norm applied / removed before the head",
+           f"or, if the head was trained on {got}, state it: capture.boundaries: [{got}] and verifier_last: "
+           f"{{tensor: {got}, norm: {'post' if got == 'F' else 'pre'}}} (never defaulted: both sides are in use)")
+    return [Diagnosis("mtp-input-side", "K4", f"the MTP head is fed {got} where the contract states {want} (R49)",
+                      (f"slot 0 is {served[got]}, on {j.fails} of {j.judged} {v.unit}; contract says {want}",),
+                      fix, (v.path,), ("slot 0",), _explained(v, _IDENTITY_CHECKS + _VERIFIER_CHECKS),
+                      {v.path: f"{j.fails}/{j.judged} {v.unit}"})]
+
+
 def _embedding_for_last(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
     aux = v.aux()
     if not aux or "slot_identity" in used:
@@ -1110,7 +1137,7 @@ def _rows_misassigned(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[
 
 
 _RULES = (_production_precision, _one_slot_input, _other_width, _fc_slot_count, _slot_count, _verifier_missing,
-          _decode_rows, _embedding_for_last,
+          _decode_rows, _mtp_input_side, _embedding_for_last,
           _engine_default, _convention_shift, _permuted, _without_residual, _no_boundary, _slot_off, _loose_match,
           _verifier_state, _verifier_other, _fp8_transport, _magnitude, _pre_fc_norm, _rows_misassigned)
 

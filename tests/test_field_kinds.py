@@ -122,3 +122,82 @@ def test_verified_rows_judges_only_verify_captures(base):
 
     scn, c, ex, pool = base
     assert not [f for f in run_path(scn, c, ex, "sglang-extend", pool) if f.check == "verified_rows"]
+
+
+# --- R49: the MTP input (B_L or F) is stated, never defaulted ----------------------------------------------
+
+
+@pytest.mark.parametrize("drop", [("verifier_last",), ("capture", "boundaries")])
+def test_r49_mtp_contract_without_its_input_names_the_key(tmp_path, capsys, drop):
+    """An MTP contract that leaves out which tensor the head reads: validate exits 2 naming the file,
+    line and key, and says that the side is never defaulted (FAULTS.md R49)."""
+    import yaml
+
+    from eagle3_conformance.cli import main
+    from eagle3_conformance.faults.families import MTP_CONTRACT
+
+    doc = yaml.safe_load(MTP_CONTRACT.read_text())
+    parent = doc
+    for k in drop[:-1]:
+        parent = parent[k]
+    parent.pop(drop[-1])
+    f = tmp_path / "mtp.yaml"
+    f.write_text(yaml.safe_dump(doc, sort_keys=False))
+    before = f.read_text()
+    assert main(["validate", str(f)]) == 2
+    cap = capsys.readouterr()
+    err = " ".join((cap.out + cap.err).split())
+    assert f"{f}:" in err and ".".join(drop) in err and "R49" in err and "never defaulted" in err, err
+    assert f.read_text() == before
+
+
+def test_r49_families_matrix_catches_the_unstated_input():
+    """The DFlash / MTP kill matrix's contract column: the unstated MTP input is caught (M2)."""
+    from eagle3_conformance.faults.families import OPERATORS, World, _load_doc, DFLASH_CONTRACT, MTP_CONTRACT
+    from eagle3_conformance.faults.matrix import judge
+
+    op = next(o for o in OPERATORS if o.kind == "M2")
+    base, mut = op.paths["contract"](World(_load_doc(DFLASH_CONTRACT), _load_doc(MTP_CONTRACT)))
+    v = judge(op.checks, base, mut)
+    assert v.status == "caught", v.detail
+    assert {f.observed for f in mut if f.status == "fail"} == {"verifier_last", "capture.boundaries"}
+
+
+@pytest.fixture(scope="module")
+def mtp_world():
+    pytest.importorskip("sglang")
+    from eagle3_conformance.faults import families as F
+    from eagle3_conformance.fixtures import build_fixture
+    from eagle3_conformance.reference import load_reference_model
+    from eagle3_conformance.tools.sglang_cpu.families import runtime_harness
+
+    w = F.World(F._load_doc(F.DFLASH_CONTRACT), F._load_doc(F.MTP_CONTRACT))
+    b = build_fixture("tiny-llama")
+    w.harness = runtime_harness(b.target_dir)
+    w.ref = load_reference_model(b.target_dir)
+    return w
+
+
+@pytest.mark.parametrize("contract, fed_pre_norm, got", [
+    ("contracts/tiny-llama-mtp-sglang.yaml", True, "B_8"),               # F stated, B_L fed
+    ("tests/data/families/tiny-llama-mtp-speculators.yaml", False, "F"),  # B_L stated, SGLang feeds F
+])
+def test_r49_mtp_input_mismatch_caught_and_diagnosed(mtp_world, contract, fed_pre_norm, got):
+    """What SGLang 0.5.23 hands an MTP head, against a contract stating the other side: slot
+    identity fails on every request and the diagnosis names R49 and both fixes; the matching side
+    passes with no diagnosis."""
+    from pathlib import Path
+
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.faults.families import mtp_findings
+
+    c = load_contract(Path(__file__).resolve().parent.parent / contract)
+    good = mtp_findings(mtp_world, c, feed_pre_norm=not fed_pre_norm)
+    _no_failure(good, f"MTP input under {contract}")
+    assert not diagnose(c, good)
+    bad = mtp_findings(mtp_world, c, feed_pre_norm=fed_pre_norm)
+    fails = _failing(bad, "slot_identity")
+    assert fails and {f.observed for f in fails} == {got}
+    d = diagnose(c, bad)
+    assert [x.kind for x in d] == ["mtp-input-side"] and d[0].fault == "K4" and "R49" in d[0].title
+    assert any("capture.boundaries" in line for line in d[0].fix)
