@@ -201,3 +201,18 @@ def test_r49_mtp_input_mismatch_caught_and_diagnosed(mtp_world, contract, fed_pr
     d = diagnose(c, bad)
     assert [x.kind for x in d] == ["mtp-input-side"] and d[0].fault == "K4" and "R49" in d[0].title
     assert any("capture.boundaries" in line for line in d[0].fix)
+
+
+def test_verified_rows_does_not_read_a_boundary_fault_as_a_row_fault(base):
+    """Ids under the other convention (every slot one boundary deeper, K2): the rows are in place,
+    so verified_rows passes (counting rows that match no token's declared boundaries) and slot
+    identity names the fault."""
+    from eagle3_conformance.faults import OPERATORS_BY_NAME, run_path
+
+    scn, c, ex, pool = base
+    mut = run_path(scn, c, ex, "sglang-decode", pool,
+                   OPERATORS_BY_NAME["ids-shifted"].paths["sglang-decode"].fn(scn, c, ex))
+    vr = [f for f in mut if f.check == "verified_rows"]
+    assert vr and all(f.status == "pass" for f in vr), vr
+    assert sum(f.observed["foreign"] for f in vr) >= 1 and not any(f.observed["shifted"] for f in vr)
+    assert [d.kind for d in diagnose(c, mut)] == ["convention-shift"]
