@@ -95,7 +95,8 @@ _NA_SPECULATORS_SHIFT = NotApplicable(
     "speculators 0.9.0 shift_batch shifts input_ids, hidden states, verifier states and loss_mask together, once "
     "(models/eagle3/data.py:8-44): SpecForge's pairing is not in its loader")
 _NA_SERVING_MASK = NotApplicable("serving has no loss mask and no training-time shift")
-_NA_NO_VERIFY = NotApplicable("no verify step on this path: nothing is accepted, so no rows are chosen after acceptance")
+_NA_NO_VERIFY = NotApplicable("no verify step on this path: nothing is accepted, so no rows are chosen after "
+                              "acceptance")
 
 OPERATORS: list[Operator] = [
     Operator("rows-permuted-across-requests", "K13", "rows assigned to the wrong request in a batch",
