@@ -47,8 +47,13 @@ def to_tool_ids(bs: list[Boundary], L: int, *, architecture: str, version: Optio
 def to_boundaries(ids: Optional[Sequence[int]], L: int, *, architecture: str, version: Optional[str],
                   allow_embedding: bool) -> list[Boundary]:
     """What speculators ``version`` (None: 0.9.0) trains on for ``ids`` (None: the defaults):
-    output-of before 0.5, boundary ids from 0.5."""
-    if ids is None:
-        return [Boundary(i) for i in engine_default_aux_ids(L)]
+    output-of before 0.5, boundary ids from 0.5. The default ids ``[2, L//2, L-3]`` are read the
+    same way: 0.3/0.4's generator defaults to ``[2, L//2, L-3, L-1]`` and captures after each listed
+    layer (B_3, B_{L//2+1}, B_{L-2}; ``vllm_hidden_states_generator.py:102``, ``custom_worker.py``),
+    as running the released code shows (tests/test_upgrade_check.py)."""
     old = bool(version) and version_key(version) < (0, 5)
+    if ids is None:
+        if not old:
+            return [Boundary(i) for i in engine_default_aux_ids(L)]
+        ids = engine_default_aux_ids(L)
     return read_listed_ids("speculators", ids, L, output_of=old, allow_embedding=allow_embedding)
