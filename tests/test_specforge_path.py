@@ -46,7 +46,8 @@ def sf_data(tmp_path_factory, tiny_ref, samples):
     sample 1 written as .ckpt.gz."""
     out = tmp_path_factory.mktemp("sf") / "data"
     ids, masks = samples
-    return sl.write_dataset(out, tiny_ref.capture, ids, masks, aux=AUX, batch_size=2, compress=(1,))
+    return sl.write_dataset(out, tiny_ref.capture, ids, masks, aux=AUX, checkpoint=tiny_ref.model_dir, batch_size=2,
+                            compress=(1,))
 
 
 
