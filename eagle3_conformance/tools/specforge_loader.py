@@ -282,8 +282,9 @@ class SpecForgeLoader:
     @staticmethod
     def _preprocess(t: dict) -> dict:
         """``TargetHead.preprocess`` and ``_prepare_position_ids``, SpecForge's own code."""
-        from specforge.algorithms.eagle3.model import OnlineEagle3Model
-        from specforge.modeling.target.target_head import TargetHead
+        with torch_env.quiet_specforge_import():  # its draft module warns that flash_attn (unused here) is absent
+            from specforge.algorithms.eagle3.model import OnlineEagle3Model
+            from specforge.modeling.target.target_head import TargetHead
 
         head = TargetHead.__new__(TargetHead)  # preprocess reads nothing from the instance
         ids, target, mask = TargetHead.preprocess(head, t["input_ids"], t["target"], t["loss_mask"])
