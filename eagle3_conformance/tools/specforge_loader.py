@@ -1,7 +1,7 @@
 """SpecForge 0.2.0's own offline loader chain: what its trainer hands the EAGLE-3 draft.
 
 Runs, unmodified, the chain ``specforge.launch.build_offline_runtime`` assembles
-(launch.py:539-663; facts in /work/shared/ECOSYSTEM.md section 1.5):
+(launch.py:539-663; the format in docs/REFERENCE.md section 6):
 
 1. ``OfflineManifestReader`` (runtime/data_plane/offline_reader.py:85-163, built by
    ``algorithms.eagle3.data.build_offline_reader``) lists ``*.ckpt`` / ``*.ckpt.gz`` under the
