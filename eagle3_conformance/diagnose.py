@@ -59,8 +59,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from eagle3_conformance.contract import Contract
+from eagle3_conformance.engine_ids import engine_default_aux_ids
 from eagle3_conformance.findings import Finding, as_finding, stored_path
-from eagle3_conformance.notation import Boundary, engine_default_aux_ids
+from eagle3_conformance.notation import Boundary
 
 #: kind -> (FAULTS.md kind, one line); the catalogue of diagnoses (docs and tests use it)
 KINDS: dict[str, tuple[str, str]] = {

@@ -496,7 +496,7 @@ def test_public_contract_ids_translate_to_its_boundaries(path):
 
     c = load_contract(path)
     if c.method == "dflash":  # DFlash ids: output-of, asked of SGLang's own set_dflash_layers_to_capture
-        from eagle3_conformance.family_ids import dflash_tool_to_boundaries
+        from eagle3_conformance.engine_ids.dflash import dflash_tool_to_boundaries
 
         got = dflash_tool_to_boundaries("sglang", c.dflash.target_layer_ids, c.L, architecture=c.target.architecture)
         assert [str(b) for b in got] == c.capture.boundaries

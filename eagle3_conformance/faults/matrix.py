@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from eagle3_conformance import paths as registered_paths
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.faults.example import Example, NoOp, default_example
+from eagle3_conformance.faults.example import EngineRefuses, Example, NoOp, default_example
 from eagle3_conformance.faults.inject_sglang import HarnessPool
 from eagle3_conformance.faults.operators import KINDS, OPERATORS, NotApplicable, Operator
 from eagle3_conformance.faults.runs import INJECTORS, path_contract, run_path
@@ -73,6 +73,8 @@ def evaluate(op: Operator, path: str, scn: Scenario, contract: Contract, ex: Exa
         mut = run_path(scn, contract, ex, path, pool, k)
     except NoOp as e:
         return Verdict("noop", detail=str(e))
+    except EngineRefuses as e:
+        return Verdict("n/a", detail=f"the engine refuses it loudly: {e}")
     return judge(op.checks, base, mut)
 
 
@@ -191,6 +193,10 @@ def _run_group(sname: str, path: str, ops: list[Operator], world: tuple, pool: H
             mut = run_path(scn, c, ex, path, pool, k)
         except NoOp as e:
             results[(op.name, path)] = Verdict("noop", detail=str(e))
+            continue
+        except EngineRefuses as e:
+            results[(op.name, path)] = Verdict("n/a", detail=f"the engine refuses it loudly: {e}")
+            log(f"{op.kind:>4} {op.name:<30} {path:<14} {sname:<6} n/a (engine refuses: {e})")
             continue
         v = judge(op.checks, b, mut)
         results[(op.name, path)] = v
