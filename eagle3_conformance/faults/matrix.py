@@ -85,12 +85,21 @@ MATRIX_SCENARIOS = {
     "final": ScenarioSpec("final", layers=8, target_hidden=64, draft_hidden=64, boundaries=(3, 5, 8), seed=11),
     # target 96, draft 64 (K6 is masked when the widths are equal)
     "wide": ScenarioSpec("wide", layers=8, target_hidden=96, draft_hidden=64, boundaries=(3, 5, 6), seed=12),
+    # four aux slots (a draft trained on 4 layers, R41 in FAULTS.md: a 3-slot default masks a slot-count key)
+    "four": ScenarioSpec("four", layers=8, target_hidden=64, draft_hidden=64, boundaries=(1, 3, 5, 6), seed=13),
 }
 
 
+_NO_SCENARIO = {
+    "wide": "needs a draft narrower than its target; this pair's draft is as wide as its target",
+    "four": "needs a 4-slot draft; this pair's draft has 3 aux slots",
+}
+"""Why an operator's scenario is absent from a run (a real pair has only ``base`` and ``final``)."""
+
+
 def _op_scenarios(op: Operator, path: str) -> list[str]:
-    if op.scenario == "wide":
-        return ["wide"]
+    if op.scenario in ("wide", "four"):
+        return [op.scenario]
     if op.scenario == "final+base":
         return ["final"] if path in ("training", "specforge") else ["base"]
     return ["base"]
@@ -160,8 +169,7 @@ def _plan(sglang: bool, results: dict[tuple[str, str], Verdict], columns: Sequen
                 continue
             names = _op_scenarios(op, path)
             if not all(n in scenarios for n in names):
-                results[(op.name, path)] = Verdict(
-                    "n/a", detail="needs a draft narrower than its target; this pair's draft is as wide as its target")
+                results[(op.name, path)] = Verdict("n/a", detail=_NO_SCENARIO[op.scenario])
                 continue
             for sname in names:
                 work.setdefault((sname, path), []).append(op)
