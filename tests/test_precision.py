@@ -446,3 +446,32 @@ def test_an_fp8_scale_fault_stays_an_fp8_diagnosis(plain_sets, fp8_connector, ti
     # (the verifier rows holding the stray value, and slot 0 flushed at every token, get their own diagnoses too)
     assert "fp8-transport" in kinds and "production-precision" not in kinds, kinds
     assert not [f for f in doc["findings"] if f["check"] == "production_precision" and f["status"] == "fail"]
+
+
+def test_fp8_vllm_extraction_files_from_bf16_serving_name_the_precision_key(fp8_connector, tiny, tmp_path):
+    """The same on vLLM extraction files (the connector's own layout, read by the project's vLLM reader):
+    bf16-served FP8 files under a float32 contract -> production-precision; from float32 serving -> conform."""
+    import torch
+    from safetensors.torch import load_file
+
+    from eagle3_conformance.datagen import write_vllm_extraction
+    from eagle3_conformance.fixtures import sample_token_ids
+    from eagle3_conformance.reference import ReferenceModel
+
+    prompts = sample_token_ids(tiny.spec, 6, 16, 32, seed=7)
+    con = _fp8_contract(tmp_path, "float32")
+    got = {}
+    for dtype in ("float32", "bfloat16"):
+        d = write_vllm_extraction(tmp_path / dtype, ReferenceModel(tiny.target_dir, dtype=dtype), prompts, slots=SLOTS,
+                                  dtype=dtype)
+        for p in sorted(d.glob("*.safetensors")):
+            t = load_file(str(p))
+            fp8_connector._write_tensors({"hidden_states": t["hidden_states"], "token_ids": t["token_ids"]}, _Done(),
+                                         str(p), None)
+        assert load_file(str(d / "req-0.safetensors"))["hidden_states"].dtype == torch.float8_e4m3fn
+        got[dtype] = _check(tmp_path, con, d, tiny)
+    rc, doc = got["float32"]
+    assert rc == 0, [f["message"] for f in doc["findings"] if f["status"] == "fail"][:3]
+    rc, doc = got["bfloat16"]
+    assert rc == 1 and [d["kind"] for d in doc["diagnoses"]] == ["production-precision"]
+    assert "precision.training: float32" in doc["diagnoses"][0]["title"]
