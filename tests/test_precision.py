@@ -475,3 +475,29 @@ def test_fp8_vllm_extraction_files_from_bf16_serving_name_the_precision_key(fp8_
     rc, doc = got["bfloat16"]
     assert rc == 1 and [d["kind"] for d in doc["diagnoses"]] == ["production-precision"]
     assert "precision.training: float32" in doc["diagnoses"][0]["title"]
+
+
+@pytest.mark.slow  # two check-data runs on SmolLM2-135M, 8 samples each: ~1-3 min on the shared 2-core machine
+def test_smollm2_bf16_produced_data_is_named_precision_and_conforms_under_bfloat16(tmp_path):
+    """The real-model check (benchmarks/bench_precision_real.py runs all 23 samples and FP8): the
+    float32 SmolLM2-135M checkpoint's data produced by a bf16 forward (the smollm2-135m-bf16 fixture's)
+    under the float32 contract -> exactly one diagnosis, production-precision; with
+    precision.training: bfloat16 -> conforms, 0 failures."""
+    from eagle3_conformance.fixtures import build_fixture
+
+    f32, b16 = build_fixture("smollm2-135m"), build_fixture("smollm2-135m-bf16")
+    base = (REPO / "contracts" / "smollm2-135m.yaml").read_text()
+    assert "\nprecision:" not in base
+    out = {}
+    for prec in ("float32", "bfloat16"):
+        con = tmp_path / f"{prec}.yaml"
+        con.write_text(base.replace("\ndata_dtype:", f"\nprecision:\n  training: {prec}\ndata_dtype:", 1))
+        rep = tmp_path / f"{prec}.json"
+        rc = main(["check-data", str(con), "--data", str(b16.data_dir), "--quiet", "--json", str(rep),
+                   "--reference", str(f32.target_dir), "--sample", "8"])
+        out[prec] = rc, json.loads(rep.read_text())
+    rc, doc = out["float32"]
+    assert rc == 1 and [d["kind"] for d in doc["diagnoses"]] == ["production-precision"]
+    assert "precision.training: float32" in doc["diagnoses"][0]["title"]
+    rc, doc = out["bfloat16"]
+    assert rc == 0 and not [f for f in doc["findings"] if f["status"] == "fail"]
