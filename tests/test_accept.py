@@ -252,8 +252,8 @@ def test_shipped_continuations_fit_the_recipe_and_another_recipe_is_refused(tmp_
     from eagle3_conformance.trained_draft import RECIPE, load_continuations
 
     seqs = load_continuations(RECIPE, None)
-    assert len(seqs) == 73 and all(len(s) == RECIPE["regen_cuts"][0] + RECIPE["regen_tokens"] for s in seqs)
-    with pytest.raises(FixtureError, match=r"made for another recipe or corpus \(regen_cuts: \[32\] != \[16\]\).*--regen"):
+    assert len(seqs) == 268 and all(len(s) - RECIPE["regen_tokens"] in RECIPE["regen_cuts"] for s in seqs)
+    with pytest.raises(FixtureError, match=r"made for another recipe or corpus \(regen_cuts: \[8, 24, 48, 80, 128\] != \[16\]\).*--regen"):
         load_continuations({**RECIPE, "regen_cuts": [16]}, None)
     with pytest.raises(FixtureError, match="cannot read the target's continuations"):
         load_continuations({**RECIPE, "regen_file": str(tmp_path / "missing.json")}, None)
