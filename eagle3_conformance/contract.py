@@ -682,6 +682,10 @@ def _yaml_problem(e: yaml.YAMLError, text: str) -> Problem:
     return Problem((), f"malformed YAML: {msg}", *_mark(mark))
 
 
+_MTP_INPUT_KEYS = (("verifier_last",), ("capture", "boundaries"))
+_MTP_INPUT_HINT = ("an MTP head reads the target's last hidden state, B_L (pre-norm) or F (post-norm), and engines "
+                   "differ (SGLang 0.5.23 feeds F, speculators 0.9.0 trains on B_L); state the one the head was "
+                   "trained on in capture.boundaries and verifier_last (FAULTS.md R49): it is never defaulted")
 _KINDS = {list: "a list", str: "a single string", int: "a number", float: "a number", bool: "a boolean"}
 
 
@@ -734,6 +738,8 @@ def parse_contract(text: str, file: str = "<string>", *, known_fixture: bool = F
             msg = err["msg"]
             if err["type"] == "extra_forbidden":
                 msg = "unknown key"
+            elif err["type"] == "missing" and data.get("method") == "mtp" and loc in _MTP_INPUT_KEYS:
+                msg += f": {_MTP_INPUT_HINT}"
             elif err["type"].endswith("_type") and isinstance(err.get("input"), (str, bool, int, float)):
                 v = err["input"]  # strict types: say what was given (a quoted "8" is a string in YAML)
                 kind = ("the boolean" if isinstance(v, bool) else "the string" if isinstance(v, str)

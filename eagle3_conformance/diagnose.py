@@ -19,7 +19,14 @@ one-slot-input        K5/K7/ the draft got 1 x d instead of K x d (``draft_input
 other-model-width     K6     every stored slot is w wide where the target's d is not w (the verifier
                              slot's width; the feature a whole number of w-wide slots): another model's
                              hidden states, not a slot count
+fc-slot-count         K6     the draft's fc reads k x d where the contract's K slots need K x d (k != K): the
+                             engine counted the slots from another key than the ids (R41: speculators' top-level
+                             ids, SGLang's nested-key count, default 3)
 slot-count            K3     fewer slots than declared; the declared B_L is the one missing
+decode-rows-padded    K13    after a partial accept, accepted tokens get zero padding rows (``verified_rows``; R43)
+decode-rows-misaligned K9    after a partial accept, accepted tokens get other tokens' or requests' verified
+                             rows (``verified_rows``; R52)
+mtp-input-side        K4     an MTP head's one slot is F where the contract states B_L, or the reverse (R49)
 embedding-for-last    K2     slot 0 is B_0 and every later slot (and the verifier) holds the boundary
                              declared one slot earlier: the embedding was captured in place of B_L
 engine-default        K1     the aux slots are the engine's default layers (2, L//2, L-3), not the declared
@@ -54,19 +61,26 @@ the paths.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from eagle3_conformance.contract import Contract
+from eagle3_conformance.engine_ids import engine_default_aux_ids
 from eagle3_conformance.findings import Finding, as_finding, stored_path
-from eagle3_conformance.notation import Boundary, engine_default_aux_ids
+from eagle3_conformance.notation import Boundary
 
 #: kind -> (FAULTS.md kind, one line); the catalogue of diagnoses (docs and tests use it)
 KINDS: dict[str, tuple[str, str]] = {
     "one-slot-input": ("K5", "the draft got 1 x d instead of the K x d concat; fc was skipped"),
     "other-model-width": ("K6", "every stored slot is another width than the target's: another model's states"),
+    "fc-slot-count": ("K6", "the draft's fc built for fewer (or more) slots than the draft's ids: the count read from "
+                            "another key (R41)"),
     "slot-count": ("K3", "fewer aux slots than declared (B_L unreachable)"),
+    "decode-rows-padded": ("K13", "after a partial accept the draft gets padding rows for accepted tokens (R43)"),
+    "decode-rows-misaligned": ("K9", "after a partial accept the draft gets the wrong verified rows (R52)"),
+    "mtp-input-side": ("K4", "an MTP head fed B_L where F is stated, or the reverse (R49)"),
     "embedding-for-last": ("K2", "the embedding B_0 was captured in place of B_L"),
     "engine-default": ("K1", "the engine's (or generator's) default layers, not the declared ids"),
     "convention-shift": ("K2", "every aux slot one boundary off: ids read under the other convention"),
@@ -474,6 +488,44 @@ def _other_width(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagn
                       {v.path: f"{len(vw)} {v.unit}"}, {})]
 
 
+_FC_IN = re.compile(r"^in (\d+), out (\d+)$")
+
+
+def _fc_slot_count(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
+    """R41 (FAULTS.md field reports; vllm#54526, speculators#1065): the draft's fc takes k slots of
+    the target width where the contract declares K: the engine read the slot count from another key
+    than the one holding the ids (SGLang 0.5.23 ``llama_eagle3.py:156-161``: ``num_aux_hidden_states``,
+    else ``len(eagle_config.eagle_aux_hidden_state_layer_ids)``, else 3)."""
+    d, K = c.draft.target_hidden_size, c.num_slots
+    sizes = []
+    for f in v.failing("fc_shape"):
+        m = _FC_IN.match(str(f.observed))
+        if m and int(m.group(1)) % d == 0 and int(m.group(1)) // d not in (0, K):
+            sizes.append(int(m.group(1)) // d)
+    if not sizes:
+        return []
+    k = Counter(sizes).most_common(1)[0][0]
+    aux = [str(b) for b in c.aux]
+    ids: dict = {}
+    got = [f.observed for f in v.failing("slot_count") if isinstance(f.observed, int)]
+    ev = [f"the draft's fc reads {k} x {d} = {k * d} where the contract's {K} aux slots need {K * d}"]
+    if got:
+        ev.append(f"the engine captured {Counter(got).most_common(1)[0][0]} slots, its default count, not the draft's "
+                  f"{K} ids")
+    fix = [f"the draft config holds {K} ids but the engine counted {k}: SGLang 0.5.23 takes the count from "
+           "num_aux_hidden_states, else eagle_config.eagle_aux_hidden_state_layer_ids, else 3 (llama_eagle3.py:"
+           "156-161) and ignores a top-level eagle_aux_hidden_state_layer_ids (where speculators writes them); "
+           "write the ids under eagle_config (or set num_aux_hidden_states: " + str(K) + "):"] + \
+        fx.draft_config(aux, ids)
+    used.update({"fc_shape", "slot_count", "feature_width", "draft_input_width", "engine_mapping"}
+                | set(_IDENTITY_CHECKS))
+    return [Diagnosis("fc-slot-count", "K6", f"the draft's fc is built for {k} slots of a {K}-slot draft: the slot "
+                      "count was read from another key than the ids (R41)", tuple(ev), tuple(fix), (v.path,),
+                      ("fc",), _explained(v, ("fc_shape", "slot_count", "feature_width", "draft_input_width",
+                                              "engine_mapping") + _IDENTITY_CHECKS),
+                      {v.path: f"{len(sizes)} {v.unit}"}, ids)]
+
+
 def _slot_count(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
     if "slot_count" in used:
         return []
@@ -518,6 +570,66 @@ def _verifier_missing(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[
          "(its --no-include-last-layer drops it); list the aux ids then L", ) + tuple(
             fx.for_path(v.path, [str(b) for b in c.aux], {})),
         (v.path,), ("verifier",), _explained(v, ("verifier_present",)), {v.path: f"{len(bad)} {v.unit}"})]
+
+
+def _decode_rows(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
+    """R43 / R52 (FAULTS.md field reports): ``verified_rows`` failed: after a partial accept the draft
+    extend got zero padding rows (R43) or other tokens' / requests' verified rows (R52) for the
+    accepted tokens."""
+    bad = [f for f in v.failing("verified_rows") if isinstance(f.observed, dict)]
+    if not bad:
+        return []
+    judged = len([f for f in v.by_check.get("verified_rows", []) if f.status in ("pass", "fail")])
+    pad = sum(int(f.observed.get("padding") or 0) for f in bad)
+    other = sum(int(f.observed.get("shifted") or 0) + int(f.observed.get("foreign") or 0) for f in bad)
+    rows = sum(int(f.observed.get("accepted") or 0) for f in bad)
+    shifts = Counter(f.observed.get("shift") for f in bad if f.observed.get("shift") is not None)
+    ev = [f"{len(bad)} of {judged} requests after verify: {pad} accepted rows are zero padding and {other} are "
+          f"rows of other tokens or requests, of {rows} accepted rows"]
+    if shifts:
+        ev.append(f"the misplaced rows sit {shifts.most_common(1)[0][0]:+d} rows from their own token's row")
+    checks = ("verified_rows", "row_fingerprint", "feature_alignment", "slot_identity", "norm_band", "magnitude")
+    used.update(checks)
+    where = "after a partial accept (accept length < num_draft_tokens)"
+    if pad >= other:
+        return [Diagnosis(
+            "decode-rows-padded", "K13", f"the draft extend gets padding rows for accepted tokens {where} (R43)",
+            tuple(ev), ("index the verified rows before the draft: request i's accepted rows are verify rows "
+                        "i * num_draft_tokens + arange(accept_len_i); drop any padding added for the batch layout "
+                        "(context-parallel or graph padding, vllm-ascend#8433) before the rows reach the draft",),
+            (v.path,), ("feature",), _explained(v, checks), {v.path: f"{len(bad)}/{judged} {v.unit}"})]
+    return [Diagnosis(
+        "decode-rows-misaligned", "K9", f"the draft extend gets the wrong verified rows {where} (R52)", tuple(ev),
+        ("read each request's accepted rows at its own offset in the buffer the verify wrote: uncompacted "
+         "(num_draft_tokens rows per request, SGLang 0.5.23 eagle_worker_v2: select_index = arange(0, bs * n, n) + "
+         "accept_lens - 1) or compacted (cumulative accept lengths), never one layout's offsets into the other "
+         "(ik_llama.cpp#1894)",),
+        (v.path,), ("feature",), _explained(v, checks), {v.path: f"{len(bad)}/{judged} {v.unit}"})]
+
+
+def _mtp_input_side(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
+    """R49 (FAULTS.md field reports): an MTP head handed the other side of the final norm than the
+    contract states (B_L where F is declared, or the reverse)."""
+    if c.method != "mtp" or "slot_identity" in used:
+        return []
+    j = v.judged("slot_identity").get("slot 0")
+    L = c.L
+    if j is None or not j.wrong or {j.declared, j.observed} != {f"B_{L}", "F"}:
+        return []
+    used.update(_IDENTITY_CHECKS + _VERIFIER_CHECKS)
+    got, want = j.observed, j.declared
+    served = {"F": "F, the final norm's output (SGLang 0.5.23 hands an MTP head the LM head's input, "
+                   "logits_processor.py:853-872)",
+              f"B_{L}": f"B_{L}, the last layer's output before the final norm"}
+    fix = (f"serve the head with {want}, the tensor it was trained on (speculators 0.9.0 trains MTP on B_{L}, "
+           "models/mtp/data.py; SGLang 0.5.23 feeds F): an engine that feeds the other side needs the head "
+           "retrained, or the norm applied / removed before the head",
+           f"or, if the head was trained on {got}, state it: capture.boundaries: [{got}] and verifier_last: "
+           f"{{tensor: {got}, norm: {'post' if got == 'F' else 'pre'}}} (never defaulted: both sides are in use)")
+    return [Diagnosis("mtp-input-side", "K4", f"the MTP head is fed {got} where the contract states {want} (R49)",
+                      (f"slot 0 is {served[got]}, on {j.fails} of {j.judged} {v.unit}; contract says {want}",),
+                      fix, (v.path,), ("slot 0",), _explained(v, _IDENTITY_CHECKS + _VERIFIER_CHECKS),
+                      {v.path: f"{j.fails}/{j.judged} {v.unit}"})]
 
 
 def _embedding_for_last(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
@@ -994,8 +1106,11 @@ def _production_precision(c: Contract, v: _PathView, fx: _Fixer, used: set) -> l
     return [Diagnosis(
         "production-precision", "", f"these hidden states were produced in lower precision than the contract "
         f"declares ({key}: {declared})",
-        (f"{len(bad)} of {n_all} {v.unit}: median per-row angle to the float32 reference "
-         f"{med[len(med) // 2]:.3f} deg (float32 production measured <= 0.15 deg; a bf16 forward 0.13..2.2 deg)",
+        (f"{len(bad)} of {n_all} {v.unit}: median per-row angle to " + (
+            f"{ob['against']} {med[len(med) // 2]:.3f} deg (float32 values through FP8 land on the same codes: 0 deg; "
+            "a bf16 forward through FP8 measured 0.9..1.5 deg on SmolLM2-135M)" if ob.get("against") else
+            f"the float32 reference {med[len(med) // 2]:.3f} deg (float32 production measured <= 0.15 deg; a bf16 "
+            "forward 0.13..2.2 deg)"),
          "the failures below are that precision's noise judged by float32 gates, not a fault: "
          + ", ".join(claimed[1:]) if len(claimed) > 1 else "no other check failed on it"),
         (f"set {key}: bfloat16 (or float16: the dtype the target actually ran in; vLLM's and SGLang's "
@@ -1025,7 +1140,8 @@ def _rows_misassigned(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[
         {v.path: f"{len(bad)}/{n_all} {v.unit}"})]
 
 
-_RULES = (_production_precision, _one_slot_input, _other_width, _slot_count, _verifier_missing, _embedding_for_last,
+_RULES = (_production_precision, _one_slot_input, _other_width, _fc_slot_count, _slot_count, _verifier_missing,
+          _decode_rows, _mtp_input_side, _embedding_for_last,
           _engine_default, _convention_shift, _permuted, _without_residual, _no_boundary, _slot_off, _loose_match,
           _verifier_state, _verifier_other, _fp8_transport, _magnitude, _pre_fc_norm, _rows_misassigned)
 

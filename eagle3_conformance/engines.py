@@ -23,6 +23,12 @@ TESTED: dict[str, str] = {
 }
 """Distribution name -> the version specifier the project's tests run it at."""
 
+HARNESS_RELEASES: tuple[str, ...] = ("0.5.23", "0.5.14")
+"""The SGLang releases the in-process CPU harness has a branch for
+(``tools/sglang_cpu/releases/``): 0.5.23 (the lock) and 0.5.14 (the release SpecForge 0.2.0 pins;
+``tox -e sglang-0.5.14``, requirements/sglang-0.5.14-lock.txt). A path that runs on every one of
+them says so with ``Needs(also_on={"sglang": HARNESS_RELEASES})``; the others run on :data:`TESTED` only."""
+
 BASE: dict[str, str] = {
     "torch": "pip install 'eagle3-conformance[reference]': every path runs the reference forward",
     "transformers": "pip install 'eagle3-conformance[reference]': the reference model classes",
@@ -43,9 +49,10 @@ def installed(dist: str) -> Optional[str]:
         return None
 
 
-def problem(dist: str) -> Optional[str]:
-    """Why ``dist`` cannot be used here (not installed; a release other than :data:`TESTED`,
-    unless ``CONFORMANCE_UNTESTED_ENGINES=1``), or None."""
+def problem(dist: str, also: tuple[str, ...] = ()) -> Optional[str]:
+    """Why ``dist`` cannot be used here (not installed; a release other than :data:`TESTED` and
+    not one of ``also``, the further releases the asking path is tested on, unless
+    ``CONFORMANCE_UNTESTED_ENGINES=1``), or None."""
     import importlib.util
 
     name = NAMES.get(dist, dist)
@@ -54,7 +61,7 @@ def problem(dist: str) -> Optional[str]:
         how = BASE.get(dist) or f"pip install 'eagle3-conformance[{dist}]'"
         return f"{name} is not installed in this environment ({how})"
     spec = TESTED.get(dist)
-    if spec is None or os.environ.get(UNTESTED_ENV) == "1":
+    if spec is None or os.environ.get(UNTESTED_ENV) == "1" or have in also:
         return None
     from packaging.specifiers import SpecifierSet
     from packaging.version import InvalidVersion, Version
@@ -65,7 +72,8 @@ def problem(dist: str) -> Optional[str]:
         ok = False
     if ok:
         return None
-    return (f"{name} {have} is installed; this path is tested with {dist}{spec} and runs only on it "
+    tested = " or ".join([f"{dist}{spec}", *(f"{dist}=={v}" for v in also if f"=={v}" != spec)])
+    return (f"{name} {have} is installed; this path is tested with {tested} and runs only there "
             f"({UNTESTED_ENV}=1 runs it on {have} anyway)")
 
 

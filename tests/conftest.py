@@ -3,6 +3,7 @@ reference model and good captures read through the real speculators loader."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,12 @@ import pytest
 from eagle3_conformance import profiles, torch_env
 
 torch_env.prepare()
+# pytester's in-process runs (runpytest) restore sys.modules afterwards: a package module first
+# imported inside such a run is dropped, and the next import makes a second copy of its classes
+# (isinstance(Boundary) then fails in a later in-process CLI call). Import the package's pure
+# modules once here so every in-process run shares them.
+for _name in ("notation", "contract", "engine_ids", "findings", "report", "diagnose", "checks"):
+    importlib.import_module(f"eagle3_conformance.{_name}")
 # The project's own hypothesis tests run under the suite's ci profile (5 examples, derandomized)
 # unless --hypothesis-profile names another (conformance-dev, ...). The plugin loads no profile
 # into a session: this is the project's choice for its own tests.

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from eagle3_conformance.contract import SCHEMA_PATH, ContractError, json_schema, load_contract, parse_contract
-from eagle3_conformance.notation import Boundary, boundaries_to_ids, ids_to_boundaries
+from eagle3_conformance.engine_ids import boundaries_to_ids, ids_to_boundaries
+from eagle3_conformance.notation import Boundary
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = (REPO / "contracts" / "tiny-llama.yaml").read_text()

@@ -225,7 +225,7 @@ def test_mtp_contract_valid_and_problems():
 
 @pytest.mark.parametrize("tool", ["sglang", "specforge", "vllm"])
 def test_dflash_tool_rules_are_output_of(tool):
-    from eagle3_conformance.family_ids import dflash_boundaries_to_tool, dflash_tool_to_boundaries
+    from eagle3_conformance.engine_ids.dflash import dflash_boundaries_to_tool, dflash_tool_to_boundaries
 
     ids = [0, 3, 5, 6]
     assert [str(b) for b in dflash_tool_to_boundaries(tool, ids, 7)] == B(1, 4, 6, 7)
@@ -236,7 +236,7 @@ def test_dflash_formula_fallback_is_the_tools_own_and_can_differ_from_trained_ta
     """SGLang and SpecForge derive taps from their own formula when the key is missing (one per
     draft layer). For a drafter trained on other layers the count is right and the layers are
     not, so the load succeeds; the contract's declared taps then disagree with what is served."""
-    from eagle3_conformance.family_ids import dflash_formula, dflash_tool_to_boundaries
+    from eagle3_conformance.engine_ids.dflash import dflash_formula, dflash_tool_to_boundaries
 
     L, trained = 36, [2, 10, 18, 26, 34]  # a 5-tap drafter trained on other layers than the formula's
     served = {}

@@ -200,6 +200,8 @@ def test_kill_sglang(op, pair):
 
     if op.name == "hidden-sizes-crossed" and pair.spec.draft_hidden == pair.spec.target_hidden:
         pytest.skip("K6 is masked when target and draft widths are equal (the wide pair covers it)")
+    if op.name == "aux-count-from-other-key" and len(pair.spec.boundaries) == 3:
+        pytest.skip("R41 is masked when the draft has 3 slots, SGLang's default count (the K = 2 pair covers it)")
     prop()
     for p, c, ex, k, base in replay:
         v = judge(op.checks, base, run_path(pair, c, ex, p, POOL, k))

@@ -1,4 +1,5 @@
-"""SGLang 0.5.23 CPU harness: real target/draft classes, real id resolution, hooks on the draft.
+"""SGLang CPU harness (0.5.23; 0.5.14 in ``tox -e sglang-0.5.14``): real target/draft classes, real
+id resolution, hooks on the draft.
 
 Every expectation about WHICH boundary a slot holds is checked against an independent
 transformers forward (``output_hidden_states``: hs[k] = B_k for k < L, hs[L] = F), never against
@@ -21,7 +22,8 @@ import torch  # noqa: E402
 
 sglang = pytest.importorskip("sglang")
 
-from eagle3_conformance.tools.sglang_cpu import DraftForwardError, SGLangCPUHarness  # noqa: E402
+from eagle3_conformance.engines import HARNESS_RELEASES  # noqa: E402
+from eagle3_conformance.tools.sglang_cpu import DraftForwardError, SGLangCPUHarness, TargetForwardError  # noqa: E402
 
 COS = 0.999
 L = 7  # llama defaults [2, 3, 4] differ from the configured ids [1,3,4] -> [2, 4, 5]
@@ -97,7 +99,8 @@ def llama(tmp_path_factory):
 
 def test_ids_resolved_by_sglang(llama):
     h, _, _ = llama
-    assert h.sglang_version.startswith("0.5.23")
+    assert h.sglang_version in HARNESS_RELEASES
+    assert h.release.SERVES == (h.sglang_version,)
     assert h.engine_ids == [1, 3, 4]  # read from the nested eagle_config key
     assert h.layers_to_capture == [2, 4, 5]  # llama.py setter: v + 1
     assert h.captured_boundaries == ["B_2", "B_4", "B_5"]
@@ -187,10 +190,17 @@ def test_capture_layers_override(llama):
         assert h.set_capture_layers_override([4, 2, -1]) == [5, 3, 0]
         # ... but the capture loop is ascending
         assert h.captured_boundaries == ["B_0", "B_3", "B_5"]
-        cap = h.extend([[9, 8, 7, 6]])[0]
-        hs, _ = _hf_states(hf, cap.token_ids.tolist())
-        assert _cos(cap.slots(64)[0], hs[0]) > COS  # slot 0 is the embedding
-        assert cap.engine_ids == [4, 2, -1]
+        if h.sglang_version == "0.5.14":
+            # 0.5.14's LlamaModel.forward captures `hidden_states + residual` at every listed layer
+            # (llama.py:407-409) and residual is None before layer 0: it cannot capture B_0
+            # (0.5.23's _prepare_attention captures the embedding there).
+            with pytest.raises(TargetForwardError, match=r"SGLang 0\.5\.14.*NoneType.*sglang/srt/models/llama\.py:409"):
+                h.extend([[9, 8, 7, 6]])
+        else:
+            cap = h.extend([[9, 8, 7, 6]])[0]
+            hs, _ = _hf_states(hf, cap.token_ids.tolist())
+            assert _cos(cap.slots(64)[0], hs[0]) > COS  # slot 0 is the embedding
+            assert cap.engine_ids == [4, 2, -1]
         # duplicates collapse: 2 slots reach a 3-slot fc -> loud, capture still reported
         h.set_capture_layers_override([3, 3, 1])
         assert h.captured_boundaries == ["B_2", "B_4"]

@@ -329,3 +329,81 @@ def test_user_facing_strings_cite_the_projects_docs_not_the_build_machines_notes
     for doc in ("README.md", *(p.relative_to(REPO) for p in (REPO / "docs").glob("*.md"))):
         text = (REPO / doc).read_text()
         assert "../shared/" not in text and "/work/shared" not in text, doc
+
+
+#: notes of the build machine (/work/shared) that users do not have; docs/ has its own FAULTS.md and REFERENCE.md
+_MACHINE_NOTES = ("../shared/", "/work/shared", "ECOSYSTEM.md", "SGLANG_CPU_ENGINE.md", "VERSION_DRIFT.md",
+                  "ARCHITECTURE.md")
+
+
+def test_docstrings_cite_the_projects_docs_or_upstream_not_the_build_machines_notes():
+    """Docstrings (what `help()` and the API docs show) cited ../shared/SGLANG_CPU_ENGINE.md and
+    ECOSYSTEM.md, files a user does not have; they cite docs/ or an upstream repository path instead."""
+    bad = []
+    for f in sorted(PKG.rglob("*.py")):
+        tree = ast.parse(f.read_text())
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for st in node.body:
+                if isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant) and isinstance(st.value.value, str):
+                    hits = [k for k in _MACHINE_NOTES if k in st.value.value]
+                    if hits:
+                        bad.append(f"{f.relative_to(REPO)}:{st.lineno}: {hits}")
+    assert not bad, bad
+
+
+# --- issue 25: the id rules live in one package ----------------------------------------------------
+
+_ID_RULE_CALLS = ("set_eagle3_layers_to_capture", "set_dflash_layers_to_capture", "resolve_eagle_capture_layers",
+                  "extract_context_feature", "resolve_target_layer_ids", "build_target_layer_ids",
+                  "set_aux_hidden_state_layers", "get_eagle3_default_aux_hidden_state_layers")
+"""The tools' own functions that turn layer ids into captured layers."""
+
+_MAY_CALL_ID_RULES = ("eagle3_conformance.engine_ids", "eagle3_conformance.released", "eagle3_conformance.tools",
+                      "eagle3_conformance.faults")
+"""engine_ids/ translates (the installed tools' code), released/ runs other releases' code, tools/ run the
+live engines, faults/ turns the real knob of a live engine."""
+
+
+def _is_default_ids(n: ast.AST) -> bool:
+    """``[2, x // 2, x - 3]`` (a list or tuple display): the engines' default aux ids."""
+    if not isinstance(n, (ast.List, ast.Tuple)) or len(n.elts) != 3:
+        return False
+    a, b, c = n.elts
+    return (isinstance(a, ast.Constant) and a.value == 2
+            and isinstance(b, ast.BinOp) and isinstance(b.op, ast.FloorDiv) and getattr(b.right, "value", None) == 2
+            and isinstance(c, ast.BinOp) and isinstance(c.op, ast.Sub) and getattr(c.right, "value", None) == 3)
+
+
+def _id_translations(name: str, source: str) -> tuple[list[str], list[str]]:
+    """``(default-id lists, id-resolver calls not allowed in module name)``, as ``name:line``."""
+    defaults, calls = [], []
+    for n in ast.walk(ast.parse(source)):
+        if _is_default_ids(n):
+            defaults.append(f"{name}:{n.lineno}")
+        if (isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) in _ID_RULE_CALLS
+                and not any(_under(name, p) for p in _MAY_CALL_ID_RULES)):
+            calls.append(f"{name}:{n.lineno}")
+    return defaults, calls
+
+
+def test_no_module_outside_engine_ids_translates_engine_ids():
+    """The engines' default ids are written once (``engine_ids/base.py``), and the tools' id resolvers
+    are called only where ids are translated or a live engine is driven: nothing else in the package
+    turns an engine's id into a layer by itself."""
+    defaults, calls = [], []
+    for m, f in modules().items():
+        d, c = _id_translations(m, f.read_text(encoding="utf-8"))
+        defaults += d
+        calls += c
+    assert [d.split(":")[0] for d in defaults] == ["eagle3_conformance.engine_ids.base"]
+    assert calls == []
+
+
+def test_the_rule_above_sees_a_translation_outside_engine_ids():
+    """The detector fires on the two shapes it exists for, outside engine_ids/, and not inside."""
+    src = "def f(m, L):\n    m.set_eagle3_layers_to_capture([2, L // 2, L - 3])\n"
+    assert _id_translations("eagle3_conformance.diagnose", src) == (["eagle3_conformance.diagnose:2"],
+                                                                     ["eagle3_conformance.diagnose:2"])
+    assert _id_translations("eagle3_conformance.engine_ids.sglang", src)[1] == []

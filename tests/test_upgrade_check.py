@@ -121,11 +121,108 @@ def _write_release(cache: Path, version: str) -> None:
                                                     "sha256": "0" * 64, "files": digests}))
 
 
+# made-up training releases, shaped like speculators 0.4 (its own capture loop) and SpecForge 0.2
+# (a resolver, then the SGLang release its METADATA pins: here the made-up 9.9.2)
+_GENERATOR = """
+from transformers import AutoConfig, AutoTokenizer
+
+log = None
+
+
+class VllmHiddenStatesGenerator:
+    def __init__(self, model_path, layer_ids=None, max_model_len=2048):
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        config = AutoConfig.from_pretrained(model_path, trust_remote_code=True)
+        num_layers = config.num_hidden_layers
+        if layer_ids is None:
+            self.layer_ids = [2, num_layers // 2, num_layers - 3, num_layers - 1]
+        else:
+            self.layer_ids = layer_ids
+        for layer_id in self.layer_ids:
+            if layer_id < 0 or layer_id >= {bound}:
+                raise ValueError(f"Layer index {{layer_id}} out of bounds [0, {{num_layers - 1}}]")
+        self.vllm_config = self._create_vllm_config(model_path)
+
+    def _create_vllm_config(self, model_path):
+        return VllmConfig(model=model_path)
+"""
+
+_WORKER = """
+from itertools import islice
+
+from vllm.distributed import get_pp_group, get_tp_group
+
+
+def _patched_forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None, **_kwargs):
+    hidden_states = inputs_embeds if inputs_embeds is not None else self.embed_input_ids(input_ids)
+    residual = None
+    aux_hidden_states = []
+    extension = self._extension
+    target_layers = extension._layer_ids if get_tp_group().rank_in_group == 0 else frozenset()
+    for idx, layer in enumerate(islice(self.layers, self.start_layer, self.end_layer)):
+        hidden_states, residual = layer(hidden_states=hidden_states, positions=positions, residual=residual)
+        if self.start_layer + idx in target_layers:
+            aux_hidden_states.append((hidden_states + residual{shift}).clone())
+    hidden_states, _ = self.norm(hidden_states, residual)
+    if aux_hidden_states:
+        extension._store_captured_states(aux_hidden_states)
+    return hidden_states
+
+
+class HiddenStatesWorkerExtension:
+    def _setup_hidden_states_capture(self, layer_ids):
+        self._layer_ids = frozenset(layer_ids)
+        model = self.model_runner.model
+        model.model.forward = _patched_forward
+"""
+
+_RESOLVER = """
+def resolve_eagle_capture_layers(cfg, draft_config, target_config):
+    layers = cfg.model.aux_hidden_state_layer_ids
+    if layers is None:
+        layers = (draft_config.get("eagle_config", {}) or {}).get("eagle_aux_hidden_state_layer_ids")
+    if layers is None:
+        n = int(target_config.num_hidden_layers)
+        layers = [1, n // 2 - 1, n - 4]
+    if len(layers) != 3:
+        raise ValueError(f"resolved EAGLE capture layers must contain exactly three integers, got {layers!r}")
+    return list(layers)
+"""
+
+
+def _write_files(cache: Path, dist: str, version: str, files: dict[str, str]) -> None:
+    root = cache / "engine-code" / f"{dist}-{version}"
+    digests = {}
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+        digests[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    (root / "manifest.json").write_text(json.dumps({"tool": dist, "version": version, "wheel": f"made-up-{version}",
+                                                    "sha256": "0" * 64, "files": digests}))
+
+
+def _write_training_releases(cache: Path) -> None:
+    gen = "speculators/data_generation/vllm_hidden_states_generator.py"
+    worker = "speculators/data_generation/custom_worker.py"
+    # 9.9.3 reads an attribute of the captured tensor that isolation does not give; 9.9.4 refuses ids >= L - 4
+    for version, shift, bound in (("9.9.1", "", "num_layers"), ("9.9.2", "", "num_layers"),
+                                  ("9.9.3", ".left", "num_layers"), ("9.9.4", "", "num_layers - 4")):
+        _write_files(cache, "speculators", version, {gen: _GENERATOR.format(bound=bound),
+                                                     worker: _WORKER.format(shift=shift)})
+    meta = "Metadata-Version: 2.4\nName: specforge\nRequires-Dist: torch\nRequires-Dist: sglang==9.9.2\n"
+    _write_files(cache, "specforge", "9.9.1", {"specforge/algorithms/model_providers.py": _RESOLVER,
+                                                "specforge-9.9.1.dist-info/METADATA": meta})
+    _write_files(cache, "specforge", "9.9.2", {"specforge/algorithms/model_providers.py": _RESOLVER,
+                                                "specforge-9.9.2.dist-info/METADATA": meta.replace("==9.9.2", ">=9.9")})
+
+
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     c = tmp_path / "cache"
     for v in _BODIES:
         _write_release(c, v)
+    _write_training_releases(c)
     empty = tmp_path / "no-index"
     empty.mkdir()
     monkeypatch.setenv("CONFORMANCE_MODEL_CACHE", str(c))
@@ -211,7 +308,7 @@ def test_bad_input_exits_2_and_other_contracts_are_still_reported(cache, tmp_pat
     assert code == 2 and "CANNOT FETCH" in out and "0.0.0.post999" in out
     for spec, words in (("trtllm==1.0", "unknown tool 'trtllm'"), ("sglang", "expected TOOL==VERSION"),
                         ("sglang==not-a-version", "not a version number"), ("vllm==0.33.0:v3", "unknown vLLM model runner"),
-                        ("specforge==0.2.0", "not run across versions yet")):
+                        ("specforge==0.2.0:v1", "only vLLM has model runners")):
         code, out, err = _run(str(KIMI), "--from", "sglang==9.9.1", "--to", spec)
         assert code == 2 and words in err, (spec, err)
 
@@ -232,6 +329,48 @@ def test_the_cache_is_checked_against_its_manifest(cache):
 
 
 # --- real wheels (PyPI once, then the shared cache) ---------------------------------------------
+
+def test_a_training_release_runs_its_own_capture_loop_on_tagged_layers(cache):
+    """speculators-shaped releases: the generator's own default and range check, the worker's own
+    patched forward on stand-in layers tagged with the boundary their output is (layer i -> B_{i+1})."""
+    tiny, lmsys = str(REPO / "contracts" / "tiny-llama.yaml"), str(REPO / "contracts" / "llama-3.1-8b-instruct--lmsys-eagle3.yaml")
+    code, rep = _json(tiny, lmsys, "--from", "speculators==9.9.1", "--to", "speculators==9.9.2")
+    assert code == 0, rep
+    t, lm = rep["contracts"]
+    assert t["captures"][0]["steps"]["extend"]["boundaries"] == ["B_2", "B_4", "B_5"]  # ids [1, 3, 4], after each layer
+    assert lm["captures"][0]["steps"]["extend"]["boundaries"] == ["B_3", "B_17", "B_30"]  # default [2,16,29,31] less L-1
+    assert "custom_worker.py" in t["captures"][0]["steps"]["extend"]["rule"]
+    assert [v["status"] for c in rep["contracts"] for v in c["verdicts"]] == ["same tensors", "same tensors"]
+
+
+def test_a_training_release_whose_capture_isolation_cannot_follow_cannot_run(cache):
+    code, rep = _json(str(REPO / "contracts" / "tiny-llama.yaml"), "--from", "speculators==9.9.1", "--to", "speculators==9.9.3")
+    cap = rep["contracts"][0]["captures"][1]
+    assert code == 2 and cap["status"] == "cannot run", cap
+
+
+def test_a_training_release_refuses_ids_beyond_its_range(cache):
+    code, rep = _json(str(REPO / "contracts" / "tiny-llama.yaml"), "--from", "speculators==9.9.1", "--to", "speculators==9.9.4")
+    base, cand = rep["contracts"][0]["captures"]
+    assert base["status"] == "ok" and cand["status"] == "refused" and "Layer index 4 out of bounds" in cand["error"], cand
+    assert code == 1 and rep["contracts"][0]["verdicts"][0]["status"] == "different tensors"
+
+
+def test_specforge_captures_through_the_sglang_release_its_metadata_pins(cache):
+    """SpecForge-shaped release: its resolver reads the nested ids, then the pinned made-up SGLang
+    9.9.2 (first-id rule) captures them; SGLang 9.9.1 (+1 always) would serve the Kimi draft deeper."""
+    code, rep = _json(str(KIMI), "--from", "specforge==9.9.1", "--to", "sglang==9.9.1", "--to", "sglang==9.9.2")
+    assert code == 1, rep
+    (k,) = rep["contracts"]
+    assert k["captures"][0]["steps"]["extend"]["boundaries"] == ["B_2", "B_30", "B_58"]
+    rule = k["captures"][0]["steps"]["extend"]["rule"]
+    assert "specforge/algorithms/model_providers.py:2" in rule and "specforge-9.9.1.dist-info/METADATA:4" in rule
+    assert "sglang/srt/models/deepseek_v2.py" in rule
+    assert [v["status"] for v in k["verdicts"]] == ["different tensors", "same tensors"]
+    code, rep = _json(str(KIMI), "--from", "specforge==9.9.1", "--to", "specforge==9.9.2")
+    cap = rep["contracts"][0]["captures"][1]
+    assert code == 2 and cap["status"] == "cannot run" and "pins no single SGLang release" in cap["error"]
+
 
 SHIPPED = sorted(str(p) for p in (REPO / "contracts").glob("*.yaml"))
 
@@ -304,8 +443,8 @@ def test_a_missing_release_names_the_nearest_few_not_pips_whole_list():
     pip = ("ERROR: Could not find a version that satisfies the requirement sglang==0.5.99 "
            f"(from versions: {versions})")
     got = _nearest("0.5.99", pip)
-    assert got == "; nearest releases: 0.5.20, 0.5.21, 0.5.22, 0.5.23 (of 34)", got
-    assert _nearest("0.4.5", pip) == "; nearest releases: 0.4.3, 0.4.4, 0.4.6, 0.4.7 (of 34)"
+    assert got == "; nearest releases with a wheel: 0.5.20, 0.5.21, 0.5.22, 0.5.23 (of 34)", got
+    assert _nearest("0.4.5", pip) == "; nearest releases with a wheel: 0.4.3, 0.4.4, 0.4.6, 0.4.7 (of 34)"
     assert _nearest("1.0", "ERROR: No matching distribution found for x==1.0") == ""
 
 
@@ -327,3 +466,150 @@ def test_text_report_says_none_in_words_and_counts_contracts_in_the_singular():
     text = plain(rep)
     assert "(1 contract," in text and "None" not in text, text
     assert "ids read: none" in text and "draft-config id [1] -> none" in text
+
+
+# --- speculators and SpecForge releases (real wheels, slow: PyPI once, then the cache) ----------------
+
+TINY = str(REPO / "contracts" / "tiny-llama.yaml")
+LMSYS = str(REPO / "contracts" / "llama-3.1-8b-instruct--lmsys-eagle3.yaml")  # no ids: each release's default
+
+
+@pytest.mark.slow
+def test_real_speculators_0_4_to_0_5_rebased_ids_slot_by_slot():
+    """speculators 0.5.0 moved data generation into vLLM's extract_hidden_states (speculators#353):
+    the same ids [1, 3, 4] were captured after layers 1, 3, 4 (B_2 B_4 B_5) by 0.4.0's own patched
+    forward and are vLLM's B_1 B_3 B_4 from 0.5.0; the default ids moved the same way."""
+    code, rep = _json(TINY, LMSYS, "--from", "speculators==0.4.0", "--to", "speculators==0.5.0")
+    assert code == 1, rep
+    tiny, lmsys = rep["contracts"]
+    (v,) = tiny["verdicts"]
+    assert v["status"] == "different tensors"
+    assert [(c["slot"], c["from_boundary"], c["to_boundary"]) for c in v["changes"] if c["step"] == "extend"] == \
+        [(0, "B_2", "B_1"), (1, "B_4", "B_3"), (2, "B_5", "B_4")]
+    assert "speculators/data_generation/custom_worker.py" in v["changes"][0]["from_rule"]
+    assert "speculators/models/utils.py" in v["changes"][0]["to_rule"]
+    assert "set_aux_hidden_state_layers" in v["changes"][0]["to_rule"]  # vLLM's own setter decides from 0.5
+    caps = {c["column"]: c for c in lmsys["captures"]}
+    assert caps["speculators==0.4.0"]["steps"]["extend"]["boundaries"] == ["B_3", "B_17", "B_30"]
+    assert caps["speculators==0.5.0"]["steps"]["extend"]["boundaries"] == ["B_2", "B_16", "B_29"]
+    assert all(len(s["sha256"]) == 64 for s in rep["sources"])
+    code, out, _ = _run(TINY, "--from", "speculators==0.4.0", "--to", "speculators==0.5.0")
+    assert "all steps slot 0: B_2 -> B_1" in out and "DIFFERENT TENSORS" in out
+
+
+@pytest.mark.slow
+def test_real_speculators_releases_on_one_side_of_the_rebase_say_same_tensors():
+    eagle = [p for p in SHIPPED if "kimi" not in p]  # vLLM's Kimi wrapper cannot run in isolation (docs/upgrade.md)
+    for base, to in (("0.5.0", "0.9.0"), ("0.3.0", "0.4.0")):
+        code, rep = _json(*eagle, "--from", f"speculators=={base}", "--to", f"speculators=={to}")
+        statuses = {c["name"]: c["verdicts"][0]["status"] for c in rep["contracts"]}
+        assert code == 0, statuses
+        assert set(statuses.values()) == {"same tensors", "not compared"}, statuses
+        assert statuses["tiny-llama-eagle3"] == "same tensors"
+
+
+@pytest.mark.slow
+def test_real_speculators_releases_agree_with_the_id_conventions_engine_ids_states():
+    """The released code run in isolation gives, for every shipped EAGLE-3 contract's ids, what
+    :mod:`eagle3_conformance.engine_ids.speculators` states per release (output-of before 0.5,
+    boundary ids from 0.5), so the two cannot drift apart unnoticed."""
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.engine_ids import tool_to_boundaries
+
+    checked = 0
+    for version in ("0.3.0", "0.4.0", "0.5.0", "0.9.0"):
+        code, rep = _json(*[p for p in SHIPPED if "kimi" not in p and "gemma" not in p],
+                          "--from", f"speculators=={version}", "--to", f"speculators=={version}")
+        for c in rep["contracts"]:
+            (cap,) = c["captures"]
+            if cap["status"] != "ok":
+                continue
+            ct = load_contract(c["contract"])
+            ids = cap["ids_read"]
+            want = tool_to_boundaries("speculators", ids, ct.L, version=version)
+            assert cap["steps"]["extend"]["boundaries"] == [str(b) for b in want], (version, c["name"])
+            checked += 1
+    assert checked >= 40
+
+
+@pytest.mark.slow
+def test_real_released_speculators_0_9_resolver_agrees_with_the_installed_one(monkeypatch):
+    """The stand-in (0.9.0's resolve_target_layer_ids compiled from the wheel) against the installed
+    speculators 0.9.0's own function, with its verifier-config loader given the same L."""
+    from types import SimpleNamespace
+
+    import speculators.models.utils as installed
+
+    from eagle3_conformance.released.fetch import fetch
+    from eagle3_conformance.released.isolated import SourceTree, function
+
+    L = 32
+    monkeypatch.setattr(installed, "get_verifier_config", lambda *a, **k: SimpleNamespace(num_hidden_layers=L))
+    tree = SourceTree(fetch("speculators", "0.9.0").root, "speculators 0.9.0")
+    released, _ = function(tree, "speculators.models.utils", "resolve_target_layer_ids", overrides={
+        "get_verifier_config": lambda *a, **k: SimpleNamespace(num_hidden_layers=L)})
+    for ids in ([1, 15, 28], [2, 16, 29], [0, 32], None):
+        with pytest.warns(UserWarning) if ids is None else _nothing():
+            assert released(ids, "t") == installed.resolve_target_layer_ids(ids, "t")
+    for bad in ([1, 33], [3, 3], [-1, 2]):
+        with pytest.raises(ValueError) as a:
+            released(bad, "t")
+        with pytest.raises(ValueError) as b:
+            installed.resolve_target_layer_ids(bad, "t")
+        assert str(a.value) == str(b.value)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.mark.slow
+def test_real_specforge_0_2_captures_through_its_pinned_sglang():
+    """SpecForge 0.2.0 resolves the ids with its own resolve_eagle_capture_layers and captures them
+    in the SGLang its METADATA pins (0.5.14): a Kimi-K2.5 draft trained so gets B_2 B_30 B_58, which
+    SGLang 0.5.12 would serve as B_3 B_31 B_59 (exit 1), and 0.5.23 as trained (same tensors)."""
+    code, rep = _json(str(KIMI), str(DSV3), "--from", "specforge==0.2.0", "--to", "sglang==0.5.12",
+                      "--to", "sglang==0.5.23")
+    assert code == 1, rep
+    kimi, dsv3 = rep["contracts"]
+    old, new = kimi["verdicts"]
+    assert old["status"] == "different tensors" and new["status"] == "same tensors"
+    assert [(c["from_boundary"], c["to_boundary"]) for c in old["changes"] if c["step"] == "extend"] == \
+        [("B_2", "B_3"), ("B_30", "B_31"), ("B_58", "B_59")]
+    rule = old["changes"][0]["from_rule"]
+    assert "specforge/algorithms/model_providers.py" in rule and "specforge-0.2.0.dist-info/METADATA" in rule
+    assert "sglang/srt/models/deepseek_v2.py" in rule
+    assert [v["status"] for v in dsv3["verdicts"]] == ["same tensors", "same tensors"]
+
+
+@pytest.mark.slow
+def test_real_released_specforge_resolver_agrees_with_the_installed_one():
+    """The stand-in against what it replaces: 0.2.0's resolve_eagle_capture_layers compiled from the
+    wheel and the installed SpecForge 0.2.0's own (through engine_ids.specforge_layer_ids)."""
+    from eagle3_conformance.engine_ids import TranslationError, specforge_layer_ids
+    from eagle3_conformance.released import specforge as sf
+    from eagle3_conformance.released.fetch import fetch
+    from eagle3_conformance.released.isolated import SourceTree
+
+    tree = SourceTree(fetch("specforge", "0.2.0").root, "specforge 0.2.0")
+    for L, ids in ((61, [2, 30, 58]), (32, [1, 15, 28]), (32, None), (8, [1, 3, 4]), (8, [1, 3]), (8, [-1, 2, 3])):
+        cfg = {} if ids is None else {"eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}}
+        try:
+            want = specforge_layer_ids(ids, L)
+        except TranslationError as e:
+            with pytest.raises(ValueError) as got:
+                sf.resolve(tree, L, cfg)
+            assert str(got.value) in str(e)
+            continue
+        assert sf.resolve(tree, L, cfg).ids == want
+    assert sf.pinned_sglang(tree)[0] == "0.5.14"
+
+
+@pytest.mark.slow
+def test_real_specforge_release_without_a_wheel_cannot_be_fetched_and_says_why():
+    code, out, _ = _run(TINY, "--from", "specforge==0.2.0", "--to", "specforge==0.1.0")
+    assert code == 2 and "CANNOT FETCH" in out and "no wheel of specforge 0.1.0" in out, out

@@ -1,7 +1,7 @@
 """``eagle3-conformance init`` for DFlash and MTP / NextN drafts (issue 14).
 
 Each method's own keys are read (:func:`eagle3_conformance.authoring.configs.dflash_ids`); the taps come
-from the named engine's own code for that method (:mod:`eagle3_conformance.family_ids`). Nothing falls
+from the named engine's own code for that method (:mod:`eagle3_conformance.engine_ids.dflash`). Nothing falls
 back to an EAGLE-3 default: a config without its method's key, or for an engine whose rule for
 that method is not known, is refused with the reason (``DataError`` / ``UsageError``: exit 2).
 """
@@ -61,7 +61,7 @@ def _dflash(t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], engine: Optio
     from ruamel.yaml.comments import CommentedMap
 
     from eagle3_conformance.engine_ids import TranslationError
-    from eagle3_conformance.family_ids import DFLASH_TOOLS, dflash_formula, dflash_tool_to_boundaries
+    from eagle3_conformance.engine_ids.dflash import DFLASH_TOOLS, dflash_formula, dflash_tool_to_boundaries
 
     try:
         ids, location = dflash_ids(cfg)

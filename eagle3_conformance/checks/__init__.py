@@ -25,6 +25,7 @@ module                    checks
 ``vocab``                 d2t/t2d mapping, chat template, golden token ids
 ``precision``             the data's noise is the declared production precision's (issue 23)
 ``residual``              a slot that is the layer's update without its residual (issue 23)
+``verified_rows``         after a partial accept, the draft's rows are the accepted tokens' own verify rows
 ``suite``                 :func:`run_checks`: every check on one capture, in registry order
 ========================  ===================================================================
 
@@ -56,4 +57,5 @@ from eagle3_conformance.checks.vocab import (check_chat_template, check_golden_t
                                              mapping_sha256)
 from eagle3_conformance.checks.precision import check_production_precision  # noqa: F401
 from eagle3_conformance.checks.residual import check_residual_missing  # noqa: F401
+from eagle3_conformance.checks.verified_rows import check_verified_rows  # noqa: F401
 from eagle3_conformance.checks.suite import run_checks  # noqa: F401

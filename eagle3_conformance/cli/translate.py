@@ -1,6 +1,6 @@
 """``eagle3-conformance translate CONTRACT --to TOOL``: the integers and the config key a tool needs to
 capture the contract's boundaries (:func:`eagle3_conformance.engine_ids.boundaries_to_tool`; for a DFlash
-contract :func:`eagle3_conformance.family_ids.dflash_boundaries_to_tool`; an MTP contract has no ids)."""
+contract :func:`eagle3_conformance.engine_ids.dflash.dflash_boundaries_to_tool`; an MTP contract has no ids)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def run(args) -> int:
 def _dflash(args, c) -> int:
     """DFlash: ``dflash_config.target_layer_ids`` for the tool (its own DFlash rule, never the EAGLE one)."""
     from eagle3_conformance.engine_ids import TranslationError
-    from eagle3_conformance.family_ids import dflash_boundaries_to_tool
+    from eagle3_conformance.engine_ids.dflash import dflash_boundaries_to_tool
 
     if args.engine_version:
         raise UsageError("--engine-version: DFlash rules are asked of the installed tools only")

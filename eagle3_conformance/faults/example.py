@@ -85,6 +85,13 @@ class Knobs:
 
 
 
+class EngineRefuses(Exception):
+    """The engine release's own code raises on the faulty configuration before anything reaches the
+    draft (SGLang 0.5.14's ``LlamaModel.forward`` cannot capture the embedding: ``hidden_states +
+    residual`` with no residual yet, ``llama.py:407-409``): on that release the fault is loud, so
+    there is nothing for a check to catch. The matrix records ``n/a`` with the engine's words."""
+
+
 class NoOp(Exception):
     """The fault changes nothing on this example (e.g. a row shift on a 1-row capture, rows
     permuted between identical requests): there is nothing to catch."""

@@ -15,7 +15,8 @@ served F by SGLang 0.5.23). Columns:
 
 Fault kinds (issue 14): D1 DFlash ids read with the EAGLE boundary rule (every tap one layer
 early); D2 formula fallback (no ``target_layer_ids``: SGLang derives taps, the load succeeds);
-D3 a tap beyond the target's depth; M1 the wrong side of the final norm handed to an MTP head.
+D3 a tap beyond the target's depth; M1 the wrong side of the final norm handed to an MTP head; M2
+an MTP contract that does not state that side (FAULTS.md R49: engines differ, none may be defaulted).
 NextN vs chained MTP sources is expressible in the contract (``mtp.layer_sources``) but no path
 runs a multi-layer MTP head here, so it has no cell.
 """
@@ -41,6 +42,7 @@ KIND_NAMES = {
     "D2": "DFlash formula fallback (no ids)",
     "D3": "DFlash tap beyond the target's depth",
     "M1": "MTP head fed the other side of the final norm",
+    "M2": "MTP input (B_L or F) not stated (R49)",
 }
 EXTEND = [[1, 5, 17, 99, 3, 250, 41, 77, 8, 130, 64, 12], [1, 9, 400, 23, 7, 88, 150, 6, 211, 19]]
 PREFIX = [[1, 5, 17, 99, 3, 250], [1, 9, 400, 23, 7]]
@@ -162,6 +164,12 @@ def _d3_contract(doc):
     doc["capture"]["boundaries"][-1] = f"B_{L + 1}"
 
 
+def _m2_contract(doc):
+    """R49: the contract leaves out which tensor the MTP head reads (a default would pick a side)."""
+    doc.pop("verifier_last", None)
+    doc["capture"].pop("boundaries", None)
+
+
 def _dflash_op(make_cfg: Callable[[dict, int], dict], rule: str = "sglang"):
     def run(w: World):
         from eagle3_conformance.contract import parse_contract
@@ -208,6 +216,11 @@ OPERATORS = [
         "contract": "which side of the norm a runtime feeds is not visible in a contract alone",
         "sglang-dflash": "an MTP fault: DFlash taps are B_k boundaries",
         "sglang-mtp": _m1}),
+    FamilyOperator("mtp-input-unstated", "M2", ("contract_method",), {
+        "contract": _contract_op("mtp_doc", _m2_contract),
+        "sglang-dflash": "an MTP fault: a DFlash draft reads its declared taps",
+        "sglang-mtp": "a contract that does not state the input is refused before any path runs (the contract "
+                      "column); a stated but wrong side is M1"}),
 ]
 
 

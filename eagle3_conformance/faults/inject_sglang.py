@@ -1,6 +1,5 @@
 """Faults injected in the engine wiring, through SGLang's real knobs on the live CPU harness: the
-draft config as SGLang's own resolver reads it, applied with SGLang's own
-``configure_aux_hidden_state_capture``; the draft checkpoint's ``d2t`` through the real draft's
+draft config as the installed SGLang release's own reader reads it, applied with its own apply step; the draft checkpoint's ``d2t`` through the real draft's
 ``load_weights``; the harness's ``feed_draft_states``; a side-path buffer before the real draft;
 and harness rebuilds for what SGLang fixes at build time (``target_hidden_size`` -> fc shape,
 ``ServerArgs.dtype``)."""
@@ -68,41 +67,24 @@ class HarnessPool:
 
 
 def apply_draft_config(h, scn: Scenario, cfg: dict) -> None:
-    """Resolve the capture ids from ``cfg`` with SGLang's own resolver
-    (``resolve_spec_aux_hidden_state_config``: nested ``eagle_config`` key only, any exception ->
-    defaults) and apply them with SGLang's own ``configure_aux_hidden_state_capture`` to the live
-    target, starting from a freshly loaded model's state (capture off, no layers), as ModelRunner
-    does (model_runner.py:1105-1116). Only the target side is re-resolved: the draft's fc stays as
-    built."""
-    from sglang.srt.model_executor.model_runner_components.attention_backend_setup import (
-        configure_aux_hidden_state_capture,
-    )
-    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
-        resolve_spec_aux_hidden_state_config,
-    )
-    from sglang.srt.runtime_context import get_spec
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
+    """Resolve the capture ids from ``cfg`` with the installed SGLang release's own reader (0.5.23:
+    ``resolve_spec_aux_hidden_state_config``; 0.5.14: ``ModelRunner.__init__``'s reader lines; both
+    read the nested ``eagle_config`` key only, any exception -> defaults) and apply them with its
+    own apply step (``configure_aux_hidden_state_capture`` / ``ModelRunner.
+    init_aux_hidden_state_capture``) to the live target, starting from a freshly loaded model's
+    state (capture off, no layers), as ModelRunner does (see
+    :mod:`eagle3_conformance.tools.sglang_cpu.releases`). Only the target side is re-resolved: the
+    draft's fc stays as built."""
     d = write_draft_dir(scn.fresh_dir("draft-config"), cfg)
-    spec = get_spec()
-    old = spec.speculative_draft_model_path
-    object.__setattr__(spec, "speculative_draft_model_path", str(d))
     try:
-        conf = resolve_spec_aux_hidden_state_config(
-            server_args=h.server_args, model_config=h.target_config,
-            spec_algorithm=SpeculativeAlgorithm.from_string("EAGLE3"), is_draft_worker=False)
+        read = h.release.read_ids(h.server_args, h.target_config, d)
     finally:
-        object.__setattr__(spec, "speculative_draft_model_path", old)
         shutil.rmtree(d, ignore_errors=True)
     h.target.capture_aux_hidden_states = False
     h.target.model.layers_to_capture = []
-    configure_aux_hidden_state_capture(
-        model=h.target, eagle_use_aux_hidden_state=conf.eagle_use_aux_hidden_state,
-        eagle_aux_hidden_state_layer_ids=conf.eagle_aux_hidden_state_layer_ids,
-        dflash_use_aux_hidden_state=False, dflash_target_layer_ids=None, is_dspark=False)
-    ids = conf.eagle_aux_hidden_state_layer_ids
+    h.release.apply_ids(h.target, read)
     h._override = None
-    h.engine_ids = list(ids) if ids is not None else None
+    h.engine_ids = read.ids
     h._resolved_engine_ids = h.engine_ids
     h.resolved_layers_to_capture = list(h.target.model.layers_to_capture)
 
@@ -158,7 +140,8 @@ def _serving_checks(scn, contract, h, caps, k: Knobs, path: str) -> list[Finding
 def run_sglang(scn: Scenario, contract: Contract, ex: Example, path: str, pool: HarnessPool,
                k: Knobs = Knobs()) -> list[Finding]:
     """One SGLang path run (``sglang-extend`` or ``sglang-decode``) on the live CPU harness."""
-    from eagle3_conformance.tools.sglang_cpu import DraftForwardError
+    from eagle3_conformance.faults.example import EngineRefuses
+    from eagle3_conformance.tools.sglang_cpu import DraftForwardError, TargetForwardError
 
     h = pool.get(scn, k.variant)
     bnd = ex.boundaries or scn.spec.boundaries
@@ -173,4 +156,6 @@ def run_sglang(scn: Scenario, contract: Contract, ex: Example, path: str, pool: 
                                 feed_draft_states=k.feed_draft_states)
     except DraftForwardError as e:  # loud in SGLang; what entered the draft is still checked
         caps = e.captures
+    except TargetForwardError as e:  # SGLang's target refused the faulty capture: nothing reached the draft
+        raise EngineRefuses(str(e)) from e
     return _serving_checks(scn, contract, h, caps, k, path)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from eagle3_conformance import paths as registered_paths
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.faults.example import Example, NoOp, default_example
+from eagle3_conformance.faults.example import EngineRefuses, Example, NoOp, default_example
 from eagle3_conformance.faults.inject_sglang import HarnessPool
 from eagle3_conformance.faults.operators import KINDS, OPERATORS, NotApplicable, Operator
 from eagle3_conformance.faults.runs import INJECTORS, path_contract, run_path
@@ -73,6 +73,8 @@ def evaluate(op: Operator, path: str, scn: Scenario, contract: Contract, ex: Exa
         mut = run_path(scn, contract, ex, path, pool, k)
     except NoOp as e:
         return Verdict("noop", detail=str(e))
+    except EngineRefuses as e:
+        return Verdict("n/a", detail=f"the engine refuses it loudly: {e}")
     return judge(op.checks, base, mut)
 
 
@@ -83,12 +85,21 @@ MATRIX_SCENARIOS = {
     "final": ScenarioSpec("final", layers=8, target_hidden=64, draft_hidden=64, boundaries=(3, 5, 8), seed=11),
     # target 96, draft 64 (K6 is masked when the widths are equal)
     "wide": ScenarioSpec("wide", layers=8, target_hidden=96, draft_hidden=64, boundaries=(3, 5, 6), seed=12),
+    # four aux slots (a draft trained on 4 layers, R41 in FAULTS.md: a 3-slot default masks a slot-count key)
+    "four": ScenarioSpec("four", layers=8, target_hidden=64, draft_hidden=64, boundaries=(1, 3, 5, 6), seed=13),
 }
 
 
+_NO_SCENARIO = {
+    "wide": "needs a draft narrower than its target; this pair's draft is as wide as its target",
+    "four": "needs a 4-slot draft; this pair's draft has 3 aux slots",
+}
+"""Why an operator's scenario is absent from a run (a real pair has only ``base`` and ``final``)."""
+
+
 def _op_scenarios(op: Operator, path: str) -> list[str]:
-    if op.scenario == "wide":
-        return ["wide"]
+    if op.scenario in ("wide", "four"):
+        return [op.scenario]
     if op.scenario == "final+base":
         return ["final"] if path in ("training", "specforge") else ["base"]
     return ["base"]
@@ -158,8 +169,7 @@ def _plan(sglang: bool, results: dict[tuple[str, str], Verdict], columns: Sequen
                 continue
             names = _op_scenarios(op, path)
             if not all(n in scenarios for n in names):
-                results[(op.name, path)] = Verdict(
-                    "n/a", detail="needs a draft narrower than its target; this pair's draft is as wide as its target")
+                results[(op.name, path)] = Verdict("n/a", detail=_NO_SCENARIO[op.scenario])
                 continue
             for sname in names:
                 work.setdefault((sname, path), []).append(op)
@@ -191,6 +201,10 @@ def _run_group(sname: str, path: str, ops: list[Operator], world: tuple, pool: H
             mut = run_path(scn, c, ex, path, pool, k)
         except NoOp as e:
             results[(op.name, path)] = Verdict("noop", detail=str(e))
+            continue
+        except EngineRefuses as e:
+            results[(op.name, path)] = Verdict("n/a", detail=f"the engine refuses it loudly: {e}")
+            log(f"{op.kind:>4} {op.name:<30} {path:<14} {sname:<6} n/a (engine refuses: {e})")
             continue
         v = judge(op.checks, b, mut)
         results[(op.name, path)] = v

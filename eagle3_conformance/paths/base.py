@@ -63,6 +63,9 @@ class Needs:
         methods: the draft methods (``contract.method``) the path runs for; another method's
             contract is skipped with the reason (an EAGLE-3 path says nothing about a DFlash or
             MTP draft, and the reverse).
+        also_on: module -> further releases the path is tested on besides
+            :data:`~eagle3_conformance.engines.TESTED` (the SGLang extend/decode paths:
+            :data:`~eagle3_conformance.engines.HARNESS_RELEASES`).
     """
 
     modules: tuple[str, ...] = ()
@@ -70,6 +73,7 @@ class Needs:
     data: bool = False
     gpu: bool = False
     methods: tuple[str, ...] = ("eagle3", "eagle1", "eagle2")
+    also_on: dict = field(default_factory=dict)
 
     def unmet(self, pair: "LocalPair", contract: Optional["Contract"] = None) -> Optional[str]:
         """Why the path cannot run with ``pair`` (for ``contract``) here (the first unmet need), or None."""
@@ -78,7 +82,7 @@ class Needs:
         from eagle3_conformance import engines
 
         for m in (*engines.BASE, *self.modules):
-            why = engines.problem(m)
+            why = engines.problem(m, tuple(self.also_on.get(m, ())))
             if why:
                 return why
         if self.draft and (pair.draft_dir is None or not (pair.draft_dir / "config.json").is_file()):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from eagle3_conformance.engines import HARNESS_RELEASES
 from eagle3_conformance.paths.base import Needs, Observation, Path
 
 
@@ -61,7 +62,7 @@ PATH = Path(
     name="sglang-decode",
     summary="SGLang target verify (TARGET_VERIFY, FULL) -> draft extend after verify: the aux concat entering "
             "the draft on decode",
-    needs=Needs(modules=("sglang",), draft=True),
+    needs=Needs(modules=("sglang",), draft=True, also_on={"sglang": HARNESS_RELEASES}),
     prepare=prepare,
     observe=observe,
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from eagle3_conformance.engines import HARNESS_RELEASES
 from eagle3_conformance.paths.base import Needs, Observation, Path, start_token
 
 
@@ -45,9 +46,9 @@ def observe(s: _State, draw) -> Observation:
 
 PATH = Path(
     name="sglang-extend",
-    summary="SGLang 0.5.23's target (EXTEND, FULL capture) -> its EAGLE-3 draft class: the aux concat entering "
+    summary="SGLang's target (0.5.23 or 0.5.14; EXTEND, FULL capture) -> its EAGLE-3 draft class: the aux concat entering "
             "the draft, and whether its fc ran",
-    needs=Needs(modules=("sglang",), draft=True),
+    needs=Needs(modules=("sglang",), draft=True, also_on={"sglang": HARNESS_RELEASES}),
     prepare=prepare,
     first=first,
     observe=observe,

@@ -12,11 +12,13 @@ from __future__ import annotations
 from typing import Optional
 
 from eagle3_conformance.released import sglang as sg
+from eagle3_conformance.released import specforge as sf
+from eagle3_conformance.released import speculators as sp
 from eagle3_conformance.released import vllm as vl
 from eagle3_conformance.released.fetch import FetchError, fetch
 from eagle3_conformance.released.isolated import SourceTree, Unavailable, Unsupported, function
-from eagle3_conformance.released.result import (CANNOT, NOT_COMPARED, STEPS, Capture, Source, Spec, StepCapture,
-                                                draft_config, effective)
+from eagle3_conformance.released.result import (CANNOT, NOT_COMPARED, STEPS, TRAINING_TOOLS, Capture, Source, Spec,
+                                                StepCapture, draft_config, effective)
 
 
 def load_sources(specs: list[Spec]) -> tuple[list[Source], dict[Spec, SourceTree]]:
@@ -38,6 +40,29 @@ def load_sources(specs: list[Spec]) -> tuple[list[Source], dict[Spec, SourceTree
     return sources, trees
 
 
+_COMPANIONS: dict[tuple[str, str], object] = {}
+
+
+def companion_tree(tool: str, version: str) -> SourceTree:
+    """Another tool's release whose code a training tool's data goes through (SpecForge's pinned
+    SGLang, the vLLM that stands for speculators' data generation), fetched once per process.
+
+    Raises:
+        Unavailable: it cannot be fetched (the reason).
+    """
+    key = (tool, version)
+    if key not in _COMPANIONS:
+        try:
+            f = fetch(tool, version)
+            _COMPANIONS[key] = SourceTree(f.root, f"{tool} {version}")
+        except FetchError as e:
+            _COMPANIONS[key] = Unavailable(f"{tool}=={version}, which this rule runs through, cannot be fetched: {e}")
+    got = _COMPANIONS[key]
+    if isinstance(got, Exception):
+        raise got
+    return got
+
+
 def _all_steps(step: StepCapture) -> dict[str, StepCapture]:
     return {k: step for k in STEPS}
 
@@ -49,10 +74,12 @@ def capture(c, spec: Spec, tree: Optional[SourceTree]) -> Capture:
     if c.method == "mtp":
         return Capture(spec.label, NOT_COMPARED, error="an MTP head reads no layer ids; the hidden state it reads "
                        "is chosen by the worker and logits processor, which upgrade-check does not run")
+    if c.method == "dflash" and spec.tool in TRAINING_TOOLS:
+        return Capture(spec.label, NOT_COMPARED, error=f"{spec.tool}'s DFlash data generation is not run across "
+                       "versions by upgrade-check (its EAGLE-3 rule is)")
     try:
-        if spec.tool == "sglang":
-            return _sglang(c, spec, tree)
-        return _vllm(c, spec, tree)
+        return {"sglang": _sglang, "vllm": _vllm, "speculators": _speculators, "specforge": _specforge}[spec.tool](
+            c, spec, tree)
     except Unavailable as e:
         return Capture(spec.label, CANNOT, error=str(e))
     except Unsupported as e:
@@ -118,3 +145,32 @@ def _vllm(c, spec: Spec, tree: SourceTree) -> Capture:
     rule = _rule(spec, [f"{rd.site} reader"] + ap.entered, ap.assigned_at)
     cap.steps = _all_steps(StepCapture(b, ids, rule, dropped))
     return cap
+
+
+def _training(spec: Spec, ids_read, entries: list[int], ids: list[int], sites: list[str], notes: list[str],
+              deepest: int) -> Capture:
+    b, sids, dropped = effective(entries, ids, deepest)
+    step = StepCapture(b, sids, f"{spec.label}: " + " -> ".join(sites), dropped)
+    return Capture(spec.label, "ok", reader=sites[0], ids_read=ids_read, steps=_all_steps(step),
+                   notes=notes + ["training data: one capture serves every position (no extend / decode split)"])
+
+
+def _speculators(c, spec: Spec, tree: SourceTree) -> Capture:
+    li = c.draft.layer_ids
+    ids = None if li.location == "absent" or li.values is None else [int(v) for v in li.values]
+    got = sp.data_capture(tree, c.L, ids, lambda: companion_tree("vllm", sp.DATAGEN_VLLM), c.target.architecture)
+    return _training(spec, ids, got.boundaries, got.ids, got.sites, got.notes, got.deepest)
+
+
+def _specforge(c, spec: Spec, tree: SourceTree) -> Capture:
+    cfg = draft_config(c)
+    res = sf.resolve(tree, c.L, cfg)
+    sgt = companion_tree("sglang", res.sglang)
+    run = sg.run_setter(sgt, c.target.architecture, c.L, res.ids)
+    if run.layers_to_capture is None:
+        raise Unavailable(f"{spec.label}: sglang {res.sglang}'s setter of {c.target.architecture} stored no "
+                          "layers_to_capture")
+    sites = res.sites + run.entered + ([run.assigned_at] if run.assigned_at else [])
+    ids_read = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    return _training(spec, ids_read, run.layers_to_capture, res.ids, sites,
+                     [f"SpecForge captures through its pinned sglang=={res.sglang}"], run.deepest)

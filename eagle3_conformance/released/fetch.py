@@ -44,6 +44,16 @@ FILES: dict[str, tuple[str, tuple[str, ...]]] = {
         "vllm/distributed/parallel_state.py",  # read by the setter (pipeline-parallel layout)
         "vllm/config/vllm.py",  # which runner is the default
     )),
+    "speculators": ("speculators", (
+        "speculators/data_generation/*.py",  # <= 0.4: the generator's id defaults and the patched capture loop
+        "speculators/models/utils.py",  # >= 0.5: resolve_target_layer_ids (the ids handed to vLLM)
+        "speculators/utils/*.py",  # imported by the generator module
+    )),
+    "specforge": ("specforge", (
+        "specforge/algorithms/model_providers.py",  # resolve_eagle_capture_layers
+        "specforge/offline_capture/sglang_backend/*.py",  # where the ids reach SGLang's setter
+        "specforge-*.dist-info/METADATA",  # the SGLang release it pins (Requires-Dist)
+    )),
 }
 
 CACHE_DIR = "engine-code"
@@ -130,12 +140,13 @@ def _nearest(version: str, pip_error: str, n: int = 4) -> str:
     above = [v for v in known if v > want]
     k = min(len(below), max(n // 2, n - len(above)))  # half each side, the rest from the side that has them
     near = below[len(below) - k:] + above[:n - k]
-    return f"; nearest releases: {', '.join(map(str, near))} (of {len(known)})" if near else ""
+    return f"; nearest releases with a wheel: {', '.join(map(str, near))} (of {len(known)})" if near else ""
 
 
 def _download(dist: str, version: str, tmp: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
-           "-d", str(tmp), f"{dist}=={version}"]
+    # wheels only: an sdist would run the release's own build code here (and some cannot build at all)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+           "--disable-pip-version-check", "-q", "-d", str(tmp), f"{dist}=={version}"]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     except subprocess.TimeoutExpired:
@@ -145,7 +156,8 @@ def _download(dist: str, version: str, tmp: Path) -> Path:
         lines = (r.stderr or "").strip().splitlines()
         why = ([ln for ln in lines if ln.startswith("ERROR")] or lines[-1:] or ["no wheel"])[0]
         if "No matching distribution" in why or "Could not find a version" in why:
-            why = f"no release {version} of {dist} on the package index" + _nearest(version, why)
+            why = (f"no wheel of {dist} {version} on the package index (a release published only as an sdist is "
+                   "not fetched: building it would run its own code)" + _nearest(version, why))
         raise FetchError(f"{dist}=={version} cannot be fetched: {why}")
     return wheels[0]
 
@@ -154,8 +166,7 @@ def _extract(wheel: Path, patterns: tuple[str, ...], dest: Path) -> dict[str, st
     files = {}
     with zipfile.ZipFile(wheel) as z:
         for name in z.namelist():
-            if any(fnmatch.fnmatchcase(name, p) and "/" not in name[len(p.rsplit("/", 1)[0]) + 1:]
-                   for p in patterns):
+            if any(fnmatch.fnmatchcase(name, p) and name.count("/") == p.count("/") for p in patterns):
                 out = dest / name
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_bytes(z.read(name))

@@ -38,6 +38,9 @@ from typing import Any, Optional
 
 LOG = logging.getLogger("eagle3_conformance.released.isolated")
 
+#: standard-library modules a rule may import (they neither load an engine nor touch a device)
+STDLIB = ("typing", "logging", "collections", "itertools", "functools", "bisect", "math", "warnings", "types")
+
 
 class Unavailable(Exception):
     """The function needs something that only the real engine provides (a name, a module, a class
@@ -261,6 +264,9 @@ class _Globals(dict):
             return ModuleProxy(self._tree, ".".join(m.imports[name]))
         if name == "logger":
             return LOG
+        stdlib = self._stdlib_import(m, name)
+        if stdlib is not None:
+            return stdlib
         if hasattr(typing, name):
             return getattr(typing, name)
         if hasattr(builtins, name):
@@ -268,12 +274,27 @@ class _Globals(dict):
         raise Unavailable(f"{self._tree.label}: {name!r} (used in {m.rel}) is not available when the rule runs "
                           "in isolation")
 
+    @staticmethod
+    def _stdlib_import(m: Module, name: str):
+        """``name`` when the module binds it by a top-level import from :data:`STDLIB`, else None."""
+        import importlib
+
+        src = m.imports.get(name)
+        if src is not None and src[0].split(".")[0] in STDLIB:
+            return getattr(importlib.import_module(src[0]), src[1])
+        for node in m.tree.body:
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if (a.asname or a.name) == name and a.name.split(".")[0] in STDLIB:
+                        return importlib.import_module(a.name)
+        return None
+
     def _import(self, name, globals=None, locals=None, fromlist=(), level=0):
         if level:
             name = _resolve_relative(self._module, self._tree._file(self._module)[1], level, name or None)
         if self._tree.has(name):
             return ModuleProxy(self._tree, name if fromlist else name.split(".")[0])
-        if name.split(".")[0] in ("typing", "logging", "collections", "itertools", "functools", "bisect", "math"):
+        if name.split(".")[0] in STDLIB:
             return __import__(name, globals, locals, fromlist, 0)
         raise Unavailable(f"{self._tree.label}: the rule imports {name}, which is not in the extracted source")
 
@@ -465,8 +486,14 @@ def stub(tree: SourceTree, module: str, cls_name: str, run: Run) -> ClassStub:
     return ClassStub(tree, found[0], found[1], run)
 
 
-def function(tree: SourceTree, module: str, name: str, cls: Optional[str] = None):
+def function(tree: SourceTree, module: str, name: str, cls: Optional[str] = None,
+             overrides: Optional[dict[str, Any]] = None):
     """``module.name`` (or ``module.cls.name``, unbound) compiled alone, and ``"rel:line"``.
+
+    ``overrides``: names of the function's module bound to stand-ins for what only the running
+    engine or a hub provides (a config loader returning L, a logger, the distributed groups of a
+    single rank); the function gets its own globals then, so no other function sees them. Each
+    caller says what its stand-ins stand for.
 
     Raises:
         Unavailable: no such function in the tree.
@@ -482,4 +509,9 @@ def function(tree: SourceTree, module: str, name: str, cls: Optional[str] = None
         fn, fm = m.functions.get(name), m
         if fn is None:
             raise Unavailable(f"{tree.label}: no function {name} in {m.rel}")
+    if overrides:
+        g = _Globals(tree, fm.name)
+        g.update(overrides)
+        exec(compile(ast.Module(body=[_strip(fn)], type_ignores=[]), str(fm.path), "exec"), g)  # noqa: S102
+        return g[fn.name], f"{fm.rel}:{fn.lineno}"
     return tree.compile(fm, fn), f"{fm.rel}:{fn.lineno}"

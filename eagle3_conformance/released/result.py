@@ -10,7 +10,8 @@ from typing import Any, Optional
 
 from eagle3_conformance.errors import UsageError
 
-TOOLS = ("sglang", "vllm")
+TOOLS = ("sglang", "vllm", "speculators", "specforge")
+TRAINING_TOOLS = ("speculators", "specforge")
 SAME, DIFFERENT, CANNOT, NOT_COMPARED = "same tensors", "different tensors", "cannot run", "not compared"
 BOTH_REFUSE = "refused by both"
 STEPS = ("extend", "verify/decode")
@@ -43,9 +44,7 @@ def parse_spec(text: str) -> list[Spec]:
     if not sep or not rest:
         raise UsageError(f"{text!r}: expected TOOL==VERSION, e.g. sglang==0.5.23 or vllm==0.33.0:v2")
     if tool not in TOOLS:
-        known = ", ".join(TOOLS)
-        why = (" (its id rules are not run across versions yet)" if tool in ("speculators", "specforge") else "")
-        raise UsageError(f"{text!r}: unknown tool {tool!r}{why}; upgrade-check knows {known}")
+        raise UsageError(f"{text!r}: unknown tool {tool!r}; upgrade-check knows {', '.join(TOOLS)}")
     version, _, runner = rest.partition(":")
     if tool != "vllm":
         if runner:

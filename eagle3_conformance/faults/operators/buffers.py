@@ -13,7 +13,9 @@ torch_env.prepare()
 import torch  # noqa: E402
 
 from eagle3_conformance.faults.example import Knobs  # noqa: E402
-from eagle3_conformance.faults.operators.base import Apply, NotApplicable, Operator, both  # noqa: E402
+from eagle3_conformance.faults.operators.base import (Apply, NotApplicable, Operator, aux_indices, both,  # noqa: E402
+                                                     serving_config)
+from eagle3_conformance.faults.scenario import sglang_ids  # noqa: E402
 
 KINDS = {
     "K6": "target vs draft hidden size",
@@ -39,6 +41,20 @@ def _s_d_buffer(scn, c, ex):
         return out
 
     return Knobs(handoff=buf)
+
+
+def _s_count_key(scn, c, ex):
+    """R41: the draft's ids at the top level (where speculators writes them) and none under
+    ``eagle_config``. SGLang 0.5.23 sizes the draft's fc from ``num_aux_hidden_states``, else
+    ``len(eagle_config.eagle_aux_hidden_state_layer_ids)``, else 3 (``llama_eagle3.py:156-161``),
+    and its capture resolver reads the nested key only: a 4-slot draft gets an fc for 3 slots."""
+    ids = sglang_ids(aux_indices(c))
+    if len(ids) == 3:
+        return None  # masked: the default count is 3
+    cfg = serving_config(scn, ids)
+    cfg["eagle_aux_hidden_state_layer_ids"] = cfg["eagle_config"].pop("eagle_aux_hidden_state_layer_ids")
+    return Knobs(draft_config=cfg, variant={"draft": {"eagle_config": dict(cfg["eagle_config"]),
+                                                      "eagle_aux_hidden_state_layer_ids": list(ids)}})
 
 
 def _t_sharded(scn, c, ex):
@@ -81,6 +97,18 @@ OPERATORS: list[Operator] = [
         "training": _NA_TRAIN_DRAFT_W, "specforge": _NA_SF_DRAFT_W,
         **both("draft config without target_hidden_size: SGLang sizes fc from hidden_size",
                 "engine rebuild (draft config)", _s_crossed)}, scenario="wide"),
+    Operator("aux-count-from-other-key", "K6", "fc built for 3 slots of a 4-slot draft: the slot count read from "
+             "another key than the ids (R41)", ("fc_shape",), {
+        "training": NotApplicable(
+            "speculators 0.9.0 sizes fc from len(eagle_aux_hidden_state_layer_ids), the key it writes "
+            "(models/eagle3/core.py:71-77)"),
+        "specforge": NotApplicable(
+            "SpecForge 0.2.0's draft hard-codes fc = Linear(target_hidden_size * 3) and asserts a 3-slot input "
+            "(llama3_eagle.py:1674-1677, 1763): a 4-slot draft fails loudly there, and this path judges the "
+            "loader's tensors, not the draft"),
+        **both("4-slot draft config with its ids at the top level (speculators' placement), none under eagle_config: "
+               "SGLang builds fc for its default 3 slots", "engine rebuild (draft config)", _s_count_key)},
+             scenario="four"),
     Operator("decode-buffer-sized-d", "K7", "a decode-path buffer sized d instead of K*d",
              ("draft_input_width", "slot_count", "fc_ran"), {
         "training": _NA_TRAIN_SIDE, "specforge": _NA_TRAIN_SIDE, "sglang-extend": _NA_EXTEND_SIDE,

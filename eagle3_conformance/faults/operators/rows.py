@@ -1,4 +1,5 @@
-"""Which row goes with which token (K13, K14): rows assigned to the wrong request of a batch, and
+"""Which row goes with which token (K13, K14, and K9's rows after verify): rows assigned to the wrong
+request of a batch, accepted verify rows padded or read at the wrong offsets (R43, R52), and
 position ids that do not advance."""
 
 from __future__ import annotations
@@ -56,6 +57,36 @@ def _sf_double_shift(sample):
             "input_ids": padding(sample["input_ids"], left=False)}
 
 
+def _accepted(cap) -> int:
+    return min(int(cap.provenance.get("accepted", cap.feature.shape[0])), cap.feature.shape[0])
+
+
+def _pad_to_window(scn, caps):
+    """R43 (vllm-ascend#8433): each request's accepted verify rows handed on padded to the verify
+    window with zero rows in front (padding never indexed out), so after a partial accept the
+    accepted tokens get padding and their neighbours' rows."""
+    out = []
+    for cap in caps:
+        a, n = _accepted(cap), cap.feature.shape[0]
+        f = torch.cat([torch.zeros_like(cap.feature[: n - a]), cap.feature[:a]])
+        out.append(replace(cap, feature=f))
+    return out
+
+
+def _compacted_offsets(scn, caps):
+    """R52 (ik_llama.cpp#1894): request i's rows read from the batch's uncompacted verify buffer
+    (num_draft_tokens rows per request) at the compacted offset sum(accepted[:i]): after a partial
+    accept every later request gets rows of the request before it."""
+    flat = torch.cat([cap.feature for cap in caps])
+    out, start = [], 0
+    for cap in caps:
+        n = cap.feature.shape[0]
+        out.append(replace(cap, feature=flat[start:start + n] if start + n <= flat.shape[0] else
+                           torch.cat([flat[start:], flat[: start + n - flat.shape[0]]])))
+        start += _accepted(cap)
+    return out
+
+
 def _positions(scn, c, ex):
     return Knobs(capture=_freeze_positions)
 
@@ -64,6 +95,8 @@ _NA_SPECULATORS_SHIFT = NotApplicable(
     "speculators 0.9.0 shift_batch shifts input_ids, hidden states, verifier states and loss_mask together, once "
     "(models/eagle3/data.py:8-44): SpecForge's pairing is not in its loader")
 _NA_SERVING_MASK = NotApplicable("serving has no loss mask and no training-time shift")
+_NA_NO_VERIFY = NotApplicable("no verify step on this path: nothing is accepted, so no rows are chosen after "
+                              "acceptance")
 
 OPERATORS: list[Operator] = [
     Operator("rows-permuted-across-requests", "K13", "rows assigned to the wrong request in a batch",
@@ -74,6 +107,17 @@ OPERATORS: list[Operator] = [
                            "data files", _t_permute),
         **both("a connector splits the batch's flat rows in the wrong request order",
                 "in memory (after the engine)", _s_permute)}),
+    Operator("decode-rows-padded", "K13", "accepted verify rows padded to the verify window, padding never indexed "
+             "out (R43)", ("verified_rows", "row_fingerprint"), {
+        "training": _NA_NO_VERIFY, "specforge": _NA_NO_VERIFY, "sglang-extend": _NA_NO_VERIFY,
+        "sglang-decode": Apply("worker hands the draft extend each request's accepted rows left-padded with zero rows "
+                               "to num_draft_tokens", "in memory (worker stand-in)",
+                               lambda s, c, e: Knobs(capture=_pad_to_window))}),
+    Operator("wrong-verified-rows", "K9", "the wrong verified rows after a partial accept: uncompacted rows read at "
+             "compacted offsets (R52)", ("verified_rows", "row_fingerprint"), {
+        "training": _NA_NO_VERIFY, "specforge": _NA_NO_VERIFY, "sglang-extend": _NA_NO_VERIFY,
+        "sglang-decode": Apply("worker reads request i's rows from the uncompacted verify buffer at sum(accepted[:i])",
+                               "in memory (worker stand-in)", lambda s, c, e: Knobs(capture=_compacted_offsets))}),
     Operator("positions-not-advanced", "K14", "every row gets the same position id", ("position_alignment",), {
         "training": Apply("trainer hands every row the first position id", "in memory (after the loader)", _positions),
         "specforge": Apply("trainer hands every row the first position id", "in memory (after the loader)", _positions),

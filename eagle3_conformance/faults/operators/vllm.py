@@ -18,7 +18,7 @@ from typing import Union
 from eagle3_conformance.faults.example import Knobs
 from eagle3_conformance.faults.operators.base import Apply, NotApplicable, aux_indices
 from eagle3_conformance.faults.scenario import draft_config
-from eagle3_conformance.notation import engine_default_aux_ids
+from eagle3_conformance.engine_ids import engine_default_aux_ids
 
 PATH = "vllm-extend"
 TOP = "eagle_aux_hidden_state_layer_ids"
@@ -92,9 +92,15 @@ COLUMN: dict[str, Union[Apply, NotApplicable, SameKnob]] = {
                                       "in memory (capture site)"),
     "hidden-sizes-crossed": Apply("draft config without target_hidden_size: vLLM sizes fc from hidden_size "
                                   "(llama_eagle3.py:216-219)", "engine rebuild (draft config)", _crossed),
+    "aux-count-from-other-key": NotApplicable(
+        "the SGLang wiring of R41 (ids at the top level, fc sized from the nested key) does not arise: vLLM 0.33.0 "
+        "reads the top-level key first (this module's docstring). vLLM's own R41 report (vllm#54526, a speculators "
+        "4-slot draft loaded into an fc for 3) is not reproduced here: vLLM is not in cpu-lock"),
     "decode-buffer-sized-d": NotApplicable("vllm-extend runs the prefill only; no decode-path buffer on this path"),
     "token-sharded-rows": SameKnob("rank 0's token shard handed on without the all-gather",
                                  "in memory (after the engine)"),
+    "wrong-verified-rows": NotApplicable("vllm-extend runs the prefill only: no verify step, nothing accepted"),
+    "decode-rows-padded": NotApplicable("vllm-extend runs the prefill only: no verify step, nothing accepted"),
     "draft-states-fed-back": NotApplicable("after prefill the draft always gets the target's prefill states"),
     "d2t-absolute": Apply("draft checkpoint d2t holds absolute ids (loaded as draft_id_to_target_id, used as offsets "
                           "at llama_eagle3.py:386)", "engine knob (checkpoint)", lambda s, c, e: Knobs(d2t="absolute")),

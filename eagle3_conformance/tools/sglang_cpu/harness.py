@@ -70,6 +70,7 @@ prepare()
 
 import torch  # noqa: E402
 
+from eagle3_conformance.tools.sglang_cpu.releases import branch as release_branch  # noqa: E402
 from eagle3_conformance.tools.sglang_cpu.runtime import (StandInAttention, cuda_sync_noop, init_process,  # noqa: E402
                                                   sglang_version, teardown_process)
 
@@ -93,6 +94,24 @@ class DraftForwardError(RuntimeError):
         super().__init__(message)
         self.captures = captures
 
+
+
+class TargetForwardError(RuntimeError):
+    """The real target forward raised: SGLang's own code refused the configured capture before
+    anything reached the draft (SGLang 0.5.14's ``LlamaModel.forward`` adds ``residual`` at every
+    listed layer, ``llama.py:407-409``, and there is none before layer 0, so an id that reaches the
+    embedding raises there). The message names the release and the SGLang line that raised."""
+
+
+def _sglang_site(exc: BaseException) -> str:
+    """``"sglang/...py:line"`` of the innermost traceback frame inside the SGLang package."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/sglang/" in f.filename.replace("\\", "/")]
+    if not frames:
+        return "outside sglang"
+    f = frames[-1]
+    return "sglang/" + f.filename.replace("\\", "/").rsplit("/sglang/", 1)[1] + f":{f.lineno}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -162,6 +181,7 @@ class SGLangCPUHarness(CPUHarnessLifecycle):
         self._start(target_dir, draft_dir, dtype, draft_ids_key)
         self._override = list(capture_layers_override) if capture_layers_override is not None else None
         self.sglang_version = sglang_version()
+        self.release = release_branch(self.sglang_version)
 
         self.server_args = init_process(
             dict(
@@ -174,7 +194,8 @@ class SGLangCPUHarness(CPUHarnessLifecycle):
                 speculative_algorithm="EAGLE3",
                 speculative_draft_model_path=str(self.draft_dir),
                 skip_tokenizer_init=True,
-            )
+            ),
+            self.release,
         )
         _ACTIVE = self
         self._finish_build()
@@ -185,20 +206,14 @@ class SGLangCPUHarness(CPUHarnessLifecycle):
         from sglang.srt.configs.device_config import DeviceConfig
         from sglang.srt.configs.load_config import LoadConfig
         from sglang.srt.configs.model_config import ModelConfig
-        from sglang.srt.model_executor.model_runner_components.attention_backend_setup import (
-            configure_aux_hidden_state_capture,
-        )
-        from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
-            resolve_spec_aux_hidden_state_config,
-        )
         from sglang.srt.model_loader import get_model
-        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
         sa = self.server_args
         self.target_config = ModelConfig.from_server_args(sa)
         self.draft_config = ModelConfig.from_server_args(
             sa, model_path=str(self.draft_dir), is_draft_model=True
         )
+        self.release.after_model_config(sa, self.target_config)
         dev = DeviceConfig("cpu")
         # SGLang's loader draws a tqdm bar on rank 0 (model_loader/weight_utils.py:1369); it
         # would interleave with the report
@@ -221,23 +236,10 @@ class SGLangCPUHarness(CPUHarnessLifecycle):
         with cuda_sync_noop():
             self.draft.set_embed(embed)
 
-        # Ids: SGLang's own resolver (reads the draft config) and SGLang's own apply step.
-        self.spec_aux_config = resolve_spec_aux_hidden_state_config(
-            server_args=sa,
-            model_config=self.target_config,
-            spec_algorithm=SpeculativeAlgorithm.from_string("EAGLE3"),
-            is_draft_worker=False,
-        )
-        ids = self.spec_aux_config.eagle_aux_hidden_state_layer_ids
-        self.engine_ids: Optional[list[int]] = list(ids) if ids is not None else None
-        configure_aux_hidden_state_capture(
-            model=self.target,
-            eagle_use_aux_hidden_state=self.spec_aux_config.eagle_use_aux_hidden_state,
-            eagle_aux_hidden_state_layer_ids=self.spec_aux_config.eagle_aux_hidden_state_layer_ids,
-            dflash_use_aux_hidden_state=False,
-            dflash_target_layer_ids=None,
-            is_dspark=False,
-        )
+        # Ids: the installed release's own reader (of the draft config) and its own apply step.
+        self.ids_read = self.release.read_ids(sa, self.target_config)
+        self.engine_ids: Optional[list[int]] = self.ids_read.ids
+        self.release.apply_ids(self.target, self.ids_read)
         self.resolved_layers_to_capture = list(self.target.model.layers_to_capture)
         self._resolved_engine_ids = self.engine_ids
         if self._override is not None:
@@ -364,10 +366,8 @@ class SGLangCPUHarness(CPUHarnessLifecycle):
         return fb
 
     def _run(self, model, attn: StandInAttention, fb, segments, *, store=False, attend_cache=False):
-        from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
-
         attn.segments, attn.store, attn.attend_cache = segments, store, attend_cache
-        with torch.no_grad(), forward_context(ForwardContext(attn_backend=attn), forward_batch=fb):
+        with torch.no_grad(), self.release.forward_context(attn, fb):
             out = model.forward(fb.input_ids, fb.positions, fb)
         attn.segments, attn.store, attn.attend_cache = [], False, False
         return out
@@ -383,8 +383,13 @@ class SGLangCPUHarness(CPUHarnessLifecycle):
         (``srt/layers/logits_processor.py:866-872``).
         """
         if aux:
-            return self._run(self.target, self.target_attn, fb, segments, store=store,
-                             attend_cache=attend_cache)
+            try:
+                return self._run(self.target, self.target_attn, fb, segments, store=store,
+                                 attend_cache=attend_cache)
+            except Exception as exc:  # noqa: BLE001 - re-raised, named
+                raise TargetForwardError(
+                    f"SGLang {self.sglang_version}'s target forward raised {exc!r} at {_sglang_site(exc)} "
+                    f"(layers_to_capture {self.layers_to_capture})") from exc
         saved = (self.target.capture_aux_hidden_states, self.target.model.layers_to_capture)
         self.target.capture_aux_hidden_states, self.target.model.layers_to_capture = False, []
         try:
@@ -418,6 +423,7 @@ class SGLangCPUHarness(CPUHarnessLifecycle):
             "resolved_layers_to_capture": self.resolved_layers_to_capture,
             "engine_ids_source": "capture_layers_override" if self._override is not None
             else ("draft eagle_config" if self.engine_ids is not None else "setter default"),
+            "ids_reader": self.ids_read.site,
             "target_class": type(self.target).__name__,
             "draft_class": type(self.draft).__name__,
             "draft_weights": self.draft_weights,
@@ -712,7 +718,7 @@ class SGLangCPUHarness(CPUHarnessLifecycle):
         self._hooks = []
         if _ACTIVE is self:
             _ACTIVE = None
-            teardown_process()
+            teardown_process(self.release)
         super().close()
 
 

@@ -170,8 +170,12 @@ def cuda_sync_noop():
 # --------------------------------------------------------------------------------------------
 
 
-def init_process(server_args_fields: dict) -> Any:
+def init_process(server_args_fields: dict, release: Any) -> Any:
     """init_single_process_dist-style setup; returns the published ``ServerArgs``.
+
+    ``release`` is the installed SGLang's harness branch
+    (:func:`eagle3_conformance.tools.sglang_cpu.releases.branch`): it publishes the ``ServerArgs``
+    the way that release does.
 
     Mirrors ``sglang/test/layer_ut_utils.py:13-35`` and ``sglang/test/test_utils.py:2101-2124``
     (``publish_build_topology``), which we do not import (``sglang.test.test_utils`` pulls in
@@ -181,22 +185,17 @@ def init_process(server_args_fields: dict) -> Any:
     os.environ["MASTER_PORT"] = str(free_port())
     for k, v in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0").items():
         os.environ[k] = v
-    from sglang.srt.distributed import parallel_state
     from sglang.srt.distributed.parallel_state import (
         init_distributed_environment,
         initialize_model_parallel,
         model_parallel_is_initialized,
     )
-    from sglang.srt.runtime_context import SpawnRanks, get_parallel, publish, reset_context
     from sglang.srt.server_args import ServerArgs
 
     if not torch.distributed.is_initialized():
         init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo")
-    reset_context()
     server_args = ServerArgs(**server_args_fields)
-    publish(server_args, role="test", ranks=SpawnRanks(world_rank=0))
-    if parallel_state._WORLD is not None:
-        get_parallel().override_permanently(world_group=parallel_state._WORLD)
+    release.publish_server_args(server_args)
     if not model_parallel_is_initialized():
         initialize_model_parallel(backend="gloo")
     # RotaryEmbedding imports vllm._custom_ops unless _is_cpu (rotary_embedding/base.py:122-139).
@@ -206,15 +205,15 @@ def init_process(server_args_fields: dict) -> Any:
     return server_args
 
 
-def teardown_process() -> None:
+def teardown_process(release: Any) -> None:
+    """Tear down what :func:`init_process` set up (``release``: the same harness branch)."""
     from sglang.srt.distributed.parallel_state import (
         destroy_distributed_environment,
         destroy_model_parallel,
     )
-    from sglang.srt.runtime_context import reset_context
 
     try:
         destroy_model_parallel()
     finally:
         destroy_distributed_environment()
-        reset_context()
+        release.reset()

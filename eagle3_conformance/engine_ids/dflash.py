@@ -1,7 +1,7 @@
-"""DFlash and MTP ids of each tool, to and from canonical boundaries, asked of the tools' own code.
+"""DFlash ids of each tool, to and from canonical boundaries, asked of the tools' own code.
 
-The EAGLE-3 rules are in :mod:`eagle3_conformance.engine_ids`; this module holds the other draft
-methods' rules (issue 14), so that a DFlash id is never read with an EAGLE rule.
+The EAGLE-3 rules are in the tool modules of :mod:`eagle3_conformance.engine_ids`; this module holds
+the DFlash rules of every tool (issue 14), so that a DFlash id is never read with an EAGLE rule.
 
 DFlash (``dflash_config.target_layer_ids``):
 
@@ -9,7 +9,7 @@ DFlash (``dflash_config.target_layer_ids``):
   ``parse_dflash_draft_config(...).resolve_target_layer_ids`` (``srt/speculative/dflash_utils.py:
   556-586``: a missing key falls back to ``build_target_layer_ids``, ``:348-385``; an id outside
   0..L-1 raises) and applied by the target class's own ``set_dflash_layers_to_capture`` (found
-  through ``ModelRegistry``, called on the same stub :mod:`eagle3_conformance.engine_ids` uses);
+  through ``ModelRegistry``, called on the same stub :mod:`eagle3_conformance.engine_ids.sglang` uses);
   ``layers_to_capture`` entry i captures ``B_i`` (``llama.py:481-494``).
 * SpecForge 0.2.0: ``specforge.modeling.draft.dflash.extract_context_feature`` is called on
   index-tagged tensors (HF ``hidden_states[k]`` = ``B_k``) and its own ``build_target_layer_ids``
@@ -20,7 +20,7 @@ DFlash (``dflash_config.target_layer_ids``):
 * vLLM: output-of ids (``B_{i+1}``) since vllm-project/vllm#40727 (not installed here; that
   release is unconfirmed); its EAGLE-3 ids stay boundaries.
 
-MTP / NextN: no layer ids. What the head reads is a tensor choice (B_L or F) and, for
+MTP / NextN has no layer ids: what the head reads is a tensor choice (B_L or F) and, for
 multi-layer MTP, a per-layer source; see :mod:`eagle3_conformance.families`.
 """
 
@@ -29,7 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from eagle3_conformance.engine_ids import TranslationError, _registry_class, _stub, installed_sglang_version
+from eagle3_conformance.engine_ids.base import TranslationError
+from eagle3_conformance.engine_ids.sglang import installed_sglang_version, registry_class, setter_stub
 from eagle3_conformance.notation import Boundary
 
 DFLASH_TOOLS = ("sglang", "vllm", "speculators", "specforge")
@@ -61,7 +62,7 @@ def _sglang_resolve(cfg: dict, L: int, num_draft_layers: int) -> list[int]:
 
 
 def _sglang_apply(architecture: str, L: int, ids: list[int]) -> list[int]:
-    cls = _registry_class(architecture)
+    cls = registry_class(architecture)
     ver = installed_sglang_version()
     if cls is None:
         raise TranslationError(f"sglang {ver} has no model class registered for {architecture!r}")
@@ -69,7 +70,7 @@ def _sglang_apply(architecture: str, L: int, ids: list[int]) -> list[int]:
     if setter is None:
         raise TranslationError(f"sglang {ver}: {cls.__name__} has no set_dflash_layers_to_capture (no DFlash "
                                "support: attention_backend_setup.py:62-72 raises)")
-    stub = _stub(L)
+    stub = setter_stub(L)
     try:
         setter(stub, list(ids))
     except AttributeError as e:
@@ -87,7 +88,8 @@ def _specforge_dflash():
     from eagle3_conformance import torch_env
 
     torch_env.prepare()  # specforge imports torchvision through transformers; prepare() makes that import work
-    from specforge.modeling.draft import dflash
+    with torch_env.quiet_specforge_import():  # its draft package warns that flash_attn (unused here) is absent
+        from specforge.modeling.draft import dflash
 
     return dflash
 
