@@ -15,8 +15,11 @@ The recipe (:data:`RECIPE`):
    Every training item is tokenized with the target's tokenizer (chat items with its chat
    template, :mod:`eagle3_conformance.corpus`) and cut at ``max_tokens``. With ``regen_tokens`` > 0
    the target's own greedy continuations are added (:func:`regen_prompts`: each item cut after
-   ``regen_cuts`` tokens, continued for ``regen_tokens``), as speculators' own data generation
-   does with a serving engine. They are shipped as token ids (``regen_file``, written by
+   each of ``regen_cuts`` tokens, continued for ``regen_tokens``, through end-of-turn tokens when
+   ``regen_past_eos``, as the acceptance loop decodes), as speculators' own data generation
+   does with a serving engine; with ``corpus_items`` False they are the only training data
+   (self-distillation: the draft learns to predict the target's greedy output, which is what
+   acceptance measures). They are shipped as token ids (``regen_file``, written by
    ``python -m eagle3_conformance.trained_draft --regen``, :func:`regenerate_continuations`):
    autoregressive generation costs about ten times the teacher-forced capture per token on CPU,
    and a float32 greedy rerun elsewhere could flip a near-tie. The file's header is checked
@@ -46,6 +49,7 @@ The recipe (:data:`RECIPE`):
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import shutil
@@ -64,16 +68,18 @@ RECIPE: dict[str, Any] = {
     "eval_seed": 12,                  # corpus.select seed of the held-out split
     "max_tokens": 256,                # per training sequence
     "regen_file": "fixtures/corpus/smollm2-135m-continuations.json",  # the target's own continuations (shipped)
-    "regen_cuts": [32],               # each training item cut after these many tokens ...
-    "regen_tokens": 64,               # ... and continued greedily by the target for these many
+    "corpus_items": False,            # train on the target's own continuations only (self-distillation)
+    "regen_cuts": [8, 24, 48, 80, 128],  # each training item cut after these many tokens ...
+    "regen_tokens": 80,               # ... and continued greedily by the target for these many
+    "regen_past_eos": True,           # through end-of-turn tokens, as the acceptance loop decodes
     "regen_batch": 32,                # prompts per batched generate (left-padded)
     "slots": ["B_2", "B_15", "B_27", "B_30"],
     "sglang_ids": [1, 14, 26],        # SGLang nested ids (llama +1: B_2, B_15, B_27)
     "draft_layers": 1,
     "draft_vocab_size": 4096,
-    "total_seq_len": 1024,            # CollateFn packing length (tokens per step)
-    "docs_per_step": 8,               # about 750 of the 1,024 rows filled (documents average 93 tokens)
-    "epochs": 8,
+    "total_seq_len": 512,             # CollateFn packing length (tokens per step)
+    "docs_per_step": 3,               # documents average 118 tokens: about 350 of the 512 rows filled
+    "epochs": 3,
     "lr": 3e-3,
     "ttt_steps": 3,                   # as many as the loop's k = 3 draft positions
     "ttt_step_loss_decay": 1.0,
@@ -185,6 +191,8 @@ def training_sequences(recipe: dict[str, Any], target_dir: Path) -> tuple[list[l
         t = tokenize(it, tok, max_tokens=recipe["max_tokens"])
         if len(t.input_ids) >= 2:
             seqs.append(list(t.input_ids))
+    if not recipe.get("corpus_items", True):
+        seqs = []  # the target's own continuations only (self-distillation)
     if recipe.get("regen_tokens"):
         seqs += load_continuations(recipe, target_dir)
     # every row trains the draft: the loss is KL to the target's own logits at that row
@@ -212,7 +220,7 @@ def _regen_header(recipe: dict[str, Any]) -> dict[str, Any]:
     return {"fixture": recipe["fixture"], "corpus_sha256": corpus_digest(DEFAULT_CORPUS),
             "eval_items": recipe["eval_items"], "eval_seed": recipe["eval_seed"], "max_tokens": recipe["max_tokens"],
             "regen_cuts": list(recipe["regen_cuts"]), "regen_tokens": recipe["regen_tokens"],
-            "regen_batch": recipe["regen_batch"]}
+            "regen_batch": recipe["regen_batch"], "regen_past_eos": bool(recipe.get("regen_past_eos"))}
 
 
 def regenerate_continuations(recipe: dict[str, Any], target_dir: Path, *, log=None) -> dict:
@@ -233,6 +241,11 @@ def regenerate_continuations(recipe: dict[str, Any], target_dir: Path, *, log=No
     prompts = sorted(regen_prompts(recipe, target_dir), key=len)
     batch = recipe["regen_batch"]
     pad = int(tok.eos_token_id or 0)
+    # past the end-of-turn token, as the acceptance loop decodes (it never stops at EOS): HF
+    # generate would stop there and pad with EOS, rows the target never chose
+    gen_cfg = copy.deepcopy(model.generation_config)
+    if recipe.get("regen_past_eos"):
+        gen_cfg.eos_token_id = None
     seqs = []
     for i in range(0, len(prompts), batch):
         b = prompts[i:i + batch]
@@ -240,8 +253,8 @@ def regenerate_continuations(recipe: dict[str, Any], target_dir: Path, *, log=No
         ids = torch.tensor([[pad] * (n - len(p)) + p for p in b])
         mask = torch.tensor([[0] * (n - len(p)) + [1] * len(p) for p in b])
         with torch.no_grad():
-            out = model.generate(ids, attention_mask=mask, max_new_tokens=recipe["regen_tokens"], do_sample=False,
-                                 num_beams=1, pad_token_id=pad)
+            out = model.generate(ids, attention_mask=mask, generation_config=gen_cfg,
+                                 max_new_tokens=recipe["regen_tokens"], do_sample=False, num_beams=1, pad_token_id=pad)
         seqs += [p + row[n:] for p, row in zip(b, out.tolist())]
         (log or (lambda s: None))(f"continued {len(seqs)}/{len(prompts)} prompts")
     return {**_regen_header(recipe), "sequences": seqs}

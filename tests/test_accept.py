@@ -128,11 +128,11 @@ def test_gate_fails_on_a_fault_that_passes_every_shape_check(loop):
     from eagle3_conformance.paths import cpu_accept
     from eagle3_conformance.trained_draft import eval_prompts
 
-    prompts = eval_prompts(loop["td"].target_dir, 3, cpu_accept.PROMPT_TOKENS)
+    prompts = eval_prompts(loop["td"].target_dir, cpu_accept.DEFAULT_PROMPTS, cpu_accept.PROMPT_TOKENS)
     fault = next(f for f in FAULTS if f.name == "embedding-prepended")
-    good = measure(h, loop["ref"], prompts, None, loop["d2t"], k=3, max_new=24)
+    good = measure(h, loop["ref"], prompts, None, loop["d2t"], k=3, max_new=cpu_accept.DEFAULT_TOKENS)
     assert check_accept_length(c, good.mean_accept_length, path="cpu-accept")[0].status == "pass"
-    bad = measure(h, loop["ref"], prompts, fault, loop["d2t"], k=3, max_new=24)
+    bad = measure(h, loop["ref"], prompts, fault, loop["d2t"], k=3, max_new=cpu_accept.DEFAULT_TOKENS)
     assert not bad.errors and bad.fc_calls > 0 and bad.lossless
     assert check_accept_length(c, bad.mean_accept_length, path="cpu-accept")[0].status == "fail"
     # the shapes were right: same slot count and width reached the draft
@@ -252,8 +252,8 @@ def test_shipped_continuations_fit_the_recipe_and_another_recipe_is_refused(tmp_
     from eagle3_conformance.trained_draft import RECIPE, load_continuations
 
     seqs = load_continuations(RECIPE, None)
-    assert len(seqs) == 73 and all(len(s) == RECIPE["regen_cuts"][0] + RECIPE["regen_tokens"] for s in seqs)
-    with pytest.raises(FixtureError, match=r"made for another recipe or corpus \(regen_cuts: \[32\] != \[16\]\).*--regen"):
+    assert len(seqs) == 268 and all(len(s) - RECIPE["regen_tokens"] in RECIPE["regen_cuts"] for s in seqs)
+    with pytest.raises(FixtureError, match=r"made for another recipe or corpus \(regen_cuts: \[8, 24, 48, 80, 128\] != \[16\]\).*--regen"):
         load_continuations({**RECIPE, "regen_cuts": [16]}, None)
     with pytest.raises(FixtureError, match="cannot read the target's continuations"):
         load_continuations({**RECIPE, "regen_file": str(tmp_path / "missing.json")}, None)
