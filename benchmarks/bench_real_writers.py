@@ -1,0 +1,301 @@
+"""Data written by the real writers, judged by ``check-data`` / ``check-offline`` as a new user runs them
+(issue 23, "Done when"): per writer and format, on the tiny-llama fixture pair and the real SmolLM2-135M
+pair, three kinds of cell:
+
+- ``f32``: hidden states produced by a float32 forward of the float32 target, judged with the contract
+  ``eagle3-conformance init`` writes for the writer's engine, its ``precision.training`` set to
+  ``float32`` when init's ``dtype="auto"`` rule derived another (the run then used ``--dtype float32``;
+  the table says so). Expected: CONFORMS.
+- ``bf16``: the same target run in bfloat16 (bf16 weights and operands, as vLLM's ``dtype="auto"``
+  serves a float32 checkpoint on a GPU), judged with the contract init writes (``precision.training:
+  bfloat16``; set so for SpecForge, whose init rule keeps the checkpoint's float32). Expected: CONFORMS.
+  ``bf16@f32``: the same data under the contract with ``precision.training: float32``. Expected: FAILS,
+  diagnosed ``production-precision`` (the contract key to change), never a fault kind.
+- ``fault``: the embedding (B_0) written through the same writer in place of the last aux slot (the
+  field kind "the embedding captured as an aux layer"), float32 production. Expected: FAILS naming
+  ``slot K-1``.
+
+Writers (each the real tool's own code where it imports here; what stands in, and why, per row):
+
+- ``speculators``: speculators 0.9.0's ``prepare-data`` preprocessing
+  (``build_speculator_training_dataset``, the Arrow table and ``hs_{i}`` numbering) plus hs-connectors'
+  ``file`` backend payload, through :func:`eagle3_conformance.datagen.write_speculators_dataset`;
+  judged by ``check-data``.
+- ``hs-connectors-fp8``: the same, the shards written by hs-connectors' ``FP8HiddenStatesConnector``
+  steps (its own ``quantize_tensor_to_fp8`` then ``save_file``; the connector class imports vLLM), contract
+  ``training.transfer: fp8``; judged by ``check-data``.
+- ``vllm-extraction``: vLLM 0.33.0 ``ExampleHiddenStatesConnector``'s file layout (``{req_id}.safetensors``:
+  ``hidden_states`` [T, K+1, H] + ``token_ids``), written by :func:`eagle3_conformance.datagen.write_vllm_extraction`
+  (the connector runs only inside a vLLM engine on a GPU); judged by ``check-data``.
+- ``specforge``: SpecForge 0.2.0's offline layout (``rows_*/data_*.ckpt[.gz]`` + ``vocab_mapping/``),
+  written by :func:`eagle3_conformance.tools.specforge_loader.write_dataset` (``prepare_hidden_states.py``
+  is not in the wheel and needs SGLang on a GPU); judged by ``check-offline`` through SpecForge's own loader.
+- ``speculators generate-offline-data``: launches a vLLM server; never runs on a CPU, skipped with the reason.
+
+Usage: python benchmarks/bench_real_writers.py [--pairs tiny-llama smollm2-135m] [--samples 8]
+           [--writers ...] [--json OUT] [--markdown OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import io
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import yaml
+
+from eagle3_conformance import torch_env
+
+torch_env.prepare()
+import torch  # noqa: E402
+
+WRITERS = ("speculators", "hs-connectors-fp8", "vllm-extraction", "specforge")
+ENGINE = {"speculators": "speculators", "hs-connectors-fp8": "speculators", "vllm-extraction": "vllm",
+          "specforge": "specforge"}
+SKIPPED = {"speculators generate-offline-data":
+           "launches a vLLM server (vllm serve) with CUDA kernels: no GPU here, in any environment"}
+
+
+def environment() -> str:
+    """The environment's name as the benchmarks table gives it: ``vllm-lock`` when vLLM imports."""
+    return "vllm-lock" if importlib.util.find_spec("vllm") else "cpu-lock"
+
+
+def skipped_writers() -> dict[str, str]:
+    """Writers that do not run in this environment, with the reason."""
+    out = dict(SKIPPED)
+    if importlib.util.find_spec("hs_connectors") is None:
+        out["hs-connectors-fp8"] = "hs-connectors is not installed in this environment"
+    return out
+
+
+# --- the pair, its draft config as each engine reads it, its prompts ------------------------------------
+
+
+def load_pair(name: str, samples: int, max_tokens: int) -> dict[str, Any]:
+    """The fixture pair ``name`` (built or cached): target dir, a draft config carrying the aux ids at the
+    top level as well as nested (speculators reads only the top-level key, SGLang the nested one: a draft
+    exported for both), and ``samples`` token-id prompts from the fixture's own dataset (real text for
+    SmolLM2), each cut to ``max_tokens``."""
+    import datasets
+
+    from eagle3_conformance.fixtures import build_fixture
+
+    b = build_fixture(name)
+    cfg = json.loads((b.draft_dir / "config.json").read_text())
+    ids = cfg.get("eagle_aux_hidden_state_layer_ids") or cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    cfg["eagle_aux_hidden_state_layer_ids"] = ids
+    cfg.setdefault("eagle_config", {})["eagle_aux_hidden_state_layer_ids"] = ids
+    draft = Path(tempfile.mkdtemp(prefix=f"rw-draft-{name}-"))
+    (draft / "config.json").write_text(json.dumps(cfg))
+    ds = datasets.load_from_disk(str(b.data_dir))
+    prompts = [list(map(int, r))[:max_tokens] for r in ds["input_ids"] if len(r) >= 4][:samples]
+    return {"name": name, "target": b.target_dir, "draft": draft, "prompts": prompts}
+
+
+def init_contract(pair: dict, engine: str, out: Path, verifier: Optional[str] = None) -> dict[str, Any]:
+    """``eagle3-conformance init`` for ``engine`` on the pair; returns the contract as a dict (YAML)."""
+    from eagle3_conformance.cli import main
+
+    argv = ["init", "--target", str(pair["target"]), "--draft", str(pair["draft"]), "--engine", engine,
+            "-o", str(out), "--force"]
+    if verifier:
+        argv += ["--verifier", verifier]
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+        rc = main(argv)
+    if rc != 0:
+        raise RuntimeError(f"init --engine {engine} exit {rc}: {err.getvalue().strip()[-400:]}")
+    return yaml.safe_load(out.read_text())
+
+
+def variant(doc: dict, out: Path, training: Optional[str] = None, transfer: Optional[str] = None) -> Path:
+    """``doc`` written to ``out`` with ``precision.training`` and/or ``training.transfer`` set."""
+    d = json.loads(json.dumps(doc))
+    if training:
+        d.setdefault("precision", {})["training"] = training
+    if transfer:
+        d.setdefault("training", {})["transfer"] = transfer
+    out.write_text(yaml.safe_dump(d, sort_keys=False))
+    return out
+
+
+def slots_of(doc: dict) -> tuple[list[str], str]:
+    """The contract's aux slots (``capture.boundaries``, canonical B_k) and its verifier tensor (B_L or F)."""
+    return list(doc["capture"]["boundaries"]), doc["verifier_last"]["tensor"]
+
+
+# --- the writers: each returns the directory it wrote --------------------------------------------------
+
+
+def write(writer: str, out: Path, ref, prompts: list, slots: list[str], doc: dict, stored) -> Path:
+    """Write ``prompts`` through ``writer`` with ``ref``'s forward, planes ``slots`` (aux then verifier),
+    the hidden states stored as ``stored`` (a torch dtype)."""
+    from eagle3_conformance.datagen import write_speculators_dataset, write_vllm_extraction
+
+    name = str(stored).replace("torch.", "")
+    if writer in ("speculators", "hs-connectors-fp8"):
+        transfer = "fp8" if writer == "hs-connectors-fp8" else "file"
+        return write_speculators_dataset(out, ref, prompts, slots=slots, dtype=name, transfer=transfer)
+    if writer == "vllm-extraction":
+        return write_vllm_extraction(out, ref, prompts, slots=slots, dtype=name)
+    if writer == "specforge":
+        from eagle3_conformance.tools import specforge_loader as sl
+
+        vocab = (doc["target"]["vocab_size"], doc["draft"]["draft_vocab_size"])
+        return sl.write_dataset(out, ref.capture, prompts, [[1] * len(p) for p in prompts], aux=slots[:-1],
+                                target=slots[-1], dtype=stored, compress=(1,), vocab=vocab)
+    raise ValueError(f"unknown writer {writer!r}; known: {', '.join(WRITERS)}")
+
+
+def judge(writer: str, contract: Path, data: Path, target: Path, sample: int) -> dict[str, Any]:
+    """Run ``check-data`` (``check-offline`` for SpecForge) as a user does; the exit code and the report."""
+    from eagle3_conformance.cli import main
+
+    rep = data.parent / f"{contract.stem}-{data.name}.json"
+    if writer == "specforge":
+        argv = ["check-offline", str(contract), "--files", str(data)]
+    else:
+        argv = ["check-data", str(contract), "--data", str(data), "--reference", str(target),
+                "--sample", str(sample)]
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+        rc = main(argv + ["--quiet", "--json", str(rep)])
+    dt = time.perf_counter() - t0
+    doc = json.loads(rep.read_text()) if rep.exists() else {"findings": [], "diagnoses": [], "error": err.getvalue()}
+    return {"rc": rc, "check_s": dt, "doc": doc}
+
+
+def summary(res: dict[str, Any]) -> dict[str, Any]:
+    """Verdict, failing slots and checks, diagnosis kinds of one judged cell."""
+    doc = res["doc"]
+    fails = [f for f in doc.get("findings", []) if f["status"] == "fail"]
+    return {"verdict": "CONFORMS" if res["rc"] == 0 else ("FAILS" if res["rc"] == 1 else f"ERROR ({res['rc']})"),
+            "rc": res["rc"], "slots": sorted({f["slot"] for f in fails if f.get("slot")}),
+            "checks": sorted({f["check"] for f in fails}),
+            "diagnoses": [d["kind"] for d in doc.get("diagnoses", [])],
+            "error": doc.get("error", "")[-300:]}
+
+
+# --- the cells -----------------------------------------------------------------------------------------
+
+
+def contracts_for(pair: dict, writer: str, d: Path) -> dict[str, Any]:
+    """init's contract for the writer's engine, and its float32 / bfloat16 production variants (the
+    contract files sit beside init's, whose relative target/draft paths they keep)."""
+    doc = init_contract(pair, ENGINE[writer], d / f"{writer}-init.yaml", "F" if writer == "specforge" else None)
+    derived = (doc.get("precision") or {}).get("training") or doc["target"]["dtype"]
+    transfer = "fp8" if writer == "hs-connectors-fp8" else None
+    return {"doc": doc, "derived": derived,
+            "float32": variant(doc, d / f"{writer}-f32.yaml", None if derived == "float32" else "float32", transfer),
+            "bfloat16": variant(doc, d / f"{writer}-bf16.yaml", None if derived == "bfloat16" else "bfloat16", transfer)}
+
+
+def stored_dtype(writer: str, produced: str):
+    """The dtype the writer stores: speculators' shards bf16 (hs-connectors casts them); vLLM's connector
+    and SpecForge's script save the tensor in the dtype it was produced in."""
+    return torch.bfloat16 if writer in ("speculators", "hs-connectors-fp8") else getattr(torch, produced)
+
+
+def cell(name: str, expect: str, produced: str, contract: Path, con: dict, data: Path, res: dict, write_s: float,
+         want_slot: Optional[str] = None, want_diag: Optional[str] = None) -> dict[str, Any]:
+    """One table row: the judged result against what a correct tool must say."""
+    s = summary(res)
+    ok = s["verdict"] == expect
+    if want_slot is not None:
+        ok = ok and want_slot in s["slots"]
+    if want_diag is not None:
+        ok = ok and s["diagnoses"] == [want_diag]
+    edited = "" if con["derived"] == yaml.safe_load(contract.read_text())["precision"]["training"] else \
+        f" (init: {con['derived']})"
+    return {"cell": name, "produced": produced, "contract": f"precision.training {yaml.safe_load(contract.read_text())['precision']['training']}{edited}",
+            "expect": expect, **s, "ok": ok, "write_s": write_s, "check_s": res["check_s"]}
+
+
+def run_writer(pair: dict, writer: str, root: Path, sample: int) -> list[dict[str, Any]]:
+    """The four cells of one writer on one pair."""
+    from eagle3_conformance.reference import ReferenceModel, load_reference_model
+
+    d = root / f"{pair['name']}-{writer}"
+    d.mkdir(parents=True)
+    con = contracts_for(pair, writer, d)
+    aux, ver = slots_of(con["doc"])
+    refs = {"float32": load_reference_model(pair["target"]), "bfloat16": ReferenceModel(pair["target"], dtype="bfloat16")}
+    data, rows = {}, []
+    for produced, slots, tag in (("float32", aux + [ver], "f32"), ("bfloat16", aux + [ver], "bf16"),
+                                 ("float32", aux[:-1] + ["B_0", ver], "fault")):
+        t0 = time.perf_counter()
+        data[tag] = write(writer, d / tag, refs[produced], pair["prompts"], slots, con["doc"], stored_dtype(writer, produced))
+        data[tag + "_s"] = time.perf_counter() - t0
+    rows.append(cell("f32", "CONFORMS", "float32", con["float32"], con,
+                     data["f32"], judge(writer, con["float32"], data["f32"], pair["target"], sample), data["f32_s"]))
+    rows.append(cell("bf16", "CONFORMS", "bfloat16", con["bfloat16"], con,
+                     data["bf16"], judge(writer, con["bfloat16"], data["bf16"], pair["target"], sample), data["bf16_s"]))
+    rows.append(cell("bf16@f32", "FAILS", "bfloat16", con["float32"], con, data["bf16"],
+                     judge(writer, con["float32"], data["bf16"], pair["target"], sample), 0.0,
+                     want_diag="production-precision"))
+    rows.append(cell(f"fault: B_0 in slot {len(aux) - 1}", "FAILS", "float32", con["float32"], con, data["fault"],
+                     judge(writer, con["float32"], data["fault"], pair["target"], sample), data["fault_s"],
+                     want_slot=f"slot {len(aux) - 1}"))
+    return [{"pair": pair["name"], "writer": writer, **r} for r in rows]
+
+
+# --- the table -----------------------------------------------------------------------------------------
+
+
+def markdown(rows: list[dict[str, Any]], skipped: dict[str, str], env: str, meta: str) -> str:
+    """The measured table (Markdown), the skipped writers with the reason under it."""
+    out = [f"Environment: `{env}`; {meta}.", "",
+           "| pair | writer | cell | produced | contract | expect | verdict (exit) | failing slots | diagnosis | "
+           "right? | write s | check s |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        slots = ", ".join(r["slots"]) or "-"
+        diag = ", ".join(r["diagnoses"]) or "-"
+        out.append(f"| {r['pair']} | {r['writer']} | {r['cell']} | {r['produced']} | {r['contract']} | {r['expect']} | "
+                   f"{r['verdict']} ({r['rc']}) | {slots} | {diag} | {'yes' if r['ok'] else '**NO**'} | "
+                   f"{r['write_s']:.1f} | {r['check_s']:.1f} |")
+    out += [""] + [f"- skipped: **{w}**: {why}" for w, why in skipped.items()]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pairs", nargs="+", default=["tiny-llama", "smollm2-135m"])
+    ap.add_argument("--writers", nargs="+", default=list(WRITERS), choices=WRITERS)
+    ap.add_argument("--samples", type=int, default=8, help="prompts per dataset (default 8)")
+    ap.add_argument("--max-tokens", type=int, default=96, help="tokens per prompt at most (default 96)")
+    ap.add_argument("--json", type=Path, help="write every row (and the reports' failing checks) here")
+    ap.add_argument("--markdown", type=Path, help="write the table here")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    skipped = skipped_writers()
+    rows = []
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench-real-writers-") as tmp:
+        for name in a.pairs:
+            pair = load_pair(name, a.samples, a.max_tokens)
+            for w in a.writers:
+                if w in skipped:
+                    continue
+                rows += run_writer(pair, w, Path(tmp), a.samples)
+                print(markdown(rows[-4:], {}, environment(), "partial").split("\n", 2)[2], flush=True)
+    meta = (f"{a.samples} prompts of at most {a.max_tokens} tokens per dataset, torch {torch.__version__}, "
+            f"1 torch thread, {platform.processor() or platform.machine()}; total {time.perf_counter() - t0:.0f} s")
+    table = markdown(rows, skipped, environment(), meta)
+    print(table)
+    if a.markdown:
+        a.markdown.write_text(table)
+    if a.json:
+        a.json.write_text(json.dumps({"env": environment(), "skipped": skipped, "rows": rows}, indent=1))
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
