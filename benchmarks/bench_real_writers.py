@@ -115,11 +115,14 @@ def init_contract(pair: dict, engine: str, out: Path, verifier: Optional[str] = 
     return yaml.safe_load(out.read_text())
 
 
-def variant(doc: dict, out: Path, training: Optional[str] = None, transfer: Optional[str] = None) -> Path:
-    """``doc`` written to ``out`` with ``precision.training`` and/or ``training.transfer`` set."""
+def variant(doc: dict, out: Path, training: Optional[str] = None, transfer: Optional[str] = None,
+            stored: Optional[str] = None) -> Path:
+    """``doc`` written to ``out`` with ``precision.training``, ``training.transfer`` and/or ``data_dtype`` set."""
     d = json.loads(json.dumps(doc))
     if training:
         d.setdefault("precision", {})["training"] = training
+    if stored:
+        d["data_dtype"] = stored
     if transfer:
         d.setdefault("training", {})["transfer"] = transfer
     out.write_text(yaml.safe_dump(d, sort_keys=False))
@@ -192,9 +195,12 @@ def contracts_for(pair: dict, writer: str, d: Path) -> dict[str, Any]:
     doc = init_contract(pair, ENGINE[writer], d / f"{writer}-init.yaml", "F" if writer == "specforge" else None)
     derived = (doc.get("precision") or {}).get("training") or doc["target"]["dtype"]
     transfer = "fp8" if writer == "hs-connectors-fp8" else None
-    return {"doc": doc, "derived": derived,
-            "float32": variant(doc, d / f"{writer}-f32.yaml", None if derived == "float32" else "float32", transfer),
-            "bfloat16": variant(doc, d / f"{writer}-bf16.yaml", None if derived == "bfloat16" else "bfloat16", transfer)}
+    out = {"doc": doc, "derived": derived}
+    for p, tag in (("float32", "f32"), ("bfloat16", "bf16")):
+        # a writer that stores what it computed: the edit of precision.training edits data_dtype with it
+        stored = p if stored_dtype(writer, p) == getattr(torch, p) and doc["data_dtype"] != p else None
+        out[p] = variant(doc, d / f"{writer}-{tag}.yaml", None if derived == p else p, transfer, stored)
+    return out
 
 
 def stored_dtype(writer: str, produced: str):
@@ -212,9 +218,12 @@ def cell(name: str, expect: str, produced: str, contract: Path, con: dict, data:
         ok = ok and want_slot in s["slots"]
     if want_diag is not None:
         ok = ok and s["diagnoses"] == [want_diag]
-    edited = "" if con["derived"] == yaml.safe_load(contract.read_text())["precision"]["training"] else \
-        f" (init: {con['derived']})"
-    return {"cell": name, "produced": produced, "contract": f"precision.training {yaml.safe_load(contract.read_text())['precision']['training']}{edited}",
+    got = yaml.safe_load(contract.read_text())
+    said = f"{got['precision']['training']}" + ("" if con["derived"] == got["precision"]["training"] else
+                                                f" (init: {con['derived']})")
+    if got["data_dtype"] != con["doc"]["data_dtype"]:
+        said += f"; data_dtype {got['data_dtype']} (init: {con['doc']['data_dtype']})"
+    return {"cell": name, "produced": produced, "contract": said,
             "expect": expect, **s, "ok": ok, "write_s": write_s, "check_s": res["check_s"]}
 
 
@@ -252,7 +261,7 @@ def run_writer(pair: dict, writer: str, root: Path, sample: int) -> list[dict[st
 def markdown(rows: list[dict[str, Any]], skipped: dict[str, str], env: str, meta: str) -> str:
     """The measured table (Markdown), the skipped writers with the reason under it."""
     out = [f"Environment: `{env}`; {meta}.", "",
-           "| pair | writer | cell | produced | contract | expect | verdict (exit) | failing slots | diagnosis | "
+           "| pair | writer | cell | produced | contract precision.training | expect | verdict (exit) | failing slots | diagnosis | "
            "right? | write s | check s |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
