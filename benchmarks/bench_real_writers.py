@@ -30,6 +30,14 @@ Writers (each the real tool's own code where it imports here; what stands in, an
 - ``specforge``: SpecForge 0.2.0's offline layout (``rows_*/data_*.ckpt[.gz]`` + ``vocab_mapping/``),
   written by :func:`eagle3_conformance.tools.specforge_loader.write_dataset` (``prepare_hidden_states.py``
   is not in the wheel and needs SGLang on a GPU); judged by ``check-offline`` through SpecForge's own loader.
+- ``vllm-connector`` / ``vllm-connector-fp8`` (vllm-lock only): the connectors' own code writes the files:
+  vLLM 0.33.0's ``extract_from_kv_cache`` over a KV-cache tensor laid out as the connector's
+  ``CacheOnlyAttentionLayer`` fills it (blocks in reverse order, so the slot mapping is exercised), then
+  ``ExampleHiddenStatesConnector._write_tensors`` (``save_file``, the ``.lock`` file released as the
+  connector does) or hs-connectors' ``FP8HiddenStatesConnector._write_tensors`` (quantise, ``save_file``).
+  Stand-in: the CUDA copy-done event is an object whose ``synchronize()`` returns at once (CPU tensors:
+  nothing to wait for). The ``.lock`` files stay beside the samples, as the connector leaves them until a
+  client's ``cleanup_hidden_states``.
 - ``speculators generate-offline-data``: launches a vLLM server; never runs on a CPU, skipped with the reason.
 
 Usage: python benchmarks/bench_real_writers.py [--pairs tiny-llama smollm2-135m] [--samples 8]
@@ -56,9 +64,12 @@ from eagle3_conformance import torch_env
 torch_env.prepare()
 import torch  # noqa: E402
 
-WRITERS = ("speculators", "hs-connectors-fp8", "vllm-extraction", "specforge")
+WRITERS = ("speculators", "hs-connectors-fp8", "vllm-extraction", "specforge", "vllm-connector",
+           "vllm-connector-fp8")
 ENGINE = {"speculators": "speculators", "hs-connectors-fp8": "speculators", "vllm-extraction": "vllm",
-          "specforge": "specforge"}
+          "specforge": "specforge", "vllm-connector": "vllm", "vllm-connector-fp8": "vllm"}
+#: vLLM's writer block size in these files (any; vLLM's default KV block is 16 tokens)
+BLOCK = 16
 SKIPPED = {"speculators generate-offline-data":
            "launches a vLLM server (vllm serve) with CUDA kernels: no GPU here, in any environment"}
 
@@ -71,6 +82,9 @@ def environment() -> str:
 def skipped_writers() -> dict[str, str]:
     """Writers that do not run in this environment, with the reason."""
     out = dict(SKIPPED)
+    if importlib.util.find_spec("vllm") is None:
+        for w in ("vllm-connector", "vllm-connector-fp8"):
+            out[w] = "vLLM is not installed in this environment (run in .tox/vllm-lock: tox -e vllm)"
     if importlib.util.find_spec("hs_connectors") is None:
         out["hs-connectors-fp8"] = "hs-connectors is not installed in this environment"
     return out
@@ -154,7 +168,49 @@ def write(writer: str, out: Path, ref, prompts: list, slots: list[str], doc: dic
         vocab = (doc["target"]["vocab_size"], doc["draft"]["draft_vocab_size"])
         return sl.write_dataset(out, ref.capture, prompts, [[1] * len(p) for p in prompts], aux=slots[:-1],
                                 target=slots[-1], dtype=stored, compress=(1,), vocab=vocab)
+    if writer in ("vllm-connector", "vllm-connector-fp8"):
+        return write_connector(out, ref, prompts, slots, stored, fp8=writer.endswith("fp8"))
     raise ValueError(f"unknown writer {writer!r}; known: {', '.join(WRITERS)}")
+
+
+class _CopyDone:
+    """Stands in for the ``torch.cuda.Event`` the connector waits on before ``save_file``: on CPU the
+    tensors are already in host memory, so there is nothing to wait for."""
+
+    def synchronize(self) -> None:
+        return None
+
+
+def write_connector(out: Path, ref, prompts: list, slots: list[str], stored, fp8: bool) -> Path:
+    """One ``req-{i}.safetensors`` (+ ``.lock``) per prompt, written by vLLM 0.33.0's
+    ``ExampleHiddenStatesConnector`` code (or hs-connectors' ``FP8HiddenStatesConnector``'s)."""
+    import fcntl
+    import os
+
+    from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
+        ExampleHiddenStatesConnector, extract_from_kv_cache)
+
+    cls = ExampleHiddenStatesConnector
+    if fp8:
+        from hs_connectors.fp8_hidden_states_connector import FP8HiddenStatesConnector as cls
+    out.mkdir(parents=True)
+    for i, ids in enumerate(prompts):
+        r = ref.capture(list(ids))
+        hs = torch.stack([r.boundary(b) for b in slots], dim=1).to(stored)  # [T, N, H]
+        nb = -(-len(ids) // BLOCK)
+        block_ids = torch.arange(nb, 0, -1)  # block 0 left empty, the rest in reverse order
+        # the connector's slot mapping (_submit_async_write), then the cache filled at those slots
+        slot_mapping = (torch.arange(BLOCK).reshape(1, BLOCK) + block_ids.reshape(nb, 1) * BLOCK).flatten()
+        kv = torch.zeros(nb + 1, hs.shape[1], BLOCK, hs.shape[2], dtype=stored)
+        sm = slot_mapping[: len(ids)]
+        kv[sm // BLOCK, :, sm % BLOCK] = hs
+        got = extract_from_kv_cache(kv, slot_mapping, len(ids))
+        name = str(out / f"req-{i}.safetensors")
+        lock_fd = os.open(name + ".lock", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        cls._write_tensors({"hidden_states": got, "token_ids": torch.tensor(list(ids), dtype=torch.long)},
+                           _CopyDone(), name, lock_fd)
+    return out
 
 
 def judge(writer: str, contract: Path, data: Path, target: Path, sample: int) -> dict[str, Any]:
@@ -194,7 +250,7 @@ def contracts_for(pair: dict, writer: str, d: Path) -> dict[str, Any]:
     contract files sit beside init's, whose relative target/draft paths they keep)."""
     doc = init_contract(pair, ENGINE[writer], d / f"{writer}-init.yaml", "F" if writer == "specforge" else None)
     derived = (doc.get("precision") or {}).get("training") or doc["target"]["dtype"]
-    transfer = "fp8" if writer == "hs-connectors-fp8" else None
+    transfer = "fp8" if writer.endswith("fp8") else None
     out = {"doc": doc, "derived": derived}
     for p, tag in (("float32", "f32"), ("bfloat16", "bf16")):
         # a writer that stores what it computed: the edit of precision.training edits data_dtype with it
@@ -206,7 +262,8 @@ def contracts_for(pair: dict, writer: str, d: Path) -> dict[str, Any]:
 def stored_dtype(writer: str, produced: str):
     """The dtype the writer stores: speculators' shards bf16 (hs-connectors casts them); vLLM's connector
     and SpecForge's script save the tensor in the dtype it was produced in."""
-    return torch.bfloat16 if writer in ("speculators", "hs-connectors-fp8") else getattr(torch, produced)
+    return torch.bfloat16 if writer in ("speculators", "hs-connectors-fp8", "vllm-connector-fp8") else \
+        getattr(torch, produced)
 
 
 def cell(name: str, expect: str, produced: str, contract: Path, con: dict, data: Path, res: dict, write_s: float,
@@ -218,6 +275,13 @@ def cell(name: str, expect: str, produced: str, contract: Path, con: dict, data:
         ok = ok and want_slot in s["slots"]
     if want_diag is not None:
         ok = ok and s["diagnoses"] == [want_diag]
+    if want_diag is not None and name == "bf16@f32" and yaml.safe_load(contract.read_text()).get(
+            "training", {}).get("transfer") == "fp8":
+        # FP8's quantisation step (e4m3, per-token scale: relative step 2^-3) is far above bf16's rounding
+        # (2^-8): through FP8 the data cannot show how it was produced. Passing is then right too; a
+        # failure must still be the precision diagnosis, never a fault kind.
+        expect = "CONFORMS, or FAILS (production-precision)"
+        ok = s["verdict"] == "CONFORMS" or ok
     got = yaml.safe_load(contract.read_text())
     said = f"{got['precision']['training']}" + ("" if con["derived"] == got["precision"]["training"] else
                                                 f" (init: {con['derived']})")
