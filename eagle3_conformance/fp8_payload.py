@@ -39,10 +39,20 @@ def bad_scale(scales: torch.Tensor) -> Optional[dict]:
     return {"token": t, "value": float(v), "count": int(bad.sum())}
 
 
+def scale_values(scales: Optional[torch.Tensor]) -> Optional[list[float]]:
+    """The T per-token scales as floats (the file's ``hidden_states_scales`` [T, 1, 1]), or None when
+    they are absent or not one float per token. ``production_precision`` quantises the reference with
+    them, so that a scale the data was written with (right or wrong) is not mistaken for value noise."""
+    if scales is None or not scales.is_floating_point() or scales.dim() == 0 or scales.numel() != scales.shape[0]:
+        return None
+    return scales.detach().reshape(-1).float().tolist()
+
+
 def payload(name: str, hs: torch.Tensor, scales: Optional[torch.Tensor]) -> dict:
     """The ``payload`` provenance of one file: ``{"file": name, "dtype", "shape" [T, N, H], "scales"
-    (shape or None), "scales_dtype", "bad_scale"}`` (:func:`bad_scale` of float scales, else None).
-    ``name`` is the file as the user finds it (relative to the data directory)."""
+    (shape or None), "scales_dtype", "bad_scale", "scale_values"}`` (:func:`bad_scale` of float scales,
+    else None; :func:`scale_values`). ``name`` is the file as the user finds it (relative to the data
+    directory)."""
     def dt(t: torch.Tensor) -> str:
         return str(t.dtype).replace("torch.", "")
 
@@ -50,4 +60,5 @@ def payload(name: str, hs: torch.Tensor, scales: Optional[torch.Tensor]) -> dict
             "scales": None if scales is None else list(scales.shape),
             "scales_dtype": None if scales is None else dt(scales),
             "bad_scale": bad_scale(scales) if scales is not None and scales.is_floating_point()
-            and scales.numel() and scales.dim() else None}
+            and scales.numel() and scales.dim() else None,
+            "scale_values": scale_values(scales)}

@@ -10,9 +10,11 @@ Call :func:`prepare` once, before importing transformers, speculators or SGLang.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
-from typing import Optional
+import warnings
+from typing import Iterator, Optional
 
 _done = False
 
@@ -36,6 +38,22 @@ def dtype_name(t) -> str:
 MAX_THREADS = 1024
 """Largest thread count accepted from ``CONFORMANCE_TORCH_THREADS`` (torch crashes creating
 100,000 threads; no machine this runs on has more than a few hundred cores)."""
+
+
+#: SpecForge 0.2.0's draft module warns at import when flash_attn is absent
+#: (specforge/modeling/draft/llama3_eagle.py:32-36): always so on CPU, and none of the SpecForge code
+#: this project calls (offline loader chain, TargetHead.preprocess, DFlash feature extraction) uses it
+SPECFORGE_FLASH_ATTN_WARNING = "flash_attn is not found, falling back to flex_attention"
+
+
+@contextlib.contextmanager
+def quiet_specforge_import() -> Iterator[None]:
+    """Around an ``import specforge...`` only: hides SpecForge's flash_attn-absent UserWarning
+    (:data:`SPECFORGE_FLASH_ATTN_WARNING`), which otherwise lands in every report's output; any other
+    warning still shows."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=SPECFORGE_FLASH_ATTN_WARNING, category=UserWarning)
+        yield
 
 
 def threads_from_env() -> Optional[int]:

@@ -549,3 +549,19 @@ def test_translate_refuses_unknown_tool_versions_like_init(to, version, words, c
     assert main(["translate", str(tiny), "--to", to, "--engine-version", version]) == 2
     assert words in capsys.readouterr().err
     assert main(["translate", str(tiny), "--to", "speculators", "--engine-version", "0.9.0"]) == 0
+
+
+def test_calibrate_refuses_vllm_extraction_output_in_one_line_naming_the_file(tiny, tmp_path, capsys):
+    """A fresh user's trial: calibrate --data on vLLM extraction files answered with the datasets library's
+    message. Now one line naming the first file and what to do, exit 2, nothing written."""
+    from eagle3_conformance.datagen import write_vllm_extraction
+    from eagle3_conformance.reference import load_reference_model
+
+    d = write_vllm_extraction(tmp_path / "vllm", load_reference_model(tiny.target_dir), [list(range(3, 19)), list(range(5, 30))],
+                              slots=["B_2", "B_4", "B_5", "B_8"])
+    out = tmp_path / "out.yaml"
+    assert main(["calibrate", str(REPO / "contracts" / "tiny-llama.yaml"), "--data", str(d), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "req-0.safetensors: vLLM extraction output" in err[0] and "--reference MODEL_DIR" in err[0]
+    assert "Traceback" not in err[0] and "datasets" not in err[0].split("output")[0] and not out.exists()

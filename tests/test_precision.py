@@ -282,3 +282,222 @@ def test_precision_comment_without_the_asked_sglang_is_a_clean_sentence(monkeypa
     got = precision._sglang({"torch_dtype": "bfloat16", "model_type": "llama"}, version)
     text = got.why
     assert words in text and "None" not in text and " ? " not in text, text
+
+
+# --- FP8 data (hs-connectors) produced in bfloat16 from a float32 checkpoint (issue 23, left item 1) -----
+
+
+@pytest.fixture(scope="module")
+def fp8_connector():
+    """hs-connectors 0.9.0's own ``FP8HiddenStatesConnector`` class, its module loaded from the installed
+    file. The module subclasses vLLM's ``ExampleHiddenStatesConnector`` and vLLM is not in the CPU
+    environment, so only that base class is stood in, for the import alone: ``_write_tensors`` (a
+    staticmethod, fp8_hidden_states_connector.py:41-56) uses nothing of it. ``sys.modules`` is restored after."""
+    import importlib.util
+    import sys
+    import types
+
+    import hs_connectors
+    from hs_connectors.version import version
+
+    assert version == "0.9.0", f"the stand-in base class is for hs-connectors 0.9.0, found {version}"
+    names = ["vllm", "vllm.distributed", "vllm.distributed.kv_transfer", "vllm.distributed.kv_transfer.kv_connector",
+             "vllm.distributed.kv_transfer.kv_connector.v1",
+             "vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector"]
+    saved = {n: sys.modules.get(n) for n in names}
+    mods = {n: types.ModuleType(n) for n in names}
+    mods[names[-1]].ExampleHiddenStatesConnector = type("ExampleHiddenStatesConnector", (), {})
+    mods[names[-2]].example_hidden_states_connector = mods[names[-1]]
+    sys.modules.update(mods)
+    try:
+        path = Path(hs_connectors.__file__).parent / "fp8_hidden_states_connector.py"
+        spec = importlib.util.spec_from_file_location("_hsc_fp8_connector", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        for n, m in saved.items():
+            if m is None:
+                sys.modules.pop(n, None)
+            else:
+                sys.modules[n] = m
+    return mod.FP8HiddenStatesConnector
+
+
+class _Done:
+    """The CUDA event ``_write_tensors`` waits on: the copy is already on the CPU."""
+
+    def synchronize(self) -> None:
+        return None
+
+
+def _through_connector(connector, d: Path) -> Path:
+    """Rewrite every ``hs_{i}.safetensors`` of ``d`` with the connector's own ``_write_tensors`` (what it is
+    handed: the file's ``hidden_states`` in the dtype they were written, and ``token_ids``)."""
+    from safetensors.torch import load_file
+
+    for p in sorted((d / "hidden_states").glob("hs_*.safetensors")):
+        t = load_file(str(p))
+        connector._write_tensors({"hidden_states": t["hidden_states"], "token_ids": t["token_ids"]}, _Done(), str(p), None)
+    return d
+
+
+def test_the_projects_fp8_payload_is_the_connectors_own_file(fp8_connector, tiny_ref, tmp_path):
+    """``datagen.hs_payload`` (used where the connector's module cannot be loaded) writes byte for byte
+    the file ``FP8HiddenStatesConnector._write_tensors`` writes."""
+    import torch
+    from safetensors.torch import save_file
+
+    from eagle3_conformance.datagen import hs_payload
+
+    ids = list(range(3, 19))
+    r = tiny_ref.capture(ids)
+    hs = torch.stack([r.boundary(b) for b in SLOTS], dim=1).to(torch.bfloat16)
+    tok = torch.tensor(ids, dtype=torch.long)
+    fp8_connector._write_tensors({"hidden_states": hs, "token_ids": tok}, _Done(), str(tmp_path / "a.safetensors"), None)
+    save_file(hs_payload(hs, tok, "fp8"), str(tmp_path / "b.safetensors"))
+    assert (tmp_path / "a.safetensors").read_bytes() == (tmp_path / "b.safetensors").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def plain_sets(tiny, tmp_path_factory):
+    """Plain datasets as a server hands them to the connector: a float32 forward in float32 (vLLM serving
+    the float32 checkpoint in float32) and a bfloat16 forward in bfloat16 (dtype=auto)."""
+    from eagle3_conformance.datagen import write_speculators_dataset
+    from eagle3_conformance.fixtures import sample_token_ids
+    from eagle3_conformance.reference import ReferenceModel
+
+    prompts = sample_token_ids(tiny.spec, 12, 16, 32, seed=5)
+    root = tmp_path_factory.mktemp("plainsets")
+    return {dtype: write_speculators_dataset(root / dtype, ReferenceModel(tiny.target_dir, dtype=dtype), prompts,
+                                             slots=SLOTS, dtype=dtype) for dtype in ("float32", "bfloat16")}
+
+
+@pytest.fixture(scope="module")
+def fp8_sets(plain_sets, fp8_connector, tmp_path_factory):
+    """The plain sets written through the real connector."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("fp8sets")
+    out = {}
+    for name, d in plain_sets.items():
+        shutil.copytree(d, root / name)
+        out[name] = _through_connector(fp8_connector, root / name)
+    return out
+
+
+def _fp8_contract(tmp_path: Path, training: str) -> Path:
+    p = tmp_path / f"fp8-{training}.yaml"
+    text = TINY.read_text()
+    assert "\ntraining:" not in text
+    p.write_text(text.replace("data_dtype: bfloat16", f"precision:\n  training: {training}\ndata_dtype: bfloat16")
+                 + "training:\n  transfer: fp8\n")
+    return p
+
+
+def test_fp8_data_from_float32_serving_conforms(fp8_sets, tiny, tmp_path):
+    rc, doc = _check(tmp_path, _fp8_contract(tmp_path, "float32"), fp8_sets["float32"], tiny)
+    assert rc == 0, [f["message"] for f in doc["findings"] if f["status"] == "fail"][:3]
+    pp = [f for f in doc["findings"] if f["check"] == "production_precision"]
+    assert len(pp) == 12 and all(f["status"] == "pass" for f in pp)
+    assert max(f["observed"]["median_row_angle_deg"] for f in pp) < 0.05  # the same FP8 codes
+    assert all("hs-connectors FP8" in f["observed"]["against"] for f in pp)
+
+
+def test_fp8_data_from_bf16_serving_under_a_float32_contract_names_the_precision_key(fp8_sets, tiny, tmp_path):
+    """FP8's own noise (~1.5 deg) no longer masks the precision signal: the data is compared with the
+    reference through the same FP8 quantisation."""
+    rc, doc = _check(tmp_path, _fp8_contract(tmp_path, "float32"), fp8_sets["bfloat16"], tiny)
+    assert rc == 1
+    assert [d["kind"] for d in doc["diagnoses"]] == ["production-precision"]
+    d = doc["diagnoses"][0]
+    assert "precision.training: float32" in d["title"] and any("precision.training: bfloat16" in x for x in d["fix"])
+    assert "hs-connectors FP8" in d["evidence"][0]
+    pp = [f for f in doc["findings"] if f["check"] == "production_precision"]
+    assert len(pp) == 12 and all(f["status"] == "fail" for f in pp)
+
+
+def test_fp8_data_from_bf16_serving_conforms_under_a_bf16_contract(fp8_sets, tiny, tmp_path):
+    rc, doc = _check(tmp_path, _fp8_contract(tmp_path, "bfloat16"), fp8_sets["bfloat16"], tiny)
+    assert rc == 0, [f["message"] for f in doc["findings"] if f["status"] == "fail"][:3]
+
+
+@pytest.mark.parametrize("tokens", ["one", "every"])
+def test_an_fp8_scale_fault_stays_an_fp8_diagnosis(plain_sets, fp8_connector, tiny, tmp_path, tokens):
+    """The fault ``fp8_scale_error`` exists for (a massive value in B_L coarsening the small slots through the
+    shared per-token scale, faults/operators/dtype.py), at one middle token or at every token, written
+    through the connector from float32 data: diagnosed FP8, never precision."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from eagle3_conformance.faults.operators.dtype import OUTLIER_RATIO
+
+    d = tmp_path / "data"
+    shutil.copytree(plain_sets["float32"], d)
+    for p in sorted((d / "hidden_states").glob("hs_*.safetensors")):
+        t = load_file(str(p))
+        hs = t["hidden_states"].clone()
+        for k in ([hs.shape[0] // 2] if tokens == "one" else range(1, hs.shape[0])):
+            hs[k, -1, 0] = OUTLIER_RATIO * float(hs[k, 0].pow(2).mean().sqrt())
+        fp8_connector._write_tensors({"hidden_states": hs, "token_ids": t["token_ids"]}, _Done(), str(p), None)
+    rc, doc = _check(tmp_path, _fp8_contract(tmp_path, "float32"), d, tiny)
+    assert rc == 1
+    kinds = [x["kind"] for x in doc["diagnoses"]]
+    # (the verifier rows holding the stray value, and slot 0 flushed at every token, get their own diagnoses too)
+    assert "fp8-transport" in kinds and "production-precision" not in kinds, kinds
+    assert not [f for f in doc["findings"] if f["check"] == "production_precision" and f["status"] == "fail"]
+
+
+def test_fp8_vllm_extraction_files_from_bf16_serving_name_the_precision_key(fp8_connector, tiny, tmp_path):
+    """The same on vLLM extraction files (the connector's own layout, read by the project's vLLM reader):
+    bf16-served FP8 files under a float32 contract -> production-precision; from float32 serving -> conform."""
+    import torch
+    from safetensors.torch import load_file
+
+    from eagle3_conformance.datagen import write_vllm_extraction
+    from eagle3_conformance.fixtures import sample_token_ids
+    from eagle3_conformance.reference import ReferenceModel
+
+    prompts = sample_token_ids(tiny.spec, 6, 16, 32, seed=7)
+    con = _fp8_contract(tmp_path, "float32")
+    got = {}
+    for dtype in ("float32", "bfloat16"):
+        d = write_vllm_extraction(tmp_path / dtype, ReferenceModel(tiny.target_dir, dtype=dtype), prompts, slots=SLOTS,
+                                  dtype=dtype)
+        for p in sorted(d.glob("*.safetensors")):
+            t = load_file(str(p))
+            fp8_connector._write_tensors({"hidden_states": t["hidden_states"], "token_ids": t["token_ids"]}, _Done(),
+                                         str(p), None)
+        assert load_file(str(d / "req-0.safetensors"))["hidden_states"].dtype == torch.float8_e4m3fn
+        got[dtype] = _check(tmp_path, con, d, tiny)
+    rc, doc = got["float32"]
+    assert rc == 0, [f["message"] for f in doc["findings"] if f["status"] == "fail"][:3]
+    rc, doc = got["bfloat16"]
+    assert rc == 1 and [d["kind"] for d in doc["diagnoses"]] == ["production-precision"]
+    assert "precision.training: float32" in doc["diagnoses"][0]["title"]
+
+
+@pytest.mark.slow  # two check-data runs on SmolLM2-135M, 8 samples each: ~1-3 min on the shared 2-core machine
+def test_smollm2_bf16_produced_data_is_named_precision_and_conforms_under_bfloat16(tmp_path):
+    """The real-model check (benchmarks/bench_precision_real.py runs all 23 samples and FP8): the
+    float32 SmolLM2-135M checkpoint's data produced by a bf16 forward (the smollm2-135m-bf16 fixture's)
+    under the float32 contract -> exactly one diagnosis, production-precision; with
+    precision.training: bfloat16 -> conforms, 0 failures."""
+    from eagle3_conformance.fixtures import build_fixture
+
+    f32, b16 = build_fixture("smollm2-135m"), build_fixture("smollm2-135m-bf16")
+    base = (REPO / "contracts" / "smollm2-135m.yaml").read_text()
+    assert "\nprecision:" not in base
+    out = {}
+    for prec in ("float32", "bfloat16"):
+        con = tmp_path / f"{prec}.yaml"
+        con.write_text(base.replace("\ndata_dtype:", f"\nprecision:\n  training: {prec}\ndata_dtype:", 1))
+        rep = tmp_path / f"{prec}.json"
+        rc = main(["check-data", str(con), "--data", str(b16.data_dir), "--quiet", "--json", str(rep),
+                   "--reference", str(f32.target_dir), "--sample", "8"])
+        out[prec] = rc, json.loads(rep.read_text())
+    rc, doc = out["float32"]
+    assert rc == 1 and [d["kind"] for d in doc["diagnoses"]] == ["production-precision"]
+    assert "precision.training: float32" in doc["diagnoses"][0]["title"]
+    rc, doc = out["bfloat16"]
+    assert rc == 0 and not [f for f in doc["findings"] if f["status"] == "fail"]

@@ -35,7 +35,8 @@ def sf_real(tmp_path_factory, tiny, tiny_ref):
         return hs.clone().fill_(float("nan")) if list(map(int, ref.token_ids)) == ids[3] else hs
 
     out = tmp_path_factory.mktemp("sfreal") / "data"
-    sl.write_dataset(out, tiny_ref.capture, ids, masks, aux=AUX, compress=(1,), hs_transform=nan_in_sample_3,
+    sl.write_dataset(out, tiny_ref.capture, ids, masks, aux=AUX, checkpoint=tiny.target_dir, compress=(1,),
+                     hs_transform=nan_in_sample_3,
                      vocab=(tiny.spec["target"]["vocab_size"], 64))
     (out / "rows_0-2000" / "data_0.ckpt.lock").write_text("")
     return out
@@ -94,3 +95,67 @@ def test_the_projects_reader_names_what_it_does_not_read(sf_real, tmp_path):
     skipped = [f for f in doc["findings"] if f["check"] == "data_files" and f["status"] == "skip"]
     assert len(skipped) == 1 and "data_1.ckpt.gz" in skipped[0]["message"]
     assert "vocab_mapping/vocab_mapping.pt" in skipped[0]["message"]
+
+
+# --- the stored dtype is the checkpoint's, by the writer itself (issue 23, left item 3) ---------------
+
+
+def _stored_dtypes(d: Path) -> set:
+    from eagle3_conformance.tools.specforge_loader import safe_load_feature_file
+
+    return {str(safe_load_feature_file(str(p))[k].dtype) for p in d.rglob("data_*.ckpt*") if not p.name.endswith(".lock")
+            for k in ("hidden_state", "aux_hidden_state")}
+
+
+def test_the_writer_stores_the_checkpoints_dtype_as_specforge(sf_real, tiny):
+    """SpecForge 0.2.0's prepare_hidden_states.py: build_target_model(torch_dtype=AutoConfig(target).dtype)
+    and _save_tensor_sync saves the captured tensors as they are; the float32 tiny-llama checkpoint's
+    data is float32 with no dtype argument from the caller."""
+    from eagle3_conformance.tools.specforge_loader import capture_dtype
+
+    assert capture_dtype(tiny.target_dir) == torch.float32
+    assert _stored_dtypes(sf_real) == {"torch.float32"}
+
+
+@pytest.fixture(scope="module")
+def bf16_target(tiny, tmp_path_factory):
+    """The tiny-llama target saved as a bfloat16 checkpoint (config torch_dtype bfloat16)."""
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path_factory.mktemp("t16") / "target"
+    AutoModelForCausalLM.from_pretrained(str(tiny.target_dir), dtype=torch.bfloat16).save_pretrained(str(out))
+    return out
+
+
+def test_a_bf16_checkpoint_written_by_the_specforge_writer_conforms_with_the_contract_init_writes(
+        bf16_target, tiny, tmp_path):
+    """A bfloat16 checkpoint captured as SpecForge does (a bf16 forward, stored bf16 by the writer itself)
+    conforms under the contract ``init --engine specforge`` writes for it (precision.training and
+    data_dtype bfloat16), with the new precision gates."""
+    import datasets
+
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.reference import ReferenceModel
+
+    ds = datasets.load_from_disk(str(tiny.data_dir))
+    keep = [i for i in range(len(ds)) if len(ds[i]["input_ids"]) >= 4][:6]
+    ids = [list(map(int, ds[i]["input_ids"])) for i in keep]
+    masks = [list(map(int, ds[i]["loss_mask"])) for i in keep]
+    data = sl.write_dataset(tmp_path / "data", ReferenceModel(bf16_target, dtype="bfloat16").capture, ids, masks,
+                            aux=AUX, checkpoint=bf16_target, batch_size=2, compress=(1,))
+    assert _stored_dtypes(data) == {"torch.bfloat16"}
+    con = tmp_path / "c.yaml"
+    assert main(["init", "--target", str(bf16_target), "--draft", str(tiny.draft_dir), "--engine", "specforge",
+                 "-o", str(con)]) == 0
+    c = load_contract(con)
+    assert (c.target.dtype, c.precision.training, c.data_dtype) == ("bfloat16", "bfloat16", "bfloat16")
+    assert "build_target_model" in next(ln for ln in con.read_text().splitlines() if ln.startswith("data_dtype:"))
+    out = tmp_path / "r.json"
+    rc = main(["check-offline", str(con), "--files", str(data), "--quiet", "--json", str(out),
+               "--reference", str(bf16_target)])
+    doc = json.loads(out.read_text())
+    assert rc == 0, [f["message"] for f in doc["findings"] if f["status"] == "fail"][:3]
+    avail = [f for f in doc["findings"] if f["check"] == "sample_available"]
+    assert len(avail) == 6 and all(f["status"] == "pass" for f in avail)
+    pp = [f for f in doc["findings"] if f["check"] == "production_precision"]
+    assert len(pp) == 6 and all(f["status"] == "pass" for f in pp)

@@ -242,3 +242,34 @@ def test_main_job_judges_every_partial_acceptance_and_each_requests_ends(monkeyp
     assert [next(i for i, x in enumerate(caps) if x is c) for c in got] == [0, 2, 4, 5, 6, 7]
     monkeypatch.setenv("CONFORMANCE_ENGINE_ALL_DECODE", "1")
     assert judged_decode(caps) == caps
+
+
+def test_the_engine_process_removes_only_its_own_load_snapshot_file():
+    """SGLang 0.5.23 left /dev/shm/sglang_loads_<instance>_<digest>.shm after every real-engine run. The
+    driver removes, after shutdown, the file SGLang's own shm_path_for names for this engine's
+    port_args.instance_id, and no other (another engine's, running beside it, stays)."""
+    import os
+    import uuid
+    from types import SimpleNamespace
+
+    from sglang.srt.managers.load_snapshot import shm_path_for
+
+    from eagle3_conformance.tools.sglang_engine.driver import remove_load_snapshot
+
+    ours, other = uuid.uuid4().hex[:12], uuid.uuid4().hex[:12]
+    paths = [shm_path_for(ours), shm_path_for(other)]
+    assert all(p.startswith("/dev/shm/sglang_loads_") for p in paths)
+    for p in paths:
+        with open(p, "wb") as f:
+            f.write(b"SLNS")
+    try:
+        res: dict = {}
+        remove_load_snapshot(SimpleNamespace(port_args=SimpleNamespace(instance_id=ours)), res)
+        assert not os.path.exists(paths[0]) and res["load_snapshot"] == paths[0]
+        assert os.path.exists(paths[1])
+        remove_load_snapshot(SimpleNamespace(port_args=SimpleNamespace(instance_id=ours)), res)  # gone: no error
+        assert "load_snapshot_error" not in res
+    finally:
+        for p in paths:
+            if os.path.exists(p):
+                os.unlink(p)

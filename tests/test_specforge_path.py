@@ -46,7 +46,8 @@ def sf_data(tmp_path_factory, tiny_ref, samples):
     sample 1 written as .ckpt.gz."""
     out = tmp_path_factory.mktemp("sf") / "data"
     ids, masks = samples
-    return sl.write_dataset(out, tiny_ref.capture, ids, masks, aux=AUX, batch_size=2, compress=(1,))
+    return sl.write_dataset(out, tiny_ref.capture, ids, masks, aux=AUX, checkpoint=tiny_ref.model_dir, batch_size=2,
+                            compress=(1,))
 
 
 
@@ -228,3 +229,30 @@ def test_check_offline_reads_a_specforge_directory_through_specforges_chain(tmp_
     capsys.readouterr()
     assert main(["check-offline", str(SF_TINY), "--files", str(bad), "--quiet"]) == 2
     assert "could be read" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # two fresh interpreters importing SGLang/SpecForge: ~40-100 s on the shared 2-core machine
+def test_specforges_flash_attn_warning_is_silenced_only_around_its_import():
+    """SpecForge's draft module warns at import that flash_attn is absent (always, on CPU): it showed in the
+    main job's output. The project's two import sites hide that warning only; the same import outside them
+    still warns (so the test can fail), and another warning raised inside the context still shows."""
+    import subprocess
+    import sys
+
+    prelude = ("import warnings, torch; warnings.simplefilter('always'); from eagle3_conformance import torch_env; "
+               "torch_env.prepare(); ")
+    sites = ("from eagle3_conformance.family_ids import _specforge_dflash; _specforge_dflash(); "
+             "from eagle3_conformance.tools.specforge_loader import SpecForgeLoader as L; "
+             "L._preprocess({'input_ids': torch.ones(1, 4, dtype=torch.long), 'target': torch.zeros(1, 4, 8), "
+             "'loss_mask': torch.ones(1, 4, dtype=torch.long)}); "
+             "exec('with torch_env.quiet_specforge_import():\\n    warnings.warn(\"another warning\")')")
+    env = {**__import__("os").environ, "PYTHONPATH": str(REPO)}
+
+    def run(code):
+        p = subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, env=env, timeout=300)
+        assert p.returncode == 0, p.stderr[-2000:]
+        return p.stderr
+
+    ours = run(sites)
+    assert "flash_attn is not found" not in ours and "another warning" in ours
+    assert "flash_attn is not found" in run("import specforge.modeling.draft.dflash")

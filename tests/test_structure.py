@@ -331,6 +331,28 @@ def test_user_facing_strings_cite_the_projects_docs_not_the_build_machines_notes
         assert "../shared/" not in text and "/work/shared" not in text, doc
 
 
+#: notes of the build machine (/work/shared) that users do not have; docs/ has its own FAULTS.md and REFERENCE.md
+_MACHINE_NOTES = ("../shared/", "/work/shared", "ECOSYSTEM.md", "SGLANG_CPU_ENGINE.md", "VERSION_DRIFT.md",
+                  "ARCHITECTURE.md")
+
+
+def test_docstrings_cite_the_projects_docs_or_upstream_not_the_build_machines_notes():
+    """Docstrings (what `help()` and the API docs show) cited ../shared/SGLANG_CPU_ENGINE.md and
+    ECOSYSTEM.md, files a user does not have; they cite docs/ or an upstream repository path instead."""
+    bad = []
+    for f in sorted(PKG.rglob("*.py")):
+        tree = ast.parse(f.read_text())
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for st in node.body:
+                if isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant) and isinstance(st.value.value, str):
+                    hits = [k for k in _MACHINE_NOTES if k in st.value.value]
+                    if hits:
+                        bad.append(f"{f.relative_to(REPO)}:{st.lineno}: {hits}")
+    assert not bad, bad
+
+
 # --- issue 25: the id rules live in one package ----------------------------------------------------
 
 _ID_RULE_CALLS = ("set_eagle3_layers_to_capture", "set_dflash_layers_to_capture", "resolve_eagle_capture_layers",

@@ -61,11 +61,23 @@ def _open_loader(c, data_dir: Path):
     (:class:`eagle3_conformance.tools.speculators_loader.TrainingLoader`).
 
     Raises:
-        DataError: not a dataset the loader can open (its own message).
+        DataError: not a dataset the loader can open (its own message); vLLM extraction output (one
+            line naming its first file: the loader's own message would be the datasets library's).
     """
     from eagle3_conformance.pairs import torch_dtype
+    from eagle3_conformance.scan.formats import VLLM_EXTRACTION, detect_format, extraction_files
     from eagle3_conformance.tools.speculators_loader import TrainingDataError, TrainingLoader
 
+    try:
+        fmt = detect_format(data_dir)
+    except Exception:  # neither layout: the loader's own message below says what it needs
+        fmt = None
+    if fmt == VLLM_EXTRACTION:
+        folder, files = extraction_files(Path(data_dir))
+        raise DataError(f"{files[0] if files else folder}: vLLM extraction output ({len(files)} file(s) holding "
+                        "'hidden_states' and 'token_ids', no speculators Arrow table); calibrate --data reads "
+                        "speculators datasets only: calibrate from --reference MODEL_DIR, and check these files "
+                        "with check-data")
     try:
         return TrainingLoader(data_dir, c.draft.target_hidden_size, c.num_slots, torch_dtype(c.data_dtype),
                               transfer=c.training.transfer)

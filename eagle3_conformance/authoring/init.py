@@ -635,9 +635,8 @@ def build_document(t: TargetFacts, dr: DraftFacts, cap: CaptureFacts, v_final: b
     doc["gates"] = _gates(doc["precision"]["training"], doc["precision"]["serving"])
     eol(doc, "null: derived from precision, per path (docs/gates.md)", "gates")
     doc["engines"] = _engines(cap)
-    # SpecForge 0.2.0 prepare_hidden_states.py saves the capture as computed, in the model's dtype
-    # (build_target_model: torch_dtype=model_config.dtype), which is precision.training
     doc["data_dtype"] = doc["precision"]["training"] if cap.tool == "specforge" else "bfloat16"
-    eol(doc, "SpecForge 0.2.0 prepare_hidden_states.py stores the capture's model dtype: precision.training"
-        if cap.tool == "specforge" else "speculators 0.9.0 stores bf16 hidden states", "data_dtype")
+    eol(doc, "SpecForge 0.2.0 stores what it captured, in the checkpoint's dtype (prepare_hidden_states.py "
+        "build_target_model: torch_dtype=model_config.dtype)" if cap.tool == "specforge"
+        else "speculators 0.9.0 stores bf16 hidden states", "data_dtype")
     return doc

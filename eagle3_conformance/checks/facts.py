@@ -85,7 +85,7 @@ def check_accept_length(c: Contract, avg_accept_length: Optional[float], path: s
 def check_engine_lossless(c: Contract, greedy: dict, path: str = "sglang-engine") -> list[Finding]:
     """Greedy speculative decoding is lossless: every request's output ids equal the target's own
     greedy decode of the same prompt (float32 only; bf16 diverges at near-ties and is no oracle,
-    ../shared/SGLANG_CPU_ENGINE.md section 3).
+    docs/REFERENCE.md section 4.1).
 
     Args:
         greedy: ``{"engine": [[ids]...], "reference": [[ids]...]}`` (same length per request), or

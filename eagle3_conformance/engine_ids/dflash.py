@@ -88,7 +88,8 @@ def _specforge_dflash():
     from eagle3_conformance import torch_env
 
     torch_env.prepare()  # specforge imports torchvision through transformers; prepare() makes that import work
-    from specforge.modeling.draft import dflash
+    with torch_env.quiet_specforge_import():  # its draft package warns that flash_attn (unused here) is absent
+        from specforge.modeling.draft import dflash
 
     return dflash
 

@@ -314,7 +314,7 @@ def run_table(*, prompts_n: int = 8, prompt_tokens: int = 48, max_new: int = 32,
 ATTRIBUTION_FAULT = "pre-post-norm-swapped@decode"
 """The fault the attribution demonstration injects on one path only: the deepest aux slot handed
 after layer 27's input RMSNorm on the draft extend after verify (decode), the extend path left
-correct (a decode-only capture site, as SGLang's CUDA-graph capture once was: VERSION_DRIFT.md)."""
+correct (a decode-only capture site, as SGLang's CUDA-graph capture once was: docs/upgrade.md)."""
 
 
 def run_estimate(*, prompts_n: int = 8, prompt_tokens: int = 48, max_new: int = 32, k: int = 3,

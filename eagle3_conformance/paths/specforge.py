@@ -37,11 +37,11 @@ def data_dir(c, pair) -> FsPath:
     import torch
 
     from eagle3_conformance.fixture_base import build_once
-    from eagle3_conformance.pairs import torch_dtype
     from eagle3_conformance.reference import ReferenceModel
     from eagle3_conformance.tools import specforge_loader as sl
 
-    key = f"specforge-{sl.VERSION}-" + "-".join(c.capture.boundaries) + f"-{c.data_dtype}-{MAX_SAMPLES}"
+    dt = str(sl.capture_dtype(pair.target_dir)).replace("torch.", "")  # SpecForge captures in the checkpoint's dtype
+    key = f"specforge-{sl.VERSION}-" + "-".join(c.capture.boundaries) + f"-{dt}-{MAX_SAMPLES}"
     out = FsPath(pair.data_dir).parent / key
 
     def build(stage: FsPath) -> None:
@@ -50,10 +50,10 @@ def data_dir(c, pair) -> FsPath:
         n = min(len(ds), MAX_SAMPLES)
         samples = [list(map(int, x)) for x in ds["input_ids"][:n]]
         masks = [list(map(int, x)) for x in ds["loss_mask"][:n]]
-        ref = ReferenceModel(pair.target_dir)
+        ref = ReferenceModel(pair.target_dir, dtype=dt)
         with torch.inference_mode():
             sl.write_dataset(stage, ref.capture, samples, masks, aux=c.capture.boundaries, target="F",
-                             dtype=torch_dtype(c.data_dtype), batch_size=2, compress=(1,))
+                             checkpoint=pair.target_dir, batch_size=2, compress=(1,))  # stores the checkpoint's dtype
         (stage / "DONE").write_text(json.dumps({"samples": n, "writer": "eagle3_conformance.tools.specforge_loader"
                                                 ".write_dataset"}) + "\n")
 

@@ -16,7 +16,7 @@ compiled from the fetched wheel's files (paths of vLLM 0.33.0):
 
 A stored id k is B_k (0..L): the mixin's capture calls the hook before the first layer and with
 ``idx + 1`` after each (``models/llama.py:406-457``), and the pre-mixin DeepSeek loop captures
-``hidden_states + residual`` before layer k (ECOSYSTEM.md 3.1); the concat is ascending.
+``hidden_states + residual`` before layer k (docs/REFERENCE.md section 2.1, the vLLM row: vllm-project/vllm#46788, #46973); the concat is ascending.
 """
 
 from __future__ import annotations

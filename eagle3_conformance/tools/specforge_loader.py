@@ -1,7 +1,7 @@
 """SpecForge 0.2.0's own offline loader chain: what its trainer hands the EAGLE-3 draft.
 
 Runs, unmodified, the chain ``specforge.launch.build_offline_runtime`` assembles
-(launch.py:539-663; facts in /work/shared/ECOSYSTEM.md section 1.5):
+(launch.py:539-663; the format in docs/REFERENCE.md section 6):
 
 1. ``OfflineManifestReader`` (runtime/data_plane/offline_reader.py:85-163, built by
    ``algorithms.eagle3.data.build_offline_reader``) lists ``*.ckpt`` / ``*.ckpt.gz`` under the
@@ -282,8 +282,9 @@ class SpecForgeLoader:
     @staticmethod
     def _preprocess(t: dict) -> dict:
         """``TargetHead.preprocess`` and ``_prepare_position_ids``, SpecForge's own code."""
-        from specforge.algorithms.eagle3.model import OnlineEagle3Model
-        from specforge.modeling.target.target_head import TargetHead
+        with torch_env.quiet_specforge_import():  # its draft module warns that flash_attn (unused here) is absent
+            from specforge.algorithms.eagle3.model import OnlineEagle3Model
+            from specforge.modeling.target.target_head import TargetHead
 
         head = TargetHead.__new__(TargetHead)  # preprocess reads nothing from the instance
         ids, target, mask = TargetHead.preprocess(head, t["input_ids"], t["target"], t["loss_mask"])
@@ -359,9 +360,38 @@ def pad_batch(samples: Sequence[Sequence[int]], masks: Sequence[Sequence[int]]) 
     return [(b["input_ids"][j].tolist(), b["loss_mask"][j].tolist()) for j in range(len(samples))]
 
 
+def capture_dtype(checkpoint: Any) -> torch.dtype:
+    """The dtype SpecForge 0.2.0's ``scripts/prepare_hidden_states.py`` captures and stores for a target.
+
+    ``build_target_model`` passes ``AutoConfig.from_pretrained(target).dtype`` (``torch_dtype`` on older
+    transformers) as ``load_offline_capture(torch_dtype=...)``; ``OfflineSGLangCaptureBackend.build``
+    hands it to ``ServerArgs(dtype=...)``, or ``"auto"`` when it is None
+    (specforge/offline_capture/sglang_backend/capture.py:41-56), which SGLang resolves by
+    ``_get_and_verify_dtype(config, "auto")``; ``_save_tensor_sync`` saves the captured tensors as they are.
+
+    ``checkpoint``: the target's directory (its ``config.json``) or a ``transformers.PretrainedConfig``.
+    Raises :class:`DataError` for a directory without a readable config.
+    """
+    from transformers import AutoConfig, PretrainedConfig
+
+    if isinstance(checkpoint, PretrainedConfig):
+        cfg = checkpoint
+    else:
+        try:
+            cfg = AutoConfig.from_pretrained(str(checkpoint))
+        except (OSError, ValueError) as e:
+            raise DataError(f"{checkpoint}: no readable config.json for SpecForge's capture dtype ({e})") from e
+    d = getattr(cfg, "dtype", None) or getattr(cfg, "torch_dtype", None)
+    if d is None:
+        from sglang.srt.configs.model_config import _get_and_verify_dtype
+
+        d = _get_and_verify_dtype(cfg, "auto")
+    return getattr(torch, d) if isinstance(d, str) else d
+
+
 def write_dataset(out: Path, capture: Callable[[list[int]], Any], samples: Sequence[Sequence[int]],
-                  masks: Sequence[Sequence[int]], *, aux: Sequence[str], target: str = "F",
-                  dtype: torch.dtype = torch.bfloat16, batch_size: int = 1, compress: Sequence[int] = (),
+                  masks: Sequence[Sequence[int]], *, aux: Sequence[str], checkpoint: Any, target: str = "F",
+                  dtype: Optional[torch.dtype] = None, batch_size: int = 1, compress: Sequence[int] = (),
                   hs_transform: Optional[Callable] = None, rows_from: Optional[Callable] = None,
                   vocab: Optional[tuple[int, int]] = None) -> Path:
     """Write samples in SpecForge 0.2.0's offline layout from a target's forward, as
@@ -369,16 +399,20 @@ def write_dataset(out: Path, capture: Callable[[list[int]], Any], samples: Seque
     ``_save_tensor_sync``: "NaN found ... Skipping save"; its index stays a gap), and with ``vocab`` the
     draft vocab mapping is written beside the samples as ``vocab_mapping/vocab_mapping.pt`` by SpecForge's
     own ``specforge.data.preprocessing.generate_vocab_mapping_file`` (``_generate_shared_vocab_mapping``).
-    The script stores the checkpoint's dtype (``build_target_model``: ``torch_dtype=model_config.dtype``):
-    pass it as ``dtype``.
+    The script stores the checkpoint's dtype (``build_target_model``: ``torch_dtype=model_config.dtype``),
+    and so does this writer, from ``checkpoint`` (:func:`capture_dtype`); ``capture`` should run the
+    forward in that dtype too, as SpecForge's capture does.
 
     Args:
         out: the directory to create (refused if it exists).
         capture: ``ids -> Reference`` (``ReferenceModel.capture``): every boundary of the forward.
         samples / masks: token ids and assistant loss masks, one list per sample.
         aux: the aux boundaries, in the order concatenated (``["B_2", "B_4", "B_5"]``).
+        checkpoint: the target's directory or ``PretrainedConfig``: the stored dtype is SpecForge's for it
+            (:func:`capture_dtype`).
         target: the boundary stored as ``hidden_state`` (SpecForge: ``"F"``).
-        dtype: the dtype stored (the capture's model dtype; SpecForge: bf16).
+        dtype: fault injection only (the kill matrix's ``dtype-cast`` and the column's stated data dtype):
+            store this dtype instead of the checkpoint's. None (default): the checkpoint's, as SpecForge.
         batch_size: capture batch size: rows of a batch are padded to its longest
             (:func:`pad_batch`), as SpecForge's capture with ``--batch-size > 1`` does.
         compress: sample indices written as ``.ckpt.gz`` (``--compress``).
@@ -393,6 +427,7 @@ def write_dataset(out: Path, capture: Callable[[list[int]], Any], samples: Seque
     out = Path(out)
     if out.exists():
         raise FileExistsError(f"{out} exists; refusing to overwrite")
+    dtype = capture_dtype(checkpoint) if dtype is None else dtype
     rows: list[tuple[list[int], list[int]]] = []
     for idx in every_sample(len(samples), batch_size):
         xs, ms = [samples[i] for i in idx], [masks[i] for i in idx]

@@ -77,7 +77,8 @@ def read_payload(path: Path) -> Optional[dict]:
     ``{"file", "dtype"`` (of ``hidden_states``, e.g. ``"float8_e4m3fn"``), ``"shape"``,
     ``"scales"`` (shape of ``hidden_states_scales``, None when absent), ``"scales_dtype"``,
     ``"bad_scale"`` (the first token whose scale is not > 0: :func:`eagle3_conformance.fp8_payload.bad_scale`;
-    the scales' T values are the only tensor data read)``}``. None when the file cannot be read (the
+    the scales' T values are the only tensor data read), ``"scale_values"`` (those T values:
+    :func:`eagle3_conformance.fp8_payload.scale_values`)``}``. None when the file cannot be read (the
     loader reports why)."""
     try:
         from safetensors import safe_open
@@ -92,6 +93,7 @@ def read_payload(path: Path) -> Optional[dict]:
             out = {"file": f"hidden_states/{path.name}", "dtype": _st_dtype(hs.get_dtype()),
                    "shape": list(hs.get_shape()), "scales": None, "scales_dtype": None}
             out["bad_scale"] = None
+            out["scale_values"] = None
             if SCALES_KEY in keys:
                 sc = f.get_slice(SCALES_KEY)
                 out["scales"] = list(sc.get_shape())
@@ -99,6 +101,7 @@ def read_payload(path: Path) -> Optional[dict]:
                 st = f.get_tensor(SCALES_KEY)  # T values: the only tensor data read
                 if st.is_floating_point() and st.numel() and st.dim():
                     out["bad_scale"] = fp8_payload.bad_scale(st)
+                out["scale_values"] = fp8_payload.scale_values(st)
             return out
     except Exception:  # a corrupt or truncated file: the loader's own read reports it
         return None

@@ -1,5 +1,5 @@
 """Which dtype the hidden states are in (K12): stored or served in another dtype than the
-contract's, and hs-connectors 0.9.0's FP8 transport of training data (ECOSYSTEM.md 2.2 items 3-4):
+contract's, and hs-connectors 0.9.0's FP8 transport of training data (hs_connectors/fp8_utils.py, transfer.py):
 FP8 files read as plain files (values never rescaled), and one FP8 scale per token shared by all
 slots, coarsened by a massive value in B_L."""
 

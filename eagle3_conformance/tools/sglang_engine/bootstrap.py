@@ -2,7 +2,7 @@
 
 In every process: :func:`eagle3_conformance.torch_env.prepare` (the torchvision schema shim; a
 CUDA torchvision wheel beside a CPU torch fails ``import sglang`` otherwise,
-SGLANG_CPU_ENGINE.md section 2 #1). With ``EAGLE3_CONFORMANCE_SGLANG_STANDINS=1`` (CPU only, set
+docs/REFERENCE.md section 4). With ``EAGLE3_CONFORMANCE_SGLANG_STANDINS=1`` (CPU only, set
 by :mod:`.launch`): the version and source guards, then the ``sgl_kernel`` stand-in and the two
 patches. On CUDA nothing else is installed: one code path, no stand-ins.
 """

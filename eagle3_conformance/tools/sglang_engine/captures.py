@@ -131,7 +131,7 @@ def accept_figures(outputs: list[dict]) -> dict[str, Any]:
     """SGLang's own acceptance counters, per request and for the batch.
 
     ``spec_accept_length`` is SGLang's ``completion_tokens / spec_verify_ct`` (the token sampled at
-    prefill included, ../shared/SGLANG_CPU_ENGINE.md section 3); the batch figure is the same ratio
+    prefill included: docs/paths.md, ``sglang-engine`` facts); the batch figure is the same ratio
     over all requests. ``per_position`` is SGLang's ``spec_correct_drafts_histogram`` summed over
     requests (entry j: verify steps that accepted exactly j drafts) turned into the fraction of verify
     steps whose draft position j+1 was accepted.

