@@ -11,6 +11,8 @@ Pickled files are read only through ``torch.load(weights_only=True)`` (see
 vLLM's ``{req_id}.safetensors`` files are read with safetensors (see
 :mod:`eagle3_conformance.tools.vllm_hidden_states`); a directory is searched for both kinds, and every
 file found is read (a folder of extraction files with one stray pickle is read whole).
+Failing findings are diagnosed as ``check-data``'s are (:func:`eagle3_conformance.diagnose.diagnose`): one line
+per diagnosis after the table (also with ``--quiet``), and ``diagnoses`` in the JSON report.
 Exit codes as everywhere: 0 conforms, 1 violations, 2 bad input (no file matched, no file could
 be read, or the reference could not be loaded).
 """
@@ -60,8 +62,22 @@ def _specforge_dir(c, spec: str) -> bool:
             and importlib.util.find_spec("specforge") is not None)
 
 
-def run(args) -> int:
+def _report(args, c, findings, extra: dict) -> None:
+    """The table (unless ``--quiet``), one line per diagnosis (the same diagnoses as check-data's: a fault
+    kind, or the production precision the data shows), and the JSON report with its ``diagnoses``."""
     from eagle3_conformance import report
+    from eagle3_conformance.diagnose import diagnose
+
+    diagnoses = diagnose(c, findings)
+    if not args.quiet:
+        report.render_table(findings, f"{c.name}: offline files ({args.contract})", console(), extra)
+    for d in diagnoses:
+        print(f"  {d.label}: {d.title}")
+    if args.json:
+        report.write_json(args.json, args.contract, findings, extra, diagnoses=diagnoses)
+
+
+def run(args) -> int:
     from eagle3_conformance.findings import Finding
     from eagle3_conformance.reference import ReferenceError, load_reference_model
     from eagle3_conformance.runner import offline_findings
@@ -127,10 +143,7 @@ def run(args) -> int:
     extra = {"files": str(args.files), "samples": str(len(files)),
              "reference": str(ref_dir) if ref_dir else "none (slot identity not checked)",
              "loader": loader}
-    if not args.quiet:
-        report.render_table(findings, f"{c.name}: offline files ({args.contract})", console(), extra)
-    if args.json:
-        report.write_json(args.json, args.contract, findings, extra)
+    _report(args, c, findings, extra)
     if bad_reference:
         error(bad_reference)
         return EXIT_BAD_INPUT
