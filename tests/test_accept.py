@@ -163,24 +163,24 @@ def test_a_fault_inside_the_noise_is_not_beaten_and_one_outside_is():
 
     good = _row("correct pair", [(20 + i, 10) for i in range(8)])
     far = _row("embedding-prepended", [(11, 10)] * 8)
-    near = _row("slots-swapped", [(20 + i + (3 if i % 2 else -3), 10) for i in range(8)])
+    near = _row("hidden-without-residual", [(20 + i + (3 if i % 2 else -3), 10) for i in range(8)])
     free = _row(next(iter(FREE)), [(30, 10)] * 8)
     crash = _row("last-slot-unreachable", [(0, 0)] * 8, errors=["RuntimeError: fc"])
     rows = [good, far, near, free, crash]
     add_intervals(rows)
     assert far.vs_correct[0] > 0 and near.vs_correct[0] <= 0 < near.vs_correct[1]
     assert good.interval[0] < good.mean_accept_length < good.interval[1]
-    assert not_beaten(rows) == ["slots-swapped"]
+    assert not_beaten(rows) == ["hidden-without-residual"]
     assert "with a verify step" in crash.interval_note
 
 
 def test_too_few_prompts_for_an_interval_is_said_and_means_decide():
     from eagle3_conformance.faults.acceptance import add_intervals, not_beaten
 
-    rows = [_row("correct pair", [(20, 10)] * 3), _row("slots-swapped", [(21, 10)] * 3)]
+    rows = [_row("correct pair", [(20, 10)] * 3), _row("hidden-without-residual", [(21, 10)] * 3)]
     add_intervals(rows)
     assert rows[0].interval is None and "at least 5" in rows[0].interval_note
-    assert not_beaten(rows) == ["slots-swapped"]
+    assert not_beaten(rows) == ["hidden-without-residual"]
 
 
 def test_accept_gate_reports_per_position_acceptance_from_the_histogram():

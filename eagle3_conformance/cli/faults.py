@@ -7,7 +7,8 @@ Exit 1 on any missed cell or any failure on an unmutated baseline (a false posit
 costs: the greedy speculative loop on the real pair with its trained draft, correct and with each
 fault injected (:mod:`eagle3_conformance.faults.acceptance`). Exit 1 when speculation was not lossless
 on a run that completed (the output differs from the target's greedy decode) or when the correct
-pair does not beat every fault that is not expected to cost nothing."""
+pair does not beat every fault outside :data:`eagle3_conformance.faults.acceptance.FREE` (those
+cost nothing measurable on this pair, or only at the edge of the noise)."""
 
 from __future__ import annotations
 
