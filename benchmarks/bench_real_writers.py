@@ -167,7 +167,8 @@ def write(writer: str, out: Path, ref, prompts: list, slots: list[str], doc: dic
 
         vocab = (doc["target"]["vocab_size"], doc["draft"]["draft_vocab_size"])
         return sl.write_dataset(out, ref.capture, prompts, [[1] * len(p) for p in prompts], aux=slots[:-1],
-                                target=slots[-1], dtype=stored, compress=(1,), vocab=vocab)
+                                checkpoint=ref.model_dir, target=slots[-1], dtype=stored, compress=(1,),
+                                vocab=vocab)
     if writer in ("vllm-connector", "vllm-connector-fp8"):
         return write_connector(out, ref, prompts, slots, stored, fp8=writer.endswith("fp8"))
     raise ValueError(f"unknown writer {writer!r}; known: {', '.join(WRITERS)}")

@@ -1,7 +1,8 @@
-"""SGLang 0.5.23's real DFlash capture and DFlashDraftModel, and the tensor it hands an MTP head,
+"""SGLang's real DFlash capture and DFlashDraftModel, and the tensor it hands an MTP head,
 in-process on CPU on the tiny-llama fixture target, judged by the same fingerprint checks as
 EAGLE-3 (slot identity against the HF reference of the same tokens). Each DFlash / MTP fault
-kind of issue 14 is injected and shown to fail."""
+kind of issue 14 is injected and shown to fail. Runs on the installed release: 0.5.23 in the main
+environment, 0.5.14 in ``tox -e sglang-0.5.14``."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def dflash_contract(path: str):
     return parse_contract((REPO / path).read_text(), path)
 
 
-def draft_cfg(ids=(0, 3, 6), n=3, num_target_layers=None):
+def draft_cfg(ids=(0, 3, 6), n=3, num_target_layers=8):
     c = {"architectures": ["DFlashDraftModel"], "num_hidden_layers": n, "hidden_size": 64,
          "dflash_config": {"block_size": 4}}
     if ids is not None:
@@ -75,6 +76,7 @@ def test_dflash_correct_passes(pair, decode):
     c = dflash_contract("contracts/tiny-llama-dflash.yaml")
     caps, d = run(h, draft_cfg(c.dflash.target_layer_ids, c.dflash.num_draft_layers), decode=decode)
     assert d.captured_boundaries == c.capture.boundaries
+    assert d.apply_site.startswith("sglang/srt/model_executor/")  # the installed release's own apply step
     assert all(cap.fc_ran and cap.fc_input.shape[-1] == c.capture.feature_width for cap in caps)
     st = statuses(c, caps, ref)
     assert st and all(s == "pass" for s in st), st
@@ -82,9 +84,17 @@ def test_dflash_correct_passes(pair, decode):
 
 
 def test_dflash_wrong_rule_fails(pair):
-    """The EAGLE boundary rule applied to DFlash ids: every tap one layer early."""
+    """The EAGLE boundary rule applied to DFlash ids: every tap one layer early. Id 0 then taps the
+    embedding B_0, which 0.5.14's LlamaModel.forward cannot capture (it adds the layer-0 residual,
+    None, at llama.py:409): loud there, silent and caught by slot identity on 0.5.23."""
+    from eagle3_conformance.tools.sglang_cpu import TargetForwardError
+
     h, ref = pair
     c = dflash_contract("contracts/tiny-llama-dflash.yaml")
+    if h.sglang_version == "0.5.14":
+        with pytest.raises(TargetForwardError, match=r"llama\.py:409 \(layers_to_capture \[0, 3, 6\]\)"):
+            run(h, draft_cfg(c.dflash.target_layer_ids), rule="boundary")
+        return
     caps, d = run(h, draft_cfg(c.dflash.target_layer_ids), rule="boundary")
     assert d.captured_boundaries == [f"B_{i}" for i in c.dflash.target_layer_ids]
     assert "fail" in statuses(c, caps, ref)
@@ -104,6 +114,24 @@ def test_dflash_formula_fallback_fails(pair):
     assert "fail" in statuses(c, caps, ref)
 
 
+def test_dflash_without_num_target_layers_per_release(pair):
+    """The fixture's ids [0, 3, 6] on a 3-layer draft without num_target_layers: SGLang 0.5.23's
+    DFlashDraftModel checks them against max(id) + 1 and loads; 0.5.14's checks them against the
+    draft's own depth (dflash.py:333-342) and refuses id 3 at load, which the path reports as
+    SGLang refusing the config."""
+    from eagle3_conformance.tools.sglang_cpu.families import DFlashConfigError
+
+    h, _ = pair
+    target = (h.target.capture_aux_hidden_states, list(h.target.model.layers_to_capture))
+    if h.sglang_version == "0.5.14":
+        with pytest.raises(DFlashConfigError, match=r"DFlashDraftModel.*target_layer_ids\[1\]=3, target_num_layers=3"):
+            run(h, draft_cfg(num_target_layers=None))
+        assert (h.target.capture_aux_hidden_states, h.target.model.layers_to_capture) == (target[0], target[1])
+    else:
+        caps, d = run(h, draft_cfg(num_target_layers=None))
+        assert d.fc_in == 3 * 64 and all(cap.fc_ran for cap in caps)
+
+
 def test_dflash_tap_beyond_depth_refused_by_sglang(pair):
     from eagle3_conformance.tools.sglang_cpu.families import DFlashConfigError
 
@@ -115,13 +143,16 @@ def test_dflash_tap_beyond_depth_refused_by_sglang(pair):
 @pytest.mark.parametrize("contract, want", [("contracts/tiny-llama-mtp-sglang.yaml", "pass"),
                                             ("tests/data/families/tiny-llama-mtp-speculators.yaml", "fail")])
 def test_mtp_source_sglang_feeds_post_norm_F(pair, contract, want):
-    """SGLang 0.5.23 hands an MTP head the LM head's input, F: a contract that says F passes, one
-    that says B_L (what speculators trains MTP on) fails: the post-norm-F-fed-to-MTP fault."""
+    """SGLang (the installed release, 0.5.23 or 0.5.14) hands an MTP head the LM head's input, F: a
+    contract that says F passes, one that says B_L (what speculators trains MTP on) fails: the
+    post-norm-F-fed-to-MTP fault. The capture names the logits-processor line of the installed file."""
     from eagle3_conformance.tools.sglang_cpu.families import mtp_source_extend
 
     h, ref = pair
     c = dflash_contract(contract)
     caps = mtp_source_extend(h, BATCH)
+    line = {"0.5.23": 871, "0.5.14": 602}[h.sglang_version]
+    assert caps[0].provenance["source"].startswith(f"sglang/srt/layers/logits_processor.py:{line} ")
     st = []
     for cap in caps:
         r = ref.capture(cap.token_ids)

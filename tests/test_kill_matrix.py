@@ -268,6 +268,35 @@ def test_matrix_on_the_real_pair_catches_every_applicable_fault(tmp_path, capsys
     assert all(status[kp] == "caught" for kp, v in synthetic.items() if v == "caught" and kp[0] != "K6")
 
 
+def test_families_columns_alone_on_the_installed_release(tmp_path, capsys):
+    """``faults --paths sglang-dflash,sglang-mtp,contract`` runs the DFlash / MTP matrix alone (what
+    ``tox -e sglang-0.5.14`` runs there): M1, an MTP head handed the other side of the final norm,
+    is caught by sglang-mtp on the installed release. D1 (DFlash ids read with the EAGLE rule)
+    taps the embedding B_0 with the fixture's id 0: caught on 0.5.23, where SGLang captures B_0;
+    refused loudly by 0.5.14's LlamaModel.forward (residual None at layer 0), so n/a there."""
+    sglang = pytest.importorskip("sglang")
+    from eagle3_conformance.cli import main
+
+    out = tmp_path / "fam.json"
+    rc = main(["faults", "--paths", "sglang-dflash,sglang-mtp,contract", "--json", str(out)])
+    printed = capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert rc == 0, printed
+    assert "EAGLE-3 kill matrix" not in printed and set(doc) == {"families"}
+    fam = doc["families"]
+    assert fam["sglang"] == sglang.__version__ and f"SGLang {sglang.__version__}" in printed
+    cell = {(c["kind"], c["path"]): c for c in fam["cells"]}
+    assert cell[("M1", "sglang-mtp")]["status"] == "caught" and cell[("M1", "sglang-mtp")]["check"] == "slot_identity"
+    d1 = cell[("D1", "sglang-dflash")]
+    if sglang.__version__ == "0.5.14":
+        assert d1["status"] == "n/a" and "llama.py:409" in d1["detail"], d1
+    else:
+        assert d1["status"] == "caught", d1
+    assert not fam["false_positives"] and "missed" not in {c["status"] for c in fam["cells"]}
+    assert main(["faults", "--paths", "sglang-mtp,nope"]) == 2
+    assert "the DFlash / MTP matrix's: contract, sglang-dflash, sglang-mtp" in capsys.readouterr().err
+
+
 def test_faults_refuses_bad_options_before_any_work(tmp_path, capsys):
     """A --json path that is an existing non-JSON file (a contract, say) is never overwritten;
     --prompts / --tokens must be positive and apply to --acceptance only: exit 2, the reason."""

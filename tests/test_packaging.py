@@ -62,7 +62,7 @@ def test_untested_engine_release_skips_the_path(monkeypatch):
     why = engines.problem("sglang")
     assert why and "SGLang 0.5.22 is installed" in why and "sglang==0.5.23" in why
     pair = type("P", (), {"draft_dir": None, "data_dir": None})()
-    assert get("sglang-dflash").needs.unmet(pair) == why  # a path tested on the lock's release only
+    assert get("sglang-engine").needs.unmet(pair) == why  # a path tested on the lock's release only
     assert "sglang==0.5.23 or sglang==0.5.14" in get("sglang-extend").needs.unmet(pair)  # and on 0.5.14
     monkeypatch.setenv(engines.UNTESTED_ENV, "1")
     assert engines.problem("sglang") is None

@@ -73,7 +73,8 @@ def _offline(tmp_path, capsys, data: Path) -> tuple[int, dict, str]:
 def test_check_offline_diagnoses_the_embedding_in_the_last_aux_slot(tiny_ref, sf_samples, tmp_path, capsys):
     from eagle3_conformance.tools import specforge_loader as sl
 
-    data = sl.write_dataset(tmp_path / "data", tiny_ref.capture, *sf_samples, aux=["B_2", "B_4", "B_0"])
+    data = sl.write_dataset(tmp_path / "data", tiny_ref.capture, *sf_samples, aux=["B_2", "B_4", "B_0"],
+                            checkpoint=tiny_ref.model_dir)
     rc, doc, out = _offline(tmp_path, capsys, data)
     assert rc == 1
     assert {f["slot"] for f in doc["findings"] if f["status"] == "fail" and f["check"] == "slot_identity"} == {"slot 2"}
@@ -87,7 +88,7 @@ def test_check_offline_names_a_lower_production_precision_not_a_fault(tiny, sf_s
     from eagle3_conformance.tools import specforge_loader as sl
 
     b16 = ReferenceModel(tiny.target_dir, dtype="bfloat16")
-    data = sl.write_dataset(tmp_path / "data", b16.capture, *sf_samples, aux=AUX)
+    data = sl.write_dataset(tmp_path / "data", b16.capture, *sf_samples, aux=AUX, checkpoint=tiny.target_dir)
     rc, doc, _ = _offline(tmp_path, capsys, data)
     assert rc == 1
     assert [d["kind"] for d in doc["diagnoses"]] == ["production-precision"]
@@ -97,7 +98,7 @@ def test_check_offline_names_a_lower_production_precision_not_a_fault(tiny, sf_s
 def test_check_offline_on_correct_samples_has_no_diagnosis(tiny_ref, sf_samples, tmp_path, capsys):
     from eagle3_conformance.tools import specforge_loader as sl
 
-    data = sl.write_dataset(tmp_path / "data", tiny_ref.capture, *sf_samples, aux=AUX)
+    data = sl.write_dataset(tmp_path / "data", tiny_ref.capture, *sf_samples, aux=AUX, checkpoint=tiny_ref.model_dir)
     rc, doc, out = _offline(tmp_path, capsys, data)
     assert rc == 0 and doc["diagnoses"] == []
     assert out == ""  # --quiet and nothing to diagnose: nothing printed

@@ -37,17 +37,19 @@ def test_a_branch_refuses_a_release_it_does_not_serve(mod, other):
 
 @pytest.mark.parametrize("have, runs", [("0.5.14", True), ("0.5.23", True), ("0.5.13", False)])
 def test_which_paths_run_on_which_release(monkeypatch, have, runs):
-    """extend/decode run on every harness release; the other SGLang paths only on the lock's."""
+    """The harness paths (extend, decode, cross-path, dflash, mtp, the CPU accept loop) run on every
+    harness release; the real sglang.Engine path only on the lock's."""
     from eagle3_conformance.paths import get
 
     monkeypatch.delenv(engines.UNTESTED_ENV, raising=False)
     monkeypatch.setattr(engines, "installed", lambda dist: have if dist == "sglang" else None)
     monkeypatch.setattr(engines, "problem", _problem_with(engines.problem))
     pair = type("P", (), {"draft_dir": None, "data_dir": None})()
-    for name in ("sglang-extend", "sglang-decode"):
+    for name in ("sglang-extend", "sglang-decode", "cross-path", "sglang-dflash", "sglang-mtp", "cpu-accept"):
         why = get(name).needs.unmet(pair)
         assert (why is None or "no local draft" in why) == runs, (name, why)
-    assert ("is installed" in str(get("sglang-dflash").needs.unmet(pair))) == (have != "0.5.23")
+    for name in ("sglang-engine",):
+        assert ("SGLang " + have + " is installed" in str(get(name).needs.unmet(pair))) == (have != "0.5.23"), name
     if not runs:
         assert "sglang==0.5.23 or sglang==0.5.14" in get("sglang-extend").needs.unmet(pair)
 

@@ -26,7 +26,9 @@ def add_parser(sub) -> None:
                    help="where to inject: 'synthetic' (the default: the tiny scenarios) or a real trained pair "
                         "('smollm2-135m': its target is built from the pinned wheel at first use); repeat to run "
                         "several in one process, one matrix each")
-    p.add_argument("--paths", metavar="P,Q", help="only these columns, comma-separated (default: every path)")
+    p.add_argument("--paths", metavar="P,Q",
+                   help="only these columns, comma-separated (default: every path); sglang-dflash / sglang-mtp / "
+                        "contract are the DFlash / MTP matrix's columns (run once, on the synthetic scenarios)")
     p.add_argument("--acceptance", action="store_true",
                    help="instead of the matrix: accept length per fault on the real pair with its trained draft")
     p.add_argument("--estimate", action="store_true",
@@ -39,6 +41,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from eagle3_conformance.errors import DataError, UsageError
+    from eagle3_conformance.faults.families import PATHS as FAMILY_PATHS
     from eagle3_conformance.faults.families import render_families, run_families_matrix
     from eagle3_conformance.faults.matrix import run_matrix
     from eagle3_conformance.faults.render import matrix_json, render_matrix
@@ -57,23 +60,30 @@ def run(args) -> int:
     if args.prompts != 8 or args.tokens != 32 or getattr(args, "estimate", False):
         raise UsageError("--prompts, --tokens and --estimate apply to --acceptance only")
     cols = [p.strip() for p in args.paths.split(",") if p.strip()] if args.paths else None
+    fam_cols = FAMILY_PATHS if cols is None else tuple(p for p in cols if p in FAMILY_PATHS)
+    cols = None if cols is None else [p for p in cols if p not in FAMILY_PATHS]
     matrices, fam = [], None
     for pair in dict.fromkeys(args.pair or ["synthetic"]):
-        try:
-            m = run_matrix(log=log, paths=cols, pair=None if pair == "synthetic" else pair)
-        except ValueError as e:
-            raise UsageError(f"--paths: {e}") from None
-        except RealPairUnavailable as e:
-            raise DataError(f"--pair {pair}: {e}") from None
-        render_matrix(m, con)
-        if pair == "synthetic" and cols is None:
-            fam = run_families_matrix(log=log)  # DFlash / MTP fault kinds (issue 14)
+        m = None
+        if cols is None or cols or not fam_cols:
+            try:
+                m = run_matrix(log=log, paths=cols, pair=None if pair == "synthetic" else pair)
+            except ValueError as e:
+                raise UsageError(f"--paths: {e}; the DFlash / MTP matrix's: {', '.join(FAMILY_PATHS)}") from None
+            except RealPairUnavailable as e:
+                raise DataError(f"--pair {pair}: {e}") from None
+            render_matrix(m, con)
+        if pair == "synthetic" and fam_cols:
+            fam = run_families_matrix(log=log, paths=fam_cols)  # DFlash / MTP fault kinds (issue 14)
             render_families(fam, con)
+        elif m is None:
+            con.print(f"--pair {pair}: nothing to run (the DFlash / MTP matrix runs on the synthetic scenarios only)")
         matrices.append((m, fam if pair == "synthetic" else None))
     if args.json:
-        out = [{**matrix_json(m), **({"families": f} if f is not None else {})} for m, f in matrices]
+        out = [{**(matrix_json(m) if m is not None else {}), **({"families": f} if f is not None else {})}
+               for m, f in matrices]
         Path(args.json).write_text(json.dumps(out[0] if len(out) == 1 else out, indent=1))
-    bad = any(any(c.status == "missed" for c in m["cells"]) or m["false_positives"] for m, _ in matrices)
+    bad = any(any(c.status == "missed" for c in m["cells"]) or m["false_positives"] for m, _ in matrices if m)
     if fam is not None:
         bad = bad or any(c["status"] == "missed" for c in fam["cells"]) or bool(fam["false_positives"])
     return EXIT_VIOLATIONS if bad else EXIT_OK

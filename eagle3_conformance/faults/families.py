@@ -4,7 +4,7 @@ caught only if the unmutated run passes the catching check and the mutated run f
 
 Scenarios: the shipped fixture contracts ``contracts/tiny-llama-dflash.yaml`` (taps B_1, B_4, B_7
 of the tiny-llama target, ids [0, 3, 6]) and ``contracts/tiny-llama-mtp-sglang.yaml`` (an MTP head
-served F by SGLang 0.5.23). Columns:
+served F by SGLang 0.5.23 and 0.5.14). Columns:
 
 - ``contract``: the contract as ``validate`` loads it (:func:`eagle3_conformance.contract.parse_contract`);
   the fault is written into the contract the way a user would carry it over from a draft config;
@@ -224,18 +224,22 @@ OPERATORS = [
 ]
 
 
-def run_families_matrix(log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """Every operator on every path; returns ``{"cells": [{kind, name, path, status, check,
-    detail}], "false_positives": [...], "timings": {...}}``. SGLang columns are ``not run`` when
-    SGLang is not installed."""
+def run_families_matrix(log: Callable[[str], None] = lambda s: None,
+                        paths: Optional[tuple[str, ...]] = None) -> dict[str, Any]:
+    """Every operator on every path (``paths``: only these columns of :data:`PATHS`); returns
+    ``{"paths", "cells": [{kind, name, path, status, check, detail}], "false_positives": [...],
+    "timings": {...}, "sglang": version or None}``. SGLang columns are ``not run`` when SGLang is
+    not installed; they run on whichever release the harness serves (``sglang`` says which)."""
     import importlib.util
     import json
 
     from eagle3_conformance.faults.matrix import judge
+    from eagle3_conformance.tools.sglang_cpu.harness import TargetForwardError
 
     t0 = time.perf_counter()
+    columns = PATHS if paths is None else tuple(p for p in PATHS if p in paths)
     w = World(_load_doc(DFLASH_CONTRACT), _load_doc(MTP_CONTRACT))
-    sglang = importlib.util.find_spec("sglang") is not None
+    sglang = importlib.util.find_spec("sglang") is not None and any(p != "contract" for p in columns)
     if sglang:
         from eagle3_conformance.fixtures import build_fixture
         from eagle3_conformance.reference import load_reference_model
@@ -247,7 +251,7 @@ def run_families_matrix(log: Callable[[str], None] = lambda s: None) -> dict[str
         w.ref = load_reference_model(b.target_dir)
     cells, fps = [], []
     for op in OPERATORS:
-        for path in PATHS:
+        for path in columns:
             a = op.paths[path]
             if isinstance(a, str):
                 cells.append({"kind": op.kind, "name": KIND_NAMES[op.kind], "operator": op.name, "path": path,
@@ -257,13 +261,20 @@ def run_families_matrix(log: Callable[[str], None] = lambda s: None) -> dict[str
                 cells.append({"kind": op.kind, "name": KIND_NAMES[op.kind], "operator": op.name, "path": path,
                               "status": "not run", "check": None, "detail": "SGLang is not installed"})
                 continue
-            base, mut = a(w)
+            try:
+                base, mut = a(w)
+            except TargetForwardError as e:  # like the EAGLE-3 matrix's EngineRefuses: loud, not silent
+                cells.append({"kind": op.kind, "name": KIND_NAMES[op.kind], "operator": op.name, "path": path,
+                              "status": "n/a", "check": None, "detail": f"the engine refuses it loudly: {e}"})
+                log(f"{op.kind:>3} {op.name:<26} {path:<14} n/a (engine refuses: {e})")
+                continue
             v = judge(op.checks, base, mut)
             fps += [{"operator": op.name, **f.to_json()} for f in v.baseline_failures]
             cells.append({"kind": op.kind, "name": KIND_NAMES[op.kind], "operator": op.name, "path": path,
                           "status": v.status, "check": v.check, "detail": v.detail})
             log(f"{op.kind:>3} {op.name:<26} {path:<14} {v.status} {v.check or ''}")
-    return {"cells": cells, "false_positives": fps, "timings": {"total": time.perf_counter() - t0}}
+    return {"paths": columns, "cells": cells, "false_positives": fps, "timings": {"total": time.perf_counter() - t0},
+            "sglang": w.harness.sglang_version if w.harness is not None else None}
 
 
 def render_families(m: dict[str, Any], console=None) -> None:
@@ -272,15 +283,17 @@ def render_families(m: dict[str, Any], console=None) -> None:
 
     console = console or Console()
     style = {"caught": "green", "n/a": "dim", "missed": "bold red", "not run": "yellow"}
-    t = Table(title="DFlash / MTP kill matrix: fault kinds x paths (docs/families.md)")
+    cols = m.get("paths", PATHS)
+    on = f", SGLang {m['sglang']}" if m.get("sglang") else ""
+    t = Table(title=f"DFlash / MTP kill matrix: fault kinds x paths (docs/families.md{on})")
     t.add_column("kind")
     t.add_column("fault")
-    for p in PATHS:
+    for p in cols:
         t.add_column(p)
     by = {(c["kind"], c["path"]): c for c in m["cells"]}
     for kind, name in KIND_NAMES.items():
         row = [kind, name]
-        for p in PATHS:
+        for p in cols:
             c = by[(kind, p)]
             txt = c["status"] + (f" ({c['check']})" if c["status"] == "caught" else "")
             row.append(f"[{style.get(c['status'], '')}]{txt}[/]")

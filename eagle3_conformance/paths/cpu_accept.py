@@ -3,8 +3,9 @@
 For a contract whose fixture has a trained draft (:data:`eagle3_conformance.trained_draft.TRAINED`;
 today the float32 SmolLM2-135M pair), the draft is built on first use (speculators' trainer on
 CPU, cached) and the greedy speculative loop
-(:func:`eagle3_conformance.tools.sglang_cpu.spec_loop.speculative_decode`: SGLang 0.5.23's real target
-and draft classes) runs over held-out corpus prompts. The path reports one fact,
+(:func:`eagle3_conformance.tools.sglang_cpu.spec_loop.speculative_decode`: the installed SGLang's
+real target and draft classes, 0.5.23 or 0.5.14 through the harness's release branches) runs over
+held-out corpus prompts. The path reports one fact,
 ``avg_accept_length`` (mean tokens committed per verify step, bonus included), which
 :func:`eagle3_conformance.checks.check_accept_length` gates on ``gates.min_accept_length``, as the
 ``sglang-engine`` path does on a GPU runner with the engine's own figure.
@@ -24,6 +25,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from eagle3_conformance.engines import HARNESS_RELEASES
 from eagle3_conformance.paths.base import Needs, Observation, Path, Skipped
 
 PROMPT_TOKENS = 48
@@ -78,7 +80,7 @@ def first(s: _State) -> Observation:
 PATH = Path(
     name="cpu-accept",
     summary="greedy speculative loop on SGLang's real classes (CPU) with a trained draft: mean accept length",
-    needs=Needs(modules=("sglang", "speculators")),
+    needs=Needs(modules=("sglang", "speculators"), also_on={"sglang": HARNESS_RELEASES}),
     prepare=prepare,
     first=first,
 )

@@ -3,7 +3,9 @@
 First the pair's stored samples (up to 4 with at least 2 tokens) through speculators' loader and
 through SGLang extend; then drawn prompts through SGLang extend and through SGLang verify (the
 last 1..3 tokens as draft tokens, all accepted). Each pair of captures is compared per slot
-(min cosine >= ``gates.cross_path_min_cosine``; max abs difference reported).
+(min cosine >= ``gates.cross_path_min_cosine``; max abs difference reported). SGLang extend and
+verify are the CPU harness's, so the path runs on every release it serves (0.5.23; 0.5.14 in
+``tox -e sglang-0.5.14``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from eagle3_conformance.engines import HARNESS_RELEASES
 from eagle3_conformance.paths.base import Needs, Observation, Path, start_token
 
 
@@ -67,7 +70,7 @@ def observe(s: _State, draw) -> Observation:
 PATH = Path(
     name="cross-path",
     summary="the training loader, SGLang extend and SGLang verify on the same tokens: row-by-row agreement",
-    needs=Needs(modules=("sglang",), draft=True),
+    needs=Needs(modules=("sglang",), draft=True, also_on={"sglang": HARNESS_RELEASES}),
     prepare=prepare,
     first=first,
     observe=observe,

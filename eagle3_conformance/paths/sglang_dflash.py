@@ -1,10 +1,11 @@
-"""``sglang-dflash``: SGLang 0.5.23's real DFlash capture -> its real ``DFlashDraftModel`` (issue 14).
+"""``sglang-dflash``: SGLang's real DFlash capture -> its real ``DFlashDraftModel`` (issue 14), on every
+release the CPU harness serves (0.5.23; 0.5.14 in ``tox -e sglang-0.5.14``).
 
 For a ``method: dflash`` contract. The draft config is the pair's own ``config.json`` (its
 ``dflash_config.target_layer_ids`` is resolved by SGLang's own ``dflash_utils.py`` and applied by the
-target's own ``set_dflash_layers_to_capture``). Hypothesis draws prompt batches (extend: target
-EXTEND, FULL capture) and verify layouts (decode: TARGET_VERIFY over a cached prefix); the taps the
-draft's ``fc`` reads are fingerprinted against the reference like EAGLE-3 aux slots
+release's own apply step, which calls the target's ``set_dflash_layers_to_capture``). Hypothesis
+draws prompt batches (extend: target EXTEND, FULL capture) and verify layouts (decode:
+TARGET_VERIFY over a cached prefix); the taps the draft's ``fc`` reads are fingerprinted against the reference like EAGLE-3 aux slots
 (:class:`eagle3_conformance.tools.sglang_cpu.families.DFlashCPU`).
 """
 
@@ -14,6 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from eagle3_conformance.engines import HARNESS_RELEASES
 from eagle3_conformance.paths.base import Needs, Observation, Path, Skipped, start_token
 
 
@@ -57,9 +59,9 @@ def observe(s: _State, draw) -> Observation:
 
 PATH = Path(
     name="sglang-dflash",
-    summary="SGLang 0.5.23's DFlash capture (set_dflash_layers_to_capture) -> its DFlashDraftModel fc, on extend "
-            "and on target verify",
-    needs=Needs(modules=("sglang",), draft=True, methods=("dflash",)),
+    summary="SGLang's DFlash capture (0.5.23 or 0.5.14; set_dflash_layers_to_capture) -> its DFlashDraftModel fc, "
+            "on extend and on target verify",
+    needs=Needs(modules=("sglang",), draft=True, methods=("dflash",), also_on={"sglang": HARNESS_RELEASES}),
     prepare=prepare,
     first=first,
     observe=observe,

@@ -1,9 +1,11 @@
-"""``sglang-mtp``: the hidden state SGLang 0.5.23 hands an MTP / NextN head (issue 14).
+"""``sglang-mtp``: the hidden state SGLang hands an MTP / NextN head (issue 14), on every release
+the CPU harness serves (0.5.23; 0.5.14 in ``tox -e sglang-0.5.14``).
 
 For a ``method: mtp`` contract. SGLang's real target runs EXTEND with FULL capture and no aux
-capture; what its logits processor stores (``spec_info.hidden_states`` of an MTP draft) is
-fingerprinted against the contract's ``verifier_last`` (B_L pre-norm or F post-norm): a head
-trained on B_L and served F fails here. SGLang's MTP draft classes themselves are not run.
+capture; what the installed release's own logits processor stores (``spec_info.hidden_states`` of
+an MTP draft; the line is in each capture's ``provenance["source"]``) is fingerprinted against the
+contract's ``verifier_last`` (B_L pre-norm or F post-norm): a head trained on B_L and served F
+fails here. SGLang's MTP draft classes themselves are not run.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from eagle3_conformance.engines import HARNESS_RELEASES
 from eagle3_conformance.paths.base import Needs, Observation, Path, start_token
 
 
@@ -44,9 +47,9 @@ def observe(s: _State, draw) -> Observation:
 
 PATH = Path(
     name="sglang-mtp",
-    summary="SGLang 0.5.23's target (EXTEND, FULL, no aux) -> the hidden state an MTP / NextN head is handed "
-            "(B_L or F)",
-    needs=Needs(modules=("sglang",), methods=("mtp",)),
+    summary="SGLang's target (0.5.23 or 0.5.14; EXTEND, FULL, no aux) -> the hidden state an MTP / NextN head "
+            "is handed (B_L or F)",
+    needs=Needs(modules=("sglang",), methods=("mtp",), also_on={"sglang": HARNESS_RELEASES}),
     prepare=prepare,
     first=first,
     observe=observe,

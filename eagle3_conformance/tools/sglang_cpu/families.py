@@ -1,24 +1,31 @@
-"""SGLang 0.5.23's real DFlash capture and DFlash draft class, and the tensor it hands an MTP /
-NextN head, in-process on CPU, on the target of a running :class:`SGLangCPUHarness` (issue 14).
+"""SGLang's real DFlash capture and DFlash draft class, and the tensor it hands an MTP / NextN
+head, in-process on CPU, on the target of a running :class:`SGLangCPUHarness` (issue 14), on every
+release the harness serves (0.5.23, and 0.5.14 in ``tox -e sglang-0.5.14``). Line numbers below
+are 0.5.23's, then 0.5.14's; what a capture records (``provenance``) is read from the installed
+release (:func:`eagle3_conformance.tools.sglang_cpu.releases.site`).
 
 DFlash (extend and decode):
 
 * ids: SGLang's own ``parse_dflash_draft_config(draft_hf_config=...).resolve_target_layer_ids``
-  (``srt/speculative/dflash_utils.py:556-586``: a missing key falls back to
-  ``build_target_layer_ids``, an id outside 0..L-1 raises);
-* applied with SGLang's own ``configure_aux_hidden_state_capture(dflash_use_aux_hidden_state=True,
-  ...)`` (``attention_backend_setup.py:40-72``), which calls the target class's
-  ``set_dflash_layers_to_capture`` (``llama.py:943-953``: ``val + 1``);
-* the draft: SGLang's real ``DFlashDraftModel`` (``srt/models/dflash.py:671-845``), built from the
-  DFlash draft config, its ``project_target_hidden`` (``fc`` then ``hidden_norm``) run on the
-  target's FULL capture; a forward hook on ``fc`` records what it read.
+  (``srt/speculative/dflash_utils.py:556-586`` / ``:438-468``: a missing key falls back to
+  ``build_target_layer_ids``, an id outside 0..L-1 raises), the calls ``ModelRunner`` makes;
+* applied with the release's own apply step (the harness branch's ``apply_dflash_ids``: 0.5.23
+  ``configure_aux_hidden_state_capture(dflash_use_aux_hidden_state=True, ...)``,
+  ``attention_backend_setup.py:40-72``; 0.5.14 ``ModelRunner.init_aux_hidden_state_capture``,
+  ``model_runner.py:1002-1018``), which calls the target class's ``set_dflash_layers_to_capture``
+  (``llama.py:943-953`` / ``:826-836``: ``val + 1``);
+* the draft: SGLang's real ``DFlashDraftModel`` (``srt/models/dflash.py:671-845`` / ``:308-367``),
+  built from the DFlash draft config, its ``project_target_hidden`` (``fc`` then ``hidden_norm``)
+  run on the target's FULL capture; a forward hook on ``fc`` records what it read.
 * extend = target EXTEND (FULL); decode = target TARGET_VERIFY (FULL) over a cached prefix, the
   rows the DFlash worker projects into the draft's context after verify.
 
-MTP / NextN: :meth:`MTPSourceCPU.extend` returns what SGLang stores as ``spec_info.hidden_states``
+MTP / NextN: :func:`mtp_source_extend` returns what SGLang stores as ``spec_info.hidden_states``
 for an MTP head: the target run without aux capture, whose logits processor stores the LM head's
-input (``layers/logits_processor.py:853-872``). Only that tensor is observed; SGLang's MTP draft
-classes themselves (``deepseek_nextn.py``, ``qwen3_5_mtp.py``) are not run here.
+input (``layers/logits_processor.py`` ``_get_hidden_states_to_store``, ``:866-872`` / ``:596-603``;
+a pre-norm copy, when the target class hands one over, wins at ``:902`` / ``:632``). Only that
+tensor is observed; SGLang's MTP draft classes themselves (``deepseek_nextn.py``,
+``qwen3_5_mtp.py``) are not run here.
 
 Stand-ins: the attention and the hand-built ``ForwardBatch`` of the harness (see its docstring).
 The harness's target is restored on :meth:`DFlashCPU.close`.
@@ -62,13 +69,11 @@ class DFlashCPU:
             layer early).
 
     Raises:
-        DFlashConfigError: SGLang's resolver refuses the config (the message is SGLang's).
+        DFlashConfigError: SGLang's resolver, or its ``DFlashDraftModel`` at load, refuses the config
+            (the message is SGLang's).
     """
 
     def __init__(self, harness, draft_config: dict, *, apply_rule: str = "sglang") -> None:
-        from sglang.srt.model_executor.model_runner_components.attention_backend_setup import (
-            configure_aux_hidden_state_capture,
-        )
         from sglang.srt.models.dflash import DFlashDraftModel
         from sglang.srt.speculative.dflash_utils import parse_dflash_draft_config
 
@@ -79,6 +84,7 @@ class DFlashCPU:
         self.apply_rule = apply_rule
         L = harness.num_layers
         self._saved = (harness.target.capture_aux_hidden_states, list(harness.target.model.layers_to_capture))
+        self.closed = False
         hf = _hf_config(draft_config, harness.target_config.hf_config)
         try:
             dc = parse_dflash_draft_config(draft_hf_config=hf)
@@ -88,18 +94,21 @@ class DFlashCPU:
         self.ids_source = "dflash_config.target_layer_ids" if dc.target_layer_ids is not None else \
             "build_target_layer_ids (formula fallback: no target_layer_ids)"
         if apply_rule == "sglang":
-            configure_aux_hidden_state_capture(
-                model=harness.target, eagle_use_aux_hidden_state=False, eagle_aux_hidden_state_layer_ids=None,
-                dflash_use_aux_hidden_state=True, dflash_target_layer_ids=list(self.ids), is_dspark=False)
+            self.apply_site = harness.release.apply_dflash_ids(harness.target, self.ids)
         else:
             harness.target.capture_aux_hidden_states = True
             harness.target.model.layers_to_capture = list(self.ids)
+            self.apply_site = "FAULT INJECTION: ids written into layers_to_capture unchanged"
         self.layers_to_capture = list(harness.target.model.layers_to_capture)
         torch.manual_seed(0)
-        # dflash.py:764-775 sizes fc from len(target_layer_ids) when num_target_layers is absent
-        self.draft = DFlashDraftModel(hf).to(harness.dtype).eval()
+        # the draft class resolves the ids again to size fc (dflash.py:750-759 / :333-342): without
+        # num_target_layers, 0.5.23 checks them against max(id) + 1, 0.5.14 against the draft's own depth
+        try:
+            self.draft = DFlashDraftModel(hf).to(harness.dtype).eval()
+        except ValueError as e:  # SGLang's draft class refuses the config at load: a finding, like the resolver's
+            self.close()
+            raise DFlashConfigError(f"{type(e).__name__} in DFlashDraftModel.__init__: {e}") from None
         self.fc_in = int(self.draft.fc.in_features)
-        self.closed = False
         self.timings = {"build": time.perf_counter() - t0}
 
     @property
@@ -116,7 +125,7 @@ class DFlashCPU:
         try:
             with torch.no_grad():
                 self.draft.project_target_hidden(hidden)
-        except ValueError as e:  # dflash.py:833-841: feature dim mismatch
+        except ValueError as e:  # project_target_hidden: feature dim mismatch (dflash.py:833-841 / :357-366)
             return None, e
         finally:
             hook.remove()
@@ -136,6 +145,7 @@ class DFlashCPU:
                 provenance={"sglang": self.h.sglang_version, "method": "dflash", "mode": mode,
                             "capture_hidden_mode": "FULL", "layers_to_capture": self.layers_to_capture,
                             "ids_source": self.ids_source, "apply_rule": self.apply_rule,
+                            "apply_site": self.apply_site,
                             "target_class": type(self.h.target).__name__, "draft_class": type(self.draft).__name__,
                             "fc_in_features": self.fc_in, "fc_out_features": int(self.draft.fc.out_features),
                             **({"draft_error": str(err)} if err is not None else {})},
@@ -190,15 +200,17 @@ class DFlashCPU:
 
 
 def mtp_source_extend(harness, batch: list[list[int]]) -> list[Capture]:
-    """What SGLang 0.5.23 stores as ``spec_info.hidden_states`` for an MTP / NextN head on
-    extend: the target's FULL hidden states with no aux capture (``logits_processor.py:866-872``:
-    ``hidden_states_to_store = hidden_states``, the LM head's input). One Capture per request,
+    """What the installed SGLang stores as ``spec_info.hidden_states`` for an MTP / NextN head on
+    extend: the target's FULL hidden states with no aux capture (the logits processor's
+    ``hidden_states_to_store = hidden_states``, the LM head's input; the line is recorded in
+    ``provenance["source"]`` as the installed release has it). One Capture per request,
     ``feature`` [T, d]."""
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
 
     fb = harness._extend_batch(batch, [0] * len(batch), ForwardMode.EXTEND, CaptureHiddenMode.FULL)
     out = harness._target_forward(fb, [(("mtp", i), len(x)) for i, x in enumerate(batch)], aux=False)
     hidden = out.hidden_states
+    source = mtp_source_site()
     caps, start = [], 0
     for i, x in enumerate(batch):
         sl = slice(start, start + len(x))
@@ -207,11 +219,25 @@ def mtp_source_extend(harness, batch: list[list[int]]) -> list[Capture]:
             path="sglang-extend", where=f"mtp source extend batch of {len(batch)}, request {i}",
             token_ids=torch.tensor(x, dtype=torch.int64), feature=hidden[sl],
             rows=torch.arange(len(x), dtype=torch.int64), draft_input_width=int(hidden.shape[-1]),
-            provenance={"sglang": harness.sglang_version, "method": "mtp", "mode": "EXTEND",
-                        "source": "logits_processor.py:866-872 hidden_states_to_store (no aux capture)",
+            provenance={"sglang": harness.sglang_version, "method": "mtp", "mode": "EXTEND", "source": source,
                         "target_class": type(harness.target).__name__},
         ))
     return caps
+
+
+def mtp_source_site() -> str:
+    """Where the installed SGLang's logits processor picks the tensor an MTP head is handed:
+    ``"sglang/srt/layers/logits_processor.py:N hidden_states_to_store = hidden_states (...); a
+    pre-norm copy wins at :M"``, both lines read from the installed file."""
+    from sglang.srt.layers.logits_processor import LogitsProcessor
+
+    from eagle3_conformance.tools.sglang_cpu.releases import site
+
+    fn = LogitsProcessor._get_hidden_states_to_store
+    stored = site(fn, "hidden_states_to_store = hidden_states")
+    wins = site(fn, "hidden_states_to_store = hidden_states_to_store_before_norm").rsplit(":", 1)[1]
+    return (f"{stored} hidden_states_to_store = hidden_states (FULL, no aux capture); "
+            f"a pre-norm copy, when handed over, wins at :{wins}")
 
 
 def runtime_harness(target_dir, dtype=torch.float32):

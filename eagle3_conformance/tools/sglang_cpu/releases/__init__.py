@@ -11,7 +11,12 @@ here. What differs is around them:
   ``model_runner_components/spec_aux_hidden_state.py``; 0.5.14: inline in ``ModelRunner.__init__``,
   ``model_executor/model_runner.py:435-472``);
 * applying them (0.5.23: ``configure_aux_hidden_state_capture``; 0.5.14:
-  ``ModelRunner.init_aux_hidden_state_capture``, ``model_runner.py:1002-1018``).
+  ``ModelRunner.init_aux_hidden_state_capture``, ``model_runner.py:1002-1018``), for EAGLE-3 ids
+  (``apply_ids``) and for DFlash ids (``apply_dflash_ids``: the same function with
+  ``dflash_use_aux_hidden_state``, which calls the target's ``set_dflash_layers_to_capture``).
+
+Source lines quoted in what the harness records are read from the installed release
+(:func:`site`), so a 0.5.14 run never carries 0.5.23's line numbers.
 
 Each branch module names the releases it serves (``SERVES``) and refuses any other
 (:func:`branch`). Which releases the SGLang paths are tested on is
@@ -21,6 +26,7 @@ Each branch module names the releases it serves (``SERVES``) and refuses any oth
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Optional
@@ -76,3 +82,25 @@ def branch(version: str) -> ModuleType:
     mod = _module(table[version])
     mod.check(version)
     return mod
+
+
+def site(obj, line: Optional[str] = None) -> str:
+    """Where ``obj`` (a function or class of the installed SGLang) is: ``"sglang/...py:first-last"``,
+    or with ``line`` the first line of its source that is exactly ``line`` (stripped):
+    ``"sglang/...py:N"``. Read from the installed files, so the numbers are the installed release's.
+
+    Raises:
+        RuntimeError: ``obj``'s source has no such line (the release moved the code).
+    """
+    from pathlib import Path
+
+    import sglang
+
+    lines, start = inspect.getsourcelines(obj)
+    rel = Path(inspect.getsourcefile(obj)).resolve().relative_to(Path(sglang.__file__).resolve().parent.parent)
+    if line is None:
+        return f"{rel.as_posix()}:{start}-{start + len(lines) - 1}"
+    for i, text in enumerate(lines):
+        if text.strip() == line:
+            return f"{rel.as_posix()}:{start + i}"
+    raise RuntimeError(f"SGLang {sglang.__version__}: {rel.as_posix()} {obj.__qualname__} has no line {line!r}")

@@ -19,7 +19,11 @@
 * ``forward_context(ctx)`` takes no ``forward_batch`` (``forward_context.py:79``);
 * apply: ``ModelRunner.init_aux_hidden_state_capture`` (``model_runner.py:1002-1018``), called
   unbound on the same namespace with ``model`` = the target: it calls
-  ``model.set_eagle3_layers_to_capture(ids)`` when ``use_aux_hidden_state``.
+  ``model.set_eagle3_layers_to_capture(ids)`` when ``use_aux_hidden_state``, and
+  ``model.set_dflash_layers_to_capture(ids)`` when ``dflash_use_aux_hidden_state``
+  (:func:`apply_dflash_ids`; 0.5.14's DFlash reader, ``model_runner.py:474-516``, calls the
+  ``parse_dflash_draft_config`` / ``resolve_target_layer_ids`` of ``speculative/dflash_utils.py``
+  that the DFlash family calls too).
 """
 
 from __future__ import annotations
@@ -158,3 +162,17 @@ def apply_ids(target: Any, read: IdsRead) -> None:
                          eagle_aux_hidden_state_layer_ids=read.ids, dflash_use_aux_hidden_state=False,
                          dflash_target_layer_ids=None)
     ModelRunner.init_aux_hidden_state_capture(me)
+
+
+def apply_dflash_ids(target: Any, ids: list[int]) -> str:
+    """0.5.14's ``ModelRunner.init_aux_hidden_state_capture`` on the target with DFlash ids
+    (``dflash_use_aux_hidden_state``: it calls ``target.set_dflash_layers_to_capture(ids)``, or
+    raises ValueError for a target without one). Returns where that method is in the installed release."""
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    from eagle3_conformance.tools.sglang_cpu.releases import site
+
+    me = SimpleNamespace(model=target, eagle_use_aux_hidden_state=False, eagle_aux_hidden_state_layer_ids=None,
+                         dflash_use_aux_hidden_state=True, dflash_target_layer_ids=list(ids))
+    ModelRunner.init_aux_hidden_state_capture(me)
+    return site(ModelRunner.init_aux_hidden_state_capture)

@@ -7,7 +7,8 @@
   spec_aux_hidden_state.py:53-81``; the EAGLE-3 part reads the draft config's nested
   ``eagle_config["eagle_aux_hidden_state_layer_ids"]`` at ``:185-196``, any exception -> None);
 * apply: ``configure_aux_hidden_state_capture`` (``model_runner_components/
-  attention_backend_setup.py:40-61``), which calls ``model.set_eagle3_layers_to_capture(ids)``.
+  attention_backend_setup.py:40-72``), which calls ``model.set_eagle3_layers_to_capture(ids)``,
+  and for DFlash ids ``model.set_dflash_layers_to_capture(ids)``.
 """
 
 from __future__ import annotations
@@ -109,3 +110,19 @@ def apply_ids(target: Any, read: IdsRead) -> None:
         dflash_target_layer_ids=None,
         is_dspark=False,
     )
+
+
+def apply_dflash_ids(target: Any, ids: list[int]) -> str:
+    """0.5.23's own apply step for DFlash ids on the target: ``configure_aux_hidden_state_capture(
+    dflash_use_aux_hidden_state=True, ...)``, which calls ``target.set_dflash_layers_to_capture(ids)``.
+    Returns where that function is in the installed release."""
+    from sglang.srt.model_executor.model_runner_components.attention_backend_setup import (
+        configure_aux_hidden_state_capture,
+    )
+
+    from eagle3_conformance.tools.sglang_cpu.releases import site
+
+    configure_aux_hidden_state_capture(
+        model=target, eagle_use_aux_hidden_state=False, eagle_aux_hidden_state_layer_ids=None,
+        dflash_use_aux_hidden_state=True, dflash_target_layer_ids=list(ids), is_dspark=False)
+    return site(configure_aux_hidden_state_capture)
