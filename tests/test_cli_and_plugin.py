@@ -298,3 +298,12 @@ def test_plugin_fails_on_a_misspelled_fixture(pytester, tmp_path):
                              "--conformance-paths", "training")
     res.assert_outcomes(failed=1)
     res.stdout.fnmatch_lines(["*tiny-lama*not found*"])
+
+
+@pytest.mark.parametrize("paths", ["training,foo", "sglang_extend"])
+def test_plugin_refuses_an_unknown_conformance_path(pytester, paths):
+    res = pytester.runpytest("-m", "conformance", "--contract", str(TINY), "-p", "no:cacheprovider",
+                             "--conformance-paths", paths)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    bad = paths.split(",")[-1]
+    res.stderr.fnmatch_lines([f"*unknown path {bad}; valid: training*sglang-extend*"])
