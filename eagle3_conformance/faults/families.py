@@ -304,4 +304,5 @@ def render_families(m: dict[str, Any], console=None) -> None:
                       + "; ".join(f"{f['operator']} {f['check']}: {f['message']}" for f in m["false_positives"][:5]))
     console.print(f"{sum(c['status'] == 'caught' for c in m['cells'])} caught, "
                   f"{sum(c['status'] == 'n/a' for c in m['cells'])} not applicable, "
-                  f"{sum(c['status'] == 'missed' for c in m['cells'])} missed; total {m['timings']['total']:.1f} s")
+                  f"{sum(c['status'] == 'missed' for c in m['cells'])} missed, "
+                  f"{sum(c['status'] == 'not run' for c in m['cells'])} not run; total {m['timings']['total']:.1f} s")
