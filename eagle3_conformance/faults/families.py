@@ -16,7 +16,7 @@ served F by SGLang 0.5.23 and 0.5.14). Columns:
 Fault kinds (issue 14): D1 DFlash ids read with the EAGLE boundary rule (every tap one layer
 early); D2 formula fallback (no ``target_layer_ids``: SGLang derives taps, the load succeeds);
 D3 a tap beyond the target's depth; M1 the wrong side of the final norm handed to an MTP head; M2
-an MTP contract that does not state that side (FAULTS.md R49: engines differ, none may be defaulted).
+an MTP contract that does not state that side (fault-kinds.md R49: engines differ, none may be defaulted).
 NextN vs chained MTP sources is expressible in the contract (``mtp.layer_sources``) but no path
 runs a multi-layer MTP head here, so it has no cell.
 """
