@@ -685,7 +685,7 @@ def _yaml_problem(e: yaml.YAMLError, text: str) -> Problem:
 _MTP_INPUT_KEYS = (("verifier_last",), ("capture", "boundaries"))
 _MTP_INPUT_HINT = ("an MTP head reads the target's last hidden state, B_L (pre-norm) or F (post-norm), and engines "
                    "differ (SGLang 0.5.23 feeds F, speculators 0.9.0 trains on B_L); state the one the head was "
-                   "trained on in capture.boundaries and verifier_last (FAULTS.md R49): it is never defaulted")
+                   "trained on in capture.boundaries and verifier_last (fault-kinds.md R49): it is never defaulted")
 _KINDS = {list: "a list", str: "a single string", int: "a number", float: "a number", bool: "a boolean"}
 
 

@@ -4,14 +4,14 @@ The checks judge one property of one slot of one sample each; a single fault usu
 of them at once (ids read under the other convention fail ``slot_identity`` on every slot,
 ``slot_order``, ``row_fingerprint`` and ``feature_alignment``). :func:`diagnose` reads the
 structured fields of all findings of a run (``check``, ``status``, ``path``, ``slot``,
-``expected``, ``observed``; never the message prose), recognises the pattern each FAULTS.md kind
+``expected``, ``observed``; never the message prose), recognises the pattern each fault-kinds.md kind
 leaves, and says what happened and what to change, with the ids to write taken from
 :func:`eagle3_conformance.engine_ids.boundaries_to_tool` (the library behind ``eagle3-conformance translate``).
 
 Patterns, per path, in this order (a finding explained by one pattern is not reused by a later one):
 
 ====================  =====  ============================================================================
-kind                  FAULTS what the findings show
+kind                  fault  what the findings show
 ====================  =====  ============================================================================
 one-slot-input        K5/K7/ the draft got 1 x d instead of K x d (``draft_input_width``, ``slot_count``,
                       K9     ``fc_ran``); slot 0's identity tells F (no-aux fallback, K5), the first aux
@@ -34,7 +34,7 @@ convention-shift      K2     every aux slot is B_{k+1} (or B_{k-1}) for a declar
 slots-permuted        K2     the declared boundaries, in another order
 slot-off              K2/K1  some slots hold another boundary (one off: K2; further: K1)
 reference-mismatch    --     no slot matches any boundary: the reference is another checkpoint (an input
-                             problem, not a FAULTS.md kind)
+                             problem, not a fault-kinds.md kind)
 not-a-boundary        K4     a slot matches no boundary while others do (a layer update without its
                              residual, a partial sum)
 verifier-norm-state   K4     the verifier slot is F where B_L is declared, or the reverse
@@ -52,7 +52,7 @@ verifier-missing      K3     the data stores only the aux planes (vLLM extractio
                              declared verifier is missing
 production-precision  --     the data's noise against the reference is that of a lower precision than the
                              contract's precision block declares (an input problem: the contract key to
-                             change, not a FAULTS.md kind); it claims the failures of the precision gates
+                             change, not a fault-kinds.md kind); it claims the failures of the precision gates
 ====================  =====  ============================================================================
 
 Diagnoses found on several paths with the same evidence and fix are merged into one that lists
@@ -71,7 +71,7 @@ from eagle3_conformance.engine_ids import engine_default_aux_ids
 from eagle3_conformance.findings import Finding, as_finding, stored_path
 from eagle3_conformance.notation import Boundary
 
-#: kind -> (FAULTS.md kind, one line); the catalogue of diagnoses (docs and tests use it)
+#: kind -> (fault-kinds.md kind, one line); the catalogue of diagnoses (docs and tests use it)
 KINDS: dict[str, tuple[str, str]] = {
     "one-slot-input": ("K5", "the draft got 1 x d instead of the K x d concat; fc was skipped"),
     "other-model-width": ("K6", "every stored slot is another width than the target's: another model's states"),
@@ -111,8 +111,8 @@ class Diagnosis:
 
     Attributes:
         kind: the diagnosis id, a key of :data:`KINDS` (e.g. ``"convention-shift"``).
-        fault: the FAULTS.md kind it cites (``"K2"``); ``""`` for an input problem that is not a
-            FAULTS.md kind (``reference-mismatch``).
+        fault: the fault-kinds.md kind it cites (``"K2"``); ``""`` for an input problem that is not a
+            fault-kinds.md kind (``reference-mismatch``).
         title: one sentence: what happened.
         evidence: lines, each a fact read from the findings.
         fix: lines, each a concrete change (ids to write and where, or the contract change).
@@ -141,7 +141,7 @@ class Diagnosis:
 
     @property
     def label(self) -> str:
-        """``"K2 convention-shift"`` (``"input reference-mismatch"`` without a FAULTS.md kind)."""
+        """``"K2 convention-shift"`` (``"input reference-mismatch"`` without a fault-kinds.md kind)."""
         return f"{self.fault or 'input'} {self.kind}"
 
 
@@ -441,7 +441,7 @@ def _one_slot_input(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Di
         fault, title = "K7", "a side-path buffer sized d kept only the first aux slot of the K x d rows"
         ev.append(f"that one slot is {c.aux[0]}, the first declared aux slot: the rows were cut to d")
         fix = [f"size every buffer between the target and the draft ({v.path}: verify -> draft extend) "
-               f"from the one K x target_hidden_size width ({K * d}), not from d (FAULTS.md K7)"]
+               f"from the one K x target_hidden_size width ({K * d}), not from d (fault-kinds.md K7)"]
     else:
         fault = "K9" if v.path == "sglang-decode" else "K5"
         title = ("the draft was fed states that are no target boundary (its own output states) instead of the "
@@ -450,7 +450,7 @@ def _one_slot_input(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Di
         if obs is not None:
             ev.append(f"that one slot matches {obs if obs != 'none' else 'no boundary of the target'}")
         fix = ["hand the draft extend after verify the target's TARGET_VERIFY FULL aux rows (the K x d "
-               "concat at the accepted positions), not the draft's own states (FAULTS.md K9)"
+               "concat at the accepted positions), not the draft's own states (fault-kinds.md K9)"
                if fault == "K9" else "feed the draft the K x d aux concat"]
     used.update({"draft_input_width", "slot_count", "feature_width", "fc_ran", "cross_path"} | set(_IDENTITY_CHECKS))
     return [Diagnosis("one-slot-input", fault, title, tuple(ev), tuple(fix), (v.path,), ("feature",),
@@ -492,7 +492,7 @@ _FC_IN = re.compile(r"^in (\d+), out (\d+)$")
 
 
 def _fc_slot_count(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
-    """R41 (FAULTS.md field reports; vllm#54526, speculators#1065): the draft's fc takes k slots of
+    """R41 (fault-kinds.md field reports; vllm#54526, speculators#1065): the draft's fc takes k slots of
     the target width where the contract declares K: the engine read the slot count from another key
     than the one holding the ids (SGLang 0.5.23 ``llama_eagle3.py:156-161``: ``num_aux_hidden_states``,
     else ``len(eagle_config.eagle_aux_hidden_state_layer_ids)``, else 3)."""
@@ -573,7 +573,7 @@ def _verifier_missing(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[
 
 
 def _decode_rows(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
-    """R43 / R52 (FAULTS.md field reports): ``verified_rows`` failed: after a partial accept the draft
+    """R43 / R52 (fault-kinds.md field reports): ``verified_rows`` failed: after a partial accept the draft
     extend got zero padding rows (R43) or other tokens' / requests' verified rows (R52) for the
     accepted tokens."""
     bad = [f for f in v.failing("verified_rows") if isinstance(f.observed, dict)]
@@ -608,7 +608,7 @@ def _decode_rows(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagn
 
 
 def _mtp_input_side(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
-    """R49 (FAULTS.md field reports): an MTP head handed the other side of the final norm than the
+    """R49 (fault-kinds.md field reports): an MTP head handed the other side of the final norm than the
     contract states (B_L where F is declared, or the reverse)."""
     if c.method != "mtp" or "slot_identity" in used:
         return []
@@ -693,7 +693,7 @@ def _engine_default(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Di
     else:
         title = "the engine never saw the draft's ids and captured its default layers"
         fix = ["SGLang reads only the nested key; a top-level or misspelled key falls back to the defaults "
-               "silently (FAULTS.md K1):"] + fx.draft_config(declared, ids)
+               "silently (fault-kinds.md K1):"] + fx.draft_config(declared, ids)
     used.update(_IDENTITY_CHECKS)
     return [Diagnosis("engine-default", "K1", title, tuple(ev), tuple(fix), (v.path,), tuple(j.label for j in aux),
                       _explained(v, _IDENTITY_CHECKS), {v.path: v.support(aux)}, ids)]

@@ -30,7 +30,7 @@ class Finding:
         observed: what was measured.
         where: locator: sample index, file, batch/request.
         message: one sentence in words for the report.
-        fault: the FAULTS.md kind this check exists for (e.g. "K2").
+        fault: the fault-kinds.md kind this check exists for (e.g. "K2").
         gate: the contract key whose value decided a failure (e.g. ``gates.identity_noise_deg``),
             so a report or a refusal can say which setting changes the verdict; empty when the
             verdict rests on no tunable value (a wrong width, a boundary matching nothing).

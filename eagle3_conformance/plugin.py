@@ -111,6 +111,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a GPU and a real SGLang engine; skipped without one")
     config.stash[_RECORDS] = {}
     config.stash[_ASKED] = _asked(config)
+    _check_paths(config.getoption("--conformance-paths"))
     out = config.getoption("--conformance-json")
     if out:
         o = Path(out).resolve()
@@ -123,6 +124,17 @@ def pytest_configure(config):
     for p in extra:
         if p not in config.args:
             config.args.append(p)
+
+
+def _check_paths(value: str) -> None:
+    """``--conformance-paths``: every name must be a registered path (as ``faults --paths``), so a
+    typo is a usage error naming it and the valid names, not a silently smaller (or empty) run."""
+    names = registered_paths.names()
+    wanted = [p.strip() for p in value.split(",") if p.strip()]
+    unknown = [p for p in wanted if p not in names]
+    if unknown or not wanted:
+        raise pytest.UsageError(f"--conformance-paths {value!r}: unknown path "
+                                f"{', '.join(unknown) or '(none given)'}; valid: {', '.join(names)}")
 
 
 def pytest_collect_file(file_path: Path, parent):

@@ -149,6 +149,14 @@ def default_cache_dir() -> Path:
     return model_cache_root() / "reference"
 
 
+def missing_weights(model_dir: str | Path) -> Optional[str]:
+    """Why ``model_dir`` cannot be the reference model, nor be loaded by an engine: it holds no
+    ``*.safetensors`` file (e.g. a config-only directory made for ``init``); else None."""
+    if not any(Path(model_dir).glob("*.safetensors")):
+        return f"{model_dir}: no *.safetensors weights"
+    return None
+
+
 class ReferenceModel:
     """A target model loaded from an HF-format directory, producing :class:`Reference` objects.
 
@@ -174,8 +182,9 @@ class ReferenceModel:
         self.model_dir = Path(model_dir)
         if not (self.model_dir / "config.json").is_file():
             raise ReferenceError(f"{self.model_dir}: no config.json (not an HF model directory)")
-        if not any(self.model_dir.glob("*.safetensors")):
-            raise ReferenceError(f"{self.model_dir}: no *.safetensors weights")
+        why = missing_weights(self.model_dir)
+        if why:
+            raise ReferenceError(why)
         if dtype not in DTYPES:
             raise ReferenceError(f"dtype {dtype!r}: the reference forward runs in one of {sorted(DTYPES)}")
         try:

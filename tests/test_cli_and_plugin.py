@@ -298,3 +298,30 @@ def test_plugin_fails_on_a_misspelled_fixture(pytester, tmp_path):
                              "--conformance-paths", "training")
     res.assert_outcomes(failed=1)
     res.stdout.fnmatch_lines(["*tiny-lama*not found*"])
+
+
+@pytest.mark.parametrize("paths", ["training,foo", "sglang_extend"])
+def test_plugin_refuses_an_unknown_conformance_path(pytester, paths):
+    res = pytester.runpytest("-m", "conformance", "--contract", str(TINY), "-p", "no:cacheprovider",
+                             "--conformance-paths", paths)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    bad = paths.split(",")[-1]
+    res.stderr.fnmatch_lines([f"*unknown path {bad}; valid: training*sglang-extend*"])
+
+
+def test_plugin_skips_engine_paths_on_a_target_without_weights(pytester, tmp_path):
+    """A target.path with config.json but no weights (a config-only dir made for init): each path
+    skips with one line naming the directory, never an engine's traceback."""
+    from eagle3_conformance.fixtures import build_fixture
+
+    tgt = tmp_path / "config-only"
+    tgt.mkdir()
+    (tgt / "config.json").write_text((build_fixture("tiny-llama").target_dir / "config.json").read_text())
+    c = tmp_path / "c.yaml"
+    c.write_text(TINY.read_text().replace("fixture: tiny-llama\n", "")
+                 .replace("  name: fixtures/tiny-llama\n", f"  name: fixtures/tiny-llama\n  path: {tgt}\n", 1))
+    res = pytester.runpytest("-m", "conformance", "--contract", str(c), "-p", "no:cacheprovider", "-rs",
+                             "--conformance-paths", "sglang-extend,sglang-decode,cross-path")
+    res.assert_outcomes(skipped=3)
+    res.stdout.fnmatch_lines([f"SKIPPED [[]3[]] *: {tgt}: no [*].safetensors weights"])
+    assert "Traceback" not in res.stdout.str()

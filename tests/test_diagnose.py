@@ -1,5 +1,5 @@
 """Diagnosis (eagle3_conformance.diagnose): every diagnosis is named from the findings of a real run with
-its fault injected, and gives its FAULTS.md kind and the concrete fix (the ids to write).
+its fault injected, and gives its fault-kinds.md kind and the concrete fix (the ids to write).
 
 Faults are injected with the kill matrix's own operators (eagle3_conformance.faults): training data is
 written in the speculators 0.9.0 format and read back by speculators' loader; SGLang faults go
@@ -69,7 +69,7 @@ def test_good_data_has_no_diagnosis(base):
 
 
 def test_every_diagnosis_kind_cites_a_faults_kind():
-    faults_md = (REPO / "docs" / "FAULTS.md").read_text()
+    faults_md = (REPO / "docs" / "fault-kinds.md").read_text()
     for kind, (fault, _) in KINDS.items():
         assert fault == "" or f"### {fault} " in faults_md, kind
     assert KINDS["reference-mismatch"][0] == ""  # an input problem, said so

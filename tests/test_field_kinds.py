@@ -1,4 +1,4 @@
-"""Field kinds from 2026 (FAULTS.md, the table of field reports; issue 23 item 7), each injected the
+"""Field kinds from 2026 (fault-kinds.md, the table of field reports; issue 23 item 7), each injected the
 way a user causes it, caught by its check and named by its diagnosis, and the correct input still
 passing:
 
@@ -130,7 +130,7 @@ def test_verified_rows_judges_only_verify_captures(base):
 @pytest.mark.parametrize("drop", [("verifier_last",), ("capture", "boundaries")])
 def test_r49_mtp_contract_without_its_input_names_the_key(tmp_path, capsys, drop):
     """An MTP contract that leaves out which tensor the head reads: validate exits 2 naming the file,
-    line and key, and says that the side is never defaulted (FAULTS.md R49)."""
+    line and key, and says that the side is never defaulted (fault-kinds.md R49)."""
     import yaml
 
     from eagle3_conformance.cli import main

@@ -16,6 +16,7 @@ them on the rebuilt one.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
 
@@ -428,3 +429,15 @@ def test_tensor_dtypes_and_new_sections(tiny_contract, good_caps):
     assert any(loc == ("positions", "serving_max_len") for loc, _ in semantic_problems(win))
     with _pt.raises(ValidationError):
         contract_with(tiny_contract, vocab={"size": 512, "draft_size": 256, "d2t_convention": "relative"})
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed: its column runs")
+def test_faults_that_ran_nothing_does_not_pass(capsys):
+    """Every cell not run (vLLM missing) or n/a: exit 2 with the reason, and the summary counts not-run cells."""
+    from eagle3_conformance.cli import main
+
+    assert main(["faults", "--paths", "vllm-extend"]) == 2
+    out = capsys.readouterr().out
+    assert "0 caught, 3 not applicable, 0 missed, 11 not run;" in out
+    line = next(ln for ln in out.splitlines() if ln.startswith("nothing ran"))
+    assert "vllm is not installed" in line.lower(), out

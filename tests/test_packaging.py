@@ -61,7 +61,7 @@ def test_untested_engine_release_skips_the_path(monkeypatch):
     monkeypatch.setattr(engines, "installed", lambda dist: "0.5.22" if dist == "sglang" else "9")
     why = engines.problem("sglang")
     assert why and "SGLang 0.5.22 is installed" in why and "sglang==0.5.23" in why
-    pair = type("P", (), {"draft_dir": None, "data_dir": None})()
+    pair = type("P", (), {"target_dir": None, "draft_dir": None, "data_dir": None})()
     assert get("sglang-engine").needs.unmet(pair) == why  # a path tested on the lock's release only
     assert "sglang==0.5.23 or sglang==0.5.14" in get("sglang-extend").needs.unmet(pair)  # and on 0.5.14
     monkeypatch.setenv(engines.UNTESTED_ENV, "1")

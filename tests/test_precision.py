@@ -199,7 +199,7 @@ def test_bf16_produced_data_under_a_float32_contract_names_the_precision_key(bf1
     assert kinds == ["production-precision"], kinds
     d = doc["diagnoses"][0]
     assert "precision.training: float32" in d["title"] and any("precision.training: bfloat16" in x for x in d["fix"])
-    assert d["fault"] == ""  # an input problem, not a FAULTS.md kind
+    assert d["fault"] == ""  # an input problem, not a fault-kinds.md kind
 
 
 def test_float32_produced_data_passes_the_precision_check(tiny, tiny_contract, tiny_ref, good_caps):

@@ -44,7 +44,7 @@ def test_which_paths_run_on_which_release(monkeypatch, have, runs):
     monkeypatch.delenv(engines.UNTESTED_ENV, raising=False)
     monkeypatch.setattr(engines, "installed", lambda dist: have if dist == "sglang" else None)
     monkeypatch.setattr(engines, "problem", _problem_with(engines.problem))
-    pair = type("P", (), {"draft_dir": None, "data_dir": None})()
+    pair = type("P", (), {"target_dir": None, "draft_dir": None, "data_dir": None})()
     for name in ("sglang-extend", "sglang-decode", "cross-path", "sglang-dflash", "sglang-mtp", "cpu-accept"):
         why = get(name).needs.unmet(pair)
         assert (why is None or "no local draft" in why) == runs, (name, why)

@@ -10,6 +10,7 @@ dependencies too), except those under ``if TYPE_CHECKING:``.
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from functools import lru_cache
@@ -331,7 +332,7 @@ def test_user_facing_strings_cite_the_projects_docs_not_the_build_machines_notes
         assert "../shared/" not in text and "/work/shared" not in text, doc
 
 
-#: notes of the build machine (/work/shared) that users do not have; docs/ has its own FAULTS.md and REFERENCE.md
+#: notes of the build machine (/work/shared) that users do not have; docs/ has its own fault-kinds.md and REFERENCE.md
 _MACHINE_NOTES = ("../shared/", "/work/shared", "ECOSYSTEM.md", "SGLANG_CPU_ENGINE.md", "VERSION_DRIFT.md",
                   "ARCHITECTURE.md")
 
@@ -407,3 +408,36 @@ def test_the_rule_above_sees_a_translation_outside_engine_ids():
     assert _id_translations("eagle3_conformance.diagnose", src) == (["eagle3_conformance.diagnose:2"],
                                                                      ["eagle3_conformance.diagnose:2"])
     assert _id_translations("eagle3_conformance.engine_ids.sglang", src)[1] == []
+
+
+def _case_collisions(paths) -> list[list[str]]:
+    """Groups of paths that differ only by letter case (one file on macOS / Windows file systems)."""
+    groups: dict[str, list[str]] = {}
+    for p in paths:
+        groups.setdefault(str(p).casefold(), []).append(str(p))
+    return sorted(sorted(g) for g in groups.values() if len(g) > 1)
+
+
+def _repo_files() -> list[str]:
+    """Every file of the checkout that git tracks or would add (ignored build outputs left out); the
+    folders count too (``docs/X`` and ``Docs/Y`` collide as folders)."""
+    r = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        pytest.skip(f"not a git checkout: {r.stderr.strip()[:200]}")
+    files = [line for line in r.stdout.splitlines() if line and os.path.lexists(REPO / line)]  # not deleted ones
+    dirs = {str(Path(f).parent) for f in files} - {"."}
+    return files + sorted(dirs)
+
+
+def test_no_two_files_differ_only_by_case():
+    """docs/FAULTS.md and docs/faults.md were both shipped (and in the wheel's eagle3_conformance/_docs):
+    on a case-insensitive file system one overwrote the other. No two paths may differ only by case."""
+    assert _case_collisions(_repo_files()) == []
+
+
+def test_the_case_rule_sees_a_collision():
+    assert _case_collisions(["docs/FAULTS.md", "docs/faults.md", "docs/gates.md"]) == [["docs/FAULTS.md",
+                                                                                         "docs/faults.md"]]
+    assert _case_collisions(["Docs/a.md", "docs/b.md"]) == []  # only the folders collide: dirs are listed too
+    assert _case_collisions(["Docs", "docs"]) == [["Docs", "docs"]]

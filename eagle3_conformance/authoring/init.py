@@ -106,7 +106,7 @@ def target_facts(cfg: dict, f: Path, d: Optional[Path]) -> TargetFacts:
 
 def draft_facts(cfg: dict, f: Path, d: Optional[Path], t: TargetFacts) -> DraftFacts:
     """Raises: DataError: no architectures, no width, or an aux slot width that is not the
-    target's d (fc would be sized for the wrong width, FAULTS.md K6)."""
+    target's d (fc would be sized for the wrong width, fault-kinds.md K6)."""
     spec_fmt = is_speculators(cfg)
     archs = cfg.get("architectures")
     if not archs or not isinstance(archs, list):
@@ -129,7 +129,7 @@ def draft_facts(cfg: dict, f: Path, d: Optional[Path], t: TargetFacts) -> DraftF
     if int(th) != t.d:
         raise DataError(
             f"{f}: the draft's aux slot width is {th} ({th_key or 'hidden_size, no target_hidden_size'}) "
-            f"but the target hidden_size is {t.d}: fc would be sized for the wrong width (FAULTS.md K6)")
+            f"but the target hidden_size is {t.d}: fc would be sized for the wrong width (fault-kinds.md K6)")
     dv = cfg.get("draft_vocab_size")
     dv_note = "draft_vocab_size"
     if dv is None:
@@ -188,7 +188,7 @@ def choose_engine(engine: Optional[str], dr: DraftFacts) -> tuple[str, str, Opti
                              "(captures its defaults) while vLLM/speculators read it as boundary ids; name the engine")
         else:
             raise UsageError(f"{dr.file}: the draft config has no eagle_aux_hidden_state_layer_ids and no --engine "
-                             "was named: which default applies depends on the engine (FAULTS.md K1)")
+                             "was named: which default applies depends on the engine (fault-kinds.md K1)")
     tool, _, version = engine.partition("==")
     tool = tool.strip().lower()
     if tool not in ENGINES:
@@ -209,7 +209,7 @@ def _sglang_capture(engine: str, version: Optional[str], inferred: str, t: Targe
     rule = sglang_rule(t.arch, version)
     if dr.eagle.get("use_aux_hidden_state") is False:
         raise DataError(f"{dr.file}: eagle_config.use_aux_hidden_state is false: SGLang captures no aux "
-                        "states and hands the draft F (width d) (FAULTS.md K5)")
+                        "states and hands the draft F (width d) (fault-kinds.md K5)")
     name = dr.file.name
     if dr.nested is not None:
         ids, loc = dr.nested, "nested"
@@ -219,7 +219,7 @@ def _sglang_capture(engine: str, version: Optional[str], inferred: str, t: Targe
         ids, loc = dr.top, "top_level"
         bds = rule.defaults(t.L)
         src = (f"{name}: top-level {TOP_KEY} = {dr.top} only; SGLang IGNORES a top-level key and "
-               f"captures its defaults {[str(b) for b in bds]} (REFERENCE.md 3.2 'Id source'; FAULTS.md K1)")
+               f"captures its defaults {[str(b) for b in bds]} (REFERENCE.md 3.2 'Id source'; fault-kinds.md K1)")
         if len(dr.top) != len(bds):
             raise DataError(f"{dr.file}: top-level ids {dr.top} ({len(dr.top)}) are ignored by SGLang, which "
                             f"captures {len(bds)} default slots: the draft's fc width cannot match")

@@ -2,7 +2,7 @@
 
 Every check is a small function with one job, declared once with
 :func:`eagle3_conformance.checks.registry.check` in the module of its fault family; its docstring
-names the FAULTS.md kind it exists for. None imports a path adapter. Tensors in, findings out;
+names the fault-kinds.md kind it exists for. None imports a path adapter. Tensors in, findings out;
 nothing is modified.
 
 ========================  ===================================================================

@@ -48,7 +48,7 @@ def check_vllm_version(c: Contract, installed: Optional[str]) -> list[Finding]:
 def check_accept_length(c: Contract, avg_accept_length: Optional[float], path: str = "sglang-engine") -> list[Finding]:
     """Release gate: the mean accept length (tokens committed per verify step, bonus included:
     SGLang's ``avg_spec_accept_length``) >= ``gates.min_accept_length``. Acceptance is the only
-    symptom most field reports had (FAULTS.md); it gates, it does not diagnose.
+    symptom most field reports had (fault-kinds.md); it gates, it does not diagnose.
 
     Args:
         avg_accept_length: the measured mean (>= 1), None when nothing was measured, or a mapping

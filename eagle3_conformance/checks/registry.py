@@ -1,5 +1,5 @@
 """The one registry of checks: each check is declared once, where it is defined, with
-:func:`check`, saying what it judges, the fault kinds it exists for (FAULTS.md), the finding
+:func:`check`, saying what it judges, the fault kinds it exists for (fault-kinds.md), the finding
 names it emits and the contract keys (gates) that can decide its failures.
 
 Everything that runs checks reads this registry instead of keeping its own list:
@@ -44,7 +44,7 @@ class CheckSpec:
         fn: the pure function (contract first; see :data:`JUDGES` for the rest), returning
             ``list[Finding]``.
         judges: one of :data:`JUDGES`.
-        faults: FAULTS.md kinds it exists for, e.g. ``("K1", "K2")``; empty for a release gate.
+        faults: fault-kinds.md kinds it exists for, e.g. ``("K1", "K2")``; empty for a release gate.
         emits: the ``Finding.check`` names of its findings (default: ``(name,)``).
         gates: contract keys whose value can decide one of its failures (``Finding.gate``).
         stored: for capture checks, how check-data's all-rows pass feeds it (:data:`STORED`);

@@ -3,7 +3,7 @@ the preceding boundary is the declared one (x + B_{k-1} = B_k).
 
 Why: a capture site after a decoder layer's MLP but before the residual add stores the update
 B_k - B_{k-1} instead of the residual stream B_k (vllm-project/vllm#14464; SGLang 0.5.23's Gemma 3
-capture, FAULTS.md). The identity checks see a tensor that matches no boundary, which on every slot at
+capture, fault-kinds.md). The identity checks see a tensor that matches no boundary, which on every slot at
 once looks like another checkpoint as reference; this check names it from the reference itself:
 mean per-row cosine of ``x`` with the update ``B_k - B_{k-1}`` at the capture's row floor, and closer to
 it than to ``B_k``

@@ -1,5 +1,5 @@
 """After a partially accepted verify: the rows the draft extend receives for the accepted tokens are
-those tokens' own verify rows, not padding and not rows of other tokens or requests (FAULTS.md
+those tokens' own verify rows, not padding and not rows of other tokens or requests (fault-kinds.md
 field reports R43, R52)."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _row_matches(c: Contract, cap: Capture, ref: Reference, n: int) -> list[tupl
 
 @check(REFERENCE, ("K9", "K13"), gates=(GATE_ROW_FLOOR,))
 def check_verified_rows(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
-    """R43 / R52 (FAULTS.md field reports; K13 + K9): on the draft extend after a target verify,
+    """R43 / R52 (fault-kinds.md field reports; K13 + K9): on the draft extend after a target verify,
     each of the first ``accepted`` rows (``cap.provenance["accepted"]``, the accept length with the
     bonus token) is its own token's verify row: not a zero padding row (vllm-ascend#8433: padded,
     unindexed aux rows) and not another token's or request's verified row (ik_llama.cpp#1894: the

@@ -1,7 +1,8 @@
 """``eagle3-conformance faults [--pair NAME] [--paths P,Q] [--json OUT] [--verbose]``: the kill matrix (:mod:`eagle3_conformance.faults`)
 on the synthetic scenarios (then the DFlash / MTP kill matrix, :mod:`eagle3_conformance.faults.families`)
 and on each real pair named.
-Exit 1 on any missed cell or any failure on an unmutated baseline (a false positive).
+Exit 1 on any missed cell or any failure on an unmutated baseline (a false positive); exit 2 when no
+cell ran at all (each is not run, e.g. its engine is not installed, or not applicable).
 
 ``eagle3-conformance faults --acceptance [--prompts N] [--tokens N] [--json OUT]``: what each fault
 costs: the greedy speculative loop on the real pair with its trained draft, correct and with each
@@ -15,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eagle3_conformance.cli.common import EXIT_OK, EXIT_VIOLATIONS, check_output, console
+from eagle3_conformance.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, check_output, console
 
 
 def add_parser(sub) -> None:
@@ -83,10 +84,26 @@ def run(args) -> int:
         out = [{**(matrix_json(m) if m is not None else {}), **({"families": f} if f is not None else {})}
                for m, f in matrices]
         Path(args.json).write_text(json.dumps(out[0] if len(out) == 1 else out, indent=1))
+    idle = _nothing_ran([m for m, _ in matrices if m], fam)
+    if idle:
+        con.print(f"[red]nothing ran[/red]: every cell is not run or not applicable ({idle})")
+        return EXIT_BAD_INPUT
     bad = any(any(c.status == "missed" for c in m["cells"]) or m["false_positives"] for m, _ in matrices if m)
     if fam is not None:
         bad = bad or any(c["status"] == "missed" for c in fam["cells"]) or bool(fam["false_positives"])
     return EXIT_VIOLATIONS if bad else EXIT_OK
+
+
+def _nothing_ran(matrices: list, fam) -> str:
+    """The reasons the cells were not run, when no cell of any matrix ran (none caught or missed):
+    a matrix that checked nothing must not pass; else ``""``."""
+    cells = [(c.status, [v.detail for _, v in c.operators if v.status == "not run"]) for m in matrices
+             for c in m["cells"]]
+    cells += [(c["status"], [c.get("detail") or ""]) for c in (fam or {}).get("cells", [])]
+    if any(st in ("caught", "missed") for st, _ in cells):
+        return ""
+    why = dict.fromkeys(d for st, ds in cells if st == "not run" for d in ds if d)
+    return "; ".join(why) or "no cell to run"
 
 
 def _acceptance(args, con, log) -> int:

@@ -97,7 +97,7 @@ def read_listed_ids(tool: str, ids: Sequence[int], num_layers: int, *, output_of
     Raises:
         TranslationError: repeated or negative ids (output-of: ``exactly`` ids required when
             given), ids out of ``0..L`` (boundary), not ascending, beyond ``B_L``, or ``B_0``
-            without ``allow_embedding`` (FAULTS.md K2).
+            without ``allow_embedding`` (fault-kinds.md K2).
     """
     L = num_layers
     ids = [int(i) for i in ids]
@@ -117,7 +117,7 @@ def read_listed_ids(tool: str, ids: Sequence[int], num_layers: int, *, output_of
     if any(b.index > L for b in out):
         raise TranslationError(f"{tool}: ids {ids} reach beyond B_{L}")
     if any(b.index == 0 for b in out) and not allow_embedding:
-        raise TranslationError(f"{tool}: ids {ids} capture B_0 (the embedding output) (FAULTS.md K2)")
+        raise TranslationError(f"{tool}: ids {ids} capture B_0 (the embedding output) (fault-kinds.md K2)")
     return out
 
 @dataclass

@@ -144,10 +144,10 @@ class SGLangRule:
         if 0 in ltc:
             if ids is not None and -1 in ids:
                 raise TranslationError(f"{where}: {shown}: id -1 reaches B_0 (the embedding) under the +1 "
-                                       "rule; refusing (REFERENCE.md 2.2, FAULTS.md K2)")
+                                       "rule; refusing (REFERENCE.md 2.2, fault-kinds.md K2)")
             if not allow_embedding:
                 raise TranslationError(f"{where}: {shown}: captures B_0 (the embedding output); pass "
-                                       "allow_embedding if that is intended (FAULTS.md K2)")
+                                       "allow_embedding if that is intended (fault-kinds.md K2)")
         return [Boundary(i) for i in ltc]
 
     def defaults(self, num_layers: int) -> list[Boundary]:
@@ -294,7 +294,7 @@ def to_tool_ids(bs: list[Boundary], L: int, *, architecture: str, version: Optio
     ids, alts = sglang_ids_for(rule, L, bs, allow_embedding=allow_embedding)
     notes = [f"SGLang reads only the draft config's nested key (spec_aux_hidden_state.py:185-196); a "
              "top-level key is ignored and the defaults "
-             f"{[str(b) for b in rule.defaults(L)]} are captured silently (FAULTS.md K1)"]
+             f"{[str(b) for b in rule.defaults(L)]} are captured silently (fault-kinds.md K1)"]
     others = [a for a in alts if a != ids]
     if others:
         notes.append(f"also captures the same boundaries in this release: {others}")

@@ -62,7 +62,7 @@ def layer_id_problems(num_layers: int, boundaries: Sequence[str], values: Option
 
     Checked: negative ids (no tool reads one as a layer; -1 reaches the embedding under a +1
     rule); ids that read past the target's depth under the rule (B_{L+1}, or B_L in an SGLang
-    model file whose capture stops before the final norm: FAULTS.md K3); ids whose reading is not
+    model file whose capture stops before the final norm: fault-kinds.md K3); ids whose reading is not
     the declared boundaries (the message gives the ids that are). The id count and ids beyond L
     are :func:`eagle3_conformance.contract.semantic_problems`' own checks.
 
@@ -80,7 +80,7 @@ def layer_id_problems(num_layers: int, boundaries: Sequence[str], values: Option
     for i, v in enumerate(ids):
         if v < 0:
             out.append((("values", i), f"layer id {v} is negative: no tool reads it as a layer, and under a +1 "
-                                       "rule -1 reaches B_0, the embedding (FAULTS.md K2)"))
+                                       "rule -1 reaches B_0, the embedding (fault-kinds.md K2)"))
     try:
         want = [Boundary.parse(b).index for b in boundaries]
     except ValueError:
@@ -98,18 +98,19 @@ def layer_id_problems(num_layers: int, boundaries: Sequence[str], values: Option
         past = [(i, v, g) for i, (v, g) in enumerate(zip(ids, got)) if g > L + last]
         for i, v, g in past:
             why = (f"B_{g} is beyond the target's L = {L}" if g > L else
-                   f"{model_file}.py never captures B_{L}: its capture loop stops before the final norm (FAULTS.md K3)")
+                   f"{model_file}.py never captures B_{L}: its capture loop stops before the final norm "
+                   "(fault-kinds.md K3)")
             out.append((("values", i), f"layer id {v} reads as B_{g} under {name}: {why}"))
         if not past and got != want:
             fix = next((cand for cand in ([b - 1 for b in want], list(want)) if min(cand) >= 0 and rule(cand) == want),
                        None)
             out.append((("values",), f"ids {ids} capture {[f'B_{g}' for g in got]} under {name}; capture.boundaries "
                                      f"says {[f'B_{b}' for b in want]}" + (f": write {fix}" if fix else "")
-                        + " (FAULTS.md K2)"))
+                        + " (fault-kinds.md K2)"))
         return out
     if rules and not any(rule(ids) == want for _, rule, _ in rules):
         both = "; ".join(f"as {name}: {[f'B_{g}' for g in rule(ids)]}" for name, rule, _ in rules)
         out.append((("values",), f"ids {ids} cannot give capture.boundaries {[f'B_{b}' for b in want]} under any "
-                                 f"reading ({both}) (FAULTS.md K2)"))
+                                 f"reading ({both}) (fault-kinds.md K2)"))
     return out
 

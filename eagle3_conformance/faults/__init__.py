@@ -1,4 +1,4 @@
-"""Fault operators and the kill matrix: every FAULTS.md kind (K1-K14), injected on every path.
+"""Fault operators and the kill matrix: every fault-kinds.md kind (K1-K14), injected on every path.
 
 An operator (:mod:`eagle3_conformance.faults.operators`, one module per fault family) turns a good
 input (training data, engine wiring, draft config, or a capture after the engine) into the

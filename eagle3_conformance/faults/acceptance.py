@@ -5,7 +5,7 @@ The pair is SmolLM2-135M (float32) and the EAGLE-3 draft trained for it
 (:mod:`eagle3_conformance.trained_draft`: aux B_2, B_15, B_27, SGLang ids ``[1, 14, 26]``). The loop is
 :func:`eagle3_conformance.tools.sglang_cpu.spec_loop.speculative_decode` (every forward is SGLang's
 real classes). Each :class:`AcceptFault` names the kill-matrix operator it is
-(:data:`eagle3_conformance.faults.operators.OPERATORS_BY_NAME`: its FAULTS.md kind and the checks that
+(:data:`eagle3_conformance.faults.operators.OPERATORS_BY_NAME`: its fault-kinds.md kind and the checks that
 catch it come from there, not from here) and injects it where it lives:
 
 * **engine knob**: the real setter ``target.set_eagle3_layers_to_capture`` with the ids a faulty

@@ -28,7 +28,7 @@ from eagle3_conformance.faults.matrix import Verdict, judge
 
 @dataclass(frozen=True)
 class EngineFault:
-    """One fault of the column: ``name`` (the matrix operator it mirrors), ``kind`` (FAULTS.md),
+    """One fault of the column: ``name`` (the matrix operator it mirrors), ``kind`` (fault-kinds.md),
     ``how`` (what the user did), ``checks`` (the checks expected to catch it), and ``config``
     (draft config -> faulty config) or ``draft_dir`` (baseline draft dir, target dir -> the dir given)."""
 

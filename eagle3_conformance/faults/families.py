@@ -16,7 +16,7 @@ served F by SGLang 0.5.23 and 0.5.14). Columns:
 Fault kinds (issue 14): D1 DFlash ids read with the EAGLE boundary rule (every tap one layer
 early); D2 formula fallback (no ``target_layer_ids``: SGLang derives taps, the load succeeds);
 D3 a tap beyond the target's depth; M1 the wrong side of the final norm handed to an MTP head; M2
-an MTP contract that does not state that side (FAULTS.md R49: engines differ, none may be defaulted).
+an MTP contract that does not state that side (fault-kinds.md R49: engines differ, none may be defaulted).
 NextN vs chained MTP sources is expressible in the contract (``mtp.layer_sources``) but no path
 runs a multi-layer MTP head here, so it has no cell.
 """
@@ -304,4 +304,5 @@ def render_families(m: dict[str, Any], console=None) -> None:
                       + "; ".join(f"{f['operator']} {f['check']}: {f['message']}" for f in m["false_positives"][:5]))
     console.print(f"{sum(c['status'] == 'caught' for c in m['cells'])} caught, "
                   f"{sum(c['status'] == 'n/a' for c in m['cells'])} not applicable, "
-                  f"{sum(c['status'] == 'missed' for c in m['cells'])} missed; total {m['timings']['total']:.1f} s")
+                  f"{sum(c['status'] == 'missed' for c in m['cells'])} missed, "
+                  f"{sum(c['status'] == 'not run' for c in m['cells'])} not run; total {m['timings']['total']:.1f} s")

@@ -85,7 +85,7 @@ MATRIX_SCENARIOS = {
     "final": ScenarioSpec("final", layers=8, target_hidden=64, draft_hidden=64, boundaries=(3, 5, 8), seed=11),
     # target 96, draft 64 (K6 is masked when the widths are equal)
     "wide": ScenarioSpec("wide", layers=8, target_hidden=96, draft_hidden=64, boundaries=(3, 5, 6), seed=12),
-    # four aux slots (a draft trained on 4 layers, R41 in FAULTS.md: a 3-slot default masks a slot-count key)
+    # four aux slots (a draft trained on 4 layers, R41 in fault-kinds.md: a 3-slot default masks a slot-count key)
     "four": ScenarioSpec("four", layers=8, target_hidden=64, draft_hidden=64, boundaries=(1, 3, 5, 6), seed=13),
 }
 

@@ -58,7 +58,8 @@ def render_matrix(m: dict[str, Any], console=None) -> None:
     missed = [c for c in m["cells"] if c.status == "missed"]
     tm = m["timings"]
     console.print(f"{sum(c.status == 'caught' for c in m['cells'])} caught, "
-                  f"{sum(c.status == 'n/a' for c in m['cells'])} not applicable, {len(missed)} missed; "
+                  f"{sum(c.status == 'n/a' for c in m['cells'])} not applicable, {len(missed)} missed, "
+                  f"{sum(c.status == 'not run' for c in m['cells'])} not run; "
                   f"{m['harness_builds']} SGLang harness builds ({tm.get('harness builds', 0):.1f} s), "
                   + (f"{m['vllm_harness_builds']} vLLM harness builds ({tm.get('vllm harness builds', 0):.1f} s), "
                      if m.get("vllm_harness_builds") else "")

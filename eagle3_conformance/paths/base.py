@@ -81,7 +81,16 @@ class Needs:
             return f"this path runs {'/'.join(self.methods)} drafts; the contract's method is {contract.method}"
         from eagle3_conformance import engines
 
-        for m in (*engines.BASE, *self.modules):
+        for m in engines.BASE:
+            why = engines.problem(m, tuple(self.also_on.get(m, ())))
+            if why:
+                return why
+        from eagle3_conformance.reference import missing_weights  # needs torch: after BASE
+
+        why = pair.target_dir is not None and missing_weights(pair.target_dir)  # the reference's and engines'
+        if why:
+            return why
+        for m in self.modules:
             why = engines.problem(m, tuple(self.also_on.get(m, ())))
             if why:
                 return why

@@ -1,6 +1,6 @@
 """Every fault operator, grouped by fault family (one module each), in matrix order.
 
-A family module declares its ``KINDS`` (FAULTS.md kind -> the name the matrix prints) and its
+A family module declares its ``KINDS`` (fault-kinds.md kind -> the name the matrix prints) and its
 ``OPERATORS``, each :class:`~eagle3_conformance.faults.operators.base.Operator` next to its knob
 builders: which checks must catch it (finding names of checks in
 :mod:`eagle3_conformance.checks.registry`, at least one declared for the operator's kind: checked

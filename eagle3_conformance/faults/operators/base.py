@@ -42,7 +42,7 @@ class Apply:
 
 @dataclass(frozen=True)
 class Operator:
-    """One fault. ``kind`` is the FAULTS.md kind; ``checks`` the check names meant to catch it;
+    """One fault. ``kind`` is the fault-kinds.md kind; ``checks`` the check names meant to catch it;
     ``scenario`` the matrix scenario it needs ("base", "final": aux includes B_L, "wide": target
     96 / draft 64, "four": four aux slots); ``paths`` maps each path to :class:`Apply` or :class:`NotApplicable`."""
 

@@ -23,7 +23,7 @@ KINDS = {
     "K8": "parallel sharding",
     "K9": "decode state source",
 }
-"""The fault kinds (FAULTS.md) of this family, as the matrix names them."""
+"""The fault kinds (fault-kinds.md) of this family, as the matrix names them."""
 
 
 def _s_crossed(scn, c, ex):

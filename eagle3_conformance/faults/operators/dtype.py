@@ -28,7 +28,7 @@ _NOT_HSC = {
 KINDS = {
     "K12": "dtype",
 }
-"""The fault kinds (FAULTS.md) of this family, as the matrix names them."""
+"""The fault kinds (fault-kinds.md) of this family, as the matrix names them."""
 
 
 def _t_dtype(scn, c, ex):

@@ -14,7 +14,7 @@ KINDS = {
     "K2": "index convention, embedding at 0",
     "K3": "final layer capture unreachable",
 }
-"""The fault kinds (FAULTS.md) of this family, as the matrix names them."""
+"""The fault kinds (fault-kinds.md) of this family, as the matrix names them."""
 
 
 def _t_swap(scn, c, ex):

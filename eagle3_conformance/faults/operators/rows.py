@@ -18,7 +18,7 @@ KINDS = {
     "K13": "capture row alignment",
     "K14": "positions",
 }
-"""The fault kinds (FAULTS.md) of this family, as the matrix names them."""
+"""The fault kinds (fault-kinds.md) of this family, as the matrix names them."""
 
 
 def _t_permute(scn, c, ex):

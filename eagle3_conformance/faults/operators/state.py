@@ -16,7 +16,7 @@ KINDS = {
     "K4": "norm / residual state",
     "K5": "aux-mode width",
 }
-"""The fault kinds (FAULTS.md) of this family, as the matrix names them."""
+"""The fault kinds (fault-kinds.md) of this family, as the matrix names them."""
 
 
 def _t_F_only(scn, c, ex):

@@ -12,7 +12,7 @@ KINDS = {
     "K10": "vocab mapping",
     "K11": "tokenization / template",
 }
-"""The fault kinds (FAULTS.md) of this family, as the matrix names them."""
+"""The fault kinds (fault-kinds.md) of this family, as the matrix names them."""
 
 
 _NA_SF_MAPPING = NotApplicable(
