@@ -221,7 +221,7 @@ def _nan(p: Path):
     (lambda d: _shard(d, 3).write_bytes(bytes(range(200))), "sample_available", "hs_3.safetensors could not be read"),
     (lambda d: _shard(d, 3).write_bytes(b""), "sample_available", "hs_3.safetensors could not be read"),
     (lambda d: _tamper_tokens(_shard(d, 3)), "sample_available", "hs_3.safetensors"),
-    (lambda d: _nan(_shard(d, 3)), "finite", "NaN or Inf"),
+    (lambda d: _nan(_shard(d, 3)), "finite", "1 rows hold NaN or Inf (slot 1 = B_4: rows [3])"),
 ], ids=["missing", "truncated", "garbage", "empty_file", "token_mismatch", "nan_inf"])
 def test_broken_shard_is_one_finding_and_the_scan_goes_on(mutate, check, words, data, tiny, tmp_path, capsys):
     mutate(data)

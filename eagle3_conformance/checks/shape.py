@@ -90,8 +90,20 @@ def check_finite(c: Contract, cap: Capture) -> list[Finding]:
         rows = bad.nonzero().flatten().tolist()
         out.append(finding("finite", "fail" if rows else "pass", cap, name, "all finite",
                            f"non-finite rows {rows[:8]}" if rows else "all finite",
-                           f"{len(rows)} rows hold NaN or Inf" if rows else "all values finite", "K12"))
+                           f"{len(rows)} rows hold NaN or Inf{_slots_named(c, t) if name == 'feature' else ''}"
+                           if rows else "all values finite", "K12"))
     return out
+
+
+def _slots_named(c: Contract, feature: torch.Tensor) -> str:
+    """``" (slot 1 = B_15: rows [7])"``: which aux slots of ``feature`` hold the NaN/Inf rows."""
+    parts = []
+    for j, s in enumerate(torch.split(feature, c.draft.target_hidden_size, dim=-1)):
+        rows = (~torch.isfinite(s.float())).any(-1).nonzero().flatten().tolist()
+        if rows:
+            b = c.aux[j] if j < len(c.aux) else "?"
+            parts.append(f"slot {j} = {b}: rows {rows[:8]}")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 @check(CAPTURE, ("K8", "K13"), stored=TENSORS)
