@@ -172,6 +172,8 @@ def test_init_reads_text_config(tmp_path):
     (tcfg(), dcfg("nested", [1, 3, 3]), [], "collapse"),                    # duplicates
     (tcfg(), dcfg("nested", [-1, 3, 4]), [], "B_0"),                        # -1 -> embedding under +1
     (tcfg(L=8), dcfg("nested", [1, 3, 7]), [], "outside"),                  # 8 = L unreachable in llama.py
+    (tcfg(L=32), dcfg("nested", [1, 15, 31]), ["--engine", "specforge==0.2.0"],
+     "captures through sglang 0.5.14"),  # SpecForge 0.2.0 captures in SGLang 0.5.14: B_32 dropped silently
     (tcfg("GptOssForCausalLM", model_type="gpt_oss"), dcfg("nested", [1, 3, 4]), ["--engine", "sglang==0.4.0"],
      "no rule is known"),
     (tcfg(), dcfg("nested", [1, 3, 4], d=32), [], "K6"),                     # target_hidden_size 32 != 64
