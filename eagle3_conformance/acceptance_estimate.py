@@ -153,10 +153,41 @@ def batches(data_dir: Path, hidden_size: int, slots: int, max_len: int = 4096) -
     except Exception as e:  # noqa: BLE001 - speculators raises several kinds for an unreadable dataset
         raise EstimateInputError(f"{data_dir}: not a readable speculators dataset ({type(e).__name__}: {e})") from e
     for i in range(len(ds)):
-        sample = ds[i]
+        sample = _read(ds, i, Path(data_dir), hidden_size)
         n = max(1, int(sample["input_ids"].shape[0]) - 1)  # shift_batch drops one row; no padding
         yield i, CollateFn(n, hidden_size=hidden_size, num_target_layers=slots, dtype=torch.float32,
                            preprocess=shift_batch)([sample])
+
+
+def _read(ds, i: int, data_dir: Path, d: int) -> dict[str, Any]:
+    """``ds[i]``, refused when unreadable, unavailable or not finite: an estimate from the other
+    documents, or through NaN rows, would be a wrong figure with no sign of it.
+
+    Raises:
+        EstimateInputError: naming the shard and why, or the document, row and slot holding NaN/Inf.
+    """
+    import torch
+
+    from speculators.train.recovery import SampleUnavailable
+
+    shard = data_dir / "hidden_states" / f"hs_{i}.safetensors"
+    try:
+        sample = ds[i]
+    except Exception as e:  # noqa: BLE001 - safetensors, OSError, ... for a corrupt or missing shard
+        raise EstimateInputError(f"{shard}: document {i} could not be read ({type(e).__name__}: "
+                                 f"{' '.join(str(e).split())[:200]})") from e
+    if isinstance(sample, SampleUnavailable):
+        raise EstimateInputError(f"{shard}: document {i} unavailable ({sample.reason or 'no reason given'})")
+    aux, ver = sample["hidden_states"], sample["verifier_last_hidden_states"]
+    for name, t in (("aux", aux), ("verifier", ver)):
+        bad = ~torch.isfinite(t.float())
+        if bool(bad.any()):
+            row, col = (int(x) for x in bad.nonzero()[0])
+            slot = f"aux slot {col // d}" if name == "aux" else "verifier slot"
+            rows = bad.any(-1).nonzero().flatten().tolist()
+            raise EstimateInputError(f"{shard}: document {i} row {row} {slot} holds NaN or Inf ({len(rows)} "
+                                     f"{name} rows: {rows[:8]}); the estimate needs finite hidden states")
+    return sample
 
 
 def estimate_acceptance(model, data_dir: Path, k: int, *, head_weight=None,

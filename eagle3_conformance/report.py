@@ -59,13 +59,21 @@ def verdict(findings: list, unchecked_reason: Optional[str] = None) -> tuple[str
             f"checked ({unchecked_reason or _unchecked_why(findings)})")
 
 
+def quiet_verdict(findings: list, unchecked_reason: Optional[str] = None) -> str:
+    """The one line ``--quiet`` still prints: the verdict, the number of findings and of failures."""
+    nf = sum(1 for f in findings if _get(f, "status") == "fail")
+    return f"{verdict(findings, unchecked_reason)[1]}: {len(findings)} findings, {nf} failed"
+
+
 def _unchecked_why(findings: list) -> str:
     """Why no slot identity was judged, from the findings themselves: a skipped slot_identity
     finding's own message, else the paths that ran, none of which judges slot identity (e.g. a
     run of ``cpu-accept`` alone, which measures acceptance)."""
     for f in findings:
         if _get(f, "check") == "slot_identity" and _get(f, "status") == "skip":
-            return str(_get(f, "message") or "slot identity skipped")
+            # the verdict already says what was not checked: keep only why ("no reference model")
+            return str(_get(f, "message") or "slot identity skipped").removesuffix(
+                ": slot identity, order and alignment not checked")
     paths = sorted({str(_get(f, "path")) for f in findings} - {"contract", "data"})
     if paths:
         return f"the paths run here do not judge slot identity: {', '.join(paths)}"

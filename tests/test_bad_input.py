@@ -239,6 +239,24 @@ def test_broken_shard_is_one_finding_and_the_scan_goes_on(mutate, check, words, 
 
 
 @pytest.mark.parametrize("mutate,words", [
+    (lambda d: _truncate(_shard(d, 3)), ["sample 3: hidden_states/hs_3.safetensors could not be read",
+                                         "calibrate reads every sample"]),
+    (lambda d: _shard(d, 3).unlink(), ["sample 3: hidden_states/hs_3.safetensors is missing"]),
+    (lambda d: _nan(_shard(d, 3)), ["sample 3: slot 1 (B_4): 1 rows hold NaN or Inf (rows [3])"]),
+], ids=["truncated", "missing", "nan"])
+def test_calibrate_refuses_a_broken_sample_naming_it(mutate, words, data, tmp_path, capsys):
+    """A shard the loader cannot read, or a slot holding NaN: exit 2 naming the sample (and slot),
+    no file written; never bands from the other samples, never a traceback (fresh report 3, 6)."""
+    mutate(data)
+    out = tmp_path / "cal.yaml"
+    rc = main(["calibrate", str(TINY), "--data", str(data), "--no-reference", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "internal error" not in err and "Traceback" not in err, err
+    assert str(data) in err and all(w in err for w in words), err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("mutate,words", [
     (lambda d: _truncate(d / "data-00000-of-00001.arrow"), "not a speculators Arrow dataset"),
     (lambda d: (d / "data-00000-of-00001.arrow").write_bytes(b"\0" * 64), "not a speculators Arrow dataset"),
     (lambda d: (d / "state.json").unlink(), "not a speculators Arrow dataset"),

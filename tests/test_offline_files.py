@@ -74,6 +74,26 @@ def test_legacy_pt_conforms_and_files_are_untouched(tmp_path, tiny, tiny_ref, sa
     assert tree_digest(d) == before
 
 
+def test_quiet_still_prints_the_verdict_once(tmp_path, tiny, tiny_ref, samples, capsys):
+    """Fresh report 10, 22: ``--quiet`` printed no verdict at all (the shapes-only caveat and a
+    VIOLATIONS verdict lost); the shapes-only verdict said "not checked" twice. Now one line, as
+    check-data --quiet prints it (docs/diagnosis.md)."""
+    d = tmp_path / "legacy"
+    d.mkdir()
+    for i, ids in enumerate(samples):
+        torch.save(_legacy(tiny_ref, ids), d / f"sample_{i}.pt")
+    js = tmp_path / "r.json"
+    assert main(["check-offline", str(TINY), "--files", str(d), "--no-reference", "--quiet", "--json", str(js)]) == 0
+    out = capsys.readouterr().out
+    n = len(json.loads(js.read_text())["findings"])
+    assert out.strip() == (f"CONFORMS ON SHAPES ONLY: slot identity, order and alignment were not checked "
+                           f"(no reference model): {n} findings, 0 failed"), out
+    (d / "sample_9.pt").write_bytes((d / "sample_0.pt").read_bytes()[:100])
+    assert main(["check-offline", str(TINY), "--files", str(d), "--reference", str(tiny.target_dir), "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("VIOLATIONS: ") and out.splitlines()[0].endswith(" findings, 1 failed"), out
+
+
 def test_legacy_pt_seed_incident_names_the_embedding(tmp_path, tiny, tiny_ref, samples, capsys):
     d = tmp_path / "seed"
     d.mkdir()

@@ -101,4 +101,5 @@ def test_check_offline_on_correct_samples_has_no_diagnosis(tiny_ref, sf_samples,
     data = sl.write_dataset(tmp_path / "data", tiny_ref.capture, *sf_samples, aux=AUX, checkpoint=tiny_ref.model_dir)
     rc, doc, out = _offline(tmp_path, capsys, data)
     assert rc == 0 and doc["diagnoses"] == []
-    assert out == ""  # --quiet and nothing to diagnose: nothing printed
+    # --quiet and nothing to diagnose: the verdict line alone, as check-data --quiet prints it
+    assert out == f"CONFORMS: {len(doc['findings'])} findings, 0 failed\n", out

@@ -95,7 +95,9 @@ def collect_data_rms(c, data_dir: Path) -> tuple[dict, list[list[int]], int]:
         ({Boundary: float32 [N] tensor}, the samples' token ids, number of samples).
 
     Raises:
-        DataError: not a dataset, no sample, or a sample of another shape than the contract's.
+        DataError: not a dataset, no sample, a sample the loader cannot read (named: calibrating
+            from the others would hide it), a sample of another shape than the contract's, or a
+            slot holding NaN or Inf (sample and slot named).
     """
     import torch
 
@@ -112,12 +114,17 @@ def collect_data_rms(c, data_dir: Path) -> tuple[dict, list[list[int]], int]:
     token_ids = []
     for batch in every_sample(n, 4):
         for cap in loader.batch(batch):
-            if cap.unavailable or cap.feature.shape[0] == 0:
+            if cap.unavailable:
+                raise DataError(f"{data_dir}: {cap.where.split(' (')[0]}: {cap.unavailable}; calibrate reads "
+                                "every sample (bands from fewer samples than the data holds would not describe it): "
+                                "repair or remove it (check-data lists every such sample)")
+            if cap.feature.shape[0] == 0:
                 continue
             token_ids.append(cap.token_ids.tolist())
             if cap.feature.shape[-1] != c.num_slots * d:
                 raise DataError(f"{data_dir}: {cap.where}: feature width {cap.feature.shape[-1]} != "
                                  f"{c.num_slots} x {d}; calibrate needs data that matches the contract's shape")
+            _refuse_non_finite(c, data_dir, cap, d)
             for i, s in enumerate(cap.slots(d)):
                 keep = band_rows(c, cap.rows, s)
                 acc[c.aux[i]].append(rms(s[keep]))
@@ -128,6 +135,22 @@ def collect_data_rms(c, data_dir: Path) -> tuple[dict, list[list[int]], int]:
     if not token_ids:
         raise DataError(f"{data_dir}: no sample could be read")
     return {b: torch.cat(v) if v else torch.zeros(0) for b, v in acc.items()}, token_ids, n
+
+
+def _refuse_non_finite(c, data_dir: Path, cap, d: int) -> None:
+    """Raises: DataError: a slot of ``cap`` holds NaN or Inf (named: sample, slot and boundary, rows)."""
+    import torch
+
+    named = list(zip(c.aux, cap.slots(d)))
+    if cap.verifier_last is not None:
+        named.append((c.verifier_last.parsed, cap.verifier_last))
+    for j, (b, t) in enumerate(named):
+        rows = (~torch.isfinite(t.float())).any(-1).nonzero().flatten().tolist()
+        if rows:
+            slot = f"slot {j} ({b})" if j < len(c.aux) else f"verifier slot ({b})"
+            raise DataError(f"{data_dir}: {cap.where.split(' (')[0]}: {slot}: {len(rows)} rows hold NaN or Inf "
+                            f"(rows {rows[:8]}); a norm band cannot be calibrated from non-finite values "
+                            "(check-data lists every such row)")
 
 
 def default_prompts(vocab_size: int, bos: int = 1, n: int = 8, length: int = 48, seed: int = 0) -> list[list[int]]:

@@ -2,7 +2,8 @@
 acceptance estimate with no engine and no target forward (:mod:`eagle3_conformance.acceptance_estimate`):
 the draft alone, teacher-forced on a speculators dataset, against the target's own next tokens.
 Prints per-position acceptance and the mean accept length. Exit 0, or 2 for bad input (a draft
-whose vocabulary, width or slot count does not fit the data is named, never a shape traceback)."""
+whose vocabulary, width or slot count does not fit the data is named, never a shape traceback; so is a
+shard that cannot be read, and a NaN/Inf row: its document, row and slot)."""
 
 from __future__ import annotations
 

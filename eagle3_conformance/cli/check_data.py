@@ -139,8 +139,7 @@ def _print(args, c, res, diagnoses) -> None:
         print(report.render_text(findings, diagnoses, title=title, extra=extra, unchecked_reason=reason,
                                  verbose=verbose, width=_report_width()))
     else:  # --quiet: no report, but still the one-line verdict (and what the diagnoses name)
-        nf = sum(f.status == "fail" for f in findings)
-        print(f"{report.verdict(findings, reason)[1]}: {len(findings)} findings, {nf} failed")
+        print(report.quiet_verdict(findings, reason))
         for d in diagnoses:
             print(f"  {d.label}: {d.title}")
     if getattr(args, "markdown", None):

@@ -12,7 +12,8 @@ vLLM's ``{req_id}.safetensors`` files are read with safetensors (see
 :mod:`eagle3_conformance.tools.vllm_hidden_states`); a directory is searched for both kinds, and every
 file found is read (a folder of extraction files with one stray pickle is read whole).
 Failing findings are diagnosed as ``check-data``'s are (:func:`eagle3_conformance.diagnose.diagnose`): one line
-per diagnosis after the table (also with ``--quiet``), and ``diagnoses`` in the JSON report.
+per diagnosis after the table (with ``--quiet``: after the one-line verdict, no table), and ``diagnoses``
+in the JSON report.
 Exit codes as everywhere: 0 conforms, 1 violations, 2 bad input (no file matched, no file could
 be read, or the reference could not be loaded).
 """
@@ -37,7 +38,7 @@ def add_parser(sub) -> None:
                         "one file, or a glob")
     add_reference_options(p)
     p.add_argument("--json", metavar="OUT", help="write findings as JSON")
-    p.add_argument("--quiet", action="store_true", help="no table")
+    p.add_argument("--quiet", action="store_true", help="no table: the verdict and diagnoses only")
     p.set_defaults(func=run)
 
 
@@ -71,6 +72,8 @@ def _report(args, c, findings, extra: dict) -> None:
     diagnoses = diagnose(c, findings)
     if not args.quiet:
         report.render_table(findings, f"{c.name}: offline files ({args.contract})", console(), extra)
+    else:  # --quiet: no table, but still the one-line verdict, as check-data --quiet prints it
+        print(report.quiet_verdict(findings))
     for d in diagnoses:
         print(f"  {d.label}: {d.title}")
     if args.json:
