@@ -130,6 +130,14 @@ def test_init_speculators_format_draft(tmp_path):
 def test_init_verifier_F(tmp_path):
     c, _ = init_ok(tmp_path, tcfg(), dcfg("nested", [1, 3, 4]), "--verifier", "F")
     assert c.verifier_last.tensor == "F" and c.verifier_last.norm == "post"
+    assert "(--verifier F)" in _.read_text()
+
+
+def test_init_provenance_of_a_defaulted_F_names_specforge_not_the_flag(tmp_path):
+    c, o = init_ok(tmp_path, tcfg(), dcfg("nested", [1, 3, 4]), "--engine", "specforge==0.2.0")
+    assert c.verifier_last.tensor == "F"
+    text = o.read_text()
+    assert "--verifier F" not in text and "SpecForge's offline hidden_state" in text
 
 
 # --- init: architecture families ---------------------------------------------------------------
