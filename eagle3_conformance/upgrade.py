@@ -22,11 +22,11 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from eagle3_conformance.errors import UsageError
-from eagle3_conformance.released.result import (BOTH_REFUSE, CANNOT, DIFFERENT, NOT_COMPARED, SAME, STEPS, Capture, Source, Spec,
-                                                parse_spec)
+from eagle3_conformance.released.result import (BOTH_REFUSE, CANNOT, DIFFERENT, NOT_COMPARED, SAME, SHORT, STEPS, Capture,
+                                                Source, Spec, parse_spec)
 
 __all__ = ["check", "compare", "parse_spec", "Report", "ContractResult", "Verdict", "SlotChange"]
 
@@ -85,7 +85,7 @@ class Report:
         if any(s.error for s in self.sources) or any(r.error for r in self.contracts) or any(
                 v.status == CANNOT for r in self.contracts for v in r.verdicts):
             return 2
-        return 1 if any(v.status == DIFFERENT for r in self.contracts for v in r.verdicts) else 0
+        return 1 if any(v.status in (DIFFERENT, SHORT) for r in self.contracts for v in r.verdicts) else 0
 
     def to_json(self) -> dict[str, Any]:
         return {"baseline": self.baseline, "candidates": self.candidates, "exit_code": self.exit_code,
@@ -93,8 +93,13 @@ class Report:
                 "contracts": [asdict(c) for c in self.contracts]}
 
 
-def compare(base: Capture, cand: Capture) -> Verdict:
-    """Slot-by-slot comparison of two captures of one contract."""
+def compare(base: Capture, cand: Capture, declared: Sequence[str] = ()) -> Verdict:
+    """Slot-by-slot comparison of two captures of one contract; ``declared``: the contract's aux
+    boundaries (see :func:`_against_contract`)."""
+    return _against_contract(_compare(base, cand), declared, (base, cand))
+
+
+def _compare(base: Capture, cand: Capture) -> Verdict:
     if cand.status == NOT_COMPARED or base.status == NOT_COMPARED:
         return Verdict(base.column, cand.column, NOT_COMPARED, reason=cand.error or base.error)
     if CANNOT in (base.status, cand.status):
@@ -146,5 +151,25 @@ def _one(path: str, specs: list[Spec], trees: dict, baseline: list[Spec], candid
         first = " ".join(str(e).split())[:400]
         return ContractResult(path, Path(path).stem, "?", "?", 0, [], [], error=f"does not load: {first}")
     caps = {s: capture(c, s, trees.get(s)) for s in specs}
-    verdicts = [compare(caps[b], caps[t]) for b in baseline for t in candidates if t != b]
+    declared = [str(b) for b in c.capture.boundaries]
+    verdicts = [compare(caps[b], caps[t], declared) for b in baseline for t in candidates if t != b]
     return ContractResult(path, c.name, c.method, c.target.architecture, c.L, list(caps.values()), verdicts)
+
+
+def _against_contract(v: Verdict, declared: Sequence[str], caps: tuple[Capture, Capture]) -> Verdict:
+    """``v``, or ``slots not captured`` when a version captures fewer slots than the contract
+    declares (SGLang drops an out-of-range id silently): two versions dropping the same slot
+    capture the same tensors, but not the contract's."""
+    short = []
+    for cap in caps:
+        steps = {} if cap.status != "ok" else {s: cap.steps[s].boundaries for s in STEPS}
+        alike = len({tuple(b) for b in steps.values()}) == 1
+        for step, got in (list(steps.items())[:1] if alike else steps.items()):
+            if len(got) < len(declared):
+                lost = [f"slot {k} ({b})" for k, b in enumerate(declared) if b not in got]
+                short.append(f"{cap.column}{'' if alike else ' ' + step} captures {len(got)} slots {' '.join(got)}, "
+                             f"the contract declares {len(declared)}: contract {', '.join(lost) or 'slots'} not captured")
+    if not short or v.status not in (SAME, DIFFERENT):
+        return v
+    return Verdict(v.base, v.to, SHORT if v.status == SAME else DIFFERENT, v.changes,
+                   "; ".join(dict.fromkeys(short)) + (f" | {v.reason}" if v.reason else ""))

@@ -130,6 +130,14 @@ def test_init_speculators_format_draft(tmp_path):
 def test_init_verifier_F(tmp_path):
     c, _ = init_ok(tmp_path, tcfg(), dcfg("nested", [1, 3, 4]), "--verifier", "F")
     assert c.verifier_last.tensor == "F" and c.verifier_last.norm == "post"
+    assert "(--verifier F)" in _.read_text()
+
+
+def test_init_provenance_of_a_defaulted_F_names_specforge_not_the_flag(tmp_path):
+    c, o = init_ok(tmp_path, tcfg(), dcfg("nested", [1, 3, 4]), "--engine", "specforge==0.2.0")
+    assert c.verifier_last.tensor == "F"
+    text = o.read_text()
+    assert "--verifier F" not in text and "SpecForge's offline hidden_state" in text
 
 
 # --- init: architecture families ---------------------------------------------------------------
@@ -172,6 +180,8 @@ def test_init_reads_text_config(tmp_path):
     (tcfg(), dcfg("nested", [1, 3, 3]), [], "collapse"),                    # duplicates
     (tcfg(), dcfg("nested", [-1, 3, 4]), [], "B_0"),                        # -1 -> embedding under +1
     (tcfg(L=8), dcfg("nested", [1, 3, 7]), [], "outside"),                  # 8 = L unreachable in llama.py
+    (tcfg(L=32), dcfg("nested", [1, 15, 31]), ["--engine", "specforge==0.2.0"],
+     "captures through sglang 0.5.14"),  # SpecForge 0.2.0 captures in SGLang 0.5.14: B_32 dropped silently
     (tcfg("GptOssForCausalLM", model_type="gpt_oss"), dcfg("nested", [1, 3, 4]), ["--engine", "sglang==0.4.0"],
      "no rule is known"),
     (tcfg(), dcfg("nested", [1, 3, 4], d=32), [], "K6"),                     # target_hidden_size 32 != 64

@@ -613,3 +613,25 @@ def test_real_released_specforge_resolver_agrees_with_the_installed_one():
 def test_real_specforge_release_without_a_wheel_cannot_be_fetched_and_says_why():
     code, out, _ = _run(TINY, "--from", "specforge==0.2.0", "--to", "specforge==0.1.0")
     assert code == 2 and "CANNOT FETCH" in out and "no wheel of specforge 0.1.0" in out, out
+
+
+def test_versions_that_drop_a_contract_slot_are_a_finding_not_same_tensors():
+    """SpecForge 0.2.0 (through SGLang 0.5.14) and SGLang 0.5.23 both drop id 31 on a 32-layer Llama
+    (layers_to_capture 32 is out of range): the same two slots on both sides, but not the contract's three."""
+    from eagle3_conformance.released.result import SAME, SHORT, Capture, StepCapture
+    from eagle3_conformance.upgrade import ContractResult, Report, compare
+
+    def cap(column, bs):
+        return Capture(column, "ok", ids_read=[1, 15, 31],
+                       steps={s: StepCapture(bs, [1, 15][:len(bs)], "rule") for s in ("extend", "verify/decode")})
+
+    a, b = cap("specforge==0.2.0", ["B_2", "B_16"]), cap("sglang==0.5.23", ["B_2", "B_16"])
+    assert compare(a, b).status == SAME  # versions alike: nothing declared to hold them to
+    v = compare(a, b, ["B_2", "B_16", "B_32"])
+    assert v.status == SHORT and "contract slot 2 (B_32) not captured" in v.reason, v
+    assert "specforge==0.2.0 captures 2 slots B_2 B_16" in v.reason
+    r = Report("specforge==0.2.0", ["sglang==0.5.23"], [], [ContractResult("L.yaml", "L", "eagle3", "LlamaForCausalLM",
+                                                                            32, [a, b], [v])], 0.0)
+    assert r.exit_code == 1
+    full = cap("sglang==0.5.23", ["B_2", "B_16", "B_32"])
+    assert compare(full, full, ["B_2", "B_16", "B_32"]).status == SAME

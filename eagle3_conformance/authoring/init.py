@@ -403,6 +403,7 @@ def derive_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = 
     engine, tool, version, inferred = choose_engine(engine, dr)
     cap = capture_of(engine, tool, version, inferred, t, dr, allow_embedding)
     check_capture(cap, dr, allow_embedding)
+    given = verifier is not None
     if verifier is None:
         verifier = "F" if tool == "specforge" else "B_L"
     if verifier not in ("B_L", "F", f"B_{t.L}"):
@@ -411,7 +412,11 @@ def derive_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = 
         raise UsageError("--verifier B_L with --engine specforge: SpecForge's offline hidden_state (the training "
                          "target) is F, post final norm (algorithms/eagle3/providers.py:141-150)")
     out_dir = Path(out_file).resolve().parent if out_file else Path.cwd()
-    return build_document(t, dr, cap, verifier == "F", name, allow_embedding, out_dir)
+    doc = build_document(t, dr, cap, verifier == "F", name, allow_embedding, out_dir)
+    if verifier == "F" and not given:  # the provenance says where F came from: SpecForge's default
+        doc["provenance"]["verifier_last"] = ("F: post-final-norm (SpecForge's offline hidden_state, the "
+                                              "training target; algorithms/eagle3/providers.py:141-150)")
+    return doc
 
 
 # --- the document, one builder per section ----------------------------------------------------

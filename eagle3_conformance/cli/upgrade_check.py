@@ -1,7 +1,8 @@
 """``eagle3-conformance upgrade-check CONTRACT... --from TOOL==V --to TOOL==V``: would an engine
 upgrade change the tensors a draft receives? Each version's own code decides
 (:mod:`eagle3_conformance.upgrade`); exit 0 same tensors, 1 a draft would receive different
-tensors, 2 a version could not be fetched or its rule could not be run, or bad input."""
+tensors (or fewer slots than its contract declares), 2 a version could not be fetched or its rule
+could not be run, or bad input."""
 
 from __future__ import annotations
 
@@ -103,7 +104,8 @@ def plain(report) -> str:
             out += _changes(v.changes)
     out.append("")
     out.append(f"exit {report.exit_code}: " + {0: "same tensors for every contract", 1: "a draft would receive "
-               "different tensors", 2: "something could not be fetched or run (see above)"}[report.exit_code])
+               "different tensors, or fewer slots than its contract declares",
+               2: "something could not be fetched or run (see above)"}[report.exit_code])
     return "\n".join(out)
 
 

@@ -6,10 +6,12 @@ the installed SpecForge's own ``resolve_eagle_capture_layers``. Other releases' 
 
 from __future__ import annotations
 
+import re
+from importlib import metadata
 from types import SimpleNamespace
 from typing import Optional, Sequence
 
-from eagle3_conformance.engine_ids.base import SGLANG_KEY, ToolIds, TranslationError, read_listed_ids
+from eagle3_conformance.engine_ids.base import SGLANG_KEY, ToolIds, TranslationError, read_listed_ids, version_key
 from eagle3_conformance.engine_ids.sglang import sglang_rule
 from eagle3_conformance.notation import Boundary
 
@@ -72,5 +74,38 @@ def to_boundaries(ids: Optional[Sequence[int]], L: int, *, architecture: str, ve
                   allow_embedding: bool) -> list[Boundary]:
     """What SpecForge trains on for nested ``ids`` (None: its fallback), resolved by
     :func:`specforge_layer_ids`."""
-    return read_listed_ids("specforge", specforge_layer_ids(ids, L), L, output_of=True, exactly=3,
-                           allow_embedding=allow_embedding)
+    got = specforge_layer_ids(ids, L)
+    pin = pinned_sglang(version)
+    if pin:  # its data is captured by that SGLang release's setter: what it drops is not in the data
+        try:
+            rule = sglang_rule(architecture, pin)
+        except TranslationError:
+            rule = None  # no SGLang here to ask: the resolver's reading stands (as before)
+        if rule is not None:
+            try:
+                rule.boundaries(L, got, allow_embedding=allow_embedding)
+            except TranslationError as e:
+                raise TranslationError(f"specforge {version or _installed()} captures through sglang {pin}: {e}") \
+                    from None
+    return read_listed_ids("specforge", got, L, output_of=True, exactly=3, allow_embedding=allow_embedding)
+
+
+def _installed() -> Optional[str]:
+    try:
+        return metadata.version("specforge")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def pinned_sglang(version: Optional[str]) -> Optional[str]:
+    """The SGLang release SpecForge ``version`` (None: the installed one) captures with: the
+    ``Requires-Dist: sglang==V`` of the installed SpecForge's own metadata, when that is the
+    release asked about; else None (not known here)."""
+    have = _installed()
+    if have is None or (version is not None and version_key(version) != version_key(have)):
+        return None
+    for req in metadata.requires("specforge") or []:
+        m = re.match(r"sglang\s*==\s*([0-9][^\s;,]*)\s*(;|$)", req)
+        if m:
+            return m.group(1)
+    return None

@@ -14,6 +14,7 @@ TOOLS = ("sglang", "vllm", "speculators", "specforge")
 TRAINING_TOOLS = ("speculators", "specforge")
 SAME, DIFFERENT, CANNOT, NOT_COMPARED = "same tensors", "different tensors", "cannot run", "not compared"
 BOTH_REFUSE = "refused by both"
+SHORT = "slots not captured"  # a version captures fewer slots than the contract declares
 STEPS = ("extend", "verify/decode")
 EAGLE_KEY = "eagle_aux_hidden_state_layer_ids"
 
