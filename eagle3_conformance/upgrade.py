@@ -134,9 +134,11 @@ def check(contracts: list[str], baseline: list[Spec], candidates: list[Spec]) ->
     t0 = time.perf_counter()
     specs = list(dict.fromkeys(baseline + candidates))
     sources, trees = load_sources(specs)
+    why = {s.column: s.error for s in sources if s.error}
     results = []
     for path in contracts:
-        results.append(_one(path, specs, trees, baseline, candidates, capture))
+        results.append(_one(path, specs, trees, baseline, candidates,
+                            lambda c, s, tree: capture(c, s, tree, why.get(s.label, ""))))
     return Report(" + ".join(s.label for s in baseline), [s.label for s in candidates], sources, results,
                   time.perf_counter() - t0)
 

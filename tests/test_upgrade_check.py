@@ -326,6 +326,8 @@ def test_the_cache_is_checked_against_its_manifest(cache):
     p.write_text(p.read_text().replace("== 1", "== 2"))
     code, out, _ = _run(str(KIMI), "--from", "sglang==9.9.1", "--to", "sglang==9.9.2")
     assert code == 2 and "differs from its manifest" in out
+    fetched = [ln for ln in out.splitlines() if "9.9.2 could not be fetched" in ln]  # the contract's lines say why too
+    assert fetched and all("differs from its manifest" in ln for ln in fetched), out
 
 
 # --- real wheels (PyPI once, then the shared cache) ---------------------------------------------

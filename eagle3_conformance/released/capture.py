@@ -67,10 +67,11 @@ def _all_steps(step: StepCapture) -> dict[str, StepCapture]:
     return {k: step for k in STEPS}
 
 
-def capture(c, spec: Spec, tree: Optional[SourceTree]) -> Capture:
-    """What ``spec``'s own code captures for contract ``c`` (never raises for the contract's sake)."""
+def capture(c, spec: Spec, tree: Optional[SourceTree], why: str = "") -> Capture:
+    """What ``spec``'s own code captures for contract ``c`` (never raises for the contract's sake);
+    ``why``: the fetch error when ``tree`` is None (its :class:`Source`'s)."""
     if tree is None:
-        return Capture(spec.label, CANNOT, error=f"{spec.label} could not be fetched")
+        return Capture(spec.label, CANNOT, error=f"{spec.label} could not be fetched" + (f": {why}" if why else ""))
     if c.method == "mtp":
         return Capture(spec.label, NOT_COMPARED, error="an MTP head reads no layer ids; the hidden state it reads "
                        "is chosen by the worker and logits processor, which upgrade-check does not run")
