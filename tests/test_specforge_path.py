@@ -241,7 +241,7 @@ def test_specforges_flash_attn_warning_is_silenced_only_around_its_import():
 
     prelude = ("import warnings, torch; warnings.simplefilter('always'); from eagle3_conformance import torch_env; "
                "torch_env.prepare(); ")
-    sites = ("from eagle3_conformance.family_ids import _specforge_dflash; _specforge_dflash(); "
+    sites = ("from eagle3_conformance.engine_ids.dflash import _specforge_dflash; _specforge_dflash(); "
              "from eagle3_conformance.tools.specforge_loader import SpecForgeLoader as L; "
              "L._preprocess({'input_ids': torch.ones(1, 4, dtype=torch.long), 'target': torch.zeros(1, 4, 8), "
              "'loss_mask': torch.ones(1, 4, dtype=torch.long)}); "
