@@ -320,11 +320,18 @@ def test_smollm2_data_slots_are_the_reference_boundaries(smol, smol_tok):
         r = ref.capture(ids.tolist())
         for j, b in enumerate(slots):
             want = r.boundary(b).to(torch.bfloat16)
-            assert torch.equal(hs[:, j], want), f"sample {i} slot {j} is not {b} of the reference"
+            # bit-equal when the reference runs the GEMMs as the build did; another torch thread count in
+            # this process (CI's `tox -e all` order: sample 8 slot 0 differed) moves float32 sums by ~1e-6,
+            # which can round to the neighbouring bf16 value: at most one bf16 step (2^-7 relative) apart
+            got, exp = hs[:, j].float(), want.float()
+            step = exp.abs() * 2 ** -7 + 1e-5 * exp.abs().amax(dim=-1, keepdim=True)
+            off = (got - exp).abs() > step
+            assert not off.any(), f"sample {i} slot {j} is not {b} of the reference ({int(off.sum())} values off)"
             k = int(b[2:])
             for nb in (k - 1, k + 1):
                 if 0 <= nb <= 30:
-                    assert not torch.equal(hs[:, j], r.boundary(f"B_{nb}").to(torch.bfloat16))
+                    near = r.boundary(f"B_{nb}").to(torch.bfloat16).float()
+                    assert ((got - near).abs() > step).any(), f"sample {i} slot {j} is within a bf16 step of B_{nb}"
         checked += 1
     assert checked >= 8
 
