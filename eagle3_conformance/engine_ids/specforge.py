@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 
 from eagle3_conformance.engine_ids.base import SGLANG_KEY, ToolIds, TranslationError, read_listed_ids, version_key
 from eagle3_conformance.engine_ids.sglang import sglang_rule
+from eagle3_conformance.installed import installed_version
 from eagle3_conformance.notation import Boundary
 
 
@@ -91,10 +92,7 @@ def to_boundaries(ids: Optional[Sequence[int]], L: int, *, architecture: str, ve
 
 
 def _installed() -> Optional[str]:
-    try:
-        return metadata.version("specforge")
-    except metadata.PackageNotFoundError:
-        return None
+    return installed_version("specforge")
 
 
 def pinned_sglang(version: Optional[str]) -> Optional[str]:

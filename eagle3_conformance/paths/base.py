@@ -75,25 +75,31 @@ class Needs:
     methods: tuple[str, ...] = ("eagle3", "eagle1", "eagle2")
     also_on: dict = field(default_factory=dict)
 
+    def _module_problem(self, modules) -> Optional[str]:
+        """The first of ``modules`` that is missing or not a tested release here (with :attr:`also_on`)."""
+        from eagle3_conformance import engines
+
+        for m in modules:
+            why = engines.problem(m, tuple(self.also_on.get(m, ())))
+            if why:
+                return why
+        return None
+
     def unmet(self, pair: "LocalPair", contract: Optional["Contract"] = None) -> Optional[str]:
         """Why the path cannot run with ``pair`` (for ``contract``) here (the first unmet need), or None."""
         if contract is not None and contract.method not in self.methods:
             return f"this path runs {'/'.join(self.methods)} drafts; the contract's method is {contract.method}"
         from eagle3_conformance import engines
 
-        for m in engines.BASE:
-            why = engines.problem(m, tuple(self.also_on.get(m, ())))
-            if why:
-                return why
-        from eagle3_conformance.reference import missing_weights  # needs torch: after BASE
-
-        why = pair.target_dir is not None and missing_weights(pair.target_dir)  # the reference's and engines'
+        why = self._module_problem(engines.BASE)
         if why:
             return why
-        for m in self.modules:
-            why = engines.problem(m, tuple(self.also_on.get(m, ())))
-            if why:
-                return why
+        from eagle3_conformance.reference import missing_weights  # needs torch: after BASE
+
+        why = (pair.target_dir is not None and missing_weights(pair.target_dir)  # the reference's and engines'
+               or self._module_problem(self.modules))
+        if why:
+            return why
         if self.draft and (pair.draft_dir is None or not (pair.draft_dir / "config.json").is_file()):
             return "no local draft config for this pair"
         if self.data and pair.data_dir is None:
