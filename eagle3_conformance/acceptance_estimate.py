@@ -170,6 +170,8 @@ def _read(ds, i: int, data_dir: Path, d: int) -> dict[str, Any]:
 
     from speculators.train.recovery import SampleUnavailable
 
+    from eagle3_conformance.checks.shape import nonfinite_rows
+
     shard = data_dir / "hidden_states" / f"hs_{i}.safetensors"
     try:
         sample = ds[i]
@@ -184,7 +186,7 @@ def _read(ds, i: int, data_dir: Path, d: int) -> dict[str, Any]:
         if bool(bad.any()):
             row, col = (int(x) for x in bad.nonzero()[0])
             slot = f"aux slot {col // d}" if name == "aux" else "verifier slot"
-            rows = bad.any(-1).nonzero().flatten().tolist()
+            rows = nonfinite_rows(t)
             raise EstimateInputError(f"{shard}: document {i} row {row} {slot} holds NaN or Inf ({len(rows)} "
                                      f"{name} rows: {rows[:8]}); the estimate needs finite hidden states")
     return sample

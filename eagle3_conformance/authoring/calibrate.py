@@ -139,13 +139,13 @@ def collect_data_rms(c, data_dir: Path) -> tuple[dict, list[list[int]], int]:
 
 def _refuse_non_finite(c, data_dir: Path, cap, d: int) -> None:
     """Raises: DataError: a slot of ``cap`` holds NaN or Inf (named: sample, slot and boundary, rows)."""
-    import torch
+    from eagle3_conformance.checks.shape import nonfinite_rows
 
     named = list(zip(c.aux, cap.slots(d)))
     if cap.verifier_last is not None:
         named.append((c.verifier_last.parsed, cap.verifier_last))
     for j, (b, t) in enumerate(named):
-        rows = (~torch.isfinite(t.float())).any(-1).nonzero().flatten().tolist()
+        rows = nonfinite_rows(t)
         if rows:
             slot = f"slot {j} ({b})" if j < len(c.aux) else f"verifier slot ({b})"
             raise DataError(f"{data_dir}: {cap.where.split(' (')[0]}: {slot}: {len(rows)} rows hold NaN or Inf "

@@ -86,8 +86,7 @@ def check_finite(c: Contract, cap: Capture) -> list[Finding]:
     out = []
     tensors = [("feature", cap.feature)] + ([("verifier", cap.verifier_last)] if cap.verifier_last is not None else [])
     for name, t in tensors:
-        bad = (~torch.isfinite(t.float())).any(-1) if t.numel() else torch.zeros(0, dtype=torch.bool)
-        rows = bad.nonzero().flatten().tolist()
+        rows = nonfinite_rows(t)
         out.append(finding("finite", "fail" if rows else "pass", cap, name, "all finite",
                            f"non-finite rows {rows[:8]}" if rows else "all finite",
                            f"{len(rows)} rows hold NaN or Inf{_slots_named(c, t) if name == 'feature' else ''}"
@@ -95,11 +94,18 @@ def check_finite(c: Contract, cap: Capture) -> list[Finding]:
     return out
 
 
+def nonfinite_rows(t: torch.Tensor) -> list[int]:
+    """Indices of the rows (last dimension = the hidden size) of ``t`` holding NaN or Inf, ascending."""
+    if not t.numel():
+        return []
+    return (~torch.isfinite(t.float())).any(-1).nonzero().flatten().tolist()
+
+
 def _slots_named(c: Contract, feature: torch.Tensor) -> str:
     """``" (slot 1 = B_15: rows [7])"``: which aux slots of ``feature`` hold the NaN/Inf rows."""
     parts = []
     for j, s in enumerate(torch.split(feature, c.draft.target_hidden_size, dim=-1)):
-        rows = (~torch.isfinite(s.float())).any(-1).nonzero().flatten().tolist()
+        rows = nonfinite_rows(s)
         if rows:
             b = c.aux[j] if j < len(c.aux) else "?"
             parts.append(f"slot {j} = {b}: rows {rows[:8]}")
