@@ -254,27 +254,29 @@ def run_families_matrix(log: Callable[[str], None] = lambda s: None,
         for path in columns:
             a = op.paths[path]
             if isinstance(a, str):
-                cells.append({"kind": op.kind, "name": KIND_NAMES[op.kind], "operator": op.name, "path": path,
-                              "status": "n/a", "check": None, "detail": a})
+                cells.append(_cell(op, path, "n/a", None, a))
                 continue
             if path != "contract" and not sglang:
-                cells.append({"kind": op.kind, "name": KIND_NAMES[op.kind], "operator": op.name, "path": path,
-                              "status": "not run", "check": None, "detail": "SGLang is not installed"})
+                cells.append(_cell(op, path, "not run", None, "SGLang is not installed"))
                 continue
             try:
                 base, mut = a(w)
             except TargetForwardError as e:  # like the EAGLE-3 matrix's EngineRefuses: loud, not silent
-                cells.append({"kind": op.kind, "name": KIND_NAMES[op.kind], "operator": op.name, "path": path,
-                              "status": "n/a", "check": None, "detail": f"the engine refuses it loudly: {e}"})
+                cells.append(_cell(op, path, "n/a", None, f"the engine refuses it loudly: {e}"))
                 log(f"{op.kind:>3} {op.name:<26} {path:<14} n/a (engine refuses: {e})")
                 continue
             v = judge(op.checks, base, mut)
             fps += [{"operator": op.name, **f.to_json()} for f in v.baseline_failures]
-            cells.append({"kind": op.kind, "name": KIND_NAMES[op.kind], "operator": op.name, "path": path,
-                          "status": v.status, "check": v.check, "detail": v.detail})
+            cells.append(_cell(op, path, v.status, v.check, v.detail))
             log(f"{op.kind:>3} {op.name:<26} {path:<14} {v.status} {v.check or ''}")
     return {"paths": columns, "cells": cells, "false_positives": fps, "timings": {"total": time.perf_counter() - t0},
             "sglang": w.harness.sglang_version if w.harness is not None else None}
+
+
+def _cell(op, path: str, status: str, check: Optional[str], detail: str) -> dict[str, Any]:
+    """One cell of the DFlash / MTP matrix: operator ``op`` on column ``path``."""
+    return {"kind": op.kind, "name": KIND_NAMES[op.kind], "operator": op.name, "path": path,
+            "status": status, "check": check, "detail": detail}
 
 
 def render_families(m: dict[str, Any], console=None) -> None:
