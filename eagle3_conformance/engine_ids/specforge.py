@@ -86,20 +86,16 @@ def to_boundaries(ids: Optional[Sequence[int]], L: int, *, architecture: str, ve
             try:
                 rule.boundaries(L, got, allow_embedding=allow_embedding)
             except TranslationError as e:
-                raise TranslationError(f"specforge {version or _installed()} captures through sglang {pin}: {e}") \
+                raise TranslationError(f"specforge {version or installed_version('specforge')} captures through sglang {pin}: {e}") \
                     from None
     return read_listed_ids("specforge", got, L, output_of=True, exactly=3, allow_embedding=allow_embedding)
-
-
-def _installed() -> Optional[str]:
-    return installed_version("specforge")
 
 
 def pinned_sglang(version: Optional[str]) -> Optional[str]:
     """The SGLang release SpecForge ``version`` (None: the installed one) captures with: the
     ``Requires-Dist: sglang==V`` of the installed SpecForge's own metadata, when that is the
     release asked about; else None (not known here)."""
-    have = _installed()
+    have = installed_version("specforge")
     if have is None or (version is not None and version_key(version) != version_key(have)):
         return None
     for req in metadata.requires("specforge") or []:
