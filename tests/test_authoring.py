@@ -302,7 +302,11 @@ def test_translate_refuses(tmp_path, capsys, boundaries, arch, L, to, allow, rea
 def test_translate_speculators_refuses_F_verifier(tmp_path, capsys):
     p = _contract_with(tmp_path, B(2, 4, 5), verifier="F")
     rc = main(["translate", str(p), "--to", "speculators"])
-    assert rc == 2 and "cannot store F" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert rc == 2 and "cannot store F" in err
+    # the verifier is what speculators refuses, not the aux list (fresh-user report 15): the message
+    # names the verifier slot and does not blame the boundaries
+    assert "cannot capture the verifier slot F" in err and "B_2" not in err, err
 
 
 # --- calibrate ---------------------------------------------------------------------------------------

@@ -33,7 +33,9 @@ def run(args) -> int:
                                version=args.engine_version, verifier=c.verifier_last.parsed,
                                allow_embedding=c.capture.allow_embedding)
     except TranslationError as e:
-        raise UsageError(f"{args.contract}: {args.to} cannot capture {c.capture.boundaries}: {e}") from None
+        # name what the tool refuses: the verifier slot (speculators cannot store F) or the aux list
+        what = (f"the verifier slot {c.verifier_last.parsed}" if e.verifier else c.capture.boundaries)
+        raise UsageError(f"{args.contract}: {args.to} cannot capture {what}: {e}") from None
     if args.json:
         out = {"contract": args.contract, "boundaries": c.capture.boundaries, "num_hidden_layers": c.L,
                **t.to_json()}

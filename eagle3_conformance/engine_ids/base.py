@@ -22,7 +22,12 @@ TOP_KEY = "eagle_aux_hidden_state_layer_ids"
 
 class TranslationError(ValueError):
     """A tool cannot express the boundaries, or the mapping is ambiguous or unknown. The message
-    is one line and says why."""
+    is one line and says why. ``verifier`` is True when the verifier slot, not the aux list, is
+    what the tool cannot store (speculators and F), so callers name the right part of a contract."""
+
+    def __init__(self, message: str, *, verifier: bool = False) -> None:
+        super().__init__(message)
+        self.verifier = verifier
 
 
 def engine_default_aux_ids(num_layers: int) -> list[int]:

@@ -21,7 +21,7 @@ def to_tool_ids(bs: list[Boundary], L: int, *, architecture: str, version: Optio
     v = Boundary.parse(verifier) if verifier is not None else Boundary(L)
     if v.final:
         raise TranslationError("speculators stores B_L (pre-norm) as the verifier slot and applies "
-                               "verifier_norm in training; it cannot store F (REFERENCE.md 5.3)")
+                               "verifier_norm in training; it cannot store F (REFERENCE.md 5.3)", verifier=True)
     if old:
         if any(b.index == 0 for b in bs):
             raise TranslationError("B_0 cannot be expressed in speculators 0.3/0.4 output-of ids (it would be -1)")
