@@ -41,83 +41,56 @@ from pathlib import Path
 
 from eagle3_conformance import torch_env
 
-
-def _generate(model, prompts, new, pad, *, sample=False, stop=None, batch=48, seed=0):
-    """HF ``generate`` in left-padded, length-sorted batches; returns prompt + continuation per
-    prompt (in the input order), cut at ``stop`` when given."""
-    import torch
-
-    cfg = copy.deepcopy(model.generation_config)
-    cfg.eos_token_id = stop
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    res = [None] * len(prompts)
-    kw = dict(do_sample=True, temperature=0.9, top_p=0.95, top_k=0) if sample else dict(do_sample=False)
-    for bi, i in enumerate(range(0, len(order), batch)):
-        idx = order[i:i + batch]
-        n = max(len(prompts[j]) for j in idx)
-        ids = torch.tensor([[pad] * (n - len(prompts[j])) + prompts[j] for j in idx])
-        mask = torch.tensor([[0] * (n - len(prompts[j])) + [1] * len(prompts[j]) for j in idx])
-        torch.manual_seed(seed + bi)
-        with torch.no_grad():
-            out = model.generate(ids, attention_mask=mask, generation_config=cfg, max_new_tokens=new,
-                                 num_beams=1, pad_token_id=pad, **kw)
-        for j, row in zip(idx, out.tolist()):
-            cont = row[n:]
-            if stop is not None and stop in cont:
-                cont = cont[:cont.index(stop)]
-            res[j] = prompts[j] + cont
-        print(f"generated {min(i + batch, len(order))}/{len(order)}", file=sys.stderr, flush=True)
-    return res
+SAMPLING = {"temperature": 0.9, "top_p": 0.95, "top_k": 0}
+"""How the target samples user turns and branches (greedy for every continuation after them)."""
 
 
 def extra_sequences(target_dir: Path, *, magpie: int, new: int, limit: int = 0) -> dict:
     """The three kinds of extra text (module docstring): ``{"sequences": [...], "counts": {...}}``."""
-    from eagle3_conformance.corpus import tokenize
     from eagle3_conformance.fixtures_real import load_tokenizer
     from eagle3_conformance.reference import load_reference_model
-    from eagle3_conformance.trained_draft import RECIPE, split_items
+    from eagle3_conformance.trained_draft import RECIPE, cut_prompts, generate_batched, train_item_ids
 
     tok = load_tokenizer(target_dir)
     model = load_reference_model(target_dir).model
     pad, im_end = int(tok.eos_token_id or 0), tok.convert_tokens_to_ids("<|im_end|>")
-    train, _ = split_items(RECIPE)
-    items = [list(tokenize(it, tok, max_tokens=RECIPE["max_tokens"]).input_ids) for it in train]
+    items = train_item_ids(RECIPE, target_dir)
     items = items[:limit] if limit else items
+    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    until_turn_end, past_eos = copy.deepcopy(model.generation_config), copy.deepcopy(model.generation_config)
+    until_turn_end.eos_token_id, past_eos.eos_token_id = im_end, None
     head = tok.apply_chat_template([{"role": "user", "content": "X"}], tokenize=False)
     header = tok(head[:head.index("X")], add_special_tokens=False).input_ids
-    queries = _generate(model, [list(header)] * magpie, 40, pad, sample=True, stop=im_end, seed=1000)
+    queries = generate_batched(model, [list(header)] * magpie, 40, pad, batch=48, gen_cfg=until_turn_end,
+                               sample=SAMPLING, seed=1000, log=log)
+    queries = [q[:q.index(im_end, len(header))] if im_end in q[len(header):] else q for q in queries]
     turn = tok("<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False).input_ids
     asks = [q + turn for q in queries if len(q) > len(header) + 3]
     roots = [t[:c] for t in items for c in (8, 24) if len(t) >= c + 8 for _ in range(2)]
-    branches = _generate(model, roots, 24, pad, sample=True, seed=2000)
-    cuts = [t[:c] for t in items for c in (16, 36, 64, 100, 160) if len(t) >= c + 8]
-    seqs = _generate(model, asks + branches + cuts, new, pad)
+    branches = generate_batched(model, roots, 24, pad, batch=48, gen_cfg=past_eos, sample=SAMPLING, seed=2000,
+                                log=log)
+    cuts = cut_prompts(items, (16, 36, 64, 100, 160))
+    seqs = generate_batched(model, asks + branches + cuts, new, pad, batch=48, gen_cfg=past_eos, log=log)
     return {"sequences": seqs, "counts": {"magpie": len(asks), "branches": len(branches), "cuts": len(cuts)}}
 
 
-def train_and_measure(out: Path, seqs, recipe: dict) -> dict:
+def train_and_measure(out: Path, target_dir: Path, seqs, recipe: dict) -> dict:
     """Capture ``seqs`` (the target's float32 forward, the recipe's slots), train with the builder's
     own ``_train``/``_export``, then loop vs estimate on the gate's 8 held-out prompts."""
-    import time as _t
-
     from eagle3_conformance import trained_draft as T
     from eagle3_conformance.acceptance_attribution import compare
     from eagle3_conformance.datagen import write_speculators_dataset
     from eagle3_conformance.reference import load_reference_model
 
-    spec = T._spec()
-    from eagle3_conformance.model_cache import ensure_model
-
-    target_dir = ensure_model(spec["model"], "float32")
-    t0, c0 = _t.perf_counter(), _t.process_time()
+    t0, c0 = time.perf_counter(), time.process_time()
     write_speculators_dataset(out / "data", load_reference_model(target_dir), seqs, slots=recipe["slots"],
                               dtype="float32", loss_masks=[[1] * len(s) for s in seqs])
-    t1 = _t.perf_counter()
+    t1 = time.perf_counter()
     model, final = T._train(recipe, target_dir, out / "data", seqs, out / "ckpt",
                             lambda s: print(s, file=sys.stderr, flush=True))
-    t2 = _t.perf_counter()
-    draft = T._export(recipe, spec, model, out / "draft")
-    cpu = _t.process_time() - c0
+    t2 = time.perf_counter()
+    draft = T._export(recipe, T._spec(), model, out / "draft")
+    cpu = time.process_time() - c0
     r = compare(T.TrainedDraft(draft, target_dir, {}), T.eval_prompts(target_dir, 8, 48), k=3, max_new=32)
     est = r["estimates"]["training"]
     return {"capture_s": round(t1 - t0, 1), "train_s": round(t2 - t1, 1), "cpu_s": round(cpu, 1),
@@ -152,7 +125,7 @@ def main(argv=None) -> int:
     for d in ("data", "ckpt", "draft"):
         shutil.rmtree(a.out / d, ignore_errors=True)
     recipe = {**T.RECIPE, "epochs": a.epochs, "docs_per_step": a.docs_per_step}
-    res = train_and_measure(a.out, seqs, recipe)
+    res = train_and_measure(a.out, target_dir, seqs, recipe)
     import torch
 
     print(json.dumps({"sequences": len(seqs), "tokens": sum(map(len, seqs)), "extra_counts": extra["counts"],

@@ -199,18 +199,57 @@ def training_sequences(recipe: dict[str, Any], target_dir: Path) -> tuple[list[l
     return seqs, [[1] * len(s) for s in seqs]
 
 
-def regen_prompts(recipe: dict[str, Any], target_dir: Path) -> list[list[int]]:
-    """The prompts the target continues: every training item tokenized (``max_tokens``) and cut
-    after each of ``regen_cuts`` tokens where at least 8 tokens of the item follow the cut."""
+def train_item_ids(recipe: dict[str, Any], target_dir: Path) -> list[list[int]]:
+    """Every training item (never a held-out one) tokenized with the target's tokenizer (chat items
+    with its chat template) and cut at ``max_tokens``, in corpus order."""
     from eagle3_conformance.corpus import tokenize
     from eagle3_conformance.fixtures_real import load_tokenizer
 
     tok = load_tokenizer(target_dir)
     train, _ = split_items(recipe)
-    out = []
-    for it in train:
-        ids = list(tokenize(it, tok, max_tokens=recipe["max_tokens"]).input_ids)
-        out += [ids[:c] for c in recipe["regen_cuts"] if len(ids) >= c + 8]
+    return [list(tokenize(it, tok, max_tokens=recipe["max_tokens"]).input_ids) for it in train]
+
+
+def cut_prompts(items: list[list[int]], cuts) -> list[list[int]]:
+    """Each of ``items`` cut after each of ``cuts`` tokens where at least 8 tokens of it follow the cut."""
+    return [ids[:c] for ids in items for c in cuts if len(ids) >= c + 8]
+
+
+def regen_prompts(recipe: dict[str, Any], target_dir: Path) -> list[list[int]]:
+    """The prompts the target continues: every training item tokenized (``max_tokens``) and cut
+    after each of ``regen_cuts`` tokens where at least 8 tokens of the item follow the cut."""
+    return cut_prompts(train_item_ids(recipe, target_dir), recipe["regen_cuts"])
+
+
+def generate_batched(model, prompts: list[list[int]], new_tokens: int, pad: int, *, batch: int, gen_cfg,
+                     sample: Optional[dict] = None, seed: int = 0, log=None) -> list[list[int]]:
+    """HF ``generate`` of ``new_tokens`` after each prompt, in left-padded batches of ``batch`` prompts
+    taken in stable length order; returns prompt + continuation per prompt, in the input order (no
+    cut at any end token: ``gen_cfg.eos_token_id`` decides where generation stops and pads).
+
+    Args:
+        gen_cfg: the ``GenerationConfig`` to use (its ``eos_token_id`` None: past end-of-turn tokens).
+        sample: None for greedy; else ``generate``'s sampling keywords (``temperature``, ``top_p``...),
+            with ``torch.manual_seed(seed + batch index)`` before each batch.
+    """
+    import torch
+
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    out: list[Any] = [None] * len(prompts)
+    for bi, i in enumerate(range(0, len(order), batch)):
+        idx = order[i:i + batch]
+        n = max(len(prompts[j]) for j in idx)
+        ids = torch.tensor([[pad] * (n - len(prompts[j])) + prompts[j] for j in idx])
+        mask = torch.tensor([[0] * (n - len(prompts[j])) + [1] * len(prompts[j]) for j in idx])
+        if sample is not None:
+            torch.manual_seed(seed + bi)
+        kw = {"do_sample": True, **sample} if sample is not None else {"do_sample": False}
+        with torch.no_grad():
+            rows = model.generate(ids, attention_mask=mask, generation_config=gen_cfg, max_new_tokens=new_tokens,
+                                  num_beams=1, pad_token_id=pad, **kw).tolist()
+        for j, row in zip(idx, rows):
+            out[j] = prompts[j] + row[n:]
+        (log or (lambda s: None))(f"continued {min(i + batch, len(order))}/{len(order)} prompts")
     return out
 
 
@@ -232,31 +271,19 @@ def regenerate_continuations(recipe: dict[str, Any], target_dir: Path, *, log=No
     from eagle3_conformance import torch_env
 
     torch_env.prepare()
-    import torch
     from eagle3_conformance.fixtures_real import load_tokenizer
     from eagle3_conformance.reference import load_reference_model
 
     tok = load_tokenizer(target_dir)
     model = load_reference_model(target_dir).model
     prompts = sorted(regen_prompts(recipe, target_dir), key=len)
-    batch = recipe["regen_batch"]
-    pad = int(tok.eos_token_id or 0)
     # past the end-of-turn token, as the acceptance loop decodes (it never stops at EOS): HF
     # generate would stop there and pad with EOS, rows the target never chose
     gen_cfg = copy.deepcopy(model.generation_config)
     if recipe.get("regen_past_eos"):
         gen_cfg.eos_token_id = None
-    seqs = []
-    for i in range(0, len(prompts), batch):
-        b = prompts[i:i + batch]
-        n = max(map(len, b))
-        ids = torch.tensor([[pad] * (n - len(p)) + p for p in b])
-        mask = torch.tensor([[0] * (n - len(p)) + [1] * len(p) for p in b])
-        with torch.no_grad():
-            out = model.generate(ids, attention_mask=mask, generation_config=gen_cfg,
-                                 max_new_tokens=recipe["regen_tokens"], do_sample=False, num_beams=1, pad_token_id=pad)
-        seqs += [p + row[n:] for p, row in zip(b, out.tolist())]
-        (log or (lambda s: None))(f"continued {len(seqs)}/{len(prompts)} prompts")
+    seqs = generate_batched(model, prompts, recipe["regen_tokens"], int(tok.eos_token_id or 0),
+                            batch=recipe["regen_batch"], gen_cfg=gen_cfg, log=log)
     return {**_regen_header(recipe), "sequences": seqs}
 
 
