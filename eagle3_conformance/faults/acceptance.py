@@ -292,7 +292,7 @@ def not_beaten(rows: list[Row]) -> list[str]:
 
 def run_table(*, prompts_n: int = 8, prompt_tokens: int = 48, max_new: int = 32, k: int = 3,
               faults=FAULTS, log=lambda s: None) -> dict[str, Any]:
-    """The faults-vs-acceptance table on the real pair (the trained draft built on first use).
+    """The faults-vs-acceptance table on the real pair with its trained draft (the shipped one).
 
     Returns ``{"rows": [Row...], "not_measured": {...}, "setup": {...}}``.
     """

@@ -1,8 +1,9 @@
 """``cpu-accept``: the accept length of a pair with a trained draft, measured on CPU.
 
 For a contract whose fixture has a trained draft (:data:`eagle3_conformance.trained_draft.TRAINED`;
-today the float32 SmolLM2-135M pair), the draft is built on first use (speculators' trainer on
-CPU, cached) and the greedy speculative loop
+today the float32 SmolLM2-135M pair), the draft is the shipped one (trained with speculators' trainer
+on CPU, checked against its recipe, :func:`eagle3_conformance.trained_draft.ensure_trained_draft`) and
+the greedy speculative loop
 (:func:`eagle3_conformance.tools.sglang_cpu.spec_loop.speculative_decode`: the installed SGLang's
 real target and draft classes, 0.5.23 or 0.5.14 through the harness's release branches) runs over
 held-out corpus prompts. The path reports one fact,
