@@ -15,8 +15,8 @@ it written by the target itself (no corpus beyond the project's, no model hub):
 
 Every greedy continuation runs ``new_tokens`` tokens through end-of-turn tokens, as the acceptance
 loop decodes. Held-out items are never used. Generation is HF ``generate`` on the float32 target
-(:func:`eagle3_conformance.trained_draft.generate_batched`): about 5.4 ms per token on 2 threads
-(635 s wall for the 113,492 tokens of the shipped file), which is why the ids are shipped
+(:func:`generate_batched`): about 5.6 ms per token on 2 idle threads (635 s wall for 113,492 tokens;
+the shipped file took 23 minutes beside another job), which is why the ids are shipped
 (``python -m eagle3_conformance.trained_draft --write-extra`` rewrites the file; another CPU can flip a
 float32 near-tie, so a rewrite need not be byte-identical).
 """
@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from eagle3_conformance.fixture_base import FixtureError
 
@@ -72,8 +72,8 @@ def write_extra_sequences(recipe: dict[str, Any], target_dir: Path, *, limit: in
     cuts = cut_prompts(items, x["cuts"])
     seqs = generate_batched(model, asks + branches + cuts, x["new_tokens"], pad, batch=batch, gen_cfg=past_eos,
                             log=log)
-    return {**extra_header(recipe), "counts": {"magpie": len(asks), "branches": len(branches), "cuts": len(cuts)},
-            "sequences": seqs}
+    return {**extra_header(recipe), **({"limit": limit} if limit else {}),
+            "counts": {"magpie": len(asks), "branches": len(branches), "cuts": len(cuts)}, "sequences": seqs}
 
 
 def load_extra_sequences(recipe: dict[str, Any]) -> list[list[int]]:
@@ -91,6 +91,10 @@ def load_extra_sequences(recipe: dict[str, Any]) -> list[list[int]]:
         data = json.loads(f.read_text())
     except (OSError, ValueError) as e:
         raise FixtureError(f"{f}: cannot read the target's extra sequences ({e}); {fix}") from e
+    if not isinstance(data, dict):
+        raise FixtureError(f"{f}: not a JSON object with a header and 'sequences'; {fix}")
+    if data.get("limit"):
+        raise FixtureError(f"{f}: a smoke set (only the first {data['limit']} training items); {fix}")
     head = extra_header(recipe)
     got = {k: data.get(k) for k in head}
     if got != head:

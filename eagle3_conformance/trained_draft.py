@@ -1,8 +1,9 @@
 """A trained EAGLE-3 draft for the real SmolLM2-135M target: built by this recipe, shipped in the repository.
 
 Why shipped: the draft that speculates well enough for the acceptance gate to tell a fault from
-noise takes 8 epochs over 145,012 tokens of the target's own text, about half an hour of 2-core
-training (docs/acceptance.md, "The trained draft"): six times the 5-minute budget of a first run.
+noise takes 8 epochs over 145,012 tokens of the target's own text: 37 minutes of 2-core training
+after a 7-minute capture (docs/acceptance.md, "The trained draft"), about nine times the 5-minute
+budget of a first run.
 So the built draft is shipped (``RECIPE["shipped"]``: ``config.json``, ``model.safetensors`` in
 bfloat16, about 15 MB, and ``train.json``), and :func:`ensure_trained_draft` checks it against the
 recipe (the ``digest`` of the recipe, the corpus, the shipped token ids, the fixture and this
@@ -141,10 +142,14 @@ def _digest(recipe: dict[str, Any], corpus_sha: str, spec: dict[str, Any]) -> st
     built = {k: v for k, v in recipe.items() if k != "shipped"}  # where the result lives is not how it is made
     blob = json.dumps([built, spec["model"], spec["draft"]], sort_keys=True) + corpus_sha + BUILDER_VERSION
     for key in ("regen_file", "extra_file"):
-        if key == "regen_file" and not recipe.get("regen_tokens") or not recipe.get(key):
+        if (key == "regen_file" and not recipe.get("regen_tokens")) or not recipe.get(key):
             continue
         f = REPO_ROOT / recipe[key]
-        blob += hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else "missing"
+        if not f.is_file():
+            raise FixtureError(f"{f}: the target's token ids the draft trains on are missing (recipe key {key!r}); "
+                               "restore it from the repository, or rewrite it with python -m "
+                               f"eagle3_conformance.trained_draft {'--regen' if key == 'regen_file' else '--write-extra'}")
+        blob += hashlib.sha256(f.read_bytes()).hexdigest()
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -235,8 +240,9 @@ def ship(recipe: dict[str, Any] = RECIPE, log=None) -> Path:
     tensors = {k: (v.to(torch.bfloat16) if v.is_floating_point() else v).contiguous()
                for k, v in load_file(str(built.draft_dir / "model.safetensors")).items()}
     save_file(tensors, str(out / "model.safetensors"))
-    for name in ("config.json", "speculators_config.json"):
-        shutil.copyfile(built.draft_dir / name, out / name)
+    shutil.copyfile(built.draft_dir / "config.json", out / "config.json")
+    (out / "speculators_config.json").write_text(_portable(
+        (built.draft_dir / "speculators_config.json").read_text(), built.target_dir, recipe["fixture"]))
     info = {**built.info, "digest": _digest(recipe, corpus_digest(DEFAULT_CORPUS), _spec()),
             "command": "python -m eagle3_conformance.trained_draft --ship", "shipped_dtype": "bfloat16",
             "trained_weights_sha256": built.info["weights_sha256"],
@@ -247,17 +253,23 @@ def ship(recipe: dict[str, Any] = RECIPE, log=None) -> Path:
     return out
 
 
-def training_sequences(recipe: dict[str, Any], target_dir: Path) -> tuple[list[list[int]], list[list[int]]]:
-    """Token ids and loss masks of the training set: each training item as tokenized (cut to
-    ``max_tokens``) and its regenerated form (``regen_prefix`` tokens of it, then the target's
-    greedy continuation of ``regen_tokens``, loss on the continuation only)."""
-    from eagle3_conformance import torch_env
+def _portable(text: str, target_dir: Path, fixture: str) -> str:
+    """``text`` with the building machine's target path (speculators writes the verifier's
+    ``name_or_path``) replaced by a name that means the same on every machine."""
+    return text.replace(json.dumps(str(target_dir))[1:-1], f"model-cache:{fixture}-float32")
 
-    torch_env.prepare()
-    import torch
+
+def training_sequences(recipe: dict[str, Any], target_dir: Path) -> tuple[list[list[int]], list[list[int]]]:
+    """Token ids and loss masks of the training set, in this order: each training item as tokenized
+    (cut to ``max_tokens``; left out when ``corpus_items`` is False), the shipped continuations
+    (``regen_file`` when ``regen_tokens``), the shipped extra sequences (``extra_file``). The loss mask
+    is 1 on every row (the loss is KL to the target's own logits there).
+
+    Raises:
+        FixtureError: a shipped id file is missing, unreadable or made for another recipe.
+    """
     from eagle3_conformance.corpus import tokenize
     from eagle3_conformance.fixtures_real import load_tokenizer
-    from eagle3_conformance.reference import load_reference_model
 
     tok = load_tokenizer(target_dir)
     train, _ = split_items(recipe)
@@ -313,7 +325,7 @@ def _build(recipe, spec, target_dir: Path, corpus_sha: str, out: Path, log) -> d
         "target_dir": str(target_dir), "data_sha256": data_sha,
         "train_sequences": len(seqs), "train_tokens": sum(map(len, seqs)),
         "seed": recipe["seed"],
-        "command": "python -m eagle3_conformance.trained_draft  # eagle3_conformance.trained_draft.ensure_trained_draft(RECIPE)",
+        "command": "python -m eagle3_conformance.trained_draft --ship  # builds via ensure_trained_draft(RECIPE without 'shipped')",
         "seconds": {"sequences": round(t_gen, 1), "data": round(t_data, 1), "train": round(t_train, 1)},
         "cpu_seconds": round(time.process_time() - c0, 1), "torch_threads": torch.get_num_threads(),
         "final_train_metrics": final,

@@ -1,8 +1,8 @@
 """Issue 12: the trained draft, the greedy speculative loop on SGLang's CPU classes, the
 accept-length gate (cpu-accept) and what each fault costs.
 
-The slow tests build the trained draft on first use (about 10 minutes on 2 busy cores, then
-cached in the model cache) and run the loop on held-out corpus prompts."""
+The slow tests take the shipped trained draft (fixtures/drafts/smollm2-135m-eagle3, checked against
+its recipe) and run the loop on held-out corpus prompts."""
 
 from __future__ import annotations
 
@@ -325,6 +325,12 @@ def test_shipped_extra_sequences_fit_the_recipe_and_another_recipe_is_refused(tm
     bad.write_text(json.dumps({**data, "sequences": [[1, 2], []]}))
     with pytest.raises(FixtureError, match="bad.json: 'sequences' is not a list of non-empty token-id lists"):
         load_extra_sequences({**RECIPE, "extra_file": str(bad)})
+    bad.write_text(json.dumps({**data, "limit": 2}))  # a benchmark's smoke set (--limit 2)
+    with pytest.raises(FixtureError, match=r"bad.json: a smoke set \(only the first 2 training items\)"):
+        load_extra_sequences({**RECIPE, "extra_file": str(bad)})
+    bad.write_text("[1, 2]")
+    with pytest.raises(FixtureError, match="bad.json: not a JSON object"):
+        load_extra_sequences({**RECIPE, "extra_file": str(bad)})
 
 
 def test_the_shipped_draft_is_the_recipe_s_and_a_changed_one_is_refused(tmp_path):
@@ -361,3 +367,41 @@ def test_the_shipped_draft_is_the_recipe_s_and_a_changed_one_is_refused(tmp_path
     (copy / "train.json").unlink()
     with pytest.raises(FixtureError, match="the shipped draft is unreadable"):
         shipped_draft({**RECIPE, "shipped": str(copy)}, digest, Path("/nonexistent-target"))
+
+
+def test_the_digest_covers_the_shipped_ids_and_a_missing_id_file_is_named(tmp_path):
+    """One changed token in a copy of the extra file changes the digest (so the shipped draft is
+    refused); a missing id file is named with the command that rewrites it, not reported as a
+    different recipe."""
+    from eagle3_conformance.corpus import DEFAULT_CORPUS, corpus_digest
+    from eagle3_conformance.fixture_base import FixtureError
+    from eagle3_conformance.trained_draft import RECIPE, _digest, _spec
+
+    corpus, spec = corpus_digest(DEFAULT_CORPUS), _spec()
+    base = _digest(RECIPE, corpus, spec)
+    data = json.loads((REPO / RECIPE["extra_file"]).read_text())
+    copy = tmp_path / "extra.json"
+    copy.write_text((REPO / RECIPE["extra_file"]).read_text())
+    same = _digest({**RECIPE, "extra_file": str(copy)}, corpus, spec)
+    assert same == _digest({**RECIPE, "extra_file": str(copy)}, corpus, spec)
+    data["sequences"][0][-1] += 1
+    copy.write_text(json.dumps(data, separators=(",", ":")) + "\n")
+    assert _digest({**RECIPE, "extra_file": str(copy)}, corpus, spec) != same
+    assert _digest({**RECIPE, "shipped": "elsewhere"}, corpus, spec) == base  # where it lives is not how it is made
+    with pytest.raises(FixtureError, match=r"gone.json: the target's token ids .* missing .*'extra_file'.*--write-extra"):
+        _digest({**RECIPE, "extra_file": str(tmp_path / "gone.json")}, corpus, spec)
+    with pytest.raises(FixtureError, match=r"gone.json: .*'regen_file'.*--regen"):
+        _digest({**RECIPE, "regen_file": str(tmp_path / "gone.json")}, corpus, spec)
+
+
+def test_the_floor_is_derived_from_the_saved_faults_table():
+    """contracts/smollm2-135m.yaml's floor is the midpoint (2 decimals) of the correct pair's 95% lower
+    bound and the seed incident's upper bound in docs/acceptance-table.json, measured on the shipped
+    draft: a new draft or table without a re-derived floor fails here."""
+    table = json.loads((REPO / "docs" / "acceptance-table.json").read_text())
+    rows = {r["name"]: r for r in table["rows"]}
+    low, high = rows["correct pair"]["interval"][0], rows["embedding-prepended"]["interval"][1]
+    assert high < low
+    assert load_contract(SMOL).gates.min_accept_length == round((low + high) / 2, 2)
+    assert table["setup"]["draft"] == "fixtures/drafts/smollm2-135m-eagle3"
+    assert table["setup"]["weights_bytes"] == (REPO / table["setup"]["draft"] / "model.safetensors").stat().st_size
