@@ -31,13 +31,17 @@ from typing import Any, Optional
 from eagle3_conformance.fixture_base import FixtureError
 
 
-def extra_header(recipe: dict[str, Any]) -> dict[str, Any]:
-    """What the extra file was made from: checked against the recipe before use."""
+def _split_header(recipe: dict[str, Any]) -> dict[str, Any]:
+    """What every shipped token-id file records of the data it was cut from: fixture, corpus, split."""
     from eagle3_conformance.corpus import DEFAULT_CORPUS, corpus_digest
 
     return {"fixture": recipe["fixture"], "corpus_sha256": corpus_digest(DEFAULT_CORPUS),
-            "eval_items": recipe["eval_items"], "eval_seed": recipe["eval_seed"],
-            "max_tokens": recipe["max_tokens"], "extra": recipe["extra"]}
+            "eval_items": recipe["eval_items"], "eval_seed": recipe["eval_seed"], "max_tokens": recipe["max_tokens"]}
+
+
+def extra_header(recipe: dict[str, Any]) -> dict[str, Any]:
+    """What the extra file was made from: checked against the recipe before use."""
+    return {**_split_header(recipe), "extra": recipe["extra"]}
 
 
 def write_extra_sequences(recipe: dict[str, Any], target_dir: Path, *, limit: int = 0, log=None) -> dict[str, Any]:
@@ -83,19 +87,25 @@ def load_extra_sequences(recipe: dict[str, Any]) -> list[list[int]]:
         FixtureError: the file is missing, unreadable, or made for another recipe or corpus (the
             message names the file, the differing fields and the command that rewrites it).
     """
+    return _read_ids_file(recipe["extra_file"], extra_header(recipe), "extra sequences", "--write-extra")
+
+
+def _read_ids_file(rel: str, head: dict[str, Any], what: str, command: str) -> list[list[int]]:
+    """The ``sequences`` of a shipped token-id file (``rel`` under the repository) whose header equals
+    ``head``; every refusal names the file, what differs, and ``trained_draft`` ``command`` that
+    rewrites it (:class:`FixtureError`)."""
     from eagle3_conformance.corpus import REPO_ROOT
 
-    f = REPO_ROOT / recipe["extra_file"]
-    fix = "rewrite it with: python -m eagle3_conformance.trained_draft --write-extra"
+    f = REPO_ROOT / rel
+    fix = f"rewrite it with: python -m eagle3_conformance.trained_draft {command}"
     try:
         data = json.loads(f.read_text())
     except (OSError, ValueError) as e:
-        raise FixtureError(f"{f}: cannot read the target's extra sequences ({e}); {fix}") from e
+        raise FixtureError(f"{f}: cannot read the target's {what} ({e}); {fix}") from e
     if not isinstance(data, dict):
         raise FixtureError(f"{f}: not a JSON object with a header and 'sequences'; {fix}")
     if data.get("limit"):
         raise FixtureError(f"{f}: a smoke set (only the first {data['limit']} training items); {fix}")
-    head = extra_header(recipe)
     got = {k: data.get(k) for k in head}
     if got != head:
         diff = ", ".join(f"{k}: {got[k]!r} != {head[k]!r}" for k in head if got[k] != head[k])
@@ -172,10 +182,7 @@ def generate_batched(model, prompts: list[list[int]], new_tokens: int, pad: int,
 
 
 def _regen_header(recipe: dict[str, Any]) -> dict[str, Any]:
-    from eagle3_conformance.corpus import DEFAULT_CORPUS, corpus_digest
-
-    return {"fixture": recipe["fixture"], "corpus_sha256": corpus_digest(DEFAULT_CORPUS),
-            "eval_items": recipe["eval_items"], "eval_seed": recipe["eval_seed"], "max_tokens": recipe["max_tokens"],
+    return {**_split_header(recipe),
             "regen_cuts": list(recipe["regen_cuts"]), "regen_tokens": recipe["regen_tokens"],
             "regen_batch": recipe["regen_batch"], "regen_past_eos": bool(recipe.get("regen_past_eos"))}
 
@@ -212,17 +219,4 @@ def load_continuations(recipe: dict[str, Any], target_dir: Path) -> list[list[in
         FixtureError: the file is missing or was made for another recipe or corpus (the message
             gives the command that rewrites it).
     """
-    from eagle3_conformance.corpus import REPO_ROOT
-
-    f = REPO_ROOT / recipe["regen_file"]
-    fix = "rewrite it with: python -m eagle3_conformance.trained_draft --regen"
-    try:
-        data = json.loads(f.read_text())
-    except (OSError, ValueError) as e:
-        raise FixtureError(f"{f}: cannot read the target's continuations ({e}); {fix}") from e
-    head = _regen_header(recipe)
-    got = {k: data.get(k) for k in head}
-    if got != head:
-        diff = ", ".join(f"{k}: {got[k]!r} != {head[k]!r}" for k in head if got[k] != head[k])
-        raise FixtureError(f"{f}: made for another recipe or corpus ({diff}); {fix}")
-    return [list(map(int, s)) for s in data["sequences"]]
+    return _read_ids_file(recipe["regen_file"], _regen_header(recipe), "continuations", "--regen")
