@@ -29,7 +29,8 @@ def drive(body: Callable, profile: Optional[str] = None) -> list[Finding]:
     The first failing example stops the search (the findings already hold what failed). No
     shrinking: the findings count the distinct examples drawn, and the failing example reported
     is the one really drawn (a shrink replays simplified inputs that were never real traffic);
-    the final replay of the failing example is not counted twice."""
+    the final replay of the failing example is not counted twice. A derandomized profile draws
+    the same inputs whatever local source is loaded (:func:`profiles.source_independent_draws`)."""
     from hypothesis import Phase, given, settings
     from hypothesis import strategies as st
 
@@ -38,7 +39,9 @@ def drive(body: Callable, profile: Optional[str] = None) -> list[Finding]:
     collected: list[Finding] = []
     seen: set[str] = set()
 
-    @settings(profiles.get(profile) if profile else settings.default, phases=[Phase.explicit, Phase.reuse, Phase.generate], database=None)
+    chosen = profiles.get(profile) if profile else settings.default
+
+    @settings(chosen, phases=[Phase.explicit, Phase.reuse, Phase.generate], database=None)
     @given(st.data())
     def prop(data):
         fs = body(data)
@@ -49,8 +52,12 @@ def drive(body: Callable, profile: Optional[str] = None) -> list[Finding]:
         if any(f.status == "fail" for f in fs):
             raise _Violations()
 
+    import contextlib
+
+    fixed = profiles.source_independent_draws() if chosen.derandomize else contextlib.nullcontext()
     try:
-        prop()
+        with fixed:
+            prop()
     except _Violations:
         pass
     return collected
