@@ -69,15 +69,15 @@ def source_independent_draws() -> Iterator[bool]:
     from hypothesis.internal.conjecture import providers
 
     own = getattr(providers, "_get_local_constants", None)
-    cache = getattr(providers, "CONSTANTS_CACHE", None)
-    if own is None or cache is None or not hasattr(providers, "Constants"):
-        yield False
+    cache = getattr(getattr(providers, "CONSTANTS_CACHE", None), "cache", None)
+    if own is None or not hasattr(cache, "clear") or not hasattr(providers, "Constants"):
+        yield False  # no local constants in this hypothesis (or laid out otherwise: tests/test_profiles.py)
         return
     empty = providers.Constants()
     providers._get_local_constants = lambda: empty
-    cache.cache.clear()
+    cache.clear()
     try:
         yield True
     finally:
         providers._get_local_constants = own
-        cache.cache.clear()
+        cache.clear()

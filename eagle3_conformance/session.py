@@ -9,6 +9,7 @@ The first drawn example with a failing finding stops the search (its findings ho
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable, Optional, Union
 
 from eagle3_conformance.assess import assess, reference_loader
@@ -51,8 +52,6 @@ def drive(body: Callable, profile: Optional[str] = None) -> list[Finding]:
             collected.extend(fs)
         if any(f.status == "fail" for f in fs):
             raise _Violations()
-
-    import contextlib
 
     fixed = profiles.source_independent_draws() if chosen.derandomize else contextlib.nullcontext()
     try:
