@@ -13,7 +13,9 @@ fault operators and authoring were restructured, and are compared here after it:
 - ``kill_matrix.json`` (compared in ``test_kill_matrix.py``): the kill-matrix grid.
 
 Paths, temporary directories and timings are normalised away (and, in written contract files,
-where long lines fold). When a change of behaviour is
+where long lines fold). The suite's draws do not depend on the package's source
+(``profiles.source_independent_draws``: before it, hypothesis' literals-from-local-source pool
+moved ``plugin.json``'s sglang-decode counts on any edit that added a constant). When a change of behaviour is
 intended, regenerate the snapshots and review their diff::
 
     PYTHONPATH=. python tests/test_identity.py --write
