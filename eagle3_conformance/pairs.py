@@ -7,6 +7,7 @@ plugin and the command line all resolve a pair here.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -66,7 +67,7 @@ def resolve_pair(c: Contract) -> LocalPair:
         if not p:
             return None
         q = Path(p)
-        return q if q.is_absolute() else (base / q)
+        return q if q.is_absolute() else Path(os.path.normpath(base / q))  # "a/../b" named as "b" in messages
 
     t = rel(c.target.path)
     if t is None:

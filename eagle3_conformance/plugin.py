@@ -49,6 +49,7 @@ class _Record:
     contract: Any
     findings: list = field(default_factory=list)
     items: list = field(default_factory=list)  # (finding paths, failing finding paths, path diagnoses)
+    errors: list = field(default_factory=list)  # "path: why" for each item stopped by bad input
 
     def diagnoses(self) -> list:
         """The contract's diagnoses: its failing items' path diagnoses merged, when each failing
@@ -160,7 +161,19 @@ def _looks_like_contract(path: Path) -> bool:
 
 
 class ConformanceSetupError(Exception):
-    """The contract names a fixture or target.path that cannot be found or built."""
+    """The contract names a fixture or target.path that cannot be found or built, or its pair
+    contradicts it (a target whose config is not the contract's: the reference refuses it)."""
+
+
+def _input_errors() -> tuple:
+    """The library's bad-input errors: an item stopped by one reports its one-line message
+    (the contract file, the path, what is wrong), never a traceback through pytest and hypothesis."""
+    from eagle3_conformance.corpus import CorpusError
+    from eagle3_conformance.errors import InputError
+    from eagle3_conformance.fixture_base import FixtureError
+    from eagle3_conformance.reference import ReferenceError
+
+    return InputError, ReferenceError, FixtureError, CorpusError
 
 
 class ConformanceFailure(Exception):
@@ -224,6 +237,12 @@ class PathItem(pytest.Item):
                                  ("conformance_path", self.conformance_path)]
         self.user_properties += [("check", c) for c in dict.fromkeys(f.check for f in findings if f.status == "fail")]
 
+    def _stopped(self, why: str) -> None:
+        """Record that this path could not judge the contract: its report must not say CONFORMS."""
+        key = (str(self.path), self.contract.name)
+        rec = self.config.stash[_RECORDS].setdefault(key, _Record(self.contract))
+        rec.errors.append(f"{self.conformance_path}: {why}")
+
     def runtest(self):
         from eagle3_conformance import session
         from eagle3_conformance.pairs import PairUnavailable, resolve_pair
@@ -233,10 +252,15 @@ class PathItem(pytest.Item):
         except PairUnavailable as e:
             if self.contract.fixture or self.contract.target.path:
                 # the contract names where its pair lives: not finding it is an error, not a skip
-                raise ConformanceSetupError(f"{self.path}: {e}") from None
+                self._stopped(str(e))
+            raise ConformanceSetupError(f"{self.path}: {e}") from None
             pytest.skip(f"pair not available locally: {e}; norm bands {self.contract.norm_bands.status}")
-        findings = session.run_path(registered_paths.get(self.conformance_path), self.contract, pair,
-                                    profile=self.config.getoption("conformance_profile"))
+        try:
+            findings = session.run_path(registered_paths.get(self.conformance_path), self.contract, pair,
+                                        profile=self.config.getoption("conformance_profile"))
+        except _input_errors() as e:
+            self._stopped(str(e))
+            raise ConformanceSetupError(f"{self.path}: {self.conformance_path}: {e}") from None
         if isinstance(findings, registered_paths.Skipped):
             pytest.skip(findings.reason)
         bad = [f for f in findings if f.status == "fail"]
@@ -300,7 +324,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         diagnoses = rec.diagnoses()
         terminalreporter.write_line(render_text(
             findings, diagnoses, title=f"{name} ({path})", extra={"sglang": _sglang_version() or "not installed"},
-            verbose=config.getoption("verbose") > 0, width=width))
+            verbose=config.getoption("verbose") > 0, width=width, errors=rec.errors))
         terminalreporter.write_line("")
         all_findings += findings
         all_diagnoses += diagnoses
@@ -308,7 +332,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if out:
         from eagle3_conformance.validated import record
 
-        meta = {"validated_on": [record(rec.contract, rec.findings) for rec in store.values()]}
+        meta = {"validated_on": [record(rec.contract, rec.findings, errors=rec.errors) for rec in store.values()]}
+        errors = [{"contract": n, "path": e.split(": ", 1)[0], "error": e.split(": ", 1)[1]}
+                  for (_, n), rec in store.items() for e in rec.errors]
+        if errors:
+            meta["errors"] = errors
         write_json(out, ",".join(n for _, n in store), all_findings, meta=meta, diagnoses=all_diagnoses)
 
 

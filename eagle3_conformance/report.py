@@ -9,7 +9,7 @@ import json
 from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 from eagle3_conformance.findings import Finding, Report, as_finding
 
@@ -46,13 +46,17 @@ def slot_identity_checked(findings: Iterable) -> bool:
     return any(_get(f, "check") == "slot_identity" and _get(f, "status") in ("pass", "fail") for f in findings)
 
 
-def verdict(findings: list, unchecked_reason: Optional[str] = None) -> tuple[str, str]:
-    """The final verdict: ``(kind, text)``, kind one of ``"violations"``, ``"conforms"``,
+def verdict(findings: list, unchecked_reason: Optional[str] = None, errors: Sequence[str] = ()) -> tuple[str, str]:
+    """The final verdict: ``(kind, text)``, kind one of ``"violations"``, ``"not judged"`` (nothing
+    failed, but ``errors`` lists paths that stopped on bad input: "path: why"), ``"conforms"``,
     ``"conforms on shapes only"`` (nothing failed, but no slot identity was judged; the text
     names ``unchecked_reason``, by default the reason read from the findings: a skipped
     slot-identity finding's message, or the paths run when none of them judges identity)."""
     if any(_get(f, "status") == "fail" for f in findings):
         return "violations", "VIOLATIONS"
+    if errors:
+        paths = ", ".join(dict.fromkeys(e.split(":", 1)[0] for e in errors))
+        return "not judged", f"NOT JUDGED: bad input stopped {len(errors)} path(s): {paths}"
     if slot_identity_checked(findings):
         return "conforms", "CONFORMS"
     return ("conforms on shapes only", "CONFORMS ON SHAPES ONLY: slot identity, order and alignment were not "
@@ -141,7 +145,8 @@ def report_doc(contract: str, findings: list[Finding], meta: Optional[dict[str, 
     meta["json_passes"] = passes
     reason = unchecked_reason or (meta.get("slot_identity") or {}).get("reason")
     meta["slot_identity_checked"] = slot_identity_checked(findings)
-    meta["verdict"] = verdict(findings, reason)[1]
+    errors = [f"{e['path']}: {e['error']}" if isinstance(e, dict) else str(e) for e in meta.get("errors") or ()]
+    meta["verdict"] = verdict(findings, reason, errors)[1]
     return Report(contract, items, meta, list(diagnoses or [])).to_json()
 
 
@@ -275,20 +280,23 @@ def group_lines(findings: list, diags: list[dict[str, Any]], statuses: tuple[str
 
 def render_text(findings: list, diagnoses: Optional[Iterable] = None, *, title: str = "",
                 extra: Optional[dict[str, str]] = None, unchecked_reason: Optional[str] = None,
-                verbose: bool = False, width: int = WIDTH) -> str:
+                verbose: bool = False, width: int = WIDTH, errors: Sequence[str] = ()) -> str:
     """The report as plain text laid out for ``width`` columns: the verdict, the diagnoses (what
     happened, the evidence, the fix), the failing checks grouped one line each (diagnosis number,
     check, slot, failed/judged, first failing sample and its message), skipped and passing
     findings folded into counts (``verbose``: listed one line per group), ``extra`` facts, and the
-    verdict again as the last line."""
+    verdict again as the last line. ``errors``: "path: why" for each path stopped by bad input
+    (listed after the counts; the verdict is then NOT JUDGED unless something failed)."""
     findings = list(findings)
     diags = _diag_dicts(diagnoses)
-    kind, text = verdict(findings, unchecked_reason)
+    kind, text = verdict(findings, unchecked_reason, errors)
     npass, nfail, nskip = _counts(findings)
     fail_checks = {_get(f, "check") for f in findings if _get(f, "status") == "fail"}
     lines = _wrap(f"{text}" + (f": {title}" if title else ""), width, "", "  ")
     lines.append(f"{len(findings)} findings: {nfail} failed" + (f" ({len(fail_checks)} checks)" if nfail else "")
                  + f", {nskip} skipped, {npass} passed")
+    for e in errors:
+        lines += _wrap(f"stopped by bad input: {e}", width, "", "  ")
     for i, d in enumerate(diags, 1):
         lines.append("")
         lines += _wrap(f"DIAGNOSIS {i}/{len(diags)}: {d['fault'] or 'input'} {d['kind']}, on {_on(d)}", width, "",
@@ -324,7 +332,7 @@ def render_text(findings: list, diagnoses: Optional[Iterable] = None, *, title: 
     if extra:
         for k, v in extra.items():
             lines.append(_clip(f"{k}: {v}", width))
-    sep = ": " if kind != "conforms on shapes only" else ". "
+    sep = ": " if kind in ("violations", "conforms") else ". "
     lines.append(f"{text}{sep}{len(findings)} findings, {nfail} failed, {nskip} skipped")
     return "\n".join(lines)
 

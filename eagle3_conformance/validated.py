@@ -41,16 +41,17 @@ def contract_hash(c) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def record(c, findings: Iterable, today: Optional[str] = None) -> dict[str, Any]:
+def record(c, findings: Iterable, today: Optional[str] = None, errors: Iterable[str] = ()) -> dict[str, Any]:
     """The validated-on block for contract ``c`` after a run that produced ``findings``.
 
     Returns ``{"contract", "contract_sha256", "date", "passed", "paths", "tool_versions",
     "engines_update"}``; ``engines_update`` is what to merge into the contract's ``engines`` (empty
     when the run did not pass or ran no engine path): ``sglang_validated`` gains the installed
-    SGLang when an SGLang path passed, ``validated`` gains one record per engine."""
+    SGLang when an SGLang path passed, ``validated`` gains one record per engine. ``errors``
+    ("path: why", paths stopped by bad input): a run with any did not pass."""
     fs = list(findings)
     paths = sorted({f.path for f in fs if f.status != "skip"})
-    passed = bool(paths) and not any(f.status == "fail" for f in fs)
+    passed = bool(paths) and not any(f.status == "fail" for f in fs) and not list(errors)
     versions = installed_versions()
     date = today or _dt.datetime.now(_dt.timezone.utc).date().isoformat()
     h = contract_hash(c)

@@ -325,3 +325,34 @@ def test_plugin_skips_engine_paths_on_a_target_without_weights(pytester, tmp_pat
     res.assert_outcomes(skipped=3)
     res.stdout.fnmatch_lines([f"SKIPPED [[]3[]] *: {tgt}: no [*].safetensors weights"])
     assert "Traceback" not in res.stdout.str()
+
+
+def test_plugin_contract_contradicting_its_target_is_one_line_and_not_judged(pytester, tmp_path):
+    """A contract whose target.path holds another model (hidden size 64, contract 32): each path
+    fails with the reference's one-line refusal (contract file, path, both sizes), no traceback
+    through pytest and hypothesis, and the report says NOT JUDGED, not CONFORMS (a fresh user's
+    report: 2,500 lines, then "CONFORMS ON SHAPES ONLY ... 0 failed")."""
+    pytest.importorskip("sglang")
+    from eagle3_conformance.fixtures import build_fixture
+
+    b = build_fixture("tiny-llama")
+    c = tmp_path / "c.yaml"
+    text = (TINY.read_text().replace("fixture: tiny-llama\n", "")
+            .replace("  name: fixtures/tiny-llama\n", f"  name: fixtures/tiny-llama\n  path: {b.target_dir}\n", 1)
+            .replace("  name: fixtures/tiny-llama/draft\n", f"  name: fixtures/tiny-llama/draft\n  path: {b.draft_dir}\n"))
+    # the contract stays consistent with itself (widths follow its d = 32); only the target disagrees
+    text = text.replace("  hidden_size: 64\n", "  hidden_size: 32\n", 1).replace(
+        "target_hidden_size: 64", "target_hidden_size: 32").replace("feature_width: 192", "feature_width: 96")
+    c.write_text(text)
+    out = tmp_path / "r.json"
+    res = pytester.runpytest("-m", "conformance", "--contract", str(c), "-p", "no:cacheprovider", "-rs",
+                             "--conformance-paths", "sglang-extend,sglang-decode", "--conformance-json", str(out))
+    res.assert_outcomes(failed=2)
+    res.stdout.fnmatch_lines([f"{c}: sglang-extend: *not the contract's target: hidden_size 64 != contract "
+                              "target.hidden_size 32*", "NOT JUDGED: bad input stopped 2 path(s): sglang-extend, "
+                              "sglang-decode*"])
+    text_out = res.stdout.str()
+    assert "Traceback" not in text_out and "site-packages/hypothesis" not in text_out and "CONFORMS" not in text_out
+    doc = json.loads(out.read_text())
+    assert doc["meta"]["verdict"].startswith("NOT JUDGED") and len(doc["meta"]["errors"]) == 2
+    assert [r["passed"] for r in doc["meta"]["validated_on"]] == [False]
