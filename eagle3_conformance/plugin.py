@@ -253,7 +253,7 @@ class PathItem(pytest.Item):
             if self.contract.fixture or self.contract.target.path:
                 # the contract names where its pair lives: not finding it is an error, not a skip
                 self._stopped(str(e))
-            raise ConformanceSetupError(f"{self.path}: {e}") from None
+                raise ConformanceSetupError(f"{self.path}: {e}") from None
             pytest.skip(f"pair not available locally: {e}; norm bands {self.contract.norm_bands.status}")
         try:
             findings = session.run_path(registered_paths.get(self.conformance_path), self.contract, pair,

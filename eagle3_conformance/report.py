@@ -175,7 +175,9 @@ def write_document(out: str | Path, doc: dict[str, Any]) -> None:
 #: the width the text report is laid out for
 WIDTH = 100
 #: failing-check lines shown before "... and N more" (-v shows all)
-MAX_FAILING_LINES = 14
+MAX_FAILING_LINES = 24
+#: lines one failing group's message may wrap onto before it is cut (--json has it whole)
+MAX_MESSAGE_LINES = 4
 
 
 def _one(text: Any) -> str:
@@ -252,14 +254,16 @@ def group_lines(findings: list, diags: list[dict[str, Any]], statuses: tuple[str
     """One line per (check, slot) group whose status is in ``statuses``:
     ``  N check slot  failed/judged  [path] first-sample: message`` (N: the diagnosis that accounts
     for it, "-" for none; the path is named when the groups span several paths, else once above
-    them). At most ``limit`` lines, then "... and K more"."""
+    them); a failing group no diagnosis accounts for wraps its message onto up to
+    :data:`MAX_MESSAGE_LINES` lines (the cause is in it), other lines are cut to ``width``. At most ``limit`` lines, whole groups, then
+    "... and K more"."""
     groups = _groups(findings, statuses)
     paths = list(OrderedDict.fromkeys(p for g in groups for p in g["paths"]))
     out: list[str] = [f"  on {paths[0]}:"] if len(paths) == 1 else []
     cw = min(max((len(g["check"]) for g in groups), default=0), 22)
     sw = min(max((len(g["slot"] or "") for g in groups), default=0), 9)
-    shown = groups if limit is None else groups[:limit]
-    for g in shown:
+    shown = 0
+    for g in groups:
         ex = g["example"]
         n = g["pass"] + g["fail"] + g["skip"]
         where = _short_where(ex.where)
@@ -271,10 +275,19 @@ def group_lines(findings: list, diags: list[dict[str, Any]], statuses: tuple[str
         else:
             cnt, tag = (f"{g['pass']}/{n} ok" if g["status"] == "pass" else f"{g['skip']}/{n} skip"), " "
             lead = f"{ex.path}: " if len(paths) > 1 else ""
-        out.append(_clip(f"  {tag} {g['check']:<{cw}} {g['slot'] or '':<{sw}} {cnt:>5}  {_one(lead + ex.message)}",
-                         width, collapse=False))
-    if len(shown) < len(groups):
-        out.append(f"  ... and {len(groups) - len(shown)} more (-v lists them)")
+        head = f"  {tag} {g['check']:<{cw}} {g['slot'] or '':<{sw}} {cnt:>5}  "
+        if g["status"] == "fail" and tag == "-":  # no diagnosis explains it: its message is the cause, wrapped
+            rows = _wrap(lead + ex.message, width, head, "        ")
+            if len(rows) > MAX_MESSAGE_LINES:
+                rows = rows[:MAX_MESSAGE_LINES - 1] + [_clip(" ".join(rows[MAX_MESSAGE_LINES - 1:]), width)]
+        else:
+            rows = [_clip(head + _one(lead + ex.message), width, collapse=False)]
+        if limit is not None and len(out) + len(rows) > limit + (1 if len(paths) == 1 else 0):
+            break
+        out += rows
+        shown += 1
+    if shown < len(groups):
+        out.append(f"  ... and {len(groups) - shown} more (-v lists them)")
     return out
 
 
@@ -353,19 +366,19 @@ def summarize_counts(findings: list, status: str) -> list[tuple[str, int, str]]:
 def failure_text(name: str, path: str, findings: list, diagnoses: Optional[Iterable] = None,
                  width: int = WIDTH) -> str:
     """The short failure text of one contract on one path (pytest's failure section): a header
-    naming the failing checks and pointing at the full report, then each diagnosis in one line
-    (or, without one, the first failing check's message)."""
+    naming the failing checks and pointing at the full report (cut to ``width``), then each
+    diagnosis (or, without one, the first failing check's message), wrapped to ``width``."""
     diags = _diag_dicts(diagnoses)
     bad = [f for f in findings if _get(f, "status") == "fail"]
     checks = list(OrderedDict.fromkeys(_get(f, "check") for f in bad))
     lines = [_clip(f"{name} on {path}: VIOLATIONS (report at the end), {len(bad)} failed findings in "
                    f"{len(checks)} checks: {', '.join(checks)}", width)]
     for i, d in enumerate(diags, 1):
-        lines.append(_clip(f"  [{i}] {d['fault'] or 'input'} {d['kind']}: {d['title']}", width))
+        lines += _wrap(f"[{i}] {d['fault'] or 'input'} {d['kind']}: {d['title']}", width, "  ", "      ")
     if not diags and bad:
         f = bad[0]
-        lines.append(_clip(f"  first failure: {_get(f, 'check')} {_get(f, 'slot') or ''} "
-                           f"({_short_where(_get(f, 'where'))}): {_get(f, 'message')}", width))
+        lines += _wrap(f"first failure: {_get(f, 'check')} {_get(f, 'slot') or ''} "
+                       f"({_short_where(_get(f, 'where'))}): {_get(f, 'message')}", width, "  ", "      ")
     return "\n".join(lines)
 
 

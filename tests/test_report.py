@@ -135,9 +135,21 @@ def test_render_text_caps_failing_lines_and_clips_to_width():
     fs = [_f(f"check_{i}", "fail", msg="x" * 300) for i in range(30)]
     lines = render_text(fs, []).splitlines()
     assert max(len(ln) for ln in lines) <= WIDTH
-    assert any(ln.startswith("  ... and 16 more") for ln in lines) and len(lines) <= SCREEN
+    # 300 characters wrap onto MAX_MESSAGE_LINES lines, the last cut: 24 lines hold 6 such groups
+    assert any(ln.startswith("  ... and 24 more") for ln in lines) and len(lines) <= SCREEN
     verbose = render_text(fs, [], verbose=True)
     assert sum(ln.startswith("  - check_") for ln in verbose.splitlines()) == 30 and "more" not in verbose
+
+
+def test_an_undiagnosed_failure_shows_its_cause_whole():
+    """A fresh user's report: "the loader produced nothing for this sample: hidden…" hid which file
+    and why; a failure no diagnosis explains now wraps its message (the cause is in it)."""
+    msg = ("the loader produced nothing for this sample: hidden_states/hs_3.safetensors cannot be read "
+           "(SafetensorError: incomplete metadata, file not fully covered)")
+    lines = render_text([_f("sample_available", "fail", None, where="sample 3", msg=msg)], []).splitlines()
+    assert " ".join(ln.strip() for ln in lines).count("hs_3.safetensors cannot be read (SafetensorError: "
+                                                      "incomplete metadata, file not fully covered)") == 1
+    assert max(len(ln) for ln in lines) <= WIDTH
 
 
 def test_failing_lines_span_paths_once():
