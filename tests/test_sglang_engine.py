@@ -273,3 +273,64 @@ def test_the_engine_process_removes_only_its_own_load_snapshot_file():
         for p in paths:
             if os.path.exists(p):
                 os.unlink(p)
+
+
+def _user_pair(tmp_path, ids=None) -> Path:
+    """A user's own pair: the SmolLM2 contract with the fixture replaced by target.path / draft.path
+    (the float32 target in the model cache, the shipped draft copied beside the contract, its
+    config's aux ids set to ``ids``: how a user breaks their own draft), acceptance not gated."""
+    import re
+
+    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
+
+    t = ensure_trained_draft(RECIPE)
+    d = tmp_path / "draft"
+    d.mkdir()
+    (d / "model.safetensors").symlink_to(Path(t.draft_dir) / "model.safetensors")
+    cfg = json.loads((Path(t.draft_dir) / "config.json").read_text())
+    if ids is not None:
+        cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = ids
+    (d / "config.json").write_text(json.dumps(cfg))
+    text = (ROOT / "contracts" / "smollm2-135m.yaml").read_text().replace("\nfixture: smollm2-135m\n", "\n")
+    text = re.sub(r"(\ntarget:\n  name: [^\n]*\n)", lambda m: m.group(1) + f"  path: {t.target_dir}\n", text, count=1)
+    text = text.replace("  name: fixtures/smollm2-135m/draft\n", f"  name: fixtures/smollm2-135m/draft\n  path: {d}\n")
+    text = re.sub(r"\n  min_accept_length: [^\n]*", "\n  min_accept_length: null", text)
+    c = tmp_path / "my-pair.yaml"
+    c.write_text(text.replace("schema/contract.schema.json", str(ROOT / "contracts/schema/contract.schema.json")))
+    return c
+
+
+@pytest.mark.slow
+def test_engine_runs_a_users_own_pair_and_catches_their_wrong_ids(tmp_path, monkeypatch):
+    """A fresh user's report: the README promised sglang-engine for trained-draft pairs, but only the
+    project's fixture ran. A contract naming its own target.path and draft.path now runs the real
+    engine; the same pair with the draft config's aux ids one layer deeper fails slot identity."""
+    from eagle3_conformance import session
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.pairs import resolve_pair
+    from eagle3_conformance import paths as registry
+
+    monkeypatch.setenv("CONFORMANCE_ENGINE_PROMPTS", "2")
+    monkeypatch.setenv("CONFORMANCE_ENGINE_TOKENS", "16")
+    path = registry.get("sglang-engine")
+    for sub, ids, want in (("good", None, "pass"), ("deeper", [2, 15, 27], "fail")):
+        (tmp_path / sub).mkdir()
+        c = load_contract(_user_pair(tmp_path / sub, ids))
+        fs = session.run_path(path, c, resolve_pair(c))
+        assert isinstance(fs, list) and fs, fs
+        ident = {f.status for f in fs if f.check == "slot_identity"}
+        assert want in ident, (sub, ident)
+        if want == "pass":
+            assert not any(f.status == "fail" for f in fs), [f.message for f in fs if f.status == "fail"][:3]
+
+
+def test_engine_skips_a_users_pair_whose_draft_has_no_weights(tmp_path):
+    from eagle3_conformance import session
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.pairs import resolve_pair
+    from eagle3_conformance import paths as registry
+
+    c = load_contract(_user_pair(tmp_path))
+    (tmp_path / "draft" / "model.safetensors").unlink()
+    r = session.run_path(registry.get("sglang-engine"), c, resolve_pair(c))
+    assert "no *.safetensors weights for the draft" in r.reason and str(tmp_path / "draft") in r.reason

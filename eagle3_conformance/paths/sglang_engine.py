@@ -12,7 +12,8 @@ spec_verify_ct``, gated on ``gates.min_accept_length``; per-position acceptance 
 greedy decode (float32).
 
 On CPU it runs config B of docs/REFERENCE.md section 4.1 (stand-ins, no GPU) for the pair with a
-trained draft (:data:`eagle3_conformance.trained_draft.TRAINED`, float32). With CUDA it runs the
+trained draft (:data:`eagle3_conformance.trained_draft.TRAINED`, float32), and for a user's pair
+(a contract whose ``target.path`` and ``draft.path`` are local, the draft with safetensors weights). With CUDA it runs the
 pair twice: eager with hooks (every check) and with CUDA graphs (acceptance only: hooks never fire on
 graph replay), and fails when graphed acceptance falls below eager beyond noise (the R42 class).
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path as _FsPath
 from typing import Any
 
 from eagle3_conformance.paths.base import Needs, Observation, Path, Skipped
@@ -34,25 +36,48 @@ class _State:
     observation: Any  # eagle3_conformance.tools.sglang_engine.EngineObservation
 
 
+def _unservable(c, pair):
+    """Why the engine has no pair to serve here (a :class:`Skipped`), or None. It serves the
+    project's fixture pair with a trained draft (:data:`eagle3_conformance.trained_draft.TRAINED`)
+    or a user's pair: a contract naming no fixture whose ``draft.path`` is a local directory with
+    safetensors weights (the draft is the user's to judge; its acceptance is gated only when the
+    contract sets ``gates.min_accept_length``)."""
+    from eagle3_conformance.trained_draft import TRAINED
+
+    if c.fixture in TRAINED:
+        return None
+    if c.fixture or pair is None or pair.draft_dir is None:
+        return Skipped(f"sglang-engine: no trained draft for this pair (fixtures with one: {', '.join(TRAINED)}; "
+                       "your own pair: a contract with target.path and draft.path); an untrained draft accepts "
+                       "nothing and its weights may not exist")
+    if not any(_FsPath(pair.draft_dir).glob("*.safetensors")):
+        return Skipped(f"sglang-engine: {pair.draft_dir}: no *.safetensors weights for the draft")
+    return None
+
+
 def prepare(c, pair):
     """Start the engine once and run the batch (an engine that does not start is a skip with
     SGLang's reason and log tail)."""
     from eagle3_conformance.tools.sglang_engine import EngineStartError, observe_engine
     from eagle3_conformance.trained_draft import TRAINED, ensure_trained_draft, eval_prompts
 
-    if c.fixture not in TRAINED:
-        return Skipped(f"sglang-engine: no trained draft for this pair (fixtures with one: {', '.join(TRAINED)}); "
-                       "an untrained draft accepts nothing and its weights may not exist")
+    why = _unservable(c, pair)
+    if why is not None:
+        return why
     device = os.environ.get("CONFORMANCE_ENGINE_DEVICE") or _default_device()
     if device == "cpu" and c.serving_dtype != "float32":
         return Skipped(f"sglang-engine on CPU runs the float32 pair (bf16 is no losslessness oracle); this "
                        f"contract serves {c.serving_dtype}")
-    t = ensure_trained_draft(TRAINED[c.fixture])
+    if c.fixture in TRAINED:
+        t = ensure_trained_draft(TRAINED[c.fixture])
+        target_dir, draft_dir = t.target_dir, t.draft_dir
+    else:
+        target_dir, draft_dir = _FsPath(pair.target_dir), _FsPath(pair.draft_dir)
     n = int(os.environ.get("CONFORMANCE_ENGINE_PROMPTS", "4"))
     new = int(os.environ.get("CONFORMANCE_ENGINE_TOKENS", "32"))
-    prompts = eval_prompts(t.target_dir, n, PROMPT_TOKENS)
+    prompts = eval_prompts(target_dir, n, PROMPT_TOKENS)
     try:
-        obs = observe_engine(t.target_dir, t.draft_dir, prompts, dtype=c.serving_dtype, max_new_tokens=new,
+        obs = observe_engine(target_dir, draft_dir, prompts, dtype=c.serving_dtype, max_new_tokens=new,
                              device=device)
     except EngineStartError as e:
         return Skipped(f"sglang-engine: {e}")
