@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Callable, Literal, Optional, Sequence
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
@@ -689,7 +689,12 @@ _MTP_INPUT_HINT = ("an MTP head reads the target's last hidden state, B_L (pre-n
 _KINDS = {list: "a list", str: "a single string", int: "a number", float: "a number", bool: "a boolean"}
 
 
-def parse_contract(text: str, file: str = "<string>", *, known_fixture: bool = False) -> Contract:
+Check = Callable[["Contract"], list[tuple[tuple, str]]]
+"""A further contract check for :func:`parse_contract`: ``(key path, message)`` pairs, empty when fine."""
+
+
+def parse_contract(text: str, file: str = "<string>", *, known_fixture: bool = False, checks: Sequence[Check] = (),
+                   source: Optional[Path] = None) -> Contract:
     """Parse and validate contract YAML text.
 
     Args:
@@ -698,6 +703,11 @@ def parse_contract(text: str, file: str = "<string>", *, known_fixture: bool = F
         known_fixture: also refuse a ``fixture`` that names no fixture (:func:`fixture_problems`;
             ``eagle3-conformance validate`` sets it; commands that run a contract do not, so that an
             explicit ``--reference`` / ``--no-reference`` still runs one whose fixture is absent).
+        checks: further checks, run once the contract is consistent in itself, each returning
+            ``(key path, message)`` pairs reported at their lines (``validate`` passes
+            :func:`eagle3_conformance.local_configs.config_problems`).
+        source: the file the text came from; relative ``target.path`` / ``draft.path`` are taken
+            relative to it (:func:`load_contract` passes it).
 
     Raises:
         ContractError: malformed YAML (with line:column), a document that is not a mapping, keys
@@ -747,17 +757,19 @@ def parse_contract(text: str, file: str = "<string>", *, known_fixture: bool = F
                 msg += f", got {kind} {str(v).lower() if isinstance(v, bool) else repr(v)}"
             problems.append(Problem(loc, msg, line, col))
         raise ContractError(file, problems) from None
-    problems = [
-        Problem(loc, msg, *_locate(lines, loc)) for loc, msg in
-        semantic_problems(contract) + (fixture_problems(contract) if known_fixture else [])
-    ]
+    if source is not None:
+        object.__setattr__(contract, "_source", source)  # frozen model: remember where it came from
+    found = semantic_problems(contract) + (fixture_problems(contract) if known_fixture else [])
+    if checks and not found:  # a contract that contradicts itself is fixed first
+        found = [p for check in checks for p in check(contract)]
+    problems = [Problem(loc, msg, *_locate(lines, loc)) for loc, msg in found]
     if problems:
         raise ContractError(file, problems)
     return contract
 
 
-def load_contract(path: str | Path, *, known_fixture: bool = False) -> Contract:
-    """Load a contract file (read-only). ``known_fixture``: see :func:`parse_contract`.
+def load_contract(path: str | Path, *, known_fixture: bool = False, checks: Sequence[Check] = ()) -> Contract:
+    """Load a contract file (read-only). ``known_fixture``, ``checks``: see :func:`parse_contract`.
 
     Raises:
         ContractError: the file is missing, unreadable or not a regular file (a FIFO would block
@@ -781,9 +793,7 @@ def load_contract(path: str | Path, *, known_fixture: bool = False) -> Contract:
         col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
         raise ContractError(str(p), [Problem((), f"not UTF-8 text: byte 0x{raw[e.start]:02x} cannot be decoded "
                                                  f"({e.reason})", line, col)]) from None
-    c = parse_contract(text, str(p), known_fixture=known_fixture)
-    object.__setattr__(c, "_source", p)  # frozen model: remember where it came from
-    return c
+    return parse_contract(text, str(p), known_fixture=known_fixture, checks=checks, source=p)
 
 
 def contract_source(c: Contract) -> Optional[Path]:

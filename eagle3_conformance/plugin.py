@@ -113,6 +113,7 @@ def pytest_configure(config):
     config.stash[_RECORDS] = {}
     config.stash[_ASKED] = _asked(config)
     _check_paths(config.getoption("--conformance-paths"))
+    _check_contracts(config.getoption("--contract"))
     out = config.getoption("--conformance-json")
     if out:
         o = Path(out).resolve()
@@ -125,6 +126,18 @@ def pytest_configure(config):
     for p in extra:
         if p not in config.args:
             config.args.append(p)
+
+
+def _check_contracts(paths: list[str]) -> None:
+    """Each ``--contract`` must be a contract file: a directory (or a missing path) would collect
+    nothing from it, deselect every test and end with no word about why."""
+    for p in paths:
+        q = Path(p)
+        if q.is_dir():
+            raise pytest.UsageError(f"--contract {p}: is a directory; give a contract YAML file (repeat --contract "
+                                    "for several, or leave it out to run every contract under contracts/)")
+        if not q.is_file():
+            raise pytest.UsageError(f"--contract {p}: " + ("not a regular file" if q.exists() else "no such file"))
 
 
 def _check_paths(value: str) -> None:

@@ -39,6 +39,7 @@ from typing import Any, Optional
 from eagle3_conformance import torch_env
 from eagle3_conformance.torch_env import DTYPE_NAMES, torch_dtype
 from eagle3_conformance.notation import Boundary, all_boundaries, boundary_row
+from eagle3_conformance.authoring.configs import target_mismatches
 
 torch_env.prepare()
 import torch  # noqa: E402
@@ -462,11 +463,8 @@ def load_reference_model(model_dir: str | Path, target: Any = "rmsnorm", *, devi
         cfg = model.config
         got = {"num_hidden_layers": model.num_layers, "hidden_size": model.hidden_size,
                "vocab_size": int(getattr(cfg, "vocab_size", target.vocab_size))}
-        bad = [f"{k} {v} != contract target.{k} {getattr(target, k)}" for k, v in got.items()
-               if v != getattr(target, k)]
         archs = list(getattr(cfg, "architectures", None) or [])
-        if archs and target.architecture not in archs:
-            bad.append(f"architecture {archs[0]} != contract target.architecture {target.architecture}")
+        bad = [f"{k} {v} != contract target.{k} {want}" for k, v, want in target_mismatches(got, archs, target)]
         if bad:
             raise ReferenceError(f"{model_dir}: this reference model is not the contract's target: " + "; ".join(bad))
     return model

@@ -46,12 +46,35 @@ def slot_identity_checked(findings: Iterable) -> bool:
     return any(_get(f, "check") == "slot_identity" and _get(f, "status") in ("pass", "fail") for f in findings)
 
 
+def input_error(findings: Iterable) -> Optional[str]:
+    """Why the input could not be checked at all, read from the findings (objects or JSON dicts):
+    every ``sample_available`` finding failed (no sample could be read), or the reference model
+    given for the data could not be loaded (a failed ``reference`` finding on the ``data`` path,
+    as ``check-offline`` records it). None when the data was read and checked: a data set where
+    only some samples cannot be read is a violation (those samples' ``sample_available`` failures),
+    not an input error. The CLI exits 2 on an input error, as on any other bad input."""
+    findings = list(findings)
+    ref = [f for f in findings if _get(f, "check") == "reference" and _get(f, "path") == "data"
+           and _get(f, "status") == "fail"]
+    if ref:
+        return f"the reference model could not be used ({_get(ref[0], 'observed')})"
+    avail = [f for f in findings if _get(f, "check") == "sample_available"]
+    if avail and all(_get(f, "status") == "fail" for f in avail):
+        n = len({_get(f, "where") for f in avail if _get(f, "path") == _get(avail[0], "path")})
+        return f"none of the {n} samples could be read"
+    return None
+
+
 def verdict(findings: list, unchecked_reason: Optional[str] = None, errors: Sequence[str] = ()) -> tuple[str, str]:
-    """The final verdict: ``(kind, text)``, kind one of ``"violations"``, ``"not judged"`` (nothing
-    failed, but ``errors`` lists paths that stopped on bad input: "path: why"), ``"conforms"``,
+    """The final verdict: ``(kind, text)``, kind one of ``"input error"`` (:func:`input_error`:
+    the data could not be checked at all), ``"violations"``, ``"not judged"`` (nothing failed, but
+    ``errors`` lists paths that stopped on bad input: "path: why"), ``"conforms"``,
     ``"conforms on shapes only"`` (nothing failed, but no slot identity was judged; the text
     names ``unchecked_reason``, by default the reason read from the findings: a skipped
     slot-identity finding's message, or the paths run when none of them judges identity)."""
+    why = input_error(findings)
+    if why:
+        return "input error", f"INPUT ERROR: {why}"
     if any(_get(f, "status") == "fail" for f in findings):
         return "violations", "VIOLATIONS"
     if errors:
@@ -114,7 +137,7 @@ def render_table(findings: list[Finding], title: str, console=None, extra: Optio
     nf = sum(1 for f in findings if f.status == "fail")
     ns = sum(1 for f in findings if f.status == "skip")
     kind, text = verdict(findings, unchecked_reason)
-    style = {"violations": "bold red", "conforms": "bold green"}.get(kind, "bold yellow")
+    style = {"violations": "bold red", "input error": "bold red", "conforms": "bold green"}.get(kind, "bold yellow")
     sep = ": " if kind != "conforms on shapes only" else ". "
     console.print(f"[{style}]{text}[/]{sep}{len(findings)} findings, {nf} failed, {ns} skipped "
                   "(n = pass/fail/skip across samples)")
@@ -394,7 +417,7 @@ def render_markdown(findings: list, diagnoses: Optional[Iterable] = None, *, tit
     diags = _diag_dicts(diagnoses)
     kind, text = verdict(findings, unchecked_reason)
     npass, nfail, nskip = _counts(findings)
-    icon = {"violations": "❌", "conforms": "✅"}.get(kind, "⚠️")
+    icon = {"violations": "❌", "input error": "❌", "conforms": "✅"}.get(kind, "⚠️")
     out = [f"## {icon} {_md(text)}" + (f": {_md(title)}" if title else ""), "",
            f"{len(findings)} findings: **{nfail} failed**, {nskip} skipped, {npass} passed", ""]
     for i, d in enumerate(diags, 1):

@@ -81,6 +81,63 @@ def test_init_nested_llama_applies_plus_one(tmp_path):
     assert "# L," in text and "K x target_hidden_size = 3 x 64" in text  # derived values explained
 
 
+@pytest.mark.parametrize("edits,expect", [
+    # d changed throughout the contract (consistent in itself), the configs say 64
+    ([("hidden_size: 64 ", "hidden_size: 48 "), ("feature_width: 192", "feature_width: 144")],
+     [("hidden_size: 48", "target.hidden_size", "target", "hidden_size = 64"),
+      ("hidden_size: 48", "draft.hidden_size", "draft", "hidden_size = 64"),
+      ("target_hidden_size: 48", "draft.target_hidden_size", "draft", "target_hidden_size = 64")]),
+    ([("num_hidden_layers: 8 ", "num_hidden_layers: 9 "), ("tensor: B_8", "tensor: B_9")],
+     [("num_hidden_layers: 9", "target.num_hidden_layers", "target", "num_hidden_layers = 8")]),
+    ([("  vocab_size: 512 ", "  vocab_size: 500 ")],
+     [("vocab_size: 500", "target.vocab_size", "target", "vocab_size = 512")]),
+    ([("draft_vocab_size: 256 ", "draft_vocab_size: 200 ")],
+     [("draft_vocab_size: 200", "draft.draft_vocab_size", "draft", "draft_vocab_size = 256")]),
+])
+def test_validate_compares_the_contract_with_the_local_configs(tmp_path, capsys, edits, expect):
+    _, o = init_ok(tmp_path, tcfg(), dcfg("nested", [1, 3, 4]))
+    assert main(["validate", str(o)]) == 0  # what init derived agrees with the configs
+    text = o.read_text()
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new)
+    o.write_text(text)
+    capsys.readouterr()
+    assert main(["validate", str(o)]) == 2
+    out = capsys.readouterr().out
+    seen: dict[str, int] = {}
+    for prefix, key, section, config_key in expect:  # the n-th line starting with prefix
+        n = seen[prefix] = seen.get(prefix, -1) + 1
+        line = [i for i, ln in enumerate(text.splitlines(), 1) if ln.lstrip().startswith(prefix)][n]
+        cfg = tmp_path / section / "config.json"
+        assert f"{o}:{line}:3: {key}: " in out and f"{cfg} has {config_key}" in out, out
+    assert len(out.strip().splitlines()) == len(expect), out
+
+
+def test_validate_reads_the_draft_configs_ids_by_the_engine_rule(tmp_path, capsys):
+    _, o = init_ok(tmp_path, tcfg(), dcfg("nested", [1, 3, 4]))
+    # the contract stays consistent in itself (ids 2,4,5 give B_3,B_5,B_6 under llama.py's +1),
+    # but the draft config still holds [1, 3, 4], which SGLang reads as B_2, B_4, B_5
+    text = o.read_text().replace("values: [1, 3, 4]", "values: [2, 4, 5]")
+    text = text.replace("boundaries: [B_2, B_4, B_5]", "boundaries: [B_3, B_5, B_6]")
+    o.write_text(text)
+    capsys.readouterr()
+    assert main(["validate", str(o)]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if ln.lstrip().startswith("boundaries:"))
+    assert f"{o}:{line}:3: capture.boundaries:" in out
+    assert "eagle_config.eagle_aux_hidden_state_layer_ids = [1, 3, 4]" in out
+    assert "capture ['B_2', 'B_4', 'B_5']" in out and "says ['B_3', 'B_5', 'B_6']" in out
+
+
+def test_validate_without_local_configs_is_schema_only(tmp_path, capsys):
+    _, o = init_ok(tmp_path, tcfg(), dcfg("nested", [1, 3, 4]))
+    o.write_text(o.read_text().replace("  vocab_size: 512 ", "  vocab_size: 500 "))
+    shutil.rmtree(tmp_path / "target")
+    shutil.rmtree(tmp_path / "draft")
+    assert main(["validate", str(o)]) == 0  # target.path / draft.path not on this machine: nothing to compare
+
+
 def test_init_writes_every_gate_with_its_resolved_default(tmp_path):
     """init writes the gates block (nulls, each commented with the value it resolves to for the
     target's dtype) so that a user sees what can be tuned; the nulls resolve as the comments say."""

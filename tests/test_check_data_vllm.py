@@ -250,6 +250,30 @@ def test_nothing_readable_exit_2(tmp_path, capsys):
     assert rc == 2 and "none of the 1 samples could be read" in cap.err
 
 
+@pytest.mark.parametrize("verb", ["check-data", "check-offline"])
+def test_verdict_word_and_exit_code_agree_when_nothing_is_readable(tmp_path, capsys, verb):
+    """A rank-2 ``hidden_states`` file, the only one: the input cannot be checked at all, so exit 2
+    and every verdict (quiet line, JSON meta, Markdown) says INPUT ERROR, never VIOLATIONS."""
+    from safetensors.torch import save_file
+
+    d = tmp_path / "d"
+    d.mkdir()
+    save_file({"hidden_states": torch.zeros(5, 256, dtype=torch.bfloat16),
+               "token_ids": torch.ones(5, dtype=torch.long)}, str(d / "rank.safetensors"))
+    out, md = tmp_path / "r.json", tmp_path / "r.md"
+    args = (["check-data", str(TINY), "--data", str(d), "--markdown", str(md)] if verb == "check-data"
+            else ["check-offline", str(TINY), "--files", str(d), "--no-reference"])
+    for quiet in ([], ["--quiet"]):
+        rc = main([*args, "--json", str(out), *quiet])
+        cap = capsys.readouterr()
+        assert rc == 2 and "could be read" in cap.err, cap.err
+        assert "VIOLATIONS" not in cap.out and "INPUT ERROR: none of the 1 samples could be read" in cap.out, cap.out
+        assert json.loads(out.read_text())["meta"]["verdict"].startswith("INPUT ERROR")
+        if verb == "check-data":
+            assert "VIOLATIONS" not in md.read_text() and "INPUT ERROR" in md.read_text()
+        out.unlink()
+
+
 # --- layout detection and forcing ---------------------------------------------------------------
 
 

@@ -300,6 +300,18 @@ def test_plugin_fails_on_a_misspelled_fixture(pytester, tmp_path):
     res.stdout.fnmatch_lines(["*tiny-lama*not found*"])
 
 
+@pytest.mark.parametrize("kind,words", [("dir", "is a directory; give a contract YAML file"),
+                                        ("missing", "no such file")])
+def test_plugin_refuses_a_contract_that_is_not_a_file(pytester, tmp_path, kind, words):
+    p = tmp_path / "contracts"
+    if kind == "dir":
+        p.mkdir()
+        (p / "c.yaml").write_text(TINY.read_text())
+    res = pytester.runpytest("-m", "conformance", "--contract", str(p), "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines([f"*--contract {p}: {words}*"])
+
+
 @pytest.mark.parametrize("paths", ["training,foo", "sglang_extend"])
 def test_plugin_refuses_an_unknown_conformance_path(pytester, paths):
     res = pytester.runpytest("-m", "conformance", "--contract", str(TINY), "-p", "no:cacheprovider",

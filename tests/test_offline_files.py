@@ -225,8 +225,13 @@ def test_no_files_and_bad_reference_exit_2(tmp_path, tiny, tiny_ref, samples, ca
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text((tiny.target_dir / "config.json").read_text())
-    rc, fs, err = _run([TINY, "--files", d, "--reference", model], tmp_path, capsys)
-    assert rc == 2 and "no *.safetensors" in err
+    out = tmp_path / "r.json"
+    rc = main(["check-offline", str(TINY), "--files", str(d), "--reference", str(model), "--json", str(out)])
+    cap = capsys.readouterr()
+    fs = json.loads(out.read_text())["findings"]
+    assert rc == 2 and "no *.safetensors" in cap.err
+    # the verdict word agrees with the exit code: an unusable reference is an input error
+    assert "VIOLATIONS" not in cap.out and "INPUT ERROR: the reference model could not be used" in cap.out, cap.out
     assert any(f["check"] == "reference" and f["status"] == "fail" for f in fs)
     assert any(f["check"] == "feature_width" and f["status"] == "pass" for f in fs)  # the scan went on
 

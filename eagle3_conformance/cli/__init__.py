@@ -2,7 +2,9 @@
 :mod:`eagle3_conformance.cli.common`.
 
 Exit codes: 0 = conforms, 1 = violations found, 2 = bad input or usage (argparse's own usage
-errors also exit 2). No traceback escapes unless ``--debug`` is given.
+errors also exit 2). The verdict word follows the same rule: input that could not be checked at all
+prints "INPUT ERROR" and exits 2, failed checks on data that was read print "VIOLATIONS" and exit 1
+(:func:`eagle3_conformance.cli.common.exit_code`). No traceback escapes unless ``--debug`` is given.
 
 Each verb module defines ``add_parser(subparsers)`` (its options, no heavy imports) and
 ``run(args) -> exit code``; nothing outside this package imports it.
@@ -25,7 +27,11 @@ VERBS = (validate, check_data, schema, init, calibrate, translate, faults, merge
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="eagle3-conformance", description="EAGLE-3 draft-boundary conformance.")
+    p = argparse.ArgumentParser(
+        prog="eagle3-conformance", description="EAGLE-3 draft-boundary conformance.",
+        epilog="exit codes: 0 conforms; 1 VIOLATIONS (failed checks on data that was read, including some "
+               "unreadable samples among readable ones); 2 bad input or usage (INPUT ERROR: nothing could "
+               "be read, the reference is unusable, a bad contract or argument)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = p.add_subparsers(dest="command", required=True)
     for verb in VERBS:

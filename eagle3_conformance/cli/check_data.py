@@ -154,7 +154,7 @@ def run(args) -> int:
     from eagle3_conformance.diagnose import diagnose
     from eagle3_conformance.reference import ReferenceError, load_reference_model
     from eagle3_conformance.cli.progress import Progress
-    from eagle3_conformance.scan import DISK_PATH, ScanError, ScanOptions, detect_format, scan, shard_size
+    from eagle3_conformance.scan import ScanError, ScanOptions, detect_format, scan, shard_size
 
     c = load_contract(args.contract)
     data = check_data_dir(args.data)
@@ -204,8 +204,7 @@ def run(args) -> int:
     if args.json:
         report.write_json(args.json, args.contract, findings, res.meta,
                           passes=getattr(args, "json_passes", "all"), diagnoses=diagnoses)
-    avail = [f for f in findings if f.check == "sample_available" and f.path == DISK_PATH]
-    if avail and all(f.status == "fail" for f in avail) and shard == (0, 1):
-        error(f"{data}: none of the {len(avail)} samples could be read")
-        return EXIT_BAD_INPUT
+    why = report.input_error(findings)  # the verdict printed above says INPUT ERROR too
+    if why:
+        error(f"{data}: {why}")
     return exit_code(findings)

@@ -4,9 +4,12 @@ This is the only module that knows exit codes; verbs return one of them, and
 :func:`eagle3_conformance.cli.main` maps errors raised by the library to exit 2:
 
 - **0** conforms (nothing failed);
-- **1** violations: some finding failed;
+- **1** violations: some finding on data that was read failed (printed "VIOLATIONS"), including
+  samples of a data set that cannot be read while others can (``sample_available`` failures);
 - **2** bad input or usage: :class:`eagle3_conformance.errors.InputError` (and a contract that does not
-  load), reported in one line; argparse's own usage errors also exit 2.
+  load), reported in one line; argparse's own usage errors also exit 2; and a run whose input
+  could not be checked at all (no sample readable, the reference unusable), printed "INPUT ERROR",
+  never "VIOLATIONS" (:func:`eagle3_conformance.report.input_error`).
 """
 
 from __future__ import annotations
@@ -21,10 +24,17 @@ EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def exit_code(findings) -> int:
-    """``EXIT_VIOLATIONS`` when any finding (object or JSON dict) failed, else ``EXIT_OK``."""
+    """The exit code of a run's findings (objects or JSON dicts), matching the verdict word
+    (:func:`eagle3_conformance.report.verdict`): ``EXIT_BAD_INPUT`` on an input error (nothing could
+    be read, or the reference could not be used: "INPUT ERROR"), else ``EXIT_VIOLATIONS`` when any
+    finding failed ("VIOLATIONS"), else ``EXIT_OK``."""
+    from eagle3_conformance.report import input_error
+
     def status(f):
         return f.get("status") if isinstance(f, dict) else f.status
 
+    if input_error(findings):
+        return EXIT_BAD_INPUT
     return EXIT_VIOLATIONS if any(status(f) == "fail" for f in findings) else EXIT_OK
 
 

@@ -1,5 +1,7 @@
 """``eagle3-conformance validate CONTRACT...``: schema and semantic validation, and the ``fixture`` a
-contract names must exist (:func:`eagle3_conformance.contract.fixture_problems`); exit 2 if any is invalid."""
+contract names must exist (:func:`eagle3_conformance.contract.fixture_problems`), and the contract must agree with the
+``config.json`` at its ``target.path`` / ``draft.path`` where those are on this machine
+(:func:`eagle3_conformance.local_configs.config_problems`); exit 2 if any is invalid."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from eagle3_conformance.contract import ContractError, load_contract
+    from eagle3_conformance.local_configs import config_problems
     from eagle3_conformance.shipped import checkout_fixture_note
     from eagle3_conformance.validated import installed_versions, never_validated_warning
 
@@ -24,7 +27,7 @@ def run(args) -> int:
     bad = 0
     for p in args.contracts:
         try:
-            c = load_contract(p, known_fixture=True)
+            c = load_contract(p, known_fixture=True, checks=(config_problems,))
         except ContractError as e:
             bad += 1
             for prob in e.problems:
