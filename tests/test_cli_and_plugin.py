@@ -357,8 +357,10 @@ def test_plugin_contract_contradicting_its_target_is_one_line_and_not_judged(pyt
         "target_hidden_size: 64", "target_hidden_size: 32").replace("feature_width: 192", "feature_width: 96")
     c.write_text(text)
     out = tmp_path / "r.json"
-    res = pytester.runpytest("-m", "conformance", "--contract", str(c), "-p", "no:cacheprovider", "-rs",
-                             "--conformance-paths", "sglang-extend,sglang-decode", "--conformance-json", str(out))
+    # a subprocess: SGLang's process-wide parallel state from other in-process runs must not leak in
+    res = pytester.runpytest_subprocess("-m", "conformance", "--contract", str(c), "-p", "no:cacheprovider", "-rs",
+                                        "--conformance-paths", "sglang-extend,sglang-decode",
+                                        "--conformance-json", str(out))
     res.assert_outcomes(failed=2)
     res.stdout.fnmatch_lines([f"{c}: sglang-extend: *not the contract's target: hidden_size 64 != contract "
                               "target.hidden_size 32*", "NOT JUDGED: bad input stopped 2 path(s): sglang-extend, "
