@@ -15,6 +15,7 @@ the committed prefix + the verify tokens, ``rows`` = the verify positions, ``pro
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -27,8 +28,16 @@ PATH = "sglang-engine"
 
 def load_records(records_dir: Path) -> list[dict[str, Any]]:
     """The records in the order they were written (one scheduler process)."""
-    files = sorted(Path(records_dir).glob("*.pt"), key=lambda p: (p.stem.split("-")[0], p.stem.split("-")[1]))
-    return [torch.load(f, weights_only=True) for f in files]
+    return [{**torch.load(f, weights_only=True), "_file": f.name} for f in record_files(records_dir)]
+
+
+def record_files(records_dir: Path) -> list[Path]:
+    """The ``<pid>-<n>.pt`` records in the order they were written (by process, then counter)."""
+    def key(p: Path):
+        pid, _, n = p.stem.partition("-")
+        return (int(pid), int(n)) if pid.isdigit() and n.isdigit() else (-1, 0)
+
+    return sorted(Path(records_dir).glob("*.pt"), key=key)
 
 
 def _segments(rec: dict, n_per_req: Optional[int] = None) -> list[tuple[int, slice]]:
@@ -47,84 +56,201 @@ def _draft_fields(rec: dict, sl: slice, boundaries: list[str]) -> dict:
                 draft_input_width=int(rec["hidden"].shape[-1]), engine_boundaries=list(boundaries))
 
 
-def _match_request(ids: list[int], pos: list[int], full: list[list[int]], taken: set) -> Optional[int]:
-    """The request whose sequence has ids[j] at pos[j] + 1 (the draft's ids are shifted left by one)."""
-    for r, seq in enumerate(full):
-        if r in taken:
-            continue
-        if all(p + 1 < len(seq) and seq[p + 1] == t for t, p in zip(ids, pos)):
-            return r
-    return None
+@dataclass
+class _Seq:
+    """One request as the records show it: ``tokens`` at positions 0.. (prompt, then committed tokens)."""
+
+    request: int
+    tokens: list[int]
+
+
+@dataclass
+class Attribution:
+    """Captures made from records alone (:func:`attribute`).
+
+    Attributes:
+        extend: one capture per request segment of each draft EXTEND record (``token_ids`` = the
+            request's tokens up to the segment's end, ``rows`` = the positions).
+        decode: one capture per request of each DRAFT_EXTEND_V2 record (the rows of the target
+            verify before it; ``provenance["accepted"]`` = SGLang's ``num_accept_tokens``).
+        unattributed: ``(record, why)`` for rows no capture could be made of (named, never guessed).
+        modes: ``"role MODE"`` -> records seen.
+        requests: request number -> its first extend's tokens (the prompt, or its first chunk).
+    """
+
+    extend: list = field(default_factory=list)
+    decode: list = field(default_factory=list)
+    unattributed: list = field(default_factory=list)
+    modes: dict = field(default_factory=dict)
+    requests: dict = field(default_factory=dict)
+
+
+class _Attributor:
+    """The walk of :func:`attribute`: SGLang's own bookkeeping, record by record."""
+
+    def __init__(self, provenance: dict) -> None:
+        self.prov, self.out = provenance, Attribution()
+        self.kv: dict[int, int] = {}  # KV slot -> the token last written there by a target forward
+        self.live: dict[int, _Seq] = {}  # req_pool_idx -> the request holding it
+        self.boundaries: list[str] = []
+        self.last_extend: Optional[dict] = None
+        self.last_verify: Optional[dict] = None
+        self.steps: dict[int, int] = {}
+
+    def reset(self) -> None:
+        """A record is missing (unreadable): what it wrote is unknown, so nothing before it is trusted."""
+        self.kv.clear()
+        self.live.clear()
+        self.last_extend = self.last_verify = None
+
+    def _write_kv(self, rec: dict) -> None:
+        locs = rec.get("out_cache_loc")
+        if locs is not None and len(locs) == len(rec["input_ids"]):
+            self.kv.update(zip(locs.tolist(), rec["input_ids"].tolist()))
+
+    def target_extend(self, rec: dict) -> None:
+        prefix_lens = rec.get("extend_prefix_lens")
+        plocs = rec.get("prefix_locs")
+        off = 0
+        for b, (rp, sl) in enumerate(_segments(rec)):
+            pos = rec["positions"][sl].tolist()
+            p = int(prefix_lens[b]) if prefix_lens is not None else (pos[0] if pos else 0)
+            prefix: Optional[list] = []
+            if p:
+                locs = plocs[off:off + p].tolist() if plocs is not None else []
+                prefix = [self.kv.get(x) for x in locs] if len(locs) == p else None
+                if prefix is not None and None in prefix:
+                    prefix = None
+            off += p
+            if prefix is None or (pos and pos[0] != p):
+                self.live.pop(rp, None)
+                self.out.unattributed.append((rec, f"req_pool_idx {rp}: the {p} tokens before position {p} "
+                                              "(cached prefix) were written by no record read here"))
+                continue
+            seq = self.live.get(rp)
+            if seq is None or seq.tokens[:p] != prefix or len(seq.tokens) < p:
+                seq = _Seq(len(self.out.requests), list(prefix))
+                self.out.requests[seq.request] = list(prefix) + rec["input_ids"][sl].tolist()
+            seq.tokens = prefix + rec["input_ids"][sl].tolist()
+            self.live[rp] = seq
+        self._write_kv(rec)
+        self.last_extend = rec
+
+    def draft_extend(self, rec: dict) -> None:
+        if self.last_extend is None:
+            self.out.unattributed.append((rec, "a draft EXTEND with no target EXTEND before it"))
+            return
+        for rp, sl in _segments(rec):
+            seq = self.live.get(rp)
+            ids, pos = rec["input_ids"][sl].tolist(), rec["positions"][sl].tolist()
+            if seq is None:
+                self.out.unattributed.append((rec, f"req_pool_idx {rp}: its target EXTEND rows were not attributed"))
+                continue
+            toks = seq.tokens
+            if any(q + 1 < len(toks) and toks[q + 1] != t for t, q in zip(ids, pos)) or pos[-1] >= len(toks):
+                self.out.unattributed.append((rec, f"req_pool_idx {rp}: the draft's shifted ids are not the "
+                                              f"target's tokens of request {seq.request}"))
+                continue
+            self.out.extend.append(Capture(
+                path=PATH, where=f"engine extend, request {seq.request}", token_ids=torch.tensor(toks[:pos[-1] + 1]),
+                feature=rec["hidden"][sl], rows=torch.tensor(pos, dtype=torch.int64),
+                **_draft_fields(rec, sl, self.boundaries),
+                provenance={**self.prov, "mode": "EXTEND", "draft_mode": rec["mode"], "request": seq.request,
+                            "fc_calls": int(rec.get("fc_input") is not None), "record": rec.get("_file")}))
+        self.last_extend = None
+
+    def draft_extend_after_verify(self, rec: dict) -> None:
+        verify = self.last_verify
+        if verify is None:
+            self.out.unattributed.append((rec, "a draft extend after verify with no target verify before it"))
+            return
+        bs = len(rec["req_pool_indices"])
+        n = rec["hidden"].shape[0] // bs
+        vsegs = dict(_segments(verify, n))
+        for b, (rp, sl) in enumerate(_segments(rec, n)):
+            seq = self.live.get(rp)
+            if seq is None or rp not in vsegs:
+                self.out.unattributed.append((rec, f"req_pool_idx {rp}: no attributed extend or no verify rows"))
+                continue
+            vsl = vsegs[rp]
+            pos = verify["positions"][vsl]
+            start, vids = int(pos[0]), verify["input_ids"][vsl].tolist()
+            if len(seq.tokens) < start:
+                self.live.pop(rp, None)
+                self.out.unattributed.append((rec, f"req_pool_idx {rp}: tokens before position {start} of request "
+                                              f"{seq.request} unknown (a verify step was not recorded)"))
+                continue
+            accepted = int(rec["num_accept_tokens"][b])
+            step = self.steps.get(seq.request, 0)
+            self.out.decode.append(Capture(
+                path=PATH, where=f"engine verify step {step}, request {seq.request}",
+                token_ids=torch.tensor(seq.tokens[:start] + vids, dtype=torch.int64), feature=rec["hidden"][sl],
+                rows=pos.clone().long(), **_draft_fields(rec, sl, self.boundaries),
+                provenance={**self.prov, "mode": "TARGET_VERIFY", "draft_mode": rec["mode"], "request": seq.request,
+                            "accepted": accepted, "select_row": accepted - 1, "num_draft_tokens": int(n),
+                            "verify_tokens": vids, "record": rec.get("_file")}))
+            seq.tokens = seq.tokens[:start] + vids[:accepted]  # committed: the verified prefix, bonus next
+            self.steps[seq.request] = step + 1
+        self.last_verify = None
+
+    def feed(self, rec: dict) -> None:
+        if rec.get("broken"):
+            self.reset()
+            return
+        key = f"{rec['role']} {rec['mode']}"
+        self.out.modes[key] = self.out.modes.get(key, 0) + 1
+        if rec["role"] == "target":
+            if rec.get("layers_to_capture"):
+                self.boundaries = [f"B_{i}" for i in sorted(set(rec["layers_to_capture"]))]
+            if rec["mode"] == "EXTEND":
+                self.target_extend(rec)
+            elif rec["mode"] == "TARGET_VERIFY":
+                self._write_kv(rec)
+                self.last_verify = rec
+        elif rec["mode"] == "EXTEND":
+            self.draft_extend(rec)
+        elif rec["mode"] == "DRAFT_EXTEND_V2":
+            self.draft_extend_after_verify(rec)
+
+
+def attribute(records: list[dict], provenance: Optional[dict] = None) -> Attribution:
+    """Captures from one scheduler process's records, in the order they were written, with no
+    prompt known: each request's tokens are rebuilt from SGLang's own bookkeeping (a target EXTEND's
+    ids at its positions; a cached prefix's tokens through the KV slots that hold them,
+    ``prefix_locs`` -> the ids last written to those slots, :func:`.hooks.kv_fields`; after each
+    verify, the verify ids SGLang accepted, ``num_accept_tokens``). A record ``{"broken": ...}``
+    (unreadable) makes everything before it untrusted. Rows that cannot be attributed are listed in
+    ``unattributed`` with the reason, never guessed."""
+    walk = _Attributor(provenance or {})
+    for rec in records:
+        walk.feed(rec)
+    return walk.out
 
 
 def build_captures(records: list[dict], prompts: list[list[int]], outputs: list[list[int]],
                    provenance: dict) -> tuple[list[Capture], list[Capture]]:
-    """(extend captures, decode captures) from one run's records.
+    """(extend captures, decode captures) of one engine run with known ``prompts``: :func:`attribute`,
+    then each request numbered by the prompt it served (``outputs`` are not needed: the records
+    carry the committed tokens; kept for the callers).
 
     Raises:
-        ValueError: a record cannot be attributed to a request (the message says which record).
+        ValueError: a record cannot be attributed, or a request matches no prompt (the message says which).
     """
-    full = [list(p) + list(o) for p, o in zip(prompts, outputs)]
-    owner: dict[int, int] = {}  # req_pool_idx -> request
-    boundaries: list[str] = []
-    last_verify: Optional[dict] = None
-    extend, decode = [], []
-    steps = [0] * len(prompts)
-    for k, rec in enumerate(records):
-        if rec["role"] == "target":
-            if rec.get("layers_to_capture"):
-                boundaries = [f"B_{i}" for i in sorted(set(rec["layers_to_capture"]))]
-            if rec["mode"] == "TARGET_VERIFY":
-                last_verify = rec
-            continue
-        if rec["mode"] == "EXTEND":
-            extend += _extend_captures(k, rec, prompts, full, owner, boundaries, provenance)
-        elif rec["mode"] == "DRAFT_EXTEND_V2":
-            if last_verify is None:
-                raise ValueError(f"record {k}: a draft extend after verify with no target verify before it")
-            decode += _decode_captures(k, rec, last_verify, full, owner, steps, boundaries, provenance)
-    return extend, decode
-
-
-def _extend_captures(k, rec, prompts, full, owner, boundaries, provenance) -> list[Capture]:
-    caps = []
-    for rp, sl in _segments(rec):
-        ids, pos = rec["input_ids"][sl].tolist(), rec["positions"][sl].tolist()
-        r = _match_request(ids, pos, full, set(owner.values()) - {owner.get(rp)})
-        if r is None:
-            raise ValueError(f"record {k} (draft EXTEND): rows of req_pool_idx {rp} match no prompt")
-        owner[rp] = r
-        caps.append(Capture(
-            path=PATH, where=f"engine extend, request {r}", token_ids=torch.tensor(prompts[r], dtype=torch.int64),
-            feature=rec["hidden"][sl], rows=torch.tensor(pos, dtype=torch.int64),
-            **_draft_fields(rec, sl, boundaries),
-            provenance={**provenance, "mode": "EXTEND", "draft_mode": rec["mode"], "request": r,
-                        "fc_calls": int(rec.get("fc_input") is not None)}))
-    return caps
-
-
-def _decode_captures(k, rec, verify, full, owner, steps, boundaries, provenance) -> list[Capture]:
-    bs = len(rec["req_pool_indices"])
-    n = rec["hidden"].shape[0] // bs
-    vsegs = dict(_segments(verify, n))
-    caps = []
-    for b, (rp, sl) in enumerate(_segments(rec, n)):
-        if rp not in owner or rp not in vsegs:
-            raise ValueError(f"record {k} (DRAFT_EXTEND_V2): req_pool_idx {rp} has no extend or no verify rows")
-        r, vsl = owner[rp], vsegs[rp]
-        pos = verify["positions"][vsl]
-        start = int(pos[0])
-        tokens = full[r][:start] + verify["input_ids"][vsl].tolist()
-        accepted = int(rec["num_accept_tokens"][b])
-        caps.append(Capture(
-            path=PATH, where=f"engine verify step {steps[r]}, request {r}",
-            token_ids=torch.tensor(tokens, dtype=torch.int64), feature=rec["hidden"][sl],
-            rows=pos.clone().long(), **_draft_fields(rec, sl, boundaries),
-            provenance={**provenance, "mode": "TARGET_VERIFY", "draft_mode": rec["mode"], "request": r,
-                        "accepted": accepted, "select_row": accepted - 1, "num_draft_tokens": int(n),
-                        "verify_tokens": verify["input_ids"][vsl].tolist()}))
-        steps[r] += 1
-    return caps
+    att = attribute(records, provenance)
+    if att.unattributed:
+        rec, why = att.unattributed[0]
+        raise ValueError(f"record {rec.get('_file', '?')} ({rec.get('role')} {rec.get('mode')}): {why}")
+    index: dict[int, int] = {}
+    for req, toks in att.requests.items():
+        hits = [i for i, p in enumerate(prompts) if list(p) == toks and i not in index.values()]
+        if not hits:
+            raise ValueError(f"request {req} (first extend of {len(toks)} tokens) matches no prompt")
+        index[req] = hits[0]
+    for cap in att.extend + att.decode:
+        r = index[cap.provenance["request"]]
+        cap.provenance["request"] = r
+        cap.where = cap.where.rsplit("request ", 1)[0] + f"request {r}"
+    return att.extend, att.decode
 
 
 def accept_figures(outputs: list[dict]) -> dict[str, Any]:

@@ -42,6 +42,31 @@ def _cpu(t):
     return None if t is None else t.detach().to("cpu").clone()
 
 
+def kv_fields(fb, mode: str, pool=None) -> dict[str, Any]:
+    """Where a target forward's tokens live in SGLang's KV cache, so rows can be attributed to a
+    request's tokens without knowing the prompts (a server's records, :mod:`eagle3_conformance.server_captures`):
+    ``out_cache_loc`` [N] (the KV slot each row's token is written to, ``ForwardBatch.out_cache_loc``)
+    and, on EXTEND, ``extend_prefix_lens`` [bs] (each segment's first position) and ``prefix_locs`` [sum(prefix)] (the slots of each
+    request's cached prefix, ``req_to_token_pool.req_to_token[req_pool_idx, :prefix_len]`` in
+    ``req_pool_indices`` order: the radix cache's and earlier chunks' tokens; ``pool`` is the model
+    runner's ``req_to_token_pool.req_to_token``, which ``ForwardBatch`` does not carry: None, no
+    ``prefix_locs``)."""
+    out = {"out_cache_loc": _cpu(getattr(fb, "out_cache_loc", None))}
+    seg = getattr(fb, "extend_seq_lens_cpu", None) or _list(getattr(fb, "extend_seq_lens", None))
+    if mode == "EXTEND" and pool is not None and seg:
+        import torch
+
+        starts = [sum(seg[:i]) for i in range(len(seg))]
+        lens = [int(fb.positions[s]) for s in starts]  # a segment's first position = its cached prefix length
+        rows = [pool[int(rp), :n].reshape(-1).long() for rp, n in zip(fb.req_pool_indices.tolist(), lens)]
+        out.update(extend_prefix_lens=torch.tensor(lens, dtype=torch.int64), prefix_locs=_cpu(torch.cat(rows)))
+    return out
+
+
+def _list(t):
+    return None if t is None else [int(x) for x in t.tolist()]
+
+
 def draft_input_recorder(config: dict):
     """``forward_hooks`` factory: returns the hook (see the module docstring)."""
     import torch
@@ -66,6 +91,7 @@ def draft_input_recorder(config: dict):
                    seq_lens=_cpu(fb.seq_lens), extend_seq_lens=_cpu(getattr(fb, "extend_seq_lens", None)))
         if not draft:
             rec["layers_to_capture"] = [int(i) for i in getattr(module, "layers_to_capture", []) or []]
+            rec.update(kv_fields(fb, mode, config.get("req_to_token")))
         if draft:
             spec_info = fb.spec_info
             rec.update(hidden=_cpu(spec_info.hidden_states), fc_input=fc_input,

@@ -1,0 +1,80 @@
+"""``eagle3-conformance check-captures DIR --contract C``: judge what a user's own SGLang server recorded
+(``serve-hooks``' ``--forward-hooks`` value) while it served.
+
+Rows are attributed from the records themselves (:mod:`eagle3_conformance.server_captures`); every
+capture check judges them against the reference forward of the contract's target (``target.path`` /
+the fixture, or ``--reference``). The report lists the forward modes seen: with CUDA graphs on, decode
+forwards run no hooks and only prefill/extend rows are observed (a skipped ``decode_observed``
+finding says so). Unreadable records (a server killed mid-write) are named, the rest judged.
+Exit 0 conforms, 1 violations, 2 bad input (a directory from another contract, pair, tool or SGLang
+version; a server that never ran the hooks; nothing readable).
+"""
+
+from __future__ import annotations
+
+from eagle3_conformance.cli.common import check_output, error, exit_code, load_contract, resolve_reference
+from eagle3_conformance.errors import UsageError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("check-captures", help="judge what your own SGLang server recorded with serve-hooks' "
+                                              "--forward-hooks value")
+    p.add_argument("dir", metavar="DIR", help="the directory given to serve-hooks --out")
+    p.add_argument("--contract", required=True, metavar="C")
+    p.add_argument("--reference", metavar="MODEL_DIR",
+                   help="HF-format target directory of the reference forward (default: the contract's fixture or "
+                        "target.path)")
+    p.add_argument("--max-captures", type=int, default=64, metavar="N",
+                   help="captures judged (every extend and the decode steps the main job judges, then spread "
+                        "evenly to at most N; default 64; -1: all). Each costs one reference forward")
+    p.add_argument("--json", metavar="OUT", help="write findings as JSON")
+    p.add_argument("--markdown", metavar="FILE", help="write the report as Markdown (for CI job summaries)")
+    p.add_argument("--quiet", action="store_true", help="no report: the verdict and diagnoses only")
+    p.add_argument("-v", "--verbose", action="store_true", help="list passing and skipped checks too")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from eagle3_conformance import report
+    from eagle3_conformance.assess import reference_loader
+    from eagle3_conformance.diagnose import diagnose
+    from eagle3_conformance.reference import ReferenceError, load_reference_model
+    from eagle3_conformance.server_captures import judge, read_dir
+
+    c = load_contract(args.contract)
+    if args.max_captures < -1 or args.max_captures == 0:
+        raise UsageError(f"--max-captures {args.max_captures}: must be >= 1, or -1 for all")
+    d = Path(args.dir)
+    for flag in ("json", "markdown"):
+        if getattr(args, flag, None):
+            check_output(getattr(args, flag), f"--{flag}", inputs=(args.contract,), input_dirs=(d,))
+    sd = read_dir(d, c)
+    ref_dir = resolve_reference(c, args)
+    if ref_dir is None:
+        raise UsageError(f"{args.contract}: no reference target (target.path or fixture); pass --reference MODEL_DIR")
+    try:
+        load_reference_model(ref_dir, c.target)
+    except ReferenceError as e:
+        raise UsageError(str(e)) from None
+    findings, meta = judge(c, sd, reference_loader(c, ref_dir), args.max_captures)
+    meta["reference"] = f"transformers forward of {ref_dir}"
+    diagnoses = diagnose(c, findings)
+    title = f"{c.name}: your SGLang server's records ({d})"
+    extra = {k: str(meta[k]) for k in ("records", "sglang", "forward_modes", "judged", "decode", "reference",
+                                       "accept_length_from_records")}
+    if not args.quiet:
+        print(report.render_text(findings, diagnoses, title=title, extra=extra, verbose=bool(args.verbose)))
+    else:
+        print(report.quiet_verdict(findings))
+        for dg in diagnoses:
+            print(f"  {dg.label}: {dg.title}")
+    if args.markdown:
+        report.write_markdown(args.markdown, report.render_markdown(findings, diagnoses, title=title, extra=extra))
+    if args.json:
+        report.write_json(args.json, args.contract, findings, meta, diagnoses=diagnoses)
+    why = report.input_error(findings)
+    if why:
+        error(f"{d}: {why}")
+    return exit_code(findings)

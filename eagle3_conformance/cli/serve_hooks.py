@@ -1,0 +1,41 @@
+"""``eagle3-conformance serve-hooks --contract C --out DIR``: the ``--forward-hooks`` value for a user's
+own ``python -m sglang.launch_server ...`` (any of their flags), recording into DIR.
+
+Writes ``DIR/manifest.json`` (the contract's sha256, this tool's version, the SGLang release the hooks
+know) so that ``check-captures`` refuses a directory recorded for another contract, and prints the
+JSON value on stdout (with ``--command``: a ready ``--forward-hooks '<value>'`` argument). See
+:mod:`eagle3_conformance.server_captures` and docs/own-server.md. Exit 0, or 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from eagle3_conformance.cli.common import load_contract
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("serve-hooks", help="print the --forward-hooks value that records what your own SGLang "
+                                           "server hands its EAGLE-3 draft, for check-captures")
+    p.add_argument("--contract", required=True, metavar="C", help="the contract the records will be judged against")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="where the server writes its records (created; must be empty or new; the server "
+                        "process must be able to write there)")
+    p.add_argument("--command", action="store_true",
+                   help="print a shell-quoted `--forward-hooks '<value>'` argument instead of the bare value")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import sys
+
+    from eagle3_conformance.server_captures import hooks_value, write_manifest
+
+    c = load_contract(args.contract)
+    doc = write_manifest(args.out, args.contract, c)
+    value = hooks_value(args.out)
+    print(f"--forward-hooks {shlex.quote(value)}" if args.command else value)
+    print(f"eagle3-conformance: {args.out}/manifest.json written (contract {c.name}, SGLang "
+          f"{doc['sglang_expected']}); after serving: eagle3-conformance check-captures {args.out} "
+          f"--contract {args.contract}", file=sys.stderr)
+    return 0

@@ -1,0 +1,188 @@
+"""The user's own SGLang server (docs/own-server.md): serve-hooks / check-captures, the records-only
+attribution of rows (tools/sglang_engine/captures.py ``attribute``), and bad input: a directory from
+another contract, pair or SGLang release, a server that never ran the hooks or matched no module.
+
+The real HTTP server runs in tests/test_own_server_live.py (slow)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from eagle3_conformance.cli import main
+from eagle3_conformance.tools.sglang_engine.captures import attribute
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTRACT = ROOT / "contracts" / "smollm2-135m.yaml"
+
+
+def _t(xs):
+    return torch.tensor(xs, dtype=torch.int64)
+
+
+def target_extend(rps, ids, pos, locs, prefix_locs=()):
+    lens = [len(x) for x in ids]
+    return dict(role="target", mode="EXTEND", input_ids=_t(sum(ids, [])), positions=_t(sum(pos, [])),
+                req_pool_indices=_t(rps), seq_lens=_t([p[-1] + 1 for p in pos]), extend_seq_lens=_t(lens),
+                layers_to_capture=[2, 15, 27], out_cache_loc=_t(sum(locs, [])),
+                extend_prefix_lens=_t([p[0] for p in pos]), prefix_locs=_t(list(prefix_locs)))
+
+
+def draft_extend(rps, ids, pos, width=6):
+    n = sum(len(x) for x in ids)
+    h = torch.randn(n, width)
+    return dict(role="draft", mode="EXTEND", input_ids=_t(sum(ids, [])), positions=_t(sum(pos, [])),
+                req_pool_indices=_t(rps), seq_lens=_t([p[-1] + 1 for p in pos]),
+                extend_seq_lens=_t([len(x) for x in ids]), hidden=h, fc_input=h.clone(), num_accept_tokens=None)
+
+
+def verify(rps, ids, pos, locs):
+    return dict(role="target", mode="TARGET_VERIFY", input_ids=_t(sum(ids, [])), positions=_t(sum(pos, [])),
+                req_pool_indices=_t(rps), seq_lens=_t([p[0] for p in pos]), extend_seq_lens=None,
+                layers_to_capture=[2, 15, 27], out_cache_loc=_t(sum(locs, [])))
+
+
+def draft_after_verify(rps, n, accepted, width=6):
+    h = torch.randn(n * len(rps), width)
+    return dict(role="draft", mode="DRAFT_EXTEND_V2", input_ids=_t([0] * n * len(rps)),
+                positions=_t([0] * n * len(rps)), req_pool_indices=_t(rps), seq_lens=_t([0] * len(rps)),
+                extend_seq_lens=None, hidden=h, fc_input=h.clone(), num_accept_tokens=_t(accepted))
+
+
+def _session():
+    """Request A [10..13] at slot 0; one verify (2 accepted); then request B at slot 1 whose first 2
+    tokens came from the radix cache (A's KV slots 100, 101)."""
+    return [
+        target_extend([0], [[10, 11, 12, 13]], [[0, 1, 2, 3]], [[100, 101, 102, 103]]),
+        draft_extend([0], [[11, 12, 13, 50]], [[0, 1, 2, 3]]),
+        verify([0], [[50, 51, 52, 53]], [[4, 5, 6, 7]], [[104, 105, 106, 107]]),
+        draft_after_verify([0], 4, [2]),
+        verify([0], [[60, 61, 62, 63]], [[6, 7, 8, 9]], [[106, 107, 108, 109]]),
+        draft_after_verify([0], 4, [1]),
+        target_extend([1], [[20, 21]], [[2, 3]], [[200, 201]], prefix_locs=[100, 101]),
+        draft_extend([1], [[21, 70]], [[2, 3]]),
+    ]
+
+
+def test_rows_are_attributed_from_the_records_alone():
+    att = attribute(_session())
+    assert att.unattributed == []
+    assert [c.token_ids.tolist() for c in att.extend] == [[10, 11, 12, 13], [10, 11, 20, 21]]
+    assert [c.rows.tolist() for c in att.extend] == [[0, 1, 2, 3], [2, 3]]
+    # the second verify starts after the 2 tokens the first committed: its prefix is A + [50, 51]
+    assert [c.token_ids.tolist() for c in att.decode] == [[10, 11, 12, 13, 50, 51, 52, 53],
+                                                         [10, 11, 12, 13, 50, 51, 60, 61, 62, 63]]
+    assert [c.provenance["accepted"] for c in att.decode] == [2, 1]
+    assert att.modes == {"target EXTEND": 2, "draft EXTEND": 2, "target TARGET_VERIFY": 2, "draft DRAFT_EXTEND_V2": 2}
+
+
+def test_a_prefix_no_record_wrote_is_named_never_guessed():
+    recs = _session()
+    recs[6]["prefix_locs"] = _t([100, 999])  # slot 999: written by no record read here
+    att = attribute(recs)
+    assert len(att.extend) == 1
+    whys = [why for _, why in att.unattributed]
+    assert any("cached prefix" in w for w in whys) and any("not attributed" in w for w in whys)
+
+
+def test_a_broken_record_untrusts_what_came_before_it():
+    recs = _session()
+    recs[4] = {"broken": "x.pt", "error": "EOFError"}  # the second target verify is unreadable
+    att = attribute(recs)
+    assert len(att.decode) == 1  # the draft extend after it has no verify to pair with: named
+    assert any("no target verify" in why for _, why in att.unattributed)
+
+
+def test_draft_ids_that_are_not_the_targets_tokens_are_named():
+    recs = _session()
+    recs[1]["input_ids"] = _t([11, 99, 13, 50])  # the draft got another token at position 1
+    att = attribute(recs)
+    assert len(att.extend) == 1 and "shifted ids" in att.unattributed[0][1]
+
+
+# ---- serve-hooks / check-captures: bad input, each exit 2 naming the cause -------------------------------------
+
+def _prepared(tmp_path) -> Path:
+    d = tmp_path / "caps"
+    assert main(["serve-hooks", "--contract", str(CONTRACT), "--out", str(d)]) == 0
+    return d
+
+
+def _factory(d: Path, version="0.5.23"):
+    (d / "factory-4242-0.json").write_text(json.dumps({"pid": 4242, "sglang_version": version}))
+
+
+def _model(d: Path, layers=30, width=576):
+    (d / "model-4242-target.json").write_text(json.dumps({
+        "pid": 4242, "role": "target", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": layers,
+        "hidden_size": width, "vocab_size": 49152, "layers_to_capture": [2, 15, 27]}))
+
+
+def test_serve_hooks_prints_the_value_sglang_parses(tmp_path, capsys):
+    d = _prepared(tmp_path)
+    value = capsys.readouterr().out.strip()
+    from sglang.srt.server_args import json_list_type  # the parser of --forward-hooks
+
+    spec = json_list_type(value)[0]
+    assert spec["hook_factory"] == "eagle3_conformance.tools.sglang_engine.server_hooks:server_recorder"
+    assert spec["config"]["out_dir"] == str(d.resolve()) and spec["target_modules"] == ["model", "model.fc"]
+    m = json.loads((d / "manifest.json").read_text())
+    assert m["sglang_expected"] == "0.5.23" and len(m["contract_sha256"]) == 64
+    _factory(d)
+    assert main(["serve-hooks", "--contract", str(CONTRACT), "--out", str(d)]) == 2  # holds records: refused
+
+
+def test_a_server_that_never_ran_the_hooks(tmp_path, capsys):
+    d = _prepared(tmp_path)
+    capsys.readouterr()
+    assert main(["check-captures", str(d), "--contract", str(CONTRACT)]) == 2
+    assert "never called the hook factory" in capsys.readouterr().err
+
+
+def test_a_server_whose_modules_matched_no_pattern(tmp_path, capsys):
+    d = _prepared(tmp_path)
+    _factory(d)
+    capsys.readouterr()
+    assert main(["check-captures", str(d), "--contract", str(CONTRACT)]) == 2
+    err = capsys.readouterr().err
+    assert "No modules matched hook spec 'eagle3-conformance-draft-input' patterns=['model', 'model.fc']" in err
+
+
+def test_another_sglang_release(tmp_path, capsys):
+    d = _prepared(tmp_path)
+    _factory(d, "0.5.24")
+    _model(d)
+    capsys.readouterr()
+    assert main(["check-captures", str(d), "--contract", str(CONTRACT)]) == 2
+    assert "recorded by SGLang 0.5.24; these hooks know SGLang 0.5.23" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("layers,width", [(24, 576), (30, 960)])
+def test_another_pair(tmp_path, capsys, layers, width):
+    d = _prepared(tmp_path)
+    _factory(d)
+    _model(d, layers, width)
+    capsys.readouterr()
+    assert main(["check-captures", str(d), "--contract", str(CONTRACT)]) == 2
+    err = capsys.readouterr().err
+    assert f"model-4242-target.json: the server's target has {layers} layers x {width}" in err
+    assert "the contract's target is 30 x 576" in err
+
+
+def test_another_contract(tmp_path, capsys):
+    d = _prepared(tmp_path)
+    other = tmp_path / "other.yaml"
+    other.write_text(CONTRACT.read_text().replace("name: smollm2-135m-eagle3", "name: other-pair"))
+    capsys.readouterr()
+    assert main(["check-captures", str(d), "--contract", str(other)]) == 2
+    assert "recorded for the contract 'smollm2-135m-eagle3'" in capsys.readouterr().err
+
+
+def test_not_a_prepared_directory(tmp_path, capsys):
+    assert main(["check-captures", str(tmp_path), "--contract", str(CONTRACT)]) == 2
+    assert "no manifest.json" in capsys.readouterr().err
+    assert main(["check-captures", str(tmp_path / "nope"), "--contract", str(CONTRACT)]) == 2
+    assert "no such capture directory" in capsys.readouterr().err
