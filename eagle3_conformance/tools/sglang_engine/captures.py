@@ -128,7 +128,7 @@ class _Attributor:
                                               "(cached prefix) were written by no record read here"))
                 continue
             seq = self.live.get(rp)
-            if seq is None or seq.tokens[:p] != prefix or len(seq.tokens) < p:
+            if seq is None or p == 0 or seq.tokens != prefix:  # else: the next chunk of the same request
                 seq = _Seq(len(self.out.requests), list(prefix))
                 self.out.requests[seq.request] = list(prefix) + rec["input_ids"][sl].tolist()
             seq.tokens = prefix + rec["input_ids"][sl].tolist()

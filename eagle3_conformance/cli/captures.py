@@ -1,5 +1,5 @@
-"""``eagle3-conformance check-captures DIR --contract C``: judge what a user's own SGLang server recorded
-(``serve-hooks``' ``--forward-hooks`` value) while it served.
+"""``eagle3-conformance check-captures DIR --contract C`` (this module: the verb's): judge what a user's own
+SGLang server recorded (``serve-hooks``' ``--forward-hooks`` value) while it served.
 
 Rows are attributed from the records themselves (:mod:`eagle3_conformance.server_captures`); every
 capture check judges them against the reference forward of the contract's target (``target.path`` /
