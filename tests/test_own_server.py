@@ -186,3 +186,15 @@ def test_not_a_prepared_directory(tmp_path, capsys):
     assert "no manifest.json" in capsys.readouterr().err
     assert main(["check-captures", str(tmp_path / "nope"), "--contract", str(CONTRACT)]) == 2
     assert "no such capture directory" in capsys.readouterr().err
+
+
+def test_the_engine_runs_known_prompts_name_requests_by_prompt():
+    """build_captures (the project's own engine runs) goes through the same attribution and numbers
+    requests by the prompt they served; a request matching no prompt is an error naming it."""
+    from eagle3_conformance.tools.sglang_engine.captures import build_captures
+
+    extend, decode = build_captures(_session(), [[10, 11, 20, 21], [10, 11, 12, 13]], [], {})
+    assert [c.provenance["request"] for c in extend] == [1, 0]
+    assert [c.where for c in decode] == ["engine verify step 0, request 1", "engine verify step 1, request 1"]
+    with pytest.raises(ValueError, match="matches no prompt"):
+        build_captures(_session(), [[10, 11, 12, 13]], [], {})
