@@ -167,7 +167,8 @@ def read_dir(d: Path, c) -> ServerDir:
             rec = torch.load(f, weights_only=True)
             rec["_file"] = f.name
         except Exception as e:  # noqa: BLE001 - a truncated file raises whatever the unpickler meets
-            why = " ".join(f"{type(e).__name__}: {e}".split())[:200]
+            why = (f"not a complete record ({f.stat().st_size} bytes; a server stopped while torch.save wrote it?): "
+                   + " ".join(f"{type(e).__name__}: {e}".split())[:200])
             out.broken.append((f.name, why))
             rec = {"broken": f.name, "error": why}
         out.streams.setdefault(f.stem.partition("-")[0], []).append(rec)
@@ -180,7 +181,7 @@ def read_dir(d: Path, c) -> ServerDir:
 
 
 def _record_finding(name: str, why: str, status: str, check: str, expected: str) -> Finding:
-    return Finding(check, status, PATH, None, expected, why, name, f"{name}: {why}", "")
+    return Finding(check, status, PATH, None, expected, why, name, why, "")
 
 
 def mode_findings(modes: dict, n_decode: int) -> list[Finding]:
