@@ -198,3 +198,32 @@ def test_the_engine_runs_known_prompts_name_requests_by_prompt():
     assert [c.where for c in decode] == ["engine verify step 0, request 1", "engine verify step 1, request 1"]
     with pytest.raises(ValueError, match="matches no prompt"):
         build_captures(_session(), [[10, 11, 12, 13]], [], {})
+
+
+def test_serve_adds_the_cpu_recipe_unless_the_user_named_it():
+    from eagle3_conformance.serve import server_command
+
+    cmd = server_command(["--model-path", "M"], "cpu")
+    assert cmd[1:] == ["-m", "sglang.launch_server", "--model-path", "M", "--device", "cpu",
+                       "--attention-backend", "torch_native"]
+    cmd = server_command(["--model-path", "M", "--attention_backend=triton"], "cpu")
+    assert cmd[-2:] == ["--device", "cpu"] and "torch_native" not in cmd
+    assert server_command(["--model-path", "M"], "cuda")[3:] == ["--model-path", "M"]
+
+
+def test_serve_without_server_arguments_is_a_usage_error(capsys):
+    from eagle3_conformance.serve import main as serve_main
+
+    with pytest.raises(SystemExit) as e:
+        serve_main(["--device", "cpu", "--"])
+    assert e.value.code == 2 and "no sglang.launch_server arguments" in capsys.readouterr().err
+
+
+def test_decode_is_never_reported_checked_without_decode_records():
+    from eagle3_conformance.server_captures import mode_findings
+
+    graphed = mode_findings({"target EXTEND": 3, "draft EXTEND": 3}, 0)
+    assert [(f.check, f.status) for f in graphed] == [("forward_modes", "pass"), ("decode_observed", "skip")]
+    assert "decode NOT checked" in graphed[1].message and "CUDA graphs" in graphed[1].message
+    eager = mode_findings({"draft EXTEND": 3, "target TARGET_VERIFY": 9, "draft DRAFT_EXTEND_V2": 9}, 9)
+    assert eager[1].status == "pass"

@@ -185,3 +185,22 @@ def test_a_record_truncated_mid_write_is_named_and_the_rest_judged(correct, tmp_
     broken = [f for f in doc["findings"] if f["check"] == "sample_available" and f["status"] == "fail"]
     assert [f["where"] for f in broken] == [last.name]
     assert any(f["check"] == "slot_identity" and f["status"] == "pass" for f in doc["findings"])
+
+
+def test_without_decode_records_the_report_says_decode_was_not_checked(correct, tmp_path, capsys):
+    """What a GPU server with CUDA graphs leaves (replayed decode forwards run no hooks): only the
+    prefill/extend records. Simulated on CPU (no graphs here) by keeping only those records."""
+    import torch
+
+    d = tmp_path / "graphed"
+    shutil.copytree(correct["dir"], d)
+    for f in d.glob("*.pt"):
+        if torch.load(f, weights_only=True)["mode"] != "EXTEND":
+            f.unlink()
+    rc, doc, _ = _check(d, tmp_path)
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert doc["meta"]["decode"].startswith("NOT observed") and "cuda_graph_setup.py:454-457" in doc["meta"]["decode"]
+    skip = [f for f in doc["findings"] if f["check"] == "decode_observed"]
+    assert [f["status"] for f in skip] == ["skip"] and "decode NOT checked" in skip[0]["message"]
+    assert not [f for f in doc["findings"] if f["check"] == "decode_observed" and f["status"] == "pass"]
