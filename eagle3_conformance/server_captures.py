@@ -184,21 +184,19 @@ def _record_finding(name: str, why: str, status: str, check: str, expected: str)
     return Finding(check, status, PATH, None, expected, why, name, why, "")
 
 
-def mode_findings(modes: dict, n_decode: int) -> list[Finding]:
-    """What the records show of each forward mode: extend rows observed; decode observed (and
-    judged) or not observed (a skip that names CUDA graphs, never a pass)."""
+def mode_findings(modes: dict, n_extend: int, n_decode: int) -> list[Finding]:
+    """What the records did not show, as skips (the modes seen are in the report's ``forward_modes``):
+    no decode attributed -> ``decode_observed`` skip naming CUDA graphs (decode is never reported as
+    checked without decode rows); no extend attributed -> ``extend_observed`` skip."""
     seen = ", ".join(f"{k} x{v}" for k, v in sorted(modes.items())) or "none"
-    out = [Finding("forward_modes", "pass" if modes.get("draft EXTEND") else "skip", PATH, None,
-                   "draft EXTEND (prefill) rows observed", seen, "records",
-                   f"forward modes recorded: {seen}")]
-    if any(modes.get(m) for m in DECODE_MODES) and n_decode:
-        out.append(Finding("decode_observed", "pass", PATH, None, "target verify + draft extend after verify",
-                           f"{n_decode} verify steps attributed", "records",
-                           f"decode observed: {n_decode} verify steps attributed"))
-    else:
+    out = []
+    if not n_extend:
+        out.append(Finding("extend_observed", "skip", PATH, None, "draft EXTEND (prefill) rows", seen, "records",
+                           f"prefill/extend NOT checked: no draft EXTEND rows attributed (modes recorded: {seen})"))
+    if not (any(modes.get(m) for m in DECODE_MODES) and n_decode):
         out.append(Finding("decode_observed", "skip", PATH, None, "target verify + draft extend after verify",
                            "no decode records", "records", f"decode NOT checked: no target verify / draft extend "
-                           f"after verify records ({GRAPH_NOTE})"))
+                           f"after verify rows attributed (modes recorded: {seen}; {GRAPH_NOTE})"))
     return out
 
 
@@ -244,7 +242,7 @@ def judge(c, sd: ServerDir, reference: Callable[[], Any], max_captures: int = 64
     findings = [_record_finding(n, why, "fail", "sample_available", "a complete record") for n, why in sd.broken]
     findings += [_record_finding(r.get("_file", "?"), why, "skip", "attributed", "rows attributed to a request")
                  for r, why in unattributed]
-    findings += mode_findings(modes, len(decode))
+    findings += mode_findings(modes, len(extend), len(decode))
     judged = select(extend, decode, max_captures)
     if not judged:
         raise DataError(f"{sd.path}: no row could be attributed to a request ({len(unattributed)} records "

@@ -222,8 +222,8 @@ def test_serve_without_server_arguments_is_a_usage_error(capsys):
 def test_decode_is_never_reported_checked_without_decode_records():
     from eagle3_conformance.server_captures import mode_findings
 
-    graphed = mode_findings({"target EXTEND": 3, "draft EXTEND": 3}, 0)
-    assert [(f.check, f.status) for f in graphed] == [("forward_modes", "pass"), ("decode_observed", "skip")]
-    assert "decode NOT checked" in graphed[1].message and "CUDA graphs" in graphed[1].message
-    eager = mode_findings({"draft EXTEND": 3, "target TARGET_VERIFY": 9, "draft DRAFT_EXTEND_V2": 9}, 9)
-    assert eager[1].status == "pass"
+    graphed = mode_findings({"target EXTEND": 3, "draft EXTEND": 3}, 3, 0)
+    assert [(f.check, f.status) for f in graphed] == [("decode_observed", "skip")]
+    assert "decode NOT checked" in graphed[0].message and "CUDA graphs" in graphed[0].message
+    assert mode_findings({"draft EXTEND": 3, "target TARGET_VERIFY": 9, "draft DRAFT_EXTEND_V2": 9}, 3, 9) == []
+    assert [f.check for f in mode_findings({"draft DECODE": 4}, 0, 0)] == ["extend_observed", "decode_observed"]
