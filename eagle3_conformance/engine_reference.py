@@ -37,11 +37,12 @@ def prefix_keys(tokens: Iterable[int]) -> list[int]:
     return out
 
 
-def needed_boundaries(aux: list[Boundary], num_layers: int) -> list[str]:
+def needed_boundaries(aux: list[Boundary], num_layers: int, verifier: Optional[Boundary] = None) -> list[str]:
     """What the checks need recorded: each slot's B_k and its neighbours B_{k-1}, B_{k+1}, plus B_0,
-    B_L and F (ascending, each once)."""
+    B_L and F (ascending, each once); with ``verifier`` (a path whose captures carry verifier rows)
+    that boundary and its neighbours too. Engine captures carry no verifier rows."""
     want = {0, num_layers}
-    for b in aux:
+    for b in list(aux) + ([verifier] if verifier is not None else []):
         if not b.final:
             want |= {k for k in (b.index - 1, b.index, b.index + 1) if 0 <= k <= num_layers}
     return [f"B_{k}" for k in sorted(want)] + ["F"]

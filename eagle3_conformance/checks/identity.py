@@ -75,7 +75,7 @@ def judge(declared: Boundary, slot: torch.Tensor, rows: torch.Tensor, ref: Refer
     Returns None when no row is resolvable (nothing to decide on), or when a partial reference
     (the engine's own records) did not record ``declared``.
     """
-    if declared not in ref.names:
+    if declared not in ref.names or not _neighbours_recorded(ref, declared):
         return None
     res = keep & resolvable(ref, declared, rows, gates.resolvable_max_cosine(c))
     if not bool(res.any()):
@@ -93,6 +93,17 @@ def judge(declared: Boundary, slot: torch.Tensor, rows: torch.Tensor, ref: Refer
     else:
         status = "fail" if gap > gates.identity_noise_deg(c, stored) else "undecidable"
     return Verdict(status, names[bi], d_cos, b_cos, runner, gap, int(res.sum()), int(keep.sum() - res.sum()))
+
+
+def _neighbours_recorded(ref: Reference, declared: Boundary) -> bool:
+    """A partial reference decides a slot only when it also holds the declared boundary's neighbours
+    B_{k-1} and B_{k+1}: a slot holding any unrecorded boundary then meets a recorded one between it
+    and the declared one, which it matches better (measured on SmolLM2 and Gemma-3-270M,
+    docs/engine-reference.md), so it fails or is undecidable, never passes."""
+    if not ref.partial or declared.final:
+        return True
+    near = [Boundary(k) for k in (declared.index - 1, declared.index + 1) if 0 <= k <= ref.num_layers]
+    return all(b in ref.names for b in near)
 
 
 def _undecidable(check: str, cap: Capture, label, declared, v: Optional[Verdict], fault: str) -> Finding:
