@@ -80,7 +80,7 @@ def assess(c: Contract, obs, reference: Callable[[], Any], path: Optional[str] =
         c: the contract.
         obs: a :class:`eagle3_conformance.paths.base.Observation`.
         reference: returns the reference model (loaded on first need; called only when
-            ``obs`` holds captures to fingerprint).
+            ``obs`` holds captures to fingerprint and brings no ``obs.reference`` of its own).
         path: the name of the path that made ``obs``; handed to the fact checks that take a
             ``path`` (the accept-length gate names the path that measured it).
 
@@ -89,7 +89,7 @@ def assess(c: Contract, obs, reference: Callable[[], Any], path: Optional[str] =
     """
     out: list[Finding] = []
     if obs.captures:
-        ref_model = reference()
+        ref_model = obs.reference if getattr(obs, "reference", None) is not None else reference()
         for cap in obs.captures:
             out += sample_findings(c, cap, ref_model) if obs.stored else capture_findings(c, cap, ref_model)
     for cap in obs.shapes_only:

@@ -341,6 +341,15 @@ class Engines(_Strict):
         None, description="vLLM serving (release and model runners); null: the draft is not served with vLLM "
         "and the vllm-extend path is skipped."
     )
+    sglang_tp_size: int = Field(
+        1, ge=1, description="Tensor-parallel size the pair is served with by SGLang (the sglang-engine path "
+        "runs it; the engine reference records on attention-TP rank 0, docs/engine-reference.md)."
+    )
+    sglang_pp_size: int = Field(
+        1, ge=1, description="Pipeline-parallel size of the SGLang server. SGLang 0.5.23 refuses EAGLE-3 with "
+        "pp > 1 (arg_groups/validation_hook.py:131-138: PP supports only EAGLE; :724-728: no aux capture with "
+        "pp != 1; sgl-project/sglang#39644): validate reports it and the serving paths do not run."
+    )
 
 
 # --- draft method: DFlash and MTP / NextN (issue 14) -------------------------------------------
@@ -507,6 +516,12 @@ class Contract(_Strict):
     positions: Positions = Field(default_factory=Positions)
     dflash: Optional[DFlashSpec] = Field(None, description="method dflash only: the tapped target layers.")
     mtp: Optional[MTPSpec] = Field(None, description="method mtp only: what each MTP layer reads.")
+    reference: Literal["transformers", "engine"] = Field(
+        "transformers", description="What the serving captures are judged against: 'transformers' (the "
+        "project's own forward of the target: the independent oracle, needs the target to fit beside the "
+        "engine) or 'engine' (the target's residual stream recorded by the engine's own forward_hooks in the "
+        "same forward, docs/engine-reference.md). pytest --conformance-reference overrides it."
+    )
 
     # -- derived -----------------------------------------------------------------------------
     @property
@@ -809,7 +824,27 @@ def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
     from eagle3_conformance.families import method_problems  # DFlash / MTP rules (issue 14)
 
     return (_capture_problems(c) + _size_problems(c) + _verifier_problems(c) + _pairing_problems(c)
-            + _layer_id_problems(c) + _band_problems(c) + _gate_vocab_position_problems(c) + method_problems(c))
+            + _layer_id_problems(c) + _band_problems(c) + _gate_vocab_position_problems(c) + method_problems(c)
+            + _parallel_problems(c))
+
+
+def pipeline_refusal(pp_size: int, method: str = "eagle3") -> Optional[str]:
+    """Why SGLang 0.5.23 cannot serve this draft with pipeline parallelism ``pp_size``, or None.
+
+    ``arg_groups/validation_hook.py:131-138`` (``check_pipeline_parallel_compat``): with pp > 1 the
+    only speculative algorithm is EAGLE (not EAGLE3); ``:724-728``: no aux-hidden-state capture with
+    pp != 1, "the capture hooks only see the layers on the last pipeline rank" (sgl-project/sglang#39644,
+    docs/engine-reference.md)."""
+    if int(pp_size) <= 1 or method not in ("eagle3", "dflash"):
+        return None
+    return (f"pipeline parallelism (pp_size {pp_size}): SGLang 0.5.23 refuses aux capture with pp > 1 "
+            "(arg_groups/validation_hook.py:131-138 allows only EAGLE with PP; :724-728; sgl-project/sglang#39644): "
+            "an EAGLE-3 draft cannot be served this way; serve with --pp-size 1 (tensor parallelism is fine)")
+
+
+def _parallel_problems(c: Contract) -> list[tuple[tuple, str]]:
+    why = pipeline_refusal(c.engines.sglang_pp_size, c.method)
+    return [(("engines", "sglang_pp_size"), why)] if why else []
 
 
 def _capture_problems(c: Contract) -> list[tuple[tuple, str]]:

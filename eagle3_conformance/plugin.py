@@ -85,6 +85,10 @@ def pytest_addoption(parser):
     g.addoption("--conformance-profile", choices=tuple(PROFILES), default="ci",
                 help="hypothesis profile of the suite's drawn examples: ci (5 per path, derandomized; default), "
                      "dev (60), gpu (4); registered as conformance-<name>, applied to the suite only")
+    g.addoption("--conformance-reference", choices=("transformers", "engine"), default=None,
+                help="what the serving captures are judged against, overriding each contract's `reference`: "
+                     "transformers (the project's own forward of the target) or engine (the target's residual "
+                     "stream recorded by the engine's own forward_hooks; docs/engine-reference.md)")
 
 
 def _asked(config) -> bool:
@@ -256,6 +260,13 @@ class PathItem(pytest.Item):
         rec = self.config.stash[_RECORDS].setdefault(key, _Record(self.contract))
         rec.errors.append(f"{self.conformance_path}: {why}")
 
+    def _judged_contract(self):
+        """The contract, with ``reference`` set by ``--conformance-reference`` when given."""
+        ref = self.config.getoption("conformance_reference", None)
+        if ref is None or ref == self.contract.reference:
+            return self.contract
+        return self.contract.model_copy(update={"reference": ref})
+
     def runtest(self):
         from eagle3_conformance import session
         from eagle3_conformance.pairs import PairUnavailable, resolve_pair
@@ -269,7 +280,7 @@ class PathItem(pytest.Item):
                 raise ConformanceSetupError(f"{self.path}: {e}") from None
             pytest.skip(f"pair not available locally: {e}; norm bands {self.contract.norm_bands.status}")
         try:
-            findings = session.run_path(registered_paths.get(self.conformance_path), self.contract, pair,
+            findings = session.run_path(registered_paths.get(self.conformance_path), self._judged_contract(), pair,
                                         profile=self.config.getoption("conformance_profile"))
         except _input_errors() as e:
             self._stopped(str(e))

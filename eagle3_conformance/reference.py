@@ -49,6 +49,10 @@ class ReferenceError(Exception):
     """The reference model directory cannot be used (missing config or weights, bad format)."""
 
 
+class MissingBoundary(ReferenceError, KeyError):
+    """A partial reference (the engine's own records) holds no such boundary."""
+
+
 @dataclass
 class Reference:
     """All boundaries of one sequence.
@@ -60,6 +64,11 @@ class Reference:
         final_norm_eps: epsilon of the final norm.
         final_norm_kind: "rmsnorm" (x*w) or "rmsnorm_one_plus" (x*(1+w)).
         num_layers: L.
+        present: None (every boundary B_0..B_L, F: the transformers forward), or the boundaries
+            this reference holds, in ``stack`` order (the engine as its own reference records only
+            some: :mod:`eagle3_conformance.engine_reference`); then ``stack`` is [len(present), T, d]
+            and a token row the engine did not record is NaN.
+        source: which reference this is, for reports ("transformers" or "engine ...").
     """
 
     token_ids: torch.Tensor
@@ -68,15 +77,33 @@ class Reference:
     final_norm_eps: float
     final_norm_kind: str
     num_layers: int
+    present: Optional[list[Boundary]] = None
+    source: str = "transformers"
 
     def boundary(self, b: Boundary | str) -> torch.Tensor:
-        """[T, d] float32 tensor of boundary ``b``."""
+        """[T, d] float32 tensor of boundary ``b``.
+
+        Raises:
+            MissingBoundary: a partial reference (``present``) that did not record ``b``.
+        """
         b = Boundary.parse(b)
-        return self.stack[boundary_row(b, self.num_layers)]
+        if self.present is None:
+            return self.stack[boundary_row(b, self.num_layers)]
+        try:
+            return self.stack[self.present.index(b)]
+        except ValueError:
+            raise MissingBoundary(f"the {self.source} reference did not record {b} (it holds "
+                                  f"{', '.join(map(str, self.present))})") from None
 
     @property
     def names(self) -> list[Boundary]:
-        return all_boundaries(self.num_layers)
+        """The boundaries this reference holds, in ``stack`` order (all of B_0..B_L, F unless partial)."""
+        return all_boundaries(self.num_layers) if self.present is None else list(self.present)
+
+    @property
+    def partial(self) -> bool:
+        """True when only some boundaries were recorded (identity scans only those)."""
+        return self.present is not None
 
     @cached_property
     def unit(self) -> torch.Tensor:

@@ -36,8 +36,10 @@ def installed_versions() -> dict[str, str]:
 
 
 def contract_hash(c) -> str:
-    """sha256 (hex) of the contract's content without ``engines`` (see the module docstring)."""
-    doc = c.model_dump(mode="json", exclude={"engines"})
+    """sha256 (hex) of the contract's content without ``engines`` (see the module docstring) and
+    without ``reference`` (which reference judges is how a run checks the pair, not the pair: a
+    record stays valid whichever judged it; the run's report names it)."""
+    doc = c.model_dump(mode="json", exclude={"engines", "reference"})
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 

@@ -88,24 +88,25 @@ def check_engine_lossless(c: Contract, greedy: dict, path: str = "sglang-engine"
     docs/REFERENCE.md section 4.1).
 
     Args:
-        greedy: ``{"engine": [[ids]...], "reference": [[ids]...]}`` (same length per request), or
-            ``{"skip": why}``.
+        greedy: ``{"engine": [[ids]...], "reference": [[ids]...]}`` (same length per request; optional
+            ``"note"``: why the engine ran in another dtype than the contract's), or ``{"skip": why}``.
     """
     if "skip" in greedy:
         return [Finding("lossless", "skip", path, None, "engine output == target greedy", None, "all requests",
                         greedy["skip"], "")]
     bad = [i for i, (a, b) in enumerate(zip(greedy["engine"], greedy["reference"])) if list(a) != list(b)]
     n = len(greedy["engine"])
+    note = f" ({greedy['note']})" if greedy.get("note") else ""
     if not bad:
         return [Finding("lossless", "pass", path, None, "engine output == target greedy", f"{n} of {n} equal",
-                        "all requests", f"all {n} outputs equal the target's greedy decode", "")]
+                        "all requests", f"all {n} outputs equal the target's greedy decode{note}", "")]
     i = bad[0]
     a, b = list(greedy["engine"][i]), list(greedy["reference"][i])
     j = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     return [Finding("lossless", "fail", path, None, "engine output == target greedy", f"{n - len(bad)} of {n} equal",
                     f"request {i}, output token {j}",
                     f"{len(bad)} of {n} outputs differ from the target's greedy decode; request {i} first at output "
-                    f"token {j} (engine {a[j] if j < len(a) else None}, target {b[j] if j < len(b) else None})", "")]
+                    f"token {j} (engine {a[j] if j < len(a) else None}, target {b[j] if j < len(b) else None}){note}", "")]
 
 
 @check(FACT, ("R42",), fact="graph_acceptance")
@@ -124,3 +125,40 @@ def check_graph_acceptance(c: Contract, fig: dict, path: str = "sglang-engine") 
     return [Finding("graph_acceptance", "pass" if ok else "fail", path, None, f">= {e - noise:.3f}", round(g, 3),
                     "CUDA graphs vs eager", f"graphed spec_accept_length {g:.3f}, eager {e:.3f} (noise {noise})",
                     "R42")]
+
+
+@check(FACT, ("K1", "K2"), fact="reference")
+def check_reference(c: Contract, ref: dict, path: str = "sglang-engine") -> list[Finding]:
+    """Which reference judged the path's captures, and whether it held what the checks need.
+
+    Args:
+        ref: ``{"kind": "transformers" | "engine", "source": words, "needed": [boundaries], "recorded":
+            [boundaries], "rows": int, "bytes": int, "missing": [...], "errors": [...], "dropped": [...]}``
+            (engine: :attr:`eagle3_conformance.engine_reference.EngineReference.stats`).
+
+    The transformers forward: pass (the independent oracle). The engine's own records: pass when
+    every needed boundary was recorded on some row; fail when it recorded nothing (its hooks did not
+    run, or every hook failed: the captures were then not judged); skip when some needed boundary is
+    missing (identity scanned the others only; the finding names them)."""
+    kind = ref.get("kind", "transformers")
+    where = f"{path}: reference"
+    if kind == "transformers":
+        return [Finding("reference", "pass", path, None, c.reference, "transformers", where,
+                        "captures judged against the project's own transformers forward of the target")]
+    need, have = list(ref.get("needed", [])), list(ref.get("recorded", []))
+    lack = [b for b in need if b not in have]
+    figures = (f"{ref.get('rows', 0)} rows x {len(have)} boundaries, {ref.get('bytes', 0)} bytes "
+               f"({ref.get('source', 'engine')})")
+    if not have or not ref.get("rows"):
+        errs = "; ".join(ref.get("errors", [])[:3]) or "no hook error was reported"
+        return [Finding("reference", "fail", path, None, need, "nothing recorded", where,
+                        f"the engine recorded no boundary of the target ({errs}): the captures could not be "
+                        "judged against it", "K2")]
+    if lack:
+        return [Finding("reference", "skip", path, None, need, have, where,
+                        f"the engine reference lacks {', '.join(lack)} (no hook fired for them; "
+                        f"errors: {'; '.join(ref.get('errors', [])[:2]) or 'none'}): identity scanned {', '.join(have)} "
+                        f"only; {figures}", "K2")]
+    return [Finding("reference", "pass", path, None, need, have, where,
+                    f"captures judged against the engine's own forward: {figures}"
+                    + (f"; budget: {ref['dropped'][0]}" if ref.get("dropped") else ""))]

@@ -17,7 +17,7 @@ from eagle3_conformance.findings import Finding
 from eagle3_conformance.checks.common import (GATE_NOISE, GATE_ROW_FLOOR, NO_MATCH_COSINE, finding, keep_rows, no_rows,
                                              slot_label, usable)
 from eagle3_conformance.checks.registry import REFERENCE, check
-from eagle3_conformance.notation import Boundary, all_boundaries
+from eagle3_conformance.notation import Boundary
 from eagle3_conformance.reference import Reference
 
 
@@ -39,7 +39,7 @@ def resolvable(ref: Reference, declared: Boundary, rows: torch.Tensor, max_cos: 
     of repeated tokens fail this; they carry no evidence of which boundary a slot holds. Judged
     on the reference's per-token profile only, so it works for a one-row capture (docs/gates.md).
     """
-    k = all_boundaries(ref.num_layers).index(declared)
+    k = ref.names.index(declared)
     return ref.neighbour_cosine[k][rows] < max_cos
 
 
@@ -47,7 +47,7 @@ def identify(slot: torch.Tensor, rows: torch.Tensor, ref: Reference, keep: torch
     """The reference boundary a slot matches best: (boundary, cosine, full profile)."""
     prof = similarity_profile(slot, rows, ref, keep)
     i = int(prof.argmax())
-    return all_boundaries(ref.num_layers)[i], float(prof[i]), prof
+    return ref.names[i], float(prof[i]), prof
 
 
 @dataclass(frozen=True)
@@ -72,13 +72,16 @@ def judge(declared: Boundary, slot: torch.Tensor, rows: torch.Tensor, ref: Refer
         slot: [N, d] the captured slot; rows: [N] token indices into ``ref``; keep: [N] bool rows
             not at an excluded position.
 
-    Returns None when no row is resolvable (nothing to decide on).
+    Returns None when no row is resolvable (nothing to decide on), or when a partial reference
+    (the engine's own records) did not record ``declared``.
     """
+    if declared not in ref.names or not _neighbours_recorded(ref, declared):
+        return None
     res = keep & resolvable(ref, declared, rows, gates.resolvable_max_cosine(c))
     if not bool(res.any()):
         return None
     prof = similarity_profile(slot, rows, ref, res)
-    names = all_boundaries(ref.num_layers)
+    names = ref.names
     di, bi = names.index(declared), int(prof.argmax())
     others = torch.cat([prof[:di], prof[di + 1:]])
     runner = float(others.max()) if others.numel() else -1.0
@@ -90,6 +93,17 @@ def judge(declared: Boundary, slot: torch.Tensor, rows: torch.Tensor, ref: Refer
     else:
         status = "fail" if gap > gates.identity_noise_deg(c, stored) else "undecidable"
     return Verdict(status, names[bi], d_cos, b_cos, runner, gap, int(res.sum()), int(keep.sum() - res.sum()))
+
+
+def _neighbours_recorded(ref: Reference, declared: Boundary) -> bool:
+    """A partial reference decides a slot only when it also holds the declared boundary's neighbours
+    B_{k-1} and B_{k+1}: a slot holding any unrecorded boundary then meets a recorded one between it
+    and the declared one, which it matches better (measured on SmolLM2 and Gemma-3-270M,
+    docs/engine-reference.md), so it fails or is undecidable, never passes."""
+    if not ref.partial or declared.final:
+        return True
+    near = [Boundary(k) for k in (declared.index - 1, declared.index + 1) if 0 <= k <= ref.num_layers]
+    return all(b in ref.names for b in near)
 
 
 def _undecidable(check: str, cap: Capture, label, declared, v: Optional[Verdict], fault: str) -> Finding:
@@ -134,7 +148,22 @@ def check_slot_identity(c: Contract, cap: Capture, ref: Reference) -> list[Findi
             continue
         out.append(identity_finding("slot_identity", c, cap, slot_label(i), declared,
                                      judge(declared, slot, cap.rows, ref, keep, c, cap.stored), cos, got, "K2"))
-    return out
+    return scanned(out, ref)
+
+
+def scanned(out: list[Finding], ref: Reference) -> list[Finding]:
+    """With a partial reference (the engine's own records), every identity finding says which
+    boundaries the scan had: a slot is matched against those only, so a slot holding an unrecorded
+    boundary is named by its nearest recorded one (a fail, or undecidable: never a pass, since a
+    pass needs the declared boundary to be the best match AND within the per-row cosine floor)."""
+    if not ref.partial:
+        return out
+    from dataclasses import replace
+
+    had = ", ".join(map(str, ref.names))
+    return [replace(f, message=f"{f.message} [scanned the {ref.source} reference's recorded boundaries: {had}]",
+                    extra={**f.extra, "reference": ref.source, "scanned": [str(b) for b in ref.names]})
+            for f in out]
 
 
 def identity_finding(check: str, c: Contract, cap: Capture, label: str, declared: Boundary,
@@ -194,8 +223,8 @@ def check_slot_order(c: Contract, cap: Capture, ref: Reference) -> list[Finding]
         msg = f"blocks are out of order: {[str(g) for g in got]}; contract says {[str(w) for w in want]}"
     else:
         msg = f"slots hold {[str(g) for g in got]}; contract says {[str(w) for w in want]}"
-    return [finding("slot_order", "pass" if ok else "fail", cap, "feature", [str(w) for w in want],
-                    [str(g) for g in got], msg, "K2")]
+    return scanned([finding("slot_order", "pass" if ok else "fail", cap, "feature", [str(w) for w in want],
+                            [str(g) for g in got], msg, "K2")], ref)
 
 
 @check(REFERENCE, ("K2",))

@@ -103,40 +103,129 @@ def _findings(c, obs):
     return assess(c, o, reference_loader(c, obs.run.spec["target_dir"]), path="sglang-engine")
 
 
+def _engine_findings(c, obs):
+    """The same observation judged against the engine's own records (no transformers forward)."""
+    from eagle3_conformance.assess import assess
+    from eagle3_conformance.engine_reference import judged_rows
+    from eagle3_conformance.paths.base import Observation
+
+    eref = obs.engine_reference
+    caps = [j for j in (judged_rows(cap, eref) for cap in obs.extend + obs.decode) if j is not None]
+    o = Observation(captures=caps, facts={"engine_lossless": obs.lossless}, reference=eref)
+
+    def no_transformers():
+        raise AssertionError("the engine reference was not used")
+
+    return assess(c, o, no_transformers, path="sglang-engine")
+
+
+def numeric_agreement(c, obs) -> dict:
+    """Per recorded boundary, the engine's rows against the transformers forward's on every capture's
+    tokens: ``{boundary: {"min_cos": x, "max_rel_err": y, "rows": n}}``."""
+    import torch
+
+    from eagle3_conformance.assess import reference_loader
+
+    model, eref = reference_loader(c, obs.run.spec["target_dir"])(), obs.engine_reference
+    out: dict = {}
+    for cap in obs.extend + obs.decode:
+        e, t = eref.capture(cap.token_ids), model.capture(cap.token_ids)
+        known = eref.known(cap.token_ids)
+        for b in e.names:
+            x, y = e.boundary(b)[known], t.boundary(b)[known]
+            cos = torch.nn.functional.cosine_similarity(x, y, dim=-1)
+            rel = (x - y).norm(dim=-1) / y.norm(dim=-1).clamp_min(1e-12)
+            o = out.setdefault(str(b), {"min_cos": 1.0, "max_rel_err": 0.0, "rows": 0})
+            o["min_cos"] = min(o["min_cos"], float(cos.min()))
+            o["max_rel_err"] = max(o["max_rel_err"], float(rel.max()))
+            o["rows"] += int(known.sum())
+    return out
+
+
+def agreement(a: list, b: list) -> dict:
+    """Finding-for-finding comparison of one observation judged against two references: each pair
+    (in order) agrees when check, locator, slot, status and observed verdict are equal (messages
+    differ: the engine's names the boundaries it scanned). Returns ``{"findings": n, "equal": m,
+    "differ": [(a, b) summaries]}``; a different count is a difference."""
+    def row(f):
+        return (f.check, f.where, f.slot, f.status, str(f.observed))
+
+    ra, rb = [row(f) for f in a], [row(f) for f in b]
+    diff = [(x, y) for x, y in zip(ra, rb) if x != y]
+    if len(ra) != len(rb):
+        diff.append((f"{len(ra)} findings", f"{len(rb)} findings"))
+    return {"findings": len(ra), "equal": sum(x == y for x, y in zip(ra, rb)), "differ": diff,
+            "statuses": dict(sorted({s: sum(r[3] == s for r in ra) for s in ("pass", "fail", "skip")}.items()))}
+
+
 def _captured(obs) -> list[str]:
     caps = obs.extend + obs.decode
     return caps[0].engine_boundaries if caps else []
 
 
 def run_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[list[int]], workdir: Path, *,
-                      max_new_tokens: int = 8, faults=FAULTS, log=lambda s: None) -> dict:
+                      max_new_tokens: int = 8, faults=FAULTS, log=lambda s: None, reference: Optional[dict] = None,
+                      dtype: str = "float32") -> dict:
     """Baseline, then every fault; returns ``{"verdicts": {name: Verdict}, "timings": {...},
-    "captured": {name: [B_i...]}}``."""
+    "captured": {name: [B_i...]}}``.
+
+    ``reference`` (the engine-reference config of
+    :func:`eagle3_conformance.paths.sglang_engine.reference_config`): every run also records the
+    target's boundaries, and each observation is judged twice, against the transformers forward and
+    against the engine's own records, in the same engine run: ``engine_verdicts`` {name: Verdict},
+    ``agreement`` {name: :func:`agreement`}, ``judge_s`` {name: {"transformers": s, "engine": s}}."""
     from eagle3_conformance.tools.sglang_engine import EngineRunError, EngineStartError, observe_engine
 
-    timings, captured, verdicts = {}, {}, {}
+    timings, captured, verdicts, everdicts, agree, judge_s = {}, {}, {}, {}, {}, {}
+
+    def observe(d, name):
+        return observe_engine(target_dir, d, prompts, max_new_tokens=max_new_tokens, workdir=workdir / name,
+                              reference=reference, dtype=dtype)
+
+    def both(name, obs):
+        t = time.perf_counter()
+        tf = _findings(c, obs)
+        judge_s[name] = {"transformers": time.perf_counter() - t}
+        if reference is None:
+            return tf, None
+        t = time.perf_counter()
+        ef = _engine_findings(c, obs)
+        judge_s[name]["engine"] = time.perf_counter() - t
+        agree[name] = agreement(tf, ef)
+        return tf, ef
+
     t0 = time.perf_counter()
-    base_obs = observe_engine(target_dir, draft_dir, prompts, max_new_tokens=max_new_tokens, workdir=workdir / "base")
-    base = _findings(c, base_obs)
+    base_obs = observe(draft_dir, "base")
+    base, ebase = both("baseline", base_obs)
+    numeric = numeric_agreement(c, base_obs) if reference is not None else None
     captured["baseline"] = _captured(base_obs)
     timings["baseline"] = time.perf_counter() - t0
     for f in faults:
         t1 = time.perf_counter()
         d = fault_draft_dir(Path(draft_dir), f, workdir / "drafts", Path(target_dir))
         try:
-            obs = observe_engine(target_dir, d, prompts, max_new_tokens=max_new_tokens, workdir=workdir / f.name)
+            obs = observe(d, f.name)
         except (EngineStartError, EngineRunError) as e:
             which = "engine start" if isinstance(e, EngineStartError) else "engine run"
-            verdicts[f.name] = Verdict("caught", which, e.reason)
+            verdicts[f.name] = everdicts[f.name] = Verdict("caught", which, e.reason)
         else:
             captured[f.name] = _captured(obs)
+            tf, ef = both(f.name, obs)
             if captured[f.name] == captured["baseline"]:
-                verdicts[f.name] = Verdict("noop", detail=f"the engine captured {captured[f.name]}, as the baseline "
-                                                          "(this pair's ids are SGLang's defaults for L=30)")
+                verdicts[f.name] = everdicts[f.name] = Verdict(
+                    "noop", detail=f"the engine captured {captured[f.name]}, as the baseline (this pair's ids are "
+                                   "SGLang's defaults)")
             else:
-                verdicts[f.name] = judge(f.checks, base, _findings(c, obs))
+                verdicts[f.name] = judge(f.checks, base, tf)
+                if ef is not None:
+                    everdicts[f.name] = judge(f.checks, ebase, ef)
         timings[f.name] = time.perf_counter() - t1
         log(f"{f.kind:>3} {f.name:<24} {verdicts[f.name].status} {verdicts[f.name].check or ''} "
             f"({timings[f.name]:.0f} s)")
-    return {"verdicts": verdicts, "timings": timings, "captured": captured,
-            "baseline_failures": [x for x in base if x.status == "fail"]}
+    out = {"verdicts": verdicts, "timings": timings, "captured": captured,
+           "baseline_failures": [x for x in base if x.status == "fail"]}
+    if reference is not None:
+        out.update(engine_verdicts=everdicts, agreement=agree, judge_s=judge_s, numeric=numeric,
+                   engine_baseline_failures=[x for x in ebase if x.status == "fail"],
+                   reference_stats={k: v for k, v in base_obs.engine_reference.stats.items() if k != "missing"})
+    return out

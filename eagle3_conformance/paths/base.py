@@ -128,6 +128,9 @@ class Observation:
             (an acceptance-rate loop) returns only facts.
         stop_on_failure: for the fixed inputs (:attr:`Path.first`): if a finding of this
             observation fails, no examples are drawn (they would repeat the failure).
+        reference: a reference the path observed itself, used for ``captures`` instead of the
+            transformers forward (the engine as its own reference:
+            :class:`eagle3_conformance.engine_reference.EngineReference`); None: the transformers one.
     """
 
     captures: Sequence["Capture"] = ()
@@ -136,6 +139,7 @@ class Observation:
     pairs: Sequence[tuple["Capture", "Capture"]] = ()
     facts: Mapping[str, Any] = field(default_factory=dict)
     stop_on_failure: bool = False
+    reference: Any = None
 
 
 Prepare = Callable[["Contract", "LocalPair"], Any]

@@ -16,6 +16,16 @@ trained draft (:data:`eagle3_conformance.trained_draft.TRAINED`, float32), and f
 (a contract whose ``target.path`` and ``draft.path`` are local, the draft with safetensors weights). With CUDA it runs the
 pair twice: eager with hooks (every check) and with CUDA graphs (acceptance only: hooks never fire on
 graph replay), and fails when graphed acceptance falls below eager beyond noise (the R42 class).
+
+The reference the captures are judged against is the contract's ``reference`` (pytest
+``--conformance-reference`` overrides it): ``transformers`` (the project's own forward of the target,
+the independent oracle) or ``engine`` (the target's boundaries recorded by the same forward_hooks in
+the same forward, docs/engine-reference.md); the ``reference`` fact says which judged. A contract
+served at float16/bfloat16 (SGLang's ``dtype=auto`` for a float32 checkpoint, as ``init`` writes it)
+runs here, on CPU, at float32 and says so in the ``lossless`` finding: the losslessness oracle holds
+only in float32 (near-tie flips in half precision), and the capture gates of the contract's dtype are
+looser than float32's. A contract with ``engines.sglang_pp_size > 1`` does not run: SGLang refuses
+EAGLE-3 aux capture with pipeline parallelism (:func:`eagle3_conformance.contract.pipeline_refusal`).
 """
 
 from __future__ import annotations
@@ -34,6 +44,8 @@ PROMPT_TOKENS = 48
 class _State:
     contract: Any
     observation: Any  # eagle3_conformance.tools.sglang_engine.EngineObservation
+    reference: str = "transformers"
+    note: str = ""
 
 
 def _unservable(c, pair):
@@ -61,13 +73,16 @@ def prepare(c, pair):
     from eagle3_conformance.tools.sglang_engine import EngineStartError, observe_engine
     from eagle3_conformance.trained_draft import TRAINED, ensure_trained_draft, eval_prompts
 
+    from eagle3_conformance.contract import pipeline_refusal
+
     why = _unservable(c, pair)
     if why is not None:
         return why
+    refused = pipeline_refusal(c.engines.sglang_pp_size, c.method)
+    if refused:
+        return Skipped(f"sglang-engine: {refused}")
     device = os.environ.get("CONFORMANCE_ENGINE_DEVICE") or _default_device()
-    if device == "cpu" and c.serving_dtype != "float32":
-        return Skipped(f"sglang-engine on CPU runs the float32 pair (bf16 is no losslessness oracle); this "
-                       f"contract serves {c.serving_dtype}")
+    dtype, note = run_dtype(c, device)
     if c.fixture in TRAINED:
         t = ensure_trained_draft(TRAINED[c.fixture])
         target_dir, draft_dir = t.target_dir, t.draft_dir
@@ -76,12 +91,55 @@ def prepare(c, pair):
     n = int(os.environ.get("CONFORMANCE_ENGINE_PROMPTS", "4"))
     new = int(os.environ.get("CONFORMANCE_ENGINE_TOKENS", "32"))
     prompts = eval_prompts(target_dir, n, PROMPT_TOKENS)
+    ref = reference_config(c, target_dir)
     try:
-        obs = observe_engine(target_dir, draft_dir, prompts, dtype=c.serving_dtype, max_new_tokens=new,
-                             device=device)
+        obs = observe_engine(target_dir, draft_dir, prompts, dtype=dtype, max_new_tokens=new, device=device,
+                             reference=ref, extra={"tp_size": c.engines.sglang_tp_size} if c.engines.sglang_tp_size > 1
+                             else None)
     except EngineStartError as e:
         return Skipped(f"sglang-engine: {e}")
-    return _State(c, obs)
+    if note and "skip" not in obs.lossless:
+        obs.lossless["note"] = note
+    return _State(c, obs, c.reference, note)
+
+
+def run_dtype(c, device: str) -> tuple[str, str]:
+    """(dtype the engine runs the target in, a note saying why when it is not the contract's).
+
+    On CPU a float16/bfloat16 contract runs at float32: SGLang's ``dtype=auto`` serves a float32
+    checkpoint at float16 on GPU (``init`` writes that), but on CPU only float32 keeps the
+    losslessness oracle (half-precision greedy decodes flip at near-ties), and float32 rows meet the
+    contract's looser half-precision gates. Never a skip."""
+    want = c.serving_dtype
+    if device != "cpu" or want == "float32":
+        return want, ""
+    return "float32", (f"served at float32 on CPU: the contract serves {want} (SGLang's dtype=auto on GPU); "
+                       f"float32 keeps the losslessness oracle, and the capture gates are {want}'s")
+
+
+def reference_config(c, target_dir) -> "dict | None":
+    """The hooks' ``reference`` config for the contract (None: the transformers reference judges).
+    Rows: all (``CONFORMANCE_ENGINE_REF_ROWS`` rows per forward caps them); bytes:
+    ``CONFORMANCE_ENGINE_REF_BYTES`` (default 256 MiB per engine process)."""
+    if c.reference != "engine":
+        return None
+    from eagle3_conformance.engine_reference import needed_boundaries
+    from eagle3_conformance.tools.sglang_engine.boundaries import family
+
+    arch = list((_config(target_dir).get("architectures") or []))
+    rows = os.environ.get("CONFORMANCE_ENGINE_REF_ROWS")
+    return {"boundaries": needed_boundaries(c.aux, c.L), "max_rows": int(rows) if rows else None,
+            "max_bytes": int(os.environ.get("CONFORMANCE_ENGINE_REF_BYTES", str(256 << 20))),
+            "prefix": family(arch).prefix, "num_layers": c.L, "final_norm": c.target.final_norm}
+
+
+def _config(target_dir) -> dict:
+    import json
+
+    try:
+        return json.loads((_FsPath(target_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def _default_device() -> str:
@@ -109,9 +167,33 @@ def judged_decode(decode: list) -> list:
 
 def first(s: _State) -> Observation:
     obs = s.observation
-    return Observation(captures=obs.extend + judged_decode(obs.decode),
-                       facts={"sglang_version": obs.run.sglang_version, "avg_accept_length": obs.acceptance,
-                              "engine_lossless": obs.lossless, **obs.extra_facts})
+    caps = obs.extend + judged_decode(obs.decode)
+    facts = {"sglang_version": obs.run.sglang_version, "avg_accept_length": obs.acceptance,
+             "engine_lossless": obs.lossless, **obs.extra_facts}
+    eref = obs.engine_reference
+    if eref is None:
+        facts["reference"] = {"kind": "transformers"}
+        return Observation(captures=caps, facts=facts)
+    judged = [j for j in (judged_rows(cap, eref) for cap in caps) if j is not None]
+    facts["reference"] = reference_fact(s.contract, eref, len(caps) - len(judged))
+    return Observation(captures=judged, facts=facts, reference=eref)
+
+
+def judged_rows(cap, eref):
+    from eagle3_conformance.engine_reference import judged_rows as rows
+
+    return rows(cap, eref)
+
+
+def reference_fact(c, eref, dropped_captures: int) -> dict:
+    """The ``reference`` fact of an engine-reference run (:func:`eagle3_conformance.checks.facts.check_reference`)."""
+    from eagle3_conformance.engine_reference import needed_boundaries
+
+    st = eref.stats
+    return {"kind": "engine", "source": eref.source, "needed": needed_boundaries(c.aux, c.L),
+            "recorded": [str(b) for b in eref.present], "rows": st["rows"], "bytes": st["bytes"],
+            "missing": sorted(st["missing"]), "errors": list(st["errors"]), "dropped": list(st["dropped"]),
+            "captures_not_recorded": dropped_captures}
 
 
 PATH = Path(

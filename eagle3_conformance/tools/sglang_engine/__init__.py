@@ -40,6 +40,7 @@ class EngineObservation:
     acceptance: dict[str, Any]
     lossless: dict[str, Any]
     extra_facts: dict[str, Any] = field(default_factory=dict)
+    engine_reference: Any = None  # eagle3_conformance.engine_reference.EngineReference, when recorded
 
 
 def reference_greedy(target_dir, prompts: list[list[int]], max_new_tokens: int, dtype: str) -> list[list[int]]:
@@ -65,9 +66,14 @@ def reference_greedy(target_dir, prompts: list[list[int]], max_new_tokens: int, 
 
 
 def observe_engine(target_dir, draft_dir, prompts: list[list[int]], *, dtype: str = "float32",
-                   max_new_tokens: int = 32, device: str = "cpu", **kw) -> EngineObservation:
+                   max_new_tokens: int = 32, device: str = "cpu", lossless: bool = True, **kw) -> EngineObservation:
     """Run the engine with the hooks, build the captures, compare with the target's greedy decode.
     With CUDA also a graphed run (acceptance only) -> ``extra_facts["graph_acceptance"]``.
+
+    ``reference=`` (a dict: the hooks' ``reference`` config plus ``num_layers`` and ``final_norm``)
+    also records the target's boundaries and builds ``engine_reference``
+    (:func:`eagle3_conformance.engine_reference.build_engine_reference`). ``lossless=False``: no
+    transformers greedy decode (a target that does not fit twice).
 
     Raises:
         EngineStartError / EngineRunError: see :func:`run_engine`.
@@ -79,24 +85,36 @@ def observe_engine(target_dir, draft_dir, prompts: list[list[int]], *, dtype: st
     if own:
         kw["workdir"] = Path(tempfile.mkdtemp(prefix="sglang-engine-"))
     try:
-        return _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw)
+        return _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw, lossless)
     finally:
         if own:
             shutil.rmtree(kw["workdir"], ignore_errors=True)
 
 
-def _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw) -> EngineObservation:
+def _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw, want_lossless=True) -> EngineObservation:
+    import time
+
     from eagle3_conformance.tools.sglang_engine.captures import accept_figures, build_captures, load_records
 
+    ref_cfg = kw.pop("reference", None)
+    if ref_cfg:
+        kw["reference"] = {k: ref_cfg[k] for k in ("boundaries", "max_rows", "max_bytes", "prefix") if k in ref_cfg}
     run = run_engine(target_dir, draft_dir, prompts, device=device, dtype=dtype, max_new_tokens=max_new_tokens, **kw)
     outs = [o["output_ids"] for o in run.outputs]
     prov = {"engine": "sglang.Engine", "sglang": run.sglang_version, "device": device,
             "attention": "torch_native (config B)" if device == "cpu" else "default",
             "engine_timings": {k: round(v, 2) for k, v in run.timings.items()}}
-    extend, decode = build_captures(load_records(run.records_dir), prompts, outs, prov)
+    records = load_records(run.records_dir)
+    extend, decode = build_captures(records, prompts, outs, prov)
+    eref = _engine_reference(ref_cfg, records, prompts, outs, target_dir) if ref_cfg else None
     acc = accept_figures(run.outputs)
-    if dtype == "float32":
+    if not want_lossless:
+        lossless = {"skip": "losslessness not judged: no transformers copy of the target (reference: engine, "
+                            "target served at the contract's dtype)"}
+    elif dtype == "float32":
+        t0 = time.perf_counter()
         lossless = {"engine": outs, "reference": reference_greedy(target_dir, prompts, max_new_tokens, dtype)}
+        run.timings["reference_greedy_s"] = time.perf_counter() - t0
     else:
         lossless = {"skip": f"{dtype}: not a losslessness oracle (near-tie flips); float32 only"}
     extra = {}
@@ -107,4 +125,17 @@ def _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw) 
         extra["graph_acceptance"] = {"eager": acc["spec_accept_length"],
                                      "graphed": accept_figures(graphed.outputs)["spec_accept_length"],
                                      "noise": GRAPH_ACCEPT_NOISE}
-    return EngineObservation(run, extend, decode, acc, lossless, extra)
+    return EngineObservation(run, extend, decode, acc, lossless, extra, eref)
+
+
+def _engine_reference(cfg: dict, records, prompts, outs, target_dir):
+    import time
+
+    from eagle3_conformance.engine_reference import build_engine_reference, final_norm_weight
+
+    t0 = time.perf_counter()
+    ref = build_engine_reference(records, prompts, outs, num_layers=int(cfg["num_layers"]),
+                                 final_norm_weight=final_norm_weight(target_dir),
+                                 final_norm_kind=cfg.get("final_norm", "rmsnorm"))
+    ref.stats["build_s"] = time.perf_counter() - t0
+    return ref

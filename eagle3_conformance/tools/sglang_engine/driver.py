@@ -36,7 +36,7 @@ def engine_kwargs(spec: dict) -> dict:
         model_path=spec["target_dir"], speculative_algorithm="EAGLE3",
         speculative_draft_model_path=spec["draft_dir"], speculative_num_steps=spec["num_steps"],
         speculative_eagle_topk=1, speculative_num_draft_tokens=spec["num_draft_tokens"],
-        dtype=spec["dtype"], skip_tokenizer_init=True, tp_size=1, log_level=spec.get("log_level", "warning"),
+        dtype=spec["dtype"], skip_tokenizer_init=True, tp_size=int(spec.get("tp_size", 1)), log_level=spec.get("log_level", "warning"),
         mem_fraction_static=spec.get("mem_fraction_static", 0.3), random_seed=0,
         disable_cuda_graph=not spec.get("cuda_graph", False), max_total_tokens=spec.get("max_total_tokens", 4096),
     )

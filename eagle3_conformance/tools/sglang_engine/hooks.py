@@ -17,6 +17,28 @@ or None (DRAFT_EXTEND_V2). Target records carry no tensors beyond the ids (their
 are not needed: the reference is the project's own forward) but ``layers_to_capture``, the layer
 indices the target's ``LlamaModel`` captures at (``llama.py:485-494``: entry i = B_i). Hooks never fire on CUDA-graph
 replay (``cuda_graph_setup.py:454-457``): run with ``disable_cuda_graph`` to observe decode.
+
+The engine as its own reference (``spec(out_dir, reference=...)``; rules per family in
+:mod:`.boundaries`). One more hook spec per recorded boundary, on the exact target module that hands
+it on (``model.embed_tokens`` for B_0, ``model.layers.<k-1>`` for B_k, ``model.norm`` for F; the
+draft's own ``model.embed_tokens`` / ``model.layers.0`` / ``model.norm`` also match, and what they
+give is dropped when the draft's ``model`` hook closes its forward). Each TARGET record of a
+recorded mode (EXTEND, TARGET_VERIFY) then also carries:
+
+``ref_boundaries`` list[str]: the boundaries in ``ref_states`` order, ascending (B_0..B_L, F);
+``ref_rows`` [n] int64: which rows of this forward (indices into ``input_ids``) were recorded;
+``ref_states`` [len(ref_boundaries), n, d] in the engine's dtype (``ref_dtype``, e.g. "torch.float32");
+``ref_missing`` list[str]: configured boundaries no hook gave in this forward;
+``ref_errors`` list[str]: why a hook could not compute its boundary (the engine is never stopped);
+``ref_dropped`` str or None: the byte budget was spent; no states from this forward on;
+``ref_rank`` dict: ``tp_rank``, ``tp_size``, ``attn_tp_rank``, ``attn_tp_size``, ``pp_rank``,
+``pp_size``, ``records`` (:func:`.boundaries.recording_rank`); ``ref_format`` int: 1.
+
+Only the recording rank (attention-TP rank 0; :func:`.boundaries.recording_rank`) writes any record;
+the other ranks still run the boundary hooks (an owed TP sum is completed collectively). The hook
+config's ``reference`` dict: ``boundaries`` (list[str]), ``max_rows`` (rows per forward, int or
+None: all), ``max_bytes`` (bytes of ``ref_states`` per process, int or None), ``prefix`` (module
+path of the decoder stack, default ``model``).
 """
 
 from __future__ import annotations
@@ -24,18 +46,112 @@ from __future__ import annotations
 import itertools
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 FACTORY = "eagle3_conformance.tools.sglang_engine.hooks:draft_input_recorder"
+BOUNDARY_FACTORY = "eagle3_conformance.tools.sglang_engine.hooks:boundary_recorder"
 TARGET_MODULES = ["model", "model.fc"]
+REF_FORMAT = 1
+REF_MODES = ("EXTEND", "TARGET_VERIFY")
+_STATE: dict[str, dict[str, Any]] = {}  # out_dir -> this process's shared recorder state
 _COUNTER = itertools.count()  # one per process: the target's and the draft's hooks share the numbering
 RECORD_MODES = ("EXTEND", "TARGET_VERIFY", "DRAFT_EXTEND_V2", "DRAFT_EXTEND", "DECODE")
 
 
-def spec(out_dir: str | Path) -> dict[str, Any]:
-    """The ``forward_hooks`` entry recording into ``out_dir``."""
-    return {"name": "eagle3-conformance-draft-input", "target_modules": list(TARGET_MODULES),
-            "hook_factory": FACTORY, "config": {"out_dir": str(out_dir)}}
+def spec(out_dir: str | Path, reference: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """The ``forward_hooks`` entry recording into ``out_dir`` (the draft input, the target's ids).
+    With ``reference`` use :func:`specs` (it adds the boundary hooks)."""
+    cfg: dict[str, Any] = {"out_dir": str(out_dir)}
+    if reference:
+        cfg["reference"] = dict(reference)
+    prefix = (reference or {}).get("prefix", "model")
+    mods = list(TARGET_MODULES) if prefix == "model" else [prefix, "model", "model.fc"]
+    return {"name": "eagle3-conformance-draft-input", "target_modules": mods, "hook_factory": FACTORY,
+            "config": cfg}
+
+
+def specs(out_dir: str | Path, reference: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
+    """Every ``forward_hooks`` entry: :func:`spec`, plus one per recorded boundary (module docstring).
+
+    Args:
+        reference: None (no boundaries), or ``{"boundaries": [...], "max_rows": int|None,
+            "max_bytes": int|None, "prefix": "model"}``.
+    """
+    from eagle3_conformance.tools.sglang_engine.boundaries import target_modules
+
+    out = [spec(out_dir, reference)]
+    if reference:
+        for mod, b in target_modules(list(reference["boundaries"]), reference.get("prefix", "model")).items():
+            out.append({"name": f"eagle3-conformance-{b}", "target_modules": [mod], "hook_factory": BOUNDARY_FACTORY,
+                        "config": {"out_dir": str(out_dir), "boundary": b}})
+    return out
+
+
+def _state(out_dir: str) -> dict[str, Any]:
+    st = _STATE.get(out_dir)
+    if st is None:
+        st = _STATE[out_dir] = {"pending": {}, "errors": [], "bytes": 0, "rank": None}
+    return st
+
+
+def _rank(st: dict) -> dict:
+    if st["rank"] is None:
+        from eagle3_conformance.tools.sglang_engine.boundaries import recording_rank
+
+        st["rank"] = recording_rank()
+    return st["rank"]
+
+
+def boundary_recorder(config: dict):
+    """``forward_hooks`` factory for one boundary (``config["boundary"]``): keeps this forward's
+    full [N, d] boundary until the target's ``model`` hook writes the record (module docstring)."""
+    b = str(config["boundary"])
+    st = _state(str(config["out_dir"]))
+
+    def hook(module, args, output):
+        from eagle3_conformance.tools.sglang_engine.boundaries import layer_output, norm_output
+
+        try:
+            if b == "F":
+                t = norm_output(output)
+            elif b == "B_0":
+                t = output[0] if isinstance(output, tuple) else output
+            else:
+                t = layer_output(args, output)
+            st["pending"][b] = t.detach()
+        except Exception as e:  # noqa: BLE001 - a hook must never stop the engine
+            st["errors"].append(f"{b}: {type(e).__name__}: {e}")
+        return None
+
+    return hook
+
+
+def _reference_fields(st: dict, ref_cfg: dict, n_rows: int) -> dict[str, Any]:
+    """The ``ref_*`` fields of one target record from this forward's pending boundaries."""
+    import torch
+
+    from eagle3_conformance.tools.sglang_engine.boundaries import sample_rows
+
+    want = list(ref_cfg.get("boundaries", []))
+    have = [b for b in want if b in st["pending"] and st["pending"][b].shape[0] == n_rows]
+    rec: dict[str, Any] = {"ref_format": REF_FORMAT, "ref_rank": dict(_rank(st)), "ref_errors": list(st["errors"]),
+                           "ref_missing": [b for b in want if b not in have], "ref_dropped": None}
+    rows = sample_rows(n_rows, ref_cfg.get("max_rows"))
+    if have and rows:
+        idx = torch.tensor(rows, dtype=torch.long)
+        states = torch.stack([st["pending"][b].index_select(0, idx.to(st["pending"][b].device)) for b in have])
+        nbytes = states.numel() * states.element_size()
+        cap = ref_cfg.get("max_bytes")
+        if cap is not None and st["bytes"] + nbytes > int(cap):
+            rec["ref_dropped"] = f"byte budget {int(cap)} spent ({st['bytes']} written)"
+            have, idx, states = [], idx[:0], None
+        else:
+            st["bytes"] += nbytes
+        rec.update(ref_boundaries=have, ref_rows=idx, ref_dtype=str(states.dtype) if states is not None else None,
+                   ref_states=None if states is None else _cpu(states))
+    else:
+        rec.update(ref_boundaries=[], ref_rows=torch.zeros(0, dtype=torch.long), ref_states=None, ref_dtype=None)
+    return rec
 
 
 def _cpu(t):
@@ -74,6 +190,8 @@ def draft_input_recorder(config: dict):
     out = Path(config["out_dir"])
     out.mkdir(parents=True, exist_ok=True)
     pending: dict[str, Any] = {}
+    ref_cfg = config.get("reference")
+    st = _state(str(out))
 
     def hook(module, args, output):
         if not hasattr(module, "embed_tokens"):  # the draft's fc: remember its input for this forward
@@ -84,14 +202,25 @@ def draft_input_recorder(config: dict):
         mode = getattr(getattr(fb, "forward_mode", None), "name", "")
         draft = hasattr(module, "fc")
         fc_input = pending.pop("fc_input", None)
+        boundaries, errors = dict(st["pending"]), list(st["errors"])
+        st["pending"].clear()  # this forward's boundaries (the draft's own: dropped)
+        st["errors"].clear()
         if fb is None or mode not in RECORD_MODES or (not draft and mode == "DECODE"):
             return None
+        if ref_cfg is not None and not _rank(st)["records"]:
+            return None  # one rank writes (module docstring)
         rec = dict(role="draft" if draft else "target", mode=mode, input_ids=_cpu(args[0]).long(),
                    positions=_cpu(args[1]).long(), req_pool_indices=_cpu(fb.req_pool_indices),
                    seq_lens=_cpu(fb.seq_lens), extend_seq_lens=_cpu(getattr(fb, "extend_seq_lens", None)))
         if not draft:
             rec["layers_to_capture"] = [int(i) for i in getattr(module, "layers_to_capture", []) or []]
             rec.update(kv_fields(fb, mode, config.get("req_to_token")))
+            if ref_cfg is not None and mode in REF_MODES:
+                st["pending"], st["errors"] = boundaries, errors
+                try:
+                    rec.update(_reference_fields(st, ref_cfg, int(rec["input_ids"].shape[0])))
+                finally:
+                    st["pending"], st["errors"] = {}, []
         if draft:
             spec_info = fb.spec_info
             rec.update(hidden=_cpu(spec_info.hidden_states), fc_input=fc_input,

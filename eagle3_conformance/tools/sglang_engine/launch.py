@@ -130,7 +130,8 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str = "cpu", dtype: str = "float32",
                max_new_tokens: int = 32, num_steps: int = 3, num_draft_tokens: int = 4, observe: bool = True,
                cuda_graph: bool = False, start_timeout: float = 300, generate_timeout: float = 300,
-               workdir: Optional[Path] = None, extra: Optional[dict] = None) -> EngineRun:
+               workdir: Optional[Path] = None, extra: Optional[dict] = None,
+               reference: Optional[dict] = None) -> EngineRun:
     """Start the real ``sglang.Engine`` with EAGLE3 (topk 1, a chain of ``num_steps`` drafts), generate
     greedily for ``prompts`` (token ids) in one batch, shut down. The driver's whole process group is
     killed afterwards, whatever happened.
@@ -140,13 +141,15 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
         cuda_graph: keep SGLang's CUDA graphs (GPU only; hooks then miss replayed forwards).
         workdir: where the spec, result, log and records go (default: a new temp dir, left for the
             caller to read and remove; :func:`observe_engine` removes the one it makes).
-        extra: more driver spec keys (``ignore_eos``, ``max_total_tokens``, ``log_level``).
+        extra: more driver spec keys (``ignore_eos``, ``max_total_tokens``, ``log_level``, ``tp_size``).
+        reference: also record the target's boundaries (the engine as its own reference): the
+            ``reference`` config of :func:`.hooks.specs` (``boundaries``, ``max_rows``, ``max_bytes``).
 
     Raises:
         EngineStartError: the engine did not start (reason and SGLang's log tail).
         EngineRunError: generation failed or a timeout expired.
     """
-    from eagle3_conformance.tools.sglang_engine.hooks import spec as hook_spec
+    from eagle3_conformance.tools.sglang_engine.hooks import specs as hook_specs
 
     work = Path(workdir or tempfile.mkdtemp(prefix="sglang-engine-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -155,7 +158,7 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
                 device=device, dtype=dtype, max_new_tokens=max_new_tokens, num_steps=num_steps,
                 num_draft_tokens=num_draft_tokens, cuda_graph=cuda_graph, start_timeout=start_timeout,
                 generate_timeout=generate_timeout, result=str(work / "result.json"),
-                forward_hooks=[hook_spec(records)] if observe else None, **(extra or {}))
+                forward_hooks=hook_specs(records, reference) if observe else None, **(extra or {}))
     (work / "spec.json").write_text(json.dumps(spec))
     log = work / "engine.log"
     t0 = time.perf_counter()
