@@ -21,7 +21,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from eagle3_conformance.errors import DataError, UsageError
 from eagle3_conformance.findings import Finding
@@ -40,15 +40,29 @@ def expected_sglang() -> str:
     return TESTED["sglang"].lstrip("=")
 
 
-def hooks_value(out_dir: Path) -> str:
-    """The ``--forward-hooks`` value (a JSON list of one spec) recording into ``out_dir``."""
-    from eagle3_conformance.tools.sglang_engine.server_hooks import spec
+def hooks_value(out_dir: Path, reference: Optional[dict] = None) -> str:
+    """The ``--forward-hooks`` value (a JSON list of specs) recording into ``out_dir``; with
+    ``reference`` (:func:`engine_reference_config`) the target's boundaries too."""
+    from eagle3_conformance.tools.sglang_engine.server_hooks import specs
 
-    return json.dumps([spec(Path(out_dir).resolve())])
+    return json.dumps(specs(Path(out_dir).resolve(), reference))
 
 
-def write_manifest(out_dir: Path, contract_path: str, c) -> dict[str, Any]:
-    """Create ``out_dir`` (empty or new) and write its manifest.
+def engine_reference_config(c, max_bytes: int = 256 << 20) -> dict:
+    """The hooks' ``reference`` config for contract ``c``: the boundaries the checks need
+    (:func:`eagle3_conformance.engine_reference.needed_boundaries`), the family's module prefix
+    (:func:`eagle3_conformance.tools.sglang_engine.boundaries.family`), all rows, ``max_bytes`` of
+    boundary states per server process (then records say ``ref_dropped``)."""
+    from eagle3_conformance.engine_reference import needed_boundaries
+    from eagle3_conformance.tools.sglang_engine.boundaries import family
+
+    return {"boundaries": needed_boundaries(c.aux, c.L), "max_rows": None, "max_bytes": int(max_bytes),
+            "prefix": family([c.target.architecture]).prefix}
+
+
+def write_manifest(out_dir: Path, contract_path: str, c, reference: str = "transformers") -> dict[str, Any]:
+    """Create ``out_dir`` (empty or new) and write its manifest (``reference``: "engine" also
+    records the target's boundaries, so ``check-captures --judge-with engine`` needs no copy of the target).
 
     Raises:
         UsageError: ``out_dir`` is a file, or already holds a server's records.
@@ -62,9 +76,11 @@ def write_manifest(out_dir: Path, contract_path: str, c) -> dict[str, Any]:
     if d.is_dir() and (any(d.glob("*.pt")) or any(d.glob("factory-*.json"))):
         raise UsageError(f"--out {d}: already holds a server's records; give an empty or new directory")
     d.mkdir(parents=True, exist_ok=True)
+    ref = engine_reference_config(c) if reference == "engine" else None
     doc = {"tool": "eagle3-conformance", "tool_version": __version__, "contract": str(Path(contract_path).resolve()),
            "contract_name": c.name, "contract_sha256": contract_hash(c), "sglang_expected": expected_sglang(),
-           "forward_hooks": json.loads(hooks_value(d)), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+           "reference": ref, "forward_hooks": json.loads(hooks_value(d, ref)),
+           "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     (d / MANIFEST).write_text(json.dumps(doc, indent=1) + "\n")
     return doc
 
@@ -142,8 +158,9 @@ def _check_server(d: Path, doc: dict, factories: list, models: list, c) -> None:
                             f"{t.num_hidden_layers} x {t.hidden_size} (vocab {t.vocab_size}): another pair")
 
 
-def read_dir(d: Path, c) -> ServerDir:
-    """Read and vet ``d`` for contract ``c``.
+def read_dir(d: Path, c, engine_reference: bool = False) -> ServerDir:
+    """Read and vet ``d`` for contract ``c`` (``engine_reference``: the target's boundaries must have
+    been recorded).
 
     Raises:
         UsageError: ``d`` is not a directory.
@@ -158,6 +175,8 @@ def read_dir(d: Path, c) -> ServerDir:
     if not d.is_dir():
         raise UsageError(f"{d}: no such capture directory")
     doc = _check_manifest(d, c)
+    if engine_reference:
+        _need_boundaries(d, doc)
     factories = [_json(p) for p in sorted(d.glob("factory-*.json"))]
     models = [_json(p) for p in sorted(d.glob("model-*.json"))]
     _check_server(d, doc, factories, models, c)
@@ -213,22 +232,12 @@ def select(extend: list, decode: list, max_captures: int) -> list:
     return [caps[int(i * step)] for i in range(max_captures)]
 
 
-def judge(c, sd: ServerDir, reference: Callable[[], Any], max_captures: int = 64) -> tuple[list[Finding], dict]:
-    """Findings and report facts of a server's records (:func:`read_dir`).
-
-    Args:
-        reference: returns the reference model whose forward judges each capture (the transformers
-            reference: :func:`eagle3_conformance.assess.reference_loader`; an engine reference built
-            from the records takes its place here).
-        max_captures: bound on the captures judged (:func:`select`).
-    """
-    from eagle3_conformance.assess import assess
-    from eagle3_conformance.paths.base import Observation
+def _attribute_all(sd: ServerDir, prov: dict):
+    """Every stream of ``sd`` through :func:`~eagle3_conformance.tools.sglang_engine.captures.attribute`:
+    (extend, decode, unattributed, modes, row_tokens)."""
     from eagle3_conformance.tools.sglang_engine.captures import attribute
 
-    version = sd.factories[0].get("sglang_version")
-    prov = {"engine": "sglang HTTP server (the user's own)", "sglang": version, "records": str(sd.path)}
-    extend, decode, modes, unattributed = [], [], {}, []
+    extend, decode, modes, unattributed, row_tokens = [], [], {}, [], []
     for pid, recs in sd.streams.items():
         att = attribute(recs, {**prov, "pid": int(pid)})
         for cap in att.extend + att.decode:
@@ -237,18 +246,89 @@ def judge(c, sd: ServerDir, reference: Callable[[], Any], max_captures: int = 64
         extend += att.extend
         decode += att.decode
         unattributed += att.unattributed
+        row_tokens += att.row_tokens
         for k, v in att.modes.items():
             modes[k] = modes.get(k, 0) + v
+    return extend, decode, unattributed, modes, row_tokens
+
+
+def engine_reference(c, sd: ServerDir, row_tokens: list, final_norm_weight=None):
+    """An :class:`~eagle3_conformance.engine_reference.EngineReference` from the boundaries the server
+    recorded (``serve-hooks --reference engine``), each row keyed by the token prefix the records
+    attribute to it.
+
+    Raises:
+        DataError: the directory was not prepared to record them, or no row was recorded.
+    """
+    from eagle3_conformance.engine_reference import EngineReference
+
+    _need_boundaries(sd.path, sd.manifest)
+    ref = EngineReference(c.L, final_norm_weight, final_norm_kind=c.target.final_norm)
+    st = ref.stats
+    for rec, rows in row_tokens:
+        st["records"] += 1
+        st["rank"] = st["rank"] or rec.get("ref_rank")
+        st["missing"] |= set(rec.get("ref_missing") or [])
+        st["errors"] += list(rec.get("ref_errors") or [])
+        if rec.get("ref_dropped"):
+            st["dropped"].append(rec["ref_dropped"])
+        states = rec.get("ref_states")
+        if states is None:
+            continue
+        for j, i in enumerate(rec["ref_rows"].tolist()):
+            if i in rows:
+                ref.add(rows[i], rec["ref_boundaries"], states[:, j].float())
+                st["rows"] += 1
+    if not st["rows"]:
+        raise DataError(f"{sd.path}: no boundary row of the target was recorded ({st['records']} records; "
+                        f"missing: {sorted(st['missing'])}; errors: {st['errors'][:1]})")
+    rank = st["rank"] or {}
+    ref.source = f"engine (the server's own forward, tp rank {rank.get('tp_rank', 0)} of {rank.get('tp_size', 1)})"
+    return ref
+
+
+def _need_boundaries(d: Path, manifest: dict) -> None:
+    if not manifest.get("reference"):
+        raise DataError(f"{d}/{MANIFEST}: prepared without the target's boundaries; the engine cannot be the "
+                        "reference (prepare it with `serve-hooks --conformance-reference engine`, or judge with "
+                        "transformers)")
+
+
+def judge(c, sd: ServerDir, reference: Union[Callable[[], Any], str], max_captures: int = 64,
+          final_norm_weight=None) -> tuple[list[Finding], dict]:
+    """Findings and report facts of a server's records (:func:`read_dir`).
+
+    Args:
+        reference: returns the reference model whose forward judges each capture (the transformers
+            reference: :func:`eagle3_conformance.assess.reference_loader`), or ``"engine"``: the
+            boundaries the server recorded in the same forwards (:func:`engine_reference`; captures are
+            judged on the rows it recorded).
+        max_captures: bound on the captures judged (:func:`select`).
+        final_norm_weight: [d] gamma of the target's final norm for the engine reference (None: ones).
+    """
+    from eagle3_conformance.assess import assess
+    from eagle3_conformance.paths.base import Observation
+
+    version = sd.factories[0].get("sglang_version")
+    prov = {"engine": "sglang HTTP server (the user's own)", "sglang": version, "records": str(sd.path)}
+    extend, decode, unattributed, modes, row_tokens = _attribute_all(sd, prov)
     findings = [_record_finding(n, why, "fail", "sample_available", "a complete record") for n, why in sd.broken]
     findings += [_record_finding(r.get("_file", "?"), why, "skip", "attributed", "rows attributed to a request")
                  for r, why in unattributed]
     findings += mode_findings(modes, len(extend), len(decode))
     judged = select(extend, decode, max_captures)
+    source = "transformers forward of the contract's target"
+    if reference == "engine":
+        from eagle3_conformance.engine_reference import judged_rows
+
+        eref = engine_reference(c, sd, row_tokens, final_norm_weight)
+        judged = [j for j in (judged_rows(cap, eref) for cap in judged) if j is not None]
+        reference, source = (lambda: eref), eref.source
     if not judged:
         raise DataError(f"{sd.path}: no row could be attributed to a request ({len(unattributed)} records "
                         f"unattributed{': ' + unattributed[0][1] if unattributed else ''}): nothing judged")
     findings += assess(c, Observation(captures=judged, facts={"sglang_version": version}), reference, PATH)
-    meta = {"records": str(sd.path), "sglang": version, "pids": sorted(sd.streams),
+    meta = {"records": str(sd.path), "sglang": version, "pids": sorted(sd.streams), "reference": source,
             "forward_modes": modes, "requests_extend_captures": len(extend), "decode_captures": len(decode),
             "judged": f"{len(judged)} of {len(extend) + len(decode)} captures ({len(extend)} extend, "
                       f"{len(decode)} decode)", "broken_records": [n for n, _ in sd.broken],

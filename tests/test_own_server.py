@@ -227,3 +227,18 @@ def test_decode_is_never_reported_checked_without_decode_records():
     assert "decode NOT checked" in graphed[0].message and "CUDA graphs" in graphed[0].message
     assert mode_findings({"draft EXTEND": 3, "target TARGET_VERIFY": 9, "draft DRAFT_EXTEND_V2": 9}, 3, 9) == []
     assert [f.check for f in mode_findings({"draft DECODE": 4}, 0, 0)] == ["extend_observed", "decode_observed"]
+
+
+def test_the_engine_as_reference_needs_a_directory_that_recorded_the_boundaries(tmp_path, capsys):
+    d = tmp_path / "eng"
+    assert main(["serve-hooks", "--contract", str(CONTRACT), "--out", str(d), "--conformance-reference", "engine"]) == 0
+    specs = json.loads(capsys.readouterr().out)
+    assert [s["target_modules"] for s in specs[1:4]] == [["model.embed_tokens"], ["model.layers.0"], ["model.layers.1"]]
+    assert specs[0]["config"]["reference"]["boundaries"][-2:] == ["B_30", "F"]
+    plain = _prepared(tmp_path)  # transformers only: no boundaries recorded
+    _factory(plain)
+    _model(plain)
+    (plain / "4242-000000.pt").write_bytes(b"")  # never read: refused before
+    capsys.readouterr()
+    assert main(["check-captures", str(plain), "--contract", str(CONTRACT), "--conformance-reference", "engine"]) == 2
+    assert "prepared without the target's boundaries" in capsys.readouterr().err

@@ -82,10 +82,12 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def serve_and_record(tmp: Path, draft_dir: Path, target_dir: Path) -> dict:
-    """Prepare DIR with serve-hooks, serve the pair, post the prompts, stop; timings in seconds."""
+    """Prepare DIR with serve-hooks (recording the target's boundaries too, so both references can
+    judge the same records), serve the pair, post the prompts, stop; timings in seconds."""
     out = tmp / "records"
     hooks = subprocess.run([sys.executable, "-m", "eagle3_conformance.cli", "serve-hooks", "--contract", str(CONTRACT),
-                            "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+                            "--out", str(out), "--conformance-reference", "engine"],
+                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert hooks.returncode == 0, hooks.stderr
     port, log = _free_port(), tmp / "server.log"
     args = ["--model-path", str(target_dir), "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
@@ -148,26 +150,29 @@ def _check(d: Path, tmp: Path, *extra) -> tuple[int, dict, float]:
     return rc, json.loads(out.read_text()), time.monotonic() - t0
 
 
-def test_the_correct_pair_conforms_on_its_own_server(correct, tmp_path, capsys):
+@pytest.mark.parametrize("reference", ["transformers", "engine"])
+def test_the_correct_pair_conforms_on_its_own_server(correct, tmp_path, capsys, reference):
     assert _group_gone(correct["pgid"])
     assert all(o["meta_info"]["completion_tokens"] > 0 for o in correct["outputs"])
     assert correct["outputs"][-1]["meta_info"]["cached_tokens"] > 0  # a radix-cache prefix was attributed
-    rc, doc, secs = _check(correct["dir"], tmp_path)
+    rc, doc, secs = _check(correct["dir"], tmp_path, "--conformance-reference", reference)
     text = capsys.readouterr().out
     print(f"timings: start {correct['start_s']:.0f} s, requests {correct['requests_s']:.1f} s, "
-          f"check-captures {secs:.0f} s")
+          f"check-captures ({reference}) {secs:.0f} s")
     assert rc == 0, text
     meta = doc["meta"]
     assert meta["decode"] == "observed" and meta["forward_modes"]["target TARGET_VERIFY"] > 0
     assert meta["unattributed_records"] == 0
+    assert meta["reference"].startswith("engine" if reference == "engine" else "transformers")
     ident = [f for f in doc["findings"] if f["check"] == "slot_identity"]
     assert not [f for f in ident if f["status"] == "fail"]
     assert {f["slot"] for f in ident if f["status"] == "pass"} == {"slot 0", "slot 1", "slot 2"}
 
 
-def test_the_seed_incident_fails_naming_slot_0_as_b0(seed_incident, tmp_path, capsys):
+@pytest.mark.parametrize("reference", ["transformers", "engine"])
+def test_the_seed_incident_fails_naming_slot_0_as_b0(seed_incident, tmp_path, capsys, reference):
     assert _group_gone(seed_incident["pgid"])
-    rc, doc, _ = _check(seed_incident["dir"], tmp_path)
+    rc, doc, _ = _check(seed_incident["dir"], tmp_path, "--conformance-reference", reference)
     text = capsys.readouterr().out
     assert rc == 1, text
     bad = [f for f in doc["findings"] if f["check"] == "slot_identity" and f["status"] == "fail"]

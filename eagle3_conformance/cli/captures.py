@@ -24,6 +24,10 @@ def add_parser(sub) -> None:
     p.add_argument("--reference", metavar="MODEL_DIR",
                    help="HF-format target directory of the reference forward (default: the contract's fixture or "
                         "target.path)")
+    p.add_argument("--conformance-reference", choices=("transformers", "engine"), default=None,
+                   help="what judges the rows: the transformers forward of the target (needs it on this machine), "
+                        "or the boundaries the server recorded in the same forwards (serve-hooks "
+                        "--conformance-reference engine); default: the contract's `reference`")
     p.add_argument("--max-captures", type=int, default=64, metavar="N",
                    help="captures judged (every extend and the decode steps the main job judges, then spread "
                         "evenly to at most N; default 64; -1: all). Each costs one reference forward")
@@ -50,16 +54,28 @@ def run(args) -> int:
     for flag in ("json", "markdown"):
         if getattr(args, flag, None):
             check_output(getattr(args, flag), f"--{flag}", inputs=(args.contract,), input_dirs=(d,))
-    sd = read_dir(d, c)
-    ref_dir = resolve_reference(c, args)
-    if ref_dir is None:
-        raise UsageError(f"{args.contract}: no reference target (target.path or fixture); pass --reference MODEL_DIR")
-    try:
-        load_reference_model(ref_dir, c.target)
-    except ReferenceError as e:
-        raise UsageError(str(e)) from None
-    findings, meta = judge(c, sd, reference_loader(c, ref_dir), args.max_captures)
-    meta["reference"] = f"transformers forward of {ref_dir}"
+    kind = args.conformance_reference or c.reference
+    sd = read_dir(d, c, engine_reference=kind == "engine")
+    if kind == "engine":
+        from eagle3_conformance.engine_reference import final_norm_weight
+
+        try:  # only the final norm's gamma is read from the target, when it is here (verifier checks)
+            ref_dir = resolve_reference(c, args)
+        except UsageError:
+            ref_dir = None
+        gamma = final_norm_weight(ref_dir) if ref_dir is not None and Path(ref_dir).is_dir() else None
+        findings, meta = judge(c, sd, "engine", args.max_captures, final_norm_weight=gamma)
+    else:
+        ref_dir = resolve_reference(c, args)
+        if ref_dir is None:
+            raise UsageError(f"{args.contract}: no reference target (target.path or fixture); pass --reference "
+                             "MODEL_DIR, or --conformance-reference engine")
+        try:
+            load_reference_model(ref_dir, c.target)
+        except ReferenceError as e:
+            raise UsageError(str(e)) from None
+        findings, meta = judge(c, sd, reference_loader(c, ref_dir), args.max_captures)
+        meta["reference"] = f"transformers forward of {ref_dir}"
     diagnoses = diagnose(c, findings)
     title = f"{c.name}: your SGLang server's records ({d})"
     extra = {k: str(meta[k]) for k in ("records", "sglang", "forward_modes", "judged", "decode", "reference",

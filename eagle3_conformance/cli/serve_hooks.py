@@ -21,6 +21,11 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, metavar="DIR",
                    help="where the server writes its records (created; must be empty or new; the server "
                         "process must be able to write there)")
+    p.add_argument("--conformance-reference", choices=("transformers", "engine"), default=None,
+                   help="engine: the hooks also record the target's boundaries (B_k of each slot and its "
+                        "neighbours, B_0, B_L, F; at most 256 MiB per server process) so check-captures needs no "
+                        "copy of the target; transformers: only what enters the draft (default: the contract's "
+                        "`reference`)")
     p.add_argument("--command", action="store_true",
                    help="print a shell-quoted `--forward-hooks '<value>'` argument instead of the bare value")
     p.set_defaults(func=run)
@@ -32,8 +37,8 @@ def run(args) -> int:
     from eagle3_conformance.server_captures import hooks_value, write_manifest
 
     c = load_contract(args.contract)
-    doc = write_manifest(args.out, args.contract, c)
-    value = hooks_value(args.out)
+    doc = write_manifest(args.out, args.contract, c, args.conformance_reference or c.reference)
+    value = hooks_value(args.out, doc["reference"])
     print(f"--forward-hooks {shlex.quote(value)}" if args.command else value)
     print(f"eagle3-conformance: {args.out}/manifest.json written (contract {c.name}, SGLang "
           f"{doc['sglang_expected']}); after serving: eagle3-conformance check-captures {args.out} "

@@ -76,6 +76,9 @@ class Attribution:
         unattributed: ``(record, why)`` for rows no capture could be made of (named, never guessed).
         modes: ``"role MODE"`` -> records seen.
         requests: request number -> its first extend's tokens (the prompt, or its first chunk).
+        row_tokens: ``(target record, {row: the token prefix that row was computed on})`` for each
+            target record carrying the engine's own boundaries (``ref_states``, :mod:`.hooks`), to
+            key them (:func:`eagle3_conformance.engine_reference.EngineReference.add`).
     """
 
     extend: list = field(default_factory=list)
@@ -83,6 +86,7 @@ class Attribution:
     unattributed: list = field(default_factory=list)
     modes: dict = field(default_factory=dict)
     requests: dict = field(default_factory=dict)
+    row_tokens: list = field(default_factory=list)
 
 
 class _Attributor:
@@ -111,7 +115,7 @@ class _Attributor:
     def target_extend(self, rec: dict) -> None:
         prefix_lens = rec.get("extend_prefix_lens")
         plocs = rec.get("prefix_locs")
-        off = 0
+        off, rows = 0, {}
         for b, (rp, sl) in enumerate(_segments(rec)):
             pos = rec["positions"][sl].tolist()
             p = int(prefix_lens[b]) if prefix_lens is not None else (pos[0] if pos else 0)
@@ -133,8 +137,26 @@ class _Attributor:
                 self.out.requests[seq.request] = list(prefix) + rec["input_ids"][sl].tolist()
             seq.tokens = prefix + rec["input_ids"][sl].tolist()
             self.live[rp] = seq
+            rows.update({i: seq.tokens[:q + 1] for i, q in zip(range(sl.start, sl.stop), pos)})
         self._write_kv(rec)
         self.last_extend = rec
+        if "ref_format" in rec:
+            self.out.row_tokens.append((rec, rows))
+
+    def target_verify(self, rec: dict) -> None:
+        self._write_kv(rec)
+        self.last_verify = rec
+        if "ref_format" not in rec:
+            return
+        bs = len(rec["req_pool_indices"])
+        ids, pos, rows = rec["input_ids"].tolist(), rec["positions"].tolist(), {}
+        for rp, sl in _segments(rec, len(ids) // bs if bs else 0):
+            seq = self.live.get(rp)
+            if seq is None or len(seq.tokens) < pos[sl.start]:
+                continue
+            base = seq.tokens[:pos[sl.start]]
+            rows.update({i: base + ids[sl.start:i + 1] for i in range(sl.start, sl.stop)})
+        self.out.row_tokens.append((rec, rows))
 
     def draft_extend(self, rec: dict) -> None:
         if self.last_extend is None:
@@ -205,8 +227,7 @@ class _Attributor:
             if rec["mode"] == "EXTEND":
                 self.target_extend(rec)
             elif rec["mode"] == "TARGET_VERIFY":
-                self._write_kv(rec)
-                self.last_verify = rec
+                self.target_verify(rec)
         elif rec["mode"] == "EXTEND":
             self.draft_extend(rec)
         elif rec["mode"] == "DRAFT_EXTEND_V2":

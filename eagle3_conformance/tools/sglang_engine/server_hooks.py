@@ -32,16 +32,18 @@ _CALLS = itertools.count()
 CONFIG_KEYS = ("architectures", "model_type", "num_hidden_layers", "hidden_size", "vocab_size")
 
 
-def spec(out_dir: str | Path) -> dict[str, Any]:
-    """The ``forward_hooks`` entry for a user's server recording into ``out_dir``: the recorder's
-    own entry (:func:`.hooks.spec`: its name, ``target_modules``, config) with this module's factory,
-    which calls the recorder's (``config["record_factory"]``)."""
+def specs(out_dir: str | Path, reference: dict | None = None) -> list[dict[str, Any]]:
+    """The ``forward_hooks`` entries for a user's server recording into ``out_dir``: the recorder's
+    own (:func:`.hooks.specs`: its name, ``target_modules``, config; with ``reference`` also the
+    boundary hooks of the engine-as-reference), the first with this module's factory, which calls
+    the recorder's (``config["record_factory"]``)."""
     from eagle3_conformance.tools.sglang_engine import hooks
 
-    entry = hooks.spec(out_dir)
+    entries = hooks.specs(out_dir, reference)
+    entry = entries[0]
     entry["config"] = {**entry["config"], "record_factory": entry["hook_factory"]}
     entry["hook_factory"] = FACTORY
-    return entry
+    return entries
 
 
 def _write_json(path: Path, doc: dict) -> None:
