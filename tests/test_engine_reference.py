@@ -399,3 +399,74 @@ def test_pytest_option_overrides_the_contracts_reference(tiny_contract):
     assert ContractItem._judged_contract(item).reference == "engine"
     item.config = SimpleNamespace(getoption=lambda name, default=None: None)
     assert ContractItem._judged_contract(item) is tiny_contract
+
+
+# --- through the real engine (slow) -------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_init_written_float16_contract_runs_the_engine_judged_by_its_own_records(tmp_path):
+    """A new user's flow: ``init --engine sglang`` on the float32 SmolLM2 pair writes
+    ``precision.serving: float16`` (SGLang's dtype=auto); ``pytest -m conformance --contract`` then runs
+    ``sglang-engine`` on CPU at float32 (saying so, losslessness judged), never skips; with
+    ``--conformance-reference engine`` the captures are judged against the engine's own records."""
+    import os
+    import subprocess
+
+    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
+
+    t = ensure_trained_draft(RECIPE)
+    c = tmp_path / "my-pair.yaml"
+    r = subprocess.run([sys.executable, "-m", "eagle3_conformance.cli", "init", "--target", str(t.target_dir),
+                        "--draft", str(t.draft_dir), "--engine", "sglang", "-o", str(c)], capture_output=True,
+                       text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "serving: float16" in c.read_text()
+    out = tmp_path / "report.json"
+    env = {**os.environ, "CONFORMANCE_ENGINE_PROMPTS": "2", "CONFORMANCE_ENGINE_TOKENS": "8", "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-m",
+                        "conformance", "-q", "-rs", "--contract", str(c), "--conformance-paths", "sglang-engine",
+                        "--conformance-reference", "engine", "--conformance-json", str(out)],
+                       capture_output=True, text=True, cwd=tmp_path, env=env, timeout=1200)
+    assert "1 passed" in r.stdout and "skipped" not in r.stdout.split("\n")[-2], r.stdout[-3000:] + r.stderr[-2000:]
+    fs = json.loads(out.read_text())["findings"]
+    (ref,) = [f for f in fs if f["check"] == "reference"]
+    assert ref["status"] == "pass" and "engine's own forward" in ref["message"], ref
+    (loss,) = [f for f in fs if f["check"] == "lossless"]
+    assert loss["status"] == "pass" and "served at float32 on CPU" in loss["message"], loss
+    ident = [f for f in fs if f["check"] == "slot_identity"]
+    assert any(f["status"] == "pass" for f in ident) and not any(f["status"] == "fail" for f in ident)
+    assert all("scanned the engine" in f["message"] for f in ident)
+
+
+@pytest.mark.slow
+def test_tensor_parallel_2_on_cpu_records_on_rank_0_with_the_same_verdicts(tmp_path):
+    """SGLang's CPU engine at tp_size 2 (gloo; each rank bound to its own core by
+    launch.cpu_bind): the records come from TP rank 0 only, and the captures judged against the
+    engine's records give the same verdicts as against the transformers forward (the boundaries
+    differ from it by ~1e-6 relative: the all-reduce sums in another order)."""
+    import os
+
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.faults.engine_column import _engine_findings, _findings, agreement, numeric_agreement
+    from eagle3_conformance.paths.sglang_engine import reference_config
+    from eagle3_conformance.tools.sglang_engine import observe_engine
+    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft, eval_prompts
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("tp_size 2 on CPU needs 2 cores")
+    t = ensure_trained_draft(RECIPE)
+    c = load_contract(ROOT / "contracts" / "smollm2-135m.yaml").model_copy(update={"reference": "engine"})
+    obs = observe_engine(t.target_dir, t.draft_dir, eval_prompts(t.target_dir, 2, 48), max_new_tokens=8,
+                         workdir=tmp_path, reference=reference_config(c, t.target_dir), extra={"tp_size": 2})
+    rank = obs.engine_reference.stats["rank"]
+    assert rank["tp_size"] == 2 and rank["tp_rank"] == 0 and rank["records"]
+    pids = {p.stem.split("-")[0] for p in (tmp_path / "records").glob("*.pt")}
+    assert len(pids) == 1  # one scheduler process (rank 0) wrote every record
+    tf, ef = _findings(c, obs), _engine_findings(c, obs)
+    a = agreement(tf, ef)
+    assert a["differ"] == [] and a["equal"] == a["findings"] > 0, a["differ"][:3]
+    assert not any(f.status == "fail" for f in tf + ef)
+    assert obs.lossless["engine"] == obs.lossless["reference"]
+    num = numeric_agreement(c, obs)
+    assert all(v["max_rel_err"] < 1e-4 for v in num.values()), num

@@ -148,15 +148,25 @@ def test_engine_agrees_with_the_harness_loop(tmp_path):
 @pytest.mark.slow
 def test_engine_kill_matrix_column(tmp_path):
     """Every fault of the sglang-engine column, caused through the draft config or directory, is
-    caught by its check (or is a no-op on this pair, with the engine's own captured layers as proof)."""
+    caught by its check (or is a no-op on this pair, with the engine's own captured layers as proof).
+    The same engine runs also record the target's boundaries (the engine as its own reference,
+    docs/engine-reference.md): judged against them, every run's findings equal the transformers
+    reference's finding for finding, and the verdicts are the same."""
     from eagle3_conformance.contract import load_contract
     from eagle3_conformance.faults.engine_column import FAULTS, run_engine_column
+    from eagle3_conformance.paths.sglang_engine import reference_config
     from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft, eval_prompts
 
     t = ensure_trained_draft(RECIPE)
-    c = load_contract(ROOT / "contracts" / "smollm2-135m.yaml")
+    c = load_contract(ROOT / "contracts" / "smollm2-135m.yaml").model_copy(update={"reference": "engine"})
     res = run_engine_column(c, t.target_dir, t.draft_dir, eval_prompts(t.target_dir, 2, 48), tmp_path,
-                            log=print)
+                            log=print, reference=reference_config(c, t.target_dir))
+    print(json.dumps({k: {**v, "differ": v["differ"][:3]} for k, v in res["agreement"].items()}, default=str))
+    assert {k: (v.status, v.check) for k, v in res["engine_verdicts"].items()} == \
+        {k: (v.status, v.check) for k, v in res["verdicts"].items()}
+    for name, a in res["agreement"].items():
+        assert a["differ"] == [] and a["equal"] == a["findings"] > 0, (name, a["differ"][:3])
+    assert all(v["max_rel_err"] < 1e-5 for v in res["numeric"].values()), res["numeric"]
     print(json.dumps({k: (v.status, v.check, v.detail[:200]) for k, v in res["verdicts"].items()}, indent=1))
     print(json.dumps(res["timings"]), json.dumps(res["captured"]))
     assert res["baseline_failures"] == []

@@ -146,9 +146,13 @@ def agreement(a: list, b: list) -> dict:
     """Finding-for-finding comparison of one observation judged against two references: each pair
     (in order) agrees when check, locator, slot, status and observed verdict are equal (messages
     differ: the engine's names the boundaries it scanned). Returns ``{"findings": n, "equal": m,
-    "differ": [(a, b) summaries]}``; a different count is a difference."""
-    def row(f):
-        return (f.check, f.where, f.slot, f.status, str(f.observed))
+    "differ": [(a, b) summaries]}``; a different count is a difference. Floats in the observed
+    values are compared to 4 significant digits."""
+    import re
+
+    def row(f):  # floats to 4 significant digits: TP > 1 sums in another order (~1e-6 relative)
+        obs = re.sub(r"-?\d+\.\d+(e-?\d+)?", lambda m: format(float(m.group(0)), ".4g"), str(f.observed))
+        return (f.check, f.where, f.slot, f.status, obs)
 
     ra, rb = [row(f) for f in a], [row(f) for f in b]
     diff = [(x, y) for x, y in zip(ra, rb) if x != y]

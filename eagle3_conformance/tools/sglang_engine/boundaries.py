@@ -28,7 +28,7 @@ Rules (paths relative to ``sglang/srt/``, SGLang 0.5.23 as installed by the cpu-
 
 * ``F`` = the output of the target's final ``norm`` module (its first element when the fused
   add-norm returns ``(normed, residual)``: ``residual/access.py::final_norm_pair``,
-  gemma3_causal.py:673).
+  gemma3_causal.py:674).
 
 Families (architecture -> module prefix of the decoder stack, layout): see :data:`FAMILIES`.
 A layer SGLang runs without calling the module (DeepSeek's two-batch-overlap stages,
@@ -65,7 +65,7 @@ FAMILIES: dict[str, Family] = {
     "MistralForCausalLM": Family("model", "stream", "models/llama.py (subclass)"),
     "Qwen2ForCausalLM": Family("model", "stream", "models/qwen2.py:330-340,455-468"),
     "Qwen3ForCausalLM": Family("model", "stream", "models/qwen3.py:447-460,522-535"),
-    "Gemma3ForCausalLM": Family("model", "pair", "models/gemma3_causal.py:383-411,630-673"),
+    "Gemma3ForCausalLM": Family("model", "pair", "models/gemma3_causal.py:383-411,630-674"),
     "DeepseekV2ForCausalLM": Family("model", "stream", "models/deepseek_v2.py:3176-3200,3236-3241"),
     "DeepseekV3ForCausalLM": Family("model", "stream", "models/deepseek_v2.py:3176-3200,3236-3241"),
     "KimiK25ForConditionalGeneration": Family("language_model.model", "stream",

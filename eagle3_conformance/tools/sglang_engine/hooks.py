@@ -134,7 +134,11 @@ def _reference_fields(st: dict, ref_cfg: dict, n_rows: int) -> dict[str, Any]:
 
     want = list(ref_cfg.get("boundaries", []))
     have = [b for b in want if b in st["pending"] and st["pending"][b].shape[0] == n_rows]
-    rec: dict[str, Any] = {"ref_format": REF_FORMAT, "ref_rank": dict(_rank(st)), "ref_errors": list(st["errors"]),
+    errors = list(st["errors"]) + [
+        f"{b}: {st['pending'][b].shape[0]} rows on this rank, the forward has {n_rows} (a residual scattered over "
+        "ranks: attention-TP scatter / a2a MoE, deepseek_v2.py gathers its aux capture, stage.py:461-480)"
+        for b in want if b in st["pending"] and st["pending"][b].shape[0] != n_rows]
+    rec: dict[str, Any] = {"ref_format": REF_FORMAT, "ref_rank": dict(_rank(st)), "ref_errors": errors,
                            "ref_missing": [b for b in want if b not in have], "ref_dropped": None}
     rows = sample_rows(n_rows, ref_cfg.get("max_rows"))
     if have and rows:

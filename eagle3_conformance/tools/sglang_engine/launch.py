@@ -72,8 +72,24 @@ class EngineRun:
     pgid: Optional[int] = None
 
 
-def child_env(device: str) -> dict[str, str]:
-    """The driver's environment (see the module docstring)."""
+def cpu_bind(tp_size: int) -> str:
+    """``SGLANG_CPU_OMP_THREADS_BIND`` for ``tp_size`` CPU ranks: this process's cores split into
+    ``tp_size`` contiguous groups, ``|``-separated. SGLang's CPU engine otherwise allows one rank per
+    NUMA node (``sglang/srt/utils/numa_utils.py:454-470``; this machine has one).
+
+    Raises:
+        ValueError: fewer cores than ranks."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    if len(cores) < tp_size:
+        raise ValueError(f"tp_size {tp_size} on CPU needs {tp_size} cores; this process has {len(cores)}")
+    per = len(cores) // tp_size
+    groups = [cores[i * per:(i + 1) * per] for i in range(tp_size)]
+    return "|".join(f"{g[0]}-{g[-1]}" if len(g) > 1 else str(g[0]) for g in groups)
+
+
+def child_env(device: str, tp_size: int = 1) -> dict[str, str]:
+    """The driver's environment (see the module docstring; CPU TP > 1 also binds each rank's cores,
+    :func:`cpu_bind`, unless ``SGLANG_CPU_OMP_THREADS_BIND`` is set)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), str(PROJECT_ROOT)] + (
         [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
@@ -81,6 +97,8 @@ def child_env(device: str) -> dict[str, str]:
     env.setdefault("OMP_NUM_THREADS", "1")
     if device == "cpu":
         env.update(SGLANG_USE_CPU_ENGINE="1", TORCHDYNAMO_DISABLE="1", EAGLE3_CONFORMANCE_SGLANG_STANDINS="1")
+        if tp_size > 1 and not env.get("SGLANG_CPU_OMP_THREADS_BIND"):
+            env["SGLANG_CPU_OMP_THREADS_BIND"] = cpu_bind(tp_size)
     else:
         for k in ("SGLANG_USE_CPU_ENGINE", "EAGLE3_CONFORMANCE_SGLANG_STANDINS"):
             env.pop(k, None)
@@ -165,7 +183,7 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
     with open(log, "wb") as lf:
         proc = subprocess.Popen([sys.executable, "-m", "eagle3_conformance.tools.sglang_engine.driver",
                                  str(work / "spec.json")], stdout=lf, stderr=subprocess.STDOUT, cwd=str(work),
-                                env=child_env(device), start_new_session=True)
+                                env=child_env(device, int(spec.get("tp_size", 1))), start_new_session=True)
         try:
             code = proc.wait(timeout=start_timeout + generate_timeout + 60)
         except subprocess.TimeoutExpired:
