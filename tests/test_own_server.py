@@ -242,3 +242,34 @@ def test_the_engine_as_reference_needs_a_directory_that_recorded_the_boundaries(
     capsys.readouterr()
     assert main(["check-captures", str(plain), "--contract", str(CONTRACT), "--conformance-reference", "engine"]) == 2
     assert "prepared without the target's boundaries" in capsys.readouterr().err
+
+
+def test_the_server_factory_marks_its_call_and_records_kv_slots_of_cached_prefixes(tmp_path):
+    """server_recorder called as SGLang calls it (from a frame holding ``model_runner``): the factory
+    marker, the model facts on the first forward, and a target EXTEND record whose cached prefix
+    (positions starting at 2) carries the KV slots of ``req_to_token[req_pool_idx, :2]``."""
+    from types import SimpleNamespace
+
+    from eagle3_conformance.tools.sglang_engine.server_hooks import server_recorder
+
+    req_to_token = torch.arange(40, dtype=torch.int32).reshape(4, 10) + 100
+
+    def finalize_cuda_graph_capture(model_runner):  # SGLang's caller, as far as the factory looks
+        return server_recorder({"out_dir": str(tmp_path), "record_factory":
+                                "eagle3_conformance.tools.sglang_engine.hooks:draft_input_recorder"})
+
+    hook = finalize_cuda_graph_capture(SimpleNamespace(req_to_token_pool=SimpleNamespace(req_to_token=req_to_token)))
+    cfg = SimpleNamespace(architectures=["LlamaForCausalLM"], model_type="llama", num_hidden_layers=30,
+                          hidden_size=576, vocab_size=49152)
+    model = SimpleNamespace(embed_tokens=object(), config=cfg, layers_to_capture=[2, 15, 27])
+    fb = SimpleNamespace(forward_mode=SimpleNamespace(name="EXTEND"), req_pool_indices=_t([3]), seq_lens=_t([4]),
+                         extend_seq_lens=_t([2]), extend_seq_lens_cpu=[2], out_cache_loc=_t([7, 8]),
+                         positions=_t([2, 3]))
+    hook(model, (_t([20, 21]), _t([2, 3]), fb), None)
+    marker = json.loads(next(tmp_path.glob("factory-*.json")).read_text())
+    assert marker["sglang_version"] == "0.5.23" and marker["req_to_token_found"] is True
+    facts = json.loads(next(tmp_path.glob("model-*-target.json")).read_text())
+    assert (facts["num_hidden_layers"], facts["hidden_size"], facts["layers_to_capture"]) == (30, 576, [2, 15, 27])
+    rec = torch.load(next(tmp_path.glob("*.pt")), weights_only=True)
+    assert rec["prefix_locs"].tolist() == [130, 131] and rec["extend_prefix_lens"].tolist() == [2]
+    assert rec["out_cache_loc"].tolist() == [7, 8]

@@ -15,7 +15,10 @@ the tensor handed to the draft), ``fc_input`` [N, W] or None (what ``fc`` receiv
 forward: None when the draft skipped fc, ``llama_eagle3.py:237-247``), ``num_accept_tokens`` [bs]
 or None (DRAFT_EXTEND_V2). Target records carry no tensors beyond the ids (their hidden states
 are not needed: the reference is the project's own forward) but ``layers_to_capture``, the layer
-indices the target's ``LlamaModel`` captures at (``llama.py:485-494``: entry i = B_i). Hooks never fire on CUDA-graph
+indices the target's ``LlamaModel`` captures at (``llama.py:485-494``: entry i = B_i), and where their
+tokens sit in the KV cache (:func:`kv_fields`: ``out_cache_loc``; on EXTEND ``extend_prefix_lens`` and
+``prefix_locs`` when ``config["req_to_token"]`` is given), so a server's rows can be attributed without
+the prompts. Hooks never fire on CUDA-graph
 replay (``cuda_graph_setup.py:454-457``): run with ``disable_cuda_graph`` to observe decode.
 
 The engine as its own reference (``spec(out_dir, reference=...)``; rules per family in
