@@ -211,6 +211,8 @@ class _PathView:
         #: other paths of the same run on which the slots matched their declared boundaries (the
         #: reference is then the right checkpoint: never blamed)
         self.others_matched = others_matched
+        #: every slot_identity / verifier_identity judgement of the run (all paths) passed
+        self.slots_intact = False
         self.by_check: dict[str, list[Finding]] = {}
         for f in findings:
             self.by_check.setdefault(f.check, []).append(f)
@@ -1132,7 +1134,7 @@ def _generation_dtype(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[
     if not stored_path(v.path):
         return []
     bad = [f for f in v.failing("dtype") if f.slot in ("on disk", "feature", "verifier")]
-    if not bad or v.failing("slot_identity") or v.failing("verifier_identity"):
+    if not bad or not v.slots_intact:
         return []
     stored = Counter(str(f.observed) for f in bad if f.slot in ("on disk", "feature")).most_common(1)
     got = stored[0][0] if stored else str(bad[0].observed)
@@ -1217,10 +1219,14 @@ def path_diagnoses(contract: Contract, findings: Iterable[Any], *,
         by_path.setdefault(f.path, []).append(f)
     found: list[Diagnosis] = []
     matched = [p for p, pf in by_path.items() if _matches_reference(pf)]
+    # every slot judged on any path holds its declared boundary (the cheap all-rows scan judges none)
+    judged = [f for f in fs if f.check in ("slot_identity", "verifier_identity") and f.status in ("pass", "fail")]
+    intact = bool(judged) and all(f.status == "pass" for f in judged)
     for path, pf in by_path.items():
         if not any(f.status == "fail" for f in pf):
             continue
         view = _PathView(path, pf, tuple(p for p in matched if p != path))
+        view.slots_intact = intact
         used: set = set()
         for rule in _RULES:
             found += rule(contract, view, fx, used)

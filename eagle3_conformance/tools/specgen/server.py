@@ -19,8 +19,8 @@ Process hygiene: the server runs in its own session (process group: API server, 
 ``stop()`` sends SIGTERM to the group, then SIGKILL after a grace period, and waits for every member. The
 server binds 127.0.0.1 on a free port. ``TMPDIR`` is a private directory under the run's work dir, so
 vLLM's ``vllm_dist_<uuid>`` rendezvous file (``utils/network_utils.py:154``: ``tempfile.gettempdir()``)
-never lands in the shared ``/tmp``; ``/dev/shm`` entries that appeared during the run and that no live
-process holds open are removed after it.
+never lands in the shared ``/tmp``; the ``/dev/shm`` entries the server's own processes held (read from
+``/proc/<pid>/fd`` and ``maps`` of the group's members) and left behind are removed after it, nothing else.
 """
 
 from __future__ import annotations
@@ -107,24 +107,31 @@ def _child_env(tmpdir: Path) -> dict[str, str]:
     return env
 
 
-def shm_entries() -> set[str]:
-    try:
-        return {p.name for p in SHM.iterdir()}
-    except OSError:
-        return set()
-
-
-def _held_open() -> set[str]:
-    """Names under /dev/shm that a live process has open or mapped."""
-    held: set[str] = set()
+def _group_members(pgid: int) -> list[Path]:
+    """/proc entries of the live processes in process group ``pgid``."""
+    out = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
+            stat = (proc / "stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[2]) == pgid:  # field 5: pgrp
+                out.append(proc)
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def shm_held_by_group(pgid: int) -> set[str]:
+    """Names under /dev/shm that a live member of process group ``pgid`` has open or mapped (vLLM's
+    ``psm_*`` shared-memory buffers, its multiprocessing semaphores)."""
+    held: set[str] = set()
+    for proc in _group_members(pgid):
+        try:
             for fd in (proc / "fd").iterdir():
                 t = os.readlink(fd)
                 if t.startswith("/dev/shm/"):
-                    held.add(t[9:].split(" ")[0])
+                    held.add(t[len("/dev/shm/"):].split(" ")[0])
             for line in (proc / "maps").read_text().splitlines():
                 if "/dev/shm/" in line:
                     held.add(line.split("/dev/shm/", 1)[1].split(" ")[0])
@@ -133,16 +140,17 @@ def _held_open() -> set[str]:
     return held
 
 
-def remove_shm_leftovers(before: set[str]) -> list[str]:
-    """Remove the /dev/shm entries created since ``before`` that no live process holds; returns them."""
-    new = shm_entries() - before
-    if not new:
-        return []
-    held = _held_open()
+def remove_shm_leftovers(names: set[str]) -> list[str]:
+    """Remove those of ``names`` (held by this run's processes while they lived) that still exist under
+    /dev/shm after the group is gone; returns the removed names. Nothing else there is touched: other
+    processes' segments on a shared machine are never this run's."""
     gone = []
-    for name in sorted(new - held):
+    for name in sorted(names):
+        path = SHM / name
+        if "/" in name or not path.exists():
+            continue
         try:
-            (SHM / name).unlink()
+            path.unlink()
             gone.append(name)
         except OSError:
             pass
@@ -166,7 +174,7 @@ class ExtractionServer:
     storage: Path
     log: Path
     start_s: float = 0.0
-    shm_before: set[str] = field(default_factory=set)
+    shm_held: set[str] = field(default_factory=set)
     removed: list[str] = field(default_factory=list)
 
     def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
@@ -178,11 +186,17 @@ class ExtractionServer:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def note_shm(self) -> None:
+        """Record the /dev/shm entries the server's processes hold now (called once it answers, and again
+        before it is stopped), so that :meth:`stop` removes exactly this run's leftovers."""
+        self.shm_held |= shm_held_by_group(self.proc.pid)
+
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM to the whole group, SIGKILL after ``grace_s``, wait for every member; then remove this
-        run's /dev/shm leftovers. Never raises."""
+        run's /dev/shm leftovers (what its processes held, :meth:`note_shm`). Never raises."""
+        self.note_shm()
         kill_group(self.proc, grace_s)
-        self.removed = remove_shm_leftovers(self.shm_before)
+        self.removed = remove_shm_leftovers(self.shm_held)
 
     def __enter__(self) -> "ExtractionServer":
         return self
@@ -247,18 +261,18 @@ def start(model: str | Path, layer_ids: Sequence[int], workdir: str | Path, *, d
     port = free_port()
     cmd = server_command(model, layer_ids, storage, port, dtype=dtype, device=device, max_model_len=max_model_len,
                          extra_args=extra_args)
-    before = shm_entries()
     t0 = time.monotonic()
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=_child_env(tmp), start_new_session=True)
-    srv = ExtractionServer(proc, f"http://127.0.0.1:{port}", storage, log, shm_before=before)
+    srv = ExtractionServer(proc, f"http://127.0.0.1:{port}", storage, log)
     while True:
         if not srv.alive():
             srv.stop()
             raise ServerError(f"the vLLM server exited with status {proc.returncode} before answering", srv.log_tail())
         if _models_answer(srv.url):
             srv.start_s = time.monotonic() - t0
+            srv.note_shm()
             return srv
         if time.monotonic() - t0 > start_timeout:
             srv.stop()
