@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 from eagle3_conformance.tools.specgen.server import ExtractionServer, kill_group
 
@@ -42,6 +43,7 @@ class PipelineRun:
         prepare_s, generate_s: wall seconds of ``prepare-data`` and ``generate-offline-data``.
         samples: number of Arrow rows.
         generate_log: the generator's combined output.
+        request_ms: the generator's own "avg vLLM request" figure (ms per sample), None if not logged.
     """
 
     data_dir: Path
@@ -49,6 +51,7 @@ class PipelineRun:
     generate_s: float
     samples: int
     generate_log: str
+    request_ms: Optional[float] = None
 
 
 def write_conversations(path: Path, exchanges: Sequence[tuple[str, str]]) -> Path:
@@ -100,4 +103,5 @@ def run(server: ExtractionServer, model: str | Path, conversations: Path, data_d
     from datasets import load_from_disk
 
     n = len(load_from_disk(str(data_dir)))
-    return PipelineRun(data_dir, prep_s, gen_s, n, log)
+    m = re.search(r"avg vLLM request (\d+(?:\.\d+)?) ms", log)  # generate_offline_data.py's own timing line
+    return PipelineRun(data_dir, prep_s, gen_s, n, log, float(m.group(1)) if m else None)
