@@ -153,16 +153,19 @@ def _slot_holds(doc: dict) -> dict[str, set[str]]:
     return out
 
 
-@pytest.mark.parametrize("fault", ["sglang-ids", "wrong-id", "verifier-left-out"])
+@pytest.mark.parametrize("fault", ["sglang-ids", "plus-one", "wrong-id", "verifier-left-out"])
 def test_a_wrongly_configured_generator_is_named_by_slot_and_boundary(tmp_path, target_dir, draft_dir,
                                                                        generator_ids, fault):
     """- sglang-ids: the draft config's own nested ids (SGLang's form, read +1 by SGLang) handed to the
          generator: vLLM reads them as B_1, B_14, B_26;
+       - plus-one: the generator's aux ids read with SGLang's +1 (a list converted by SGLang's rule):
+         B_3, B_16, B_28;
        - wrong-id: the last aux id off by seven layers (B_20 for B_27);
        - verifier-left-out: the layer list without L (launch_vllm.py without --include-last-layer)."""
     L = generator_ids[-1]
     nested = json.loads((SHIPPED_DRAFT / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
-    ids = {"sglang-ids": nested + [L], "wrong-id": generator_ids[:2] + [20, L],
+    ids = {"sglang-ids": nested + [L], "plus-one": [i + 1 for i in generator_ids[:-1]] + [L],
+           "wrong-id": generator_ids[:2] + [20, L],
            "verifier-left-out": generator_ids[:-1]}[fault]
     data = _generate(tmp_path, target_dir, ids, "float32")
     rc, doc = _check(tmp_path, _init(tmp_path, target_dir, draft_dir, "float32"), data, target_dir)
@@ -171,6 +174,9 @@ def test_a_wrongly_configured_generator_is_named_by_slot_and_boundary(tmp_path, 
     kinds = [d["kind"] for d in doc["diagnoses"]]
     if fault == "sglang-ids":
         assert holds == {"slot 0": {"B_1"}, "slot 1": {"B_14"}, "slot 2": {"B_26"}}, holds
+        assert kinds[0] == "convention-shift"
+    elif fault == "plus-one":
+        assert holds == {"slot 0": {"B_3"}, "slot 1": {"B_16"}, "slot 2": {"B_28"}}, holds
         assert kinds[0] == "convention-shift"
     elif fault == "wrong-id":
         assert holds == {"slot 2": {"B_20"}}, holds
