@@ -91,7 +91,7 @@ def run(server: ExtractionServer, model: str | Path, conversations: Path, data_d
     data_dir = Path(data_dir)
     if data_dir.exists():
         raise FileExistsError(f"{data_dir} exists; refusing to overwrite")
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), COLUMNS="200")
     spec = [sys.executable, "-m", "speculators"]
     _, prep_s = _run(spec + ["prepare-data", "--model", str(model), "--data", str(conversations),
                              "--output", str(data_dir), "--render-endpoint", server.url,
@@ -103,5 +103,6 @@ def run(server: ExtractionServer, model: str | Path, conversations: Path, data_d
     from datasets import load_from_disk
 
     n = len(load_from_disk(str(data_dir)))
-    m = re.search(r"avg vLLM request (\d+(?:\.\d+)?) ms", log)  # generate_offline_data.py's own timing line
+    # generate_offline_data.py's own timing line (rich's handler may wrap it)
+    m = re.search(r"avg\s+vLLM\s+request\s+(\d+(?:\.\d+)?)\s+ms", log)
     return PipelineRun(data_dir, prep_s, gen_s, n, log, float(m.group(1)) if m else None)
