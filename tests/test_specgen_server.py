@@ -72,3 +72,18 @@ def test_only_the_servers_own_shm_leftovers_are_removed(tmp_path):
     finally:
         (Path("/dev/shm") / other).unlink(missing_ok=True)
         (Path("/dev/shm") / mine).unlink(missing_ok=True)
+
+
+def test_the_private_tmpdir_is_short_and_removed(tmp_path, monkeypatch):
+    """vLLM's vllm_dist_* file and ZMQ ipc sockets go to TMPDIR: a fresh /tmp/vsg-* dir, gone after stop()."""
+    seen = {}
+
+    def fake(*a, **k):
+        return [sys.executable, "-c", "import os, sys; open(os.path.join(os.environ['TMPDIR'], 'vllm_dist_x'), 'w'); "
+                                      "print(os.environ['TMPDIR']); sys.exit(1)"]
+
+    monkeypatch.setattr(server, "server_command", fake)
+    with pytest.raises(server.ServerError) as e:
+        server.start("/m", [2], tmp_path, device="cpu", start_timeout=60)
+    tmpdir = Path(e.value.log_tail.strip().splitlines()[-1])
+    assert tmpdir.name.startswith("vsg-") and len(str(tmpdir)) < 30 and not tmpdir.exists()

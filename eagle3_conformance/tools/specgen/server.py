@@ -17,9 +17,10 @@ CPU and its cache reload fails) and ``VLLM_CPU_KVCACHE_SPACE`` defaults to 1 (Gi
 
 Process hygiene: the server runs in its own session (process group: API server, EngineCore, worker);
 ``stop()`` sends SIGTERM to the group, then SIGKILL after a grace period, and waits for every member. The
-server binds 127.0.0.1 on a free port. ``TMPDIR`` is a private directory under the run's work dir, so
-vLLM's ``vllm_dist_<uuid>`` rendezvous file (``utils/network_utils.py:154``: ``tempfile.gettempdir()``)
-never lands in the shared ``/tmp``; the ``/dev/shm`` entries the server's own processes held (read from
+server binds 127.0.0.1 on a free port. ``TMPDIR`` is a fresh private ``/tmp/vsg-*`` directory (short: vLLM's
+ZMQ ipc sockets live there too, and a socket path is limited to 107 bytes), removed by ``stop()``, so vLLM's
+``vllm_dist_<uuid>`` rendezvous file (``utils/network_utils.py:154``: ``tempfile.gettempdir()``) and its
+sockets never stay behind in the shared ``/tmp``; the ``/dev/shm`` entries the server's own processes held (read from
 ``/proc/<pid>/fd`` and ``maps`` of the group's members) and left behind are removed after it, nothing else.
 """
 
@@ -27,10 +28,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -176,6 +179,7 @@ class ExtractionServer:
     start_s: float = 0.0
     shm_held: set[str] = field(default_factory=set)
     removed: list[str] = field(default_factory=list)
+    tmpdir: Optional[Path] = None
 
     def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
         try:
@@ -197,6 +201,8 @@ class ExtractionServer:
         self.note_shm()
         kill_group(self.proc, grace_s)
         self.removed = remove_shm_leftovers(self.shm_held)
+        if self.tmpdir is not None:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)  # vllm_dist_*, ipc sockets
 
     def __enter__(self) -> "ExtractionServer":
         return self
@@ -244,8 +250,8 @@ def start(model: str | Path, layer_ids: Sequence[int], workdir: str | Path, *, d
 
     Args:
         model, layer_ids, dtype, max_model_len, extra_args: as :func:`server_command`.
-        workdir: an existing directory owned by the caller: ``storage/`` (connector output), ``tmp/`` (the
-            server's TMPDIR) and ``server.log`` are made in it.
+        workdir: an existing directory owned by the caller: ``storage/`` (connector output) and ``server.log``
+            are made in it; the server's TMPDIR is a fresh short ``/tmp/vsg-*`` directory removed by ``stop()``.
         device: ``"cpu"`` / ``"cuda"``; None: cuda when torch sees a GPU.
         start_timeout: seconds until it must answer.
 
@@ -255,9 +261,11 @@ def start(model: str | Path, layer_ids: Sequence[int], workdir: str | Path, *, d
     """
     workdir = Path(workdir)
     device = device or ("cuda" if cuda_available() else "cpu")
-    storage, tmp, log = workdir / "storage", workdir / "tmp", workdir / "server.log"
+    storage, log = workdir / "storage", workdir / "server.log"
     storage.mkdir(parents=True, exist_ok=True)
-    tmp.mkdir(exist_ok=True)
+    # a short private TMPDIR: vLLM puts its ZMQ ipc sockets there too, and a socket path is limited to 107
+    # bytes (a TMPDIR under pytest's tmp_path is too long for them)
+    tmp = Path(tempfile.mkdtemp(prefix="vsg-", dir="/tmp" if Path("/tmp").is_dir() else None))
     port = free_port()
     cmd = server_command(model, layer_ids, storage, port, dtype=dtype, device=device, max_model_len=max_model_len,
                          extra_args=extra_args)
@@ -265,7 +273,7 @@ def start(model: str | Path, layer_ids: Sequence[int], workdir: str | Path, *, d
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=_child_env(tmp), start_new_session=True)
-    srv = ExtractionServer(proc, f"http://127.0.0.1:{port}", storage, log)
+    srv = ExtractionServer(proc, f"http://127.0.0.1:{port}", storage, log, tmpdir=tmp)
     while True:
         if not srv.alive():
             srv.stop()
