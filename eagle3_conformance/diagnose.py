@@ -50,6 +50,9 @@ verifier-slot-off     K3     the verifier slot holds another boundary than the d
                              embedding B_0, a mid layer) or none
 verifier-missing      K3     the data stores only the aux planes (vLLM extraction files with N = K); the
                              declared verifier is missing
+generation-dtype      --     the data is stored in another dtype than data_dtype while every slot holds its
+                             declared boundary: the generation server ran another --dtype than the contract
+                             assumes (an input problem: the key or the flag to change; docs/speculators-generator.md)
 production-precision  --     the data's noise against the reference is that of a lower precision than the
                              contract's precision block declares (an input problem: the contract key to
                              change, not a fault-kinds.md kind); it claims the failures of the precision gates
@@ -97,6 +100,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "verifier-slot-off": ("K3", "the verifier slot holds another boundary (the embedding, a mid layer) or none"),
     "verifier-missing": ("K3", "no verifier plane in the data although the contract declares verifier_last"),
     "production-precision": ("", "produced in lower precision than the contract declares (precision block)"),
+    "generation-dtype": ("", "stored in another dtype than data_dtype, every slot's meaning intact: the generation "
+                             "server's --dtype differs from the contract's"),
 }
 
 #: checks whose failures a slot-identity pattern accounts for
@@ -206,6 +211,8 @@ class _PathView:
         #: other paths of the same run on which the slots matched their declared boundaries (the
         #: reference is then the right checkpoint: never blamed)
         self.others_matched = others_matched
+        #: every slot_identity / verifier_identity judgement of the run (all paths) passed
+        self.slots_intact = False
         self.by_check: dict[str, list[Finding]] = {}
         for f in findings:
             self.by_check.setdefault(f.check, []).append(f)
@@ -1120,6 +1127,32 @@ def _production_precision(c: Contract, v: _PathView, fx: _Fixer, used: set) -> l
         (v.path,), ("feature",), claimed, {v.path: f"{len(bad)}/{n_all} {v.unit}"})]
 
 
+def _generation_dtype(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
+    """``dtype`` failed on stored data while no slot failed identity: the data was generated in another dtype
+    than ``data_dtype`` and means what the contract says. It still fails (docs/speculators-generator.md, "A
+    stored dtype other than data_dtype"); this names the one change that settles it."""
+    if not stored_path(v.path):
+        return []
+    bad = [f for f in v.failing("dtype") if f.slot in ("on disk", "feature", "verifier")]
+    if not bad or not v.slots_intact:
+        return []
+    stored = Counter(str(f.observed) for f in bad if f.slot in ("on disk", "feature")).most_common(1)
+    got = stored[0][0] if stored else str(bad[0].observed)
+    n = len({f.where for f in bad})
+    used.add("dtype")
+    return [Diagnosis(
+        "generation-dtype", "", f"the data is stored in {got}, the contract declares data_dtype: {c.data_dtype}; "
+        "every slot holds its declared boundary",
+        (f"stored as {got}; slot_identity and verifier_identity pass: the slots mean what the "
+         "contract says, only the generation dtype differs",
+         "the stored dtype is what the generation server computes in (speculators' generate-offline-data: its vLLM "
+         "server's --dtype; SpecForge: its SGLang capture's dtype)"),
+        (f"if the data is right: `eagle3-conformance init ... --generation-dtype {got}` (or set data_dtype: {got} "
+         f"and precision.training: {got}) and run again",
+         f"if the contract is right: run the generation server with --dtype {c.data_dtype} and generate again"),
+        (v.path,), ("on disk",), ("dtype",), {v.path: f"{n} {v.unit}"})]
+
+
 def _rows_misassigned(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
     if "row_fingerprint" in used or "slot_identity" in used:
         return []
@@ -1143,7 +1176,8 @@ def _rows_misassigned(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[
 _RULES = (_production_precision, _one_slot_input, _other_width, _fc_slot_count, _slot_count, _verifier_missing,
           _decode_rows, _mtp_input_side, _embedding_for_last,
           _engine_default, _convention_shift, _permuted, _without_residual, _no_boundary, _slot_off, _loose_match,
-          _verifier_state, _verifier_other, _fp8_transport, _magnitude, _pre_fc_norm, _rows_misassigned)
+          _verifier_state, _verifier_other, _fp8_transport, _magnitude, _pre_fc_norm, _rows_misassigned,
+          _generation_dtype)
 
 
 # --- entry ----------------------------------------------------------------------------------------
@@ -1185,10 +1219,14 @@ def path_diagnoses(contract: Contract, findings: Iterable[Any], *,
         by_path.setdefault(f.path, []).append(f)
     found: list[Diagnosis] = []
     matched = [p for p, pf in by_path.items() if _matches_reference(pf)]
+    # every slot judged on any path holds its declared boundary (the cheap all-rows scan judges none)
+    judged = [f for f in fs if f.check in ("slot_identity", "verifier_identity") and f.status in ("pass", "fail")]
+    intact = bool(judged) and all(f.status == "pass" for f in judged)
     for path, pf in by_path.items():
         if not any(f.status == "fail" for f in pf):
             continue
         view = _PathView(path, pf, tuple(p for p in matched if p != path))
+        view.slots_intact = intact
         used: set = set()
         for rule in _RULES:
             found += rule(contract, view, fx, used)

@@ -374,7 +374,8 @@ def check_capture(cap: CaptureFacts, dr: DraftFacts, allow_embedding: bool) -> N
 
 def derive_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = None,
                     verifier: Optional[str] = None, name: Optional[str] = None,
-                    allow_embedding: bool = False, out_file: Optional[Path] = None):
+                    allow_embedding: bool = False, out_file: Optional[Path] = None,
+                    generation_dtype: str = "auto"):
     """Derive a contract document from two config.json files.
 
     Args:
@@ -383,6 +384,9 @@ def derive_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = 
             ``"specforge"`` or None (inferred; refused when ambiguous).
         verifier: ``"B_L"`` (pre-norm, speculators convention) or ``"F"``.
         out_file: where the contract will be written (relative paths are computed from it).
+        generation_dtype: the dtype the training data's generation server runs (``--generation-dtype``;
+            ``auto``: the producing engine's own rule, :func:`eagle3_conformance.authoring.precision.derive`);
+            it decides ``precision.training`` and, for speculators and SpecForge, ``data_dtype``.
 
     Returns:
         A ruamel ``CommentedMap`` (comments attached), ready to dump.
@@ -412,7 +416,7 @@ def derive_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = 
         raise UsageError("--verifier B_L with --engine specforge: SpecForge's offline hidden_state (the training "
                          "target) is F, post final norm (algorithms/eagle3/providers.py:141-150)")
     out_dir = Path(out_file).resolve().parent if out_file else Path.cwd()
-    doc = build_document(t, dr, cap, verifier == "F", name, allow_embedding, out_dir)
+    doc = build_document(t, dr, cap, verifier == "F", name, allow_embedding, out_dir, generation_dtype)
     if verifier == "F" and not given:  # the provenance says where F came from: SpecForge's default
         doc["provenance"]["verifier_last"] = ("F: post-final-norm (SpecForge's offline hidden_state, the "
                                               "training target; algorithms/eagle3/providers.py:141-150)")
@@ -543,14 +547,14 @@ def _norm_bands():
     return m
 
 
-def _precision(t: TargetFacts, cap: CaptureFacts):
+def _precision(t: TargetFacts, cap: CaptureFacts, generation_dtype: str = "auto"):
     """The dtype the hidden states are produced in, per path, by the engine's own ``auto`` rule
     (:mod:`eagle3_conformance.authoring.precision`), each commented with the rule."""
     from ruamel.yaml.comments import CommentedMap
 
     from eagle3_conformance.authoring.precision import derive
 
-    tr, sv = derive(cap.tool, cap.version, {"model_type": t.model_type, "dtype": t.config_dtype})
+    tr, sv = derive(cap.tool, cap.version, {"model_type": t.model_type, "dtype": t.config_dtype}, generation_dtype)
     m = CommentedMap()
     m["training"] = tr.dtype
     eol(m, tr.why, "training")
@@ -609,7 +613,7 @@ def _engines(cap: CaptureFacts):
 
 
 def build_document(t: TargetFacts, dr: DraftFacts, cap: CaptureFacts, v_final: bool, name: Optional[str],
-                   allow_embedding: bool, out_dir: Path):
+                   allow_embedding: bool, out_dir: Path, generation_dtype: str = "auto"):
     """The contract as a ruamel ``CommentedMap`` in the schema's key order, every derived value
     commented with where it came from."""
     from ruamel.yaml.comments import CommentedMap
@@ -634,14 +638,30 @@ def build_document(t: TargetFacts, dr: DraftFacts, cap: CaptureFacts, v_final: b
                                          ("position", 1)])
         eol(doc, "speculators 0.9.0 shift_batch: (g_t, x_t+1, y_t+1, mask_t+1) at position t+1", "alignment")
     doc["norm_bands"] = _norm_bands()
-    doc["precision"] = _precision(t, cap)
+    doc["precision"] = _precision(t, cap, generation_dtype)
     eol(doc, "the dtype hidden states are produced in, by the engine's dtype=auto rule (not target.dtype, the "
         "checkpoint's); every gate follows it", "precision")
     doc["gates"] = _gates(doc["precision"]["training"], doc["precision"]["serving"])
     eol(doc, "null: derived from precision, per path (docs/gates.md)", "gates")
     doc["engines"] = _engines(cap)
-    doc["data_dtype"] = doc["precision"]["training"] if cap.tool == "specforge" else "bfloat16"
-    eol(doc, "SpecForge 0.2.0 stores what it captured, in the checkpoint's dtype (prepare_hidden_states.py "
-        "build_target_model: torch_dtype=model_config.dtype)" if cap.tool == "specforge"
-        else "speculators 0.9.0 stores bf16 hidden states", "data_dtype")
+    doc["data_dtype"], why = _data_dtype(cap.tool, doc["precision"]["training"], generation_dtype)
+    eol(doc, why, "data_dtype")
+    doc["provenance"]["data_dtype"] = f"generation dtype {generation_dtype}: {why}"
     return doc
+
+
+def _data_dtype(tool: str, training: str, generation_dtype: str) -> tuple[str, str]:
+    """``(data_dtype, why)``: the stored dtype is what the generation server computes in
+    (docs/speculators-generator.md): speculators' generator stores what its vLLM server serves, SpecForge
+    what its SGLang capture runs; for a contract named by serving engine the data is assumed to be
+    speculators' bf16 unless ``--generation-dtype`` says otherwise."""
+    if tool == "speculators":
+        return training, (f"{training}: vLLM's hidden-states connector stores what the generation server computes "
+                          "in (precision.training); another server --dtype: init --generation-dtype")
+    if tool == "specforge":
+        return training, (f"{training}: SpecForge 0.2.0 stores what its SGLang capture computes in "
+                          "(precision.training); another capture dtype: init --generation-dtype")
+    if generation_dtype != "auto":
+        return generation_dtype, f"{generation_dtype}: the generation server runs --dtype {generation_dtype}"
+    return "bfloat16", ("bfloat16: speculators' generator against a bf16 server (a float32 checkpoint's vLLM "
+                        "dtype=auto); another server --dtype: init --generation-dtype")

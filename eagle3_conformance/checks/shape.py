@@ -57,7 +57,12 @@ def check_width(c: Contract, cap: Capture) -> list[Finding]:
 
 @check(CAPTURE, ("K12",), emits=("dtype", "id_dtype"), stored=DTYPES)
 def check_dtype(c: Contract, cap: Capture) -> list[Finding]:
-    """K12: hidden states carry the contract's dtype; token ids are int64."""
+    """K12: hidden states carry the contract's dtype; token ids are int64.
+
+    A stored dtype other than ``data_dtype`` fails even when every slot holds its declared boundary: the
+    precision gates follow the declared generation, so data of another dtype is judged by gates set for
+    other noise, and the contract's claim about the generator is false (docs/speculators-generator.md, "A
+    stored dtype other than data_dtype"); the diagnosis ``generation-dtype`` names the one change."""
     # on disk / in the training batch: data_dtype; on a serving path: the dtype the target is served in
     want = c.data_dtype if cap.stored else c.serving_dtype
     got = dtype_name(cap.feature)
@@ -70,7 +75,10 @@ def check_dtype(c: Contract, cap: Capture) -> list[Finding]:
     disk = cap.provenance.get("on_disk_dtype")
     if disk is not None:
         out.append(finding("dtype", "pass" if disk == c.data_dtype else "fail", cap, "on disk", c.data_dtype, disk,
-                           f"hidden states are stored as {disk}; contract says {c.data_dtype}", "K12"))
+                           f"hidden states are stored as {disk}; contract says {c.data_dtype}" + (
+                               "" if disk == c.data_dtype else f": the generation server ran in {disk}, the contract "
+                               f"assumes {c.data_dtype} (init --generation-dtype {disk}, or serve --dtype "
+                               f"{c.data_dtype}; docs/speculators-generator.md)"), "K12"))
     for name in ("token_ids", "draft_input_ids"):
         t = getattr(cap, name)
         if t is not None:

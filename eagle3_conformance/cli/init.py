@@ -20,6 +20,10 @@ def add_parser(sub) -> None:
                    help="last data slot: B_L pre-norm (speculators, default) or F post-norm (SpecForge, its default)")
     p.add_argument("--name", help="contract name (default: target--draft)")
     p.add_argument("--allow-embedding", action="store_true", help="accept B_0 as an aux slot")
+    p.add_argument("--generation-dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="the dtype the training data's generation server runs (vLLM for speculators' "
+                        "generate-offline-data: its --dtype; SpecForge's SGLang capture): it is the stored dtype, "
+                        "data_dtype. auto (default): the engine's own dtype rule (docs/speculators-generator.md)")
     p.add_argument("-o", "--output", required=True, metavar="FILE")
     p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     p.set_defaults(func=run)
@@ -35,7 +39,8 @@ def run(args) -> int:
     dirs = [Path(a) if Path(a).is_dir() else Path(a).parent for a in (args.target, args.draft) if Path(a).exists()]
     out = check_output(args.output, "-o", inputs=tuple(inputs), input_dirs=tuple(dirs), need_parent=False)
     doc = derive_any_contract(args.target, args.draft, engine=args.engine, verifier=args.verifier,
-                          name=args.name, allow_embedding=args.allow_embedding, out_file=out)
+                          name=args.name, allow_embedding=args.allow_embedding, out_file=out,
+                          generation_dtype=args.generation_dtype)
     text = dump_contract(doc, out)
     write_new(out, text, args.force)
     c = doc["capture"]
