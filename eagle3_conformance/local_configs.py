@@ -81,7 +81,22 @@ def _draft_problems(c: Any, d_dir: Path, t: Any) -> list[tuple[tuple, str]]:
               else "no draft_vocab_size, so a shared vocabulary of ")]
     out = [(("draft", k), f"{getattr(c.draft, k)} here, but the draft config {f} has {how}{v}")
            for k, v, how in sizes if v != getattr(c.draft, k)]
-    return out + _id_problems(c, dr, f)
+    raw = _raw_id_problems(c, f)
+    ids = _id_problems(c, dr, f)
+    if raw:  # the negative ids are named there with their line
+        ids = [(k, m) for k, m in ids if " is negative" not in m]
+    return out + raw + ids
+
+
+def _raw_id_problems(c: Any, f: Path) -> list[tuple[tuple, str]]:
+    """Bad ids as written in the draft config (not integers, negative, past the target's depth, repeated,
+    nested and top-level lists that differ, another count than the aux slots), each naming the config
+    file, key and line (:func:`eagle3_conformance.config_ids.id_problems`)."""
+    from eagle3_conformance.config_ids import id_problems
+
+    K = len(c.capture.boundaries) if c.method in ("eagle3", "eagle1", "eagle2") else 0
+    probs = id_problems(f, c.target.num_hidden_layers, K, allow_b0="B_0" in c.capture.boundaries)
+    return [(("draft", "layer_ids", "values"), m) for _, m in probs]
 
 
 def _id_problems(c: Any, dr: Any, f: Path) -> list[tuple[tuple, str]]:

@@ -84,3 +84,92 @@ def test_final_norm_output_in_the_deepest_aux_slot_is_diagnosed(spec_write, tiny
     assert kinds == ["final-norm-in-aux"], kinds
     d = doc["diagnoses"][0]
     assert d["slots"] == ["slot 2"] and "B_5" in d["title"] and "slot_identity" in d["checks"]
+
+
+# --- R66: a slot with no hidden state -------------------------------------------------------------
+
+
+def test_degenerate_rows_are_named_and_real_rows_pass(tiny_ref):
+    import torch
+
+    from eagle3_conformance.checks import degenerate
+
+    ids = torch.tensor([5, 9, 11, 5])
+    real = tiny_ref.capture(ids.tolist()).boundary("B_4")
+    assert degenerate(real, ids) is None
+    assert degenerate(torch.zeros_like(real), ids) == "all rows zero"
+    assert degenerate(torch.full_like(real, 0.25), ids) == "every row constant"
+    assert degenerate(real[:1].expand_as(real), ids) == "one row repeated"
+    # the embedding of one repeated token is one row repeated, legitimately
+    same = torch.tensor([7, 7, 7])
+    assert degenerate(tiny_ref.capture(same.tolist()).boundary("B_0"), same) is None
+
+
+def test_an_all_zero_slot_fails_every_sample_of_check_data(spec_write, tiny, tmp_path, capsys):
+    """R66 through the real speculators writer: B_5's plane written as zeros (the state the hybrid
+    verifier's empty KV page gave) fails ``slot_degenerate`` on every sample of the all-rows pass,
+    with or without a reference, whatever the norm band."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    d = spec_write(AUX + ["B_8"])
+    n = 0
+    for f in sorted((d / "hidden_states").glob("hs_*.safetensors")):
+        t = load_file(str(f))
+        t["hidden_states"][:, 2] = 0
+        save_file(t, str(f))
+        n += 1
+    rc, doc, _ = _check_data(tmp_path, capsys, d)
+    assert rc == 1
+    bad = [f for f in doc["findings"] if f["check"] == "slot_degenerate" and f["status"] == "fail"]
+    assert len([f for f in bad if f["path"] == "training-disk"]) == n
+    assert {f["slot"] for f in bad} == {"slot 2"} and all("all rows zero" in f["message"] for f in bad)
+    good = [f for f in doc["findings"] if f["check"] == "slot_degenerate" and f["slot"] != "slot 2"]
+    assert good and all(f["status"] == "pass" for f in good)
+
+
+# --- validate: bad ids in the draft config ----------------------------------------------------------
+
+
+def _pair_contract(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_authoring import dcfg, run_init, tcfg
+
+    rc, o = run_init(tmp_path, tcfg(), dcfg("nested", [1, 3, 4]))  # L = 8; B_2, B_4, B_5 under SGLang's +1
+    assert rc == 0
+    return o, dcfg
+
+
+@pytest.mark.parametrize("name,edit,words", [
+    ("out of range (R64)", lambda d: d("nested", [1, 3, 12]),
+     ["id 12 reads B_12", "at least 12 layers", "L = 8"]),
+    ("negative", lambda d: d("nested", [-2, 3, 4]), ["negative id [-2]"]),
+    ("-1 without B_0 declared", lambda d: d("nested", [-1, 3, 4]), ["negative id [-1]", "does not declare B_0"]),
+    ("duplicate", lambda d: d("nested", [1, 3, 3]), ["repeated id [3]", "2 slots captured for a list of 3"]),
+    ("nested and top-level differ", lambda d: {**d("nested", [1, 3, 4]), "eagle_aux_hidden_state_layer_ids": [2, 4, 5]},
+     ["eagle_aux_hidden_state_layer_ids = [2, 4, 5] differ", "SGLang reads only the nested key"]),
+    ("too many ids", lambda d: d("nested", [1, 3, 4, 5]), ["4 ids where the contract declares 3 aux slots"]),
+])
+def test_validate_refuses_bad_ids_in_the_draft_config_naming_key_and_line(tmp_path, capsys, name, edit, words):
+    """Issue 37, bad input: validate exits 2, naming the config file, the key and its line; before, an id
+    past L, a list of another length, and nested/top-level lists that differ all validated (exit 0)."""
+    o, dcfg = _pair_contract(tmp_path)
+    cfg = tmp_path / "draft" / "config.json"
+    cfg.write_text(json.dumps(edit(dcfg), indent=2))
+    before = cfg.read_text()
+    capsys.readouterr()
+    assert main(["validate", str(o)]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    line = next(i for i, ln in enumerate(before.splitlines(), 1) if '"eagle_aux_hidden_state_layer_ids"' in ln)
+    assert f"{cfg}:{line}: eagle_config.eagle_aux_hidden_state_layer_ids = " in out, out
+    assert all(w in out for w in words), out
+    assert "Traceback" not in out and cfg.read_text() == before
+
+
+def test_validate_accepts_the_good_ids_in_both_keys(tmp_path, capsys):
+    o, dcfg = _pair_contract(tmp_path)
+    cfg = tmp_path / "draft" / "config.json"
+    cfg.write_text(json.dumps({**dcfg("nested", [1, 3, 4]), "eagle_aux_hidden_state_layer_ids": [1, 3, 4]}))
+    assert main(["validate", str(o)]) == 0

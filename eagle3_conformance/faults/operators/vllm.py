@@ -122,5 +122,9 @@ COLUMN: dict[str, Union[Apply, NotApplicable, SameKnob]] = {
     "loss-mask-unshifted": NotApplicable("serving has no loss mask and no training-time shift (a SpecForge "
                                          "trainer fault, SpecForge#885/#895)"),
     "double-shift": NotApplicable("serving has no training-time shift (a SpecForge trainer fault, SpecForge#448)"),
+    "slot-all-zero": SameKnob("deepest aux slot handed over as zeros (R66: extract_hidden_states read an empty KV "
+                              "page of a hybrid verifier)", "in memory (after the engine)"),
+    "slot-row-repeated": SameKnob("deepest aux slot handed over as its first row repeated over every token",
+                                  "in memory (after the engine)"),
 }
 """Operator name -> how it applies on ``vllm-extend`` (or why not, or :class:`SameKnob`)."""
