@@ -159,7 +159,8 @@ def _list_problems(path: tuple[str, ...], ids: Any, L: int, num_slots: int, allo
         if dflash:
             out.append(f"id {m} needs the output of layer {m}, i.e. a target of at least {m + 1} layers; the target "
                        f"has L = {L} (DFlash ids run 0..{L - 1}; SGLang's resolver raises, vLLM's +1 reads B_{m + 1}) "
-                       "(R64)")
+                       "(R64)" + (f"; {m} = L is the layer count, not a layer: a writer appended num_hidden_layers as an id (R63, "
+                                      "speculators#705)" if m == L else ""))
         else:
             out.append(f"id {m} reads B_{m} (vLLM, speculators: id k = B_k) or B_{m + 1} (SGLang: +1), both past the "
                        f"target's last boundary B_{L}: the draft needs a target of at least {m} layers, the target has "

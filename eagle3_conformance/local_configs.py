@@ -60,6 +60,10 @@ def config_problems(c: Any) -> list[tuple[tuple, str]]:
     d_dir = _local_dir(c, c.draft.path)
     if d_dir is not None and c.method in ("eagle3", "eagle1", "eagle2"):
         out += _draft_problems(c, d_dir, t)
+    if c.method == "dflash":  # issue 37, R58: the fallbacks each engine would use; the local DFlash config
+        from eagle3_conformance.dflash_fallback import dflash_config_problems
+
+        out += dflash_config_problems(c, d_dir)
     return out
 
 

@@ -173,3 +173,57 @@ def test_validate_accepts_the_good_ids_in_both_keys(tmp_path, capsys):
     cfg = tmp_path / "draft" / "config.json"
     cfg.write_text(json.dumps({**dcfg("nested", [1, 3, 4]), "eagle_aux_hidden_state_layer_ids": [1, 3, 4]}))
     assert main(["validate", str(o)]) == 0
+
+
+# --- DFlash: R58 fallbacks, R63 -------------------------------------------------------------------
+
+
+def test_validate_names_each_engines_dflash_fallback_when_the_contract_has_no_ids(tmp_path, capsys):
+    """R58: a DFlash contract without target_layer_ids is refused (exit 2) and validate says what each
+    reader would tap instead, asked of its own code (SGLang 0.5.23 / SpecForge 0.2.0
+    build_target_layer_ids(8, 3) = [1, 3, 5], worked from dflash_utils.py:348-385 by hand: B_2, B_4, B_6),
+    against the declared B_1, B_4, B_7, with the ids to write."""
+    import yaml
+
+    doc = yaml.safe_load((REPO / "contracts" / "tiny-llama-dflash.yaml").read_text())
+    doc["dflash"].update(target_layer_ids=None, location="absent")
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    capsys.readouterr()
+    assert main(["validate", str(p)]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "sglang: build_target_layer_ids(L=8, num_draft_layers=3) = [1, 3, 5] -> taps B_2, B_4, B_6" in out, out
+    assert "specforge: build_target_layer_ids(L=8, num_draft_layers=3) = [1, 3, 5]" in out
+    assert "write dflash_config.target_layer_ids: [0, 3, 6]" in out and "Traceback" not in out
+
+
+@pytest.mark.parametrize("edit,words", [
+    (lambda ids: None, ["has no dflash_config.target_layer_ids", "[1, 3, 5] -> taps B_2, B_4, B_6", "R58"]),
+    (lambda ids: ids + [8], ["id 8 needs the output of layer 8", "8 = L is the layer count", "R63"]),
+    (lambda ids: [0, 3, 3], ["repeated id [3]"]),
+])
+def test_validate_reads_the_local_dflash_draft_config(tiny, tmp_path, capsys, edit, words):
+    import yaml
+
+    from eagle3_conformance.fixtures import build_fixture
+
+    b = build_fixture("tiny-llama-dflash")
+    cfg = json.loads((b.draft_dir / "config.json").read_text())
+    (tmp_path / "draft").mkdir()
+    doc = yaml.safe_load((REPO / "contracts" / "tiny-llama-dflash.yaml").read_text())
+    doc["draft"]["path"] = "draft"
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    f = tmp_path / "draft" / "config.json"
+    f.write_text(json.dumps(cfg, indent=2))
+    assert main(["validate", str(p)]) == 0  # the fixture's own config agrees
+    ids = edit(list(cfg["dflash_config"]["target_layer_ids"]))
+    if ids is None:
+        cfg["dflash_config"].pop("target_layer_ids")
+    else:
+        cfg["dflash_config"]["target_layer_ids"] = ids
+    f.write_text(json.dumps(cfg, indent=2))
+    capsys.readouterr()
+    assert main(["validate", str(p)]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert all(w in out for w in words), out

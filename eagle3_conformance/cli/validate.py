@@ -32,6 +32,11 @@ def run(args) -> int:
             bad += 1
             for prob in e.problems:
                 con.print(f"[red]{prob.format(e.file)}[/red]")
+            from eagle3_conformance.dflash_fallback import absent_ids_note
+
+            note = absent_ids_note(p, e.problems)  # R58: what each engine's DFlash fallback resolves to
+            if note:
+                print(f"{e.file}: {note}")
             continue
         bands = c.norm_bands.status
         con.print(f"[green]ok[/green] {p}: {c.name}: aux {c.capture.boundaries} + verifier "
