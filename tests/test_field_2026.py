@@ -227,3 +227,72 @@ def test_validate_reads_the_local_dflash_draft_config(tiny, tmp_path, capsys, ed
     assert main(["validate", str(p)]) == 2
     out = " ".join(capsys.readouterr().out.split())
     assert all(w in out for w in words), out
+
+
+# --- id = L (R53, R55) ------------------------------------------------------------------------------
+
+
+def test_what_each_engine_does_with_an_id_naming_b_l():
+    """Asked of SGLang 0.5.23's own setters: llama.py drops layers_to_capture entry L silently (its loop
+    records the input of layers 0..L-1), deepseek_v2.py's B_i reading of id 8 = L raises and its id 7 is
+    B_7, gpt_oss.py captures B_L at the final norm (sglang#32334); vLLM's DeepSeek files capture nothing (R55)."""
+    from eagle3_conformance.final_boundary import at_final_boundary
+
+    def by(arch):
+        return {(a.engine.split(" (")[-1].rstrip(")") if a.engine.startswith("sglang") else a.engine, a.id): a
+                for a in at_final_boundary(8, arch)}
+
+    llama = by("LlamaForCausalLM")
+    assert llama[("llama.py", 7)].drops and "dropped silently" in llama[("llama.py", 7)].captures
+    assert llama[("vllm", 8)].captures.startswith("B_8") and not llama[("vllm", 8)].drops
+    gpt = by("GptOssForCausalLM")
+    assert gpt[("gpt_oss.py", 8)].captures == "B_8" and not gpt[("gpt_oss.py", 8)].drops
+    ds = by("DeepseekV3ForCausalLM")
+    assert ds[("deepseek_v2.py", 7)].captures.startswith("B_7") and ds[("deepseek_v2.py", 7)].drops
+    assert ds[("deepseek_v2.py", 8)].drops and ds[("vllm", 8)].drops and "R55" in ds[("vllm", 8)].source
+
+
+def test_validate_refuses_b_l_as_an_aux_slot_of_a_contract_served_by_sglang_llama(tmp_path, capsys):
+    """A contract validated on SGLang 0.5.23 whose deepest aux slot is B_L on a llama target: SGLang never
+    hands the draft B_L (R53, K3): exit 2."""
+    text = (REPO / "contracts" / "tiny-llama.yaml").read_text().replace("boundaries: [B_2, B_4, B_5]",
+                                                                        "boundaries: [B_2, B_4, B_8]")
+    text = text.replace("values: [1, 3, 4]", "values: [1, 3, 7]")
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    capsys.readouterr()
+    assert main(["validate", str(p)]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "never captures B_8" in out and "Traceback" not in out, out
+
+
+def test_init_names_what_each_engine_does_with_id_l(tmp_path, capsys):
+    """init for a vLLM DeepSeek draft whose ids end in L (vLLM's extract_hidden_states default ends in L):
+    the contract is written, and init and validate say, per engine, what id L captures: SGLang 0.5.23's
+    deepseek_v2.py refuses it, vLLM's DeepSeek files capture nothing there (R55)."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_authoring import dcfg, run_init, tcfg
+
+    rc, o = run_init(tmp_path, tcfg(arch="DeepseekV3ForCausalLM"), dcfg("top", [2, 4, 8]), "--engine", "vllm")
+    out = " ".join(capsys.readouterr().out.split())
+    assert rc == 0 and "aux slot B_8 (id = L): vllm: id 8 -> nothing" in out and "R55" in out, out
+    assert "deepseek_v2.py): id 8 -> nothing" in out
+    assert main(["validate", str(o)]) == 0
+    assert "note: aux slot B_8 (id = L): vllm: id 8 -> nothing" in " ".join(capsys.readouterr().out.split())
+
+
+def test_validate_refuses_b_l_for_sglang_even_with_speculators_top_level_ids(tmp_path, capsys):
+    """The same contract with speculators' top-level boundary ids [2, 4, 8] (the placement SGLang never
+    reads): no id rule of the contract flags it, but the contract is validated on SGLang 0.5.23, whose
+    llama.py drops B_8 whatever id names it: final_boundary_problems refuses it (before issue 37: exit 0)."""
+    text = (REPO / "contracts" / "tiny-llama.yaml").read_text().replace("boundaries: [B_2, B_4, B_5]",
+                                                                        "boundaries: [B_2, B_4, B_8]")
+    text = text.replace("values: [1, 3, 4]", "values: [2, 4, 8]").replace("location: nested ", "location: top_level ")
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    capsys.readouterr()
+    assert main(["validate", str(p)]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "capture.boundaries: B_8 is an aux slot, but sglang 0.5.23 (llama.py): id 7 -> nothing" in out, out

@@ -41,4 +41,18 @@ def run(args) -> int:
     c = doc["capture"]
     print(f"wrote {out}: aux {list(c['boundaries'])} + verifier {doc['verifier_last']['tensor']}, "
           f"width {c['feature_width']}, bands uncalibrated")
+    _final_notes(out)
     return EXIT_OK
+
+
+def _final_notes(out) -> None:
+    """Issue 37: when an aux slot is B_L (id = L), what each engine does with that id (R53, R55)."""
+    from eagle3_conformance.contract import ContractError, load_contract
+    from eagle3_conformance.final_boundary import final_boundary_notes
+
+    try:
+        c = load_contract(out)
+    except ContractError:
+        return  # validate reports it
+    for line in final_boundary_notes(c):
+        print(f"  note: {line}")
