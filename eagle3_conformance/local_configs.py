@@ -85,6 +85,9 @@ def _draft_problems(c: Any, d_dir: Path, t: Any) -> list[tuple[tuple, str]]:
               else "no draft_vocab_size, so a shared vocabulary of ")]
     out = [(("draft", k), f"{getattr(c.draft, k)} here, but the draft config {f} has {how}{v}")
            for k, v, how in sizes if v != getattr(c.draft, k)]
+    from eagle3_conformance.draft_norms import norm_problems
+
+    out += norm_problems(c, cfg, f)  # issue 37: Eagle3.1 norms as each tool reads them
     raw = _raw_id_problems(c, f)
     ids = _id_problems(c, dr, f)
     if raw:  # the negative ids are named there with their line

@@ -296,3 +296,53 @@ def test_validate_refuses_b_l_for_sglang_even_with_speculators_top_level_ids(tmp
     assert main(["validate", str(p)]) == 2
     out = " ".join(capsys.readouterr().out.split())
     assert "capture.boundaries: B_8 is an aux slot, but sglang 0.5.23 (llama.py): id 7 -> nothing" in out, out
+
+
+# --- Eagle3.1 draft-side norms (R53, R70, R71, R72) ----------------------------------------------------
+
+
+def test_draft_norm_readings_are_the_installed_code():
+    """The stand-in readings of draft_norms.py name file:line of the installed SGLang / SpecForge; each
+    line must still say what the module says it does (a release that moves or changes them fails here)."""
+    import importlib.util
+
+    from eagle3_conformance.draft_norms import SOURCES
+
+    for tool, rel, line, text in SOURCES:
+        root = Path(importlib.util.find_spec(tool).origin).parent.parent
+        got = (root / rel).read_text().splitlines()[line - 1]
+        assert text in got, (tool, rel, line, got)
+
+
+@pytest.mark.parametrize("extra,nested,words", [
+    ({}, {"norm_before_fc": True}, ["sets norm_before_fc only under eagle_config", "R53", "'none' here, but SGLang "
+                                                                                         "0.5.23 reads"]),
+    ({"norm_before_fc": True, "fc_norm": True}, {}, ["speculators 0.9.0 refuses the pair", "'both'"]),
+    ({"fc_norm": True}, {}, ["'none' here, but SGLang 0.5.23 reads", "as 'fc_norm'"]),
+])
+def test_validate_reads_the_draft_norms_as_each_tool_does(tmp_path, capsys, extra, nested, words):
+    o, dcfg = _pair_contract(tmp_path)  # init wrote pre_fc_norm: none
+    cfg = dcfg("nested", [1, 3, 4], **extra)
+    cfg["eagle_config"].update(nested)
+    (tmp_path / "draft" / "config.json").write_text(json.dumps(cfg))
+    capsys.readouterr()
+    assert main(["validate", str(o)]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert all(w in out for w in words), out
+
+
+def test_init_states_norm_output_and_notes_when_it_is_absent(tmp_path, capsys):
+    import sys
+
+    from eagle3_conformance.contract import load_contract
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_authoring import dcfg, run_init, tcfg
+
+    rc, o = run_init(tmp_path / "a", tcfg(), dcfg("nested", [1, 3, 4], norm_output=True, norm_before_fc=True))
+    assert rc == 0 and load_contract(o).draft.norm_output is True
+    assert load_contract(o).draft.pre_fc_norm == "norm_before_fc"
+    capsys.readouterr()
+    rc, o = run_init(tmp_path / "b", tcfg(), dcfg("nested", [1, 3, 4]))
+    out = " ".join(capsys.readouterr().out.split())
+    assert rc == 0 and load_contract(o).draft.norm_output is None and "R71" in out and "default it to false" in out

@@ -496,6 +496,10 @@ def _draft(dr: DraftFacts, cap: CaptureFacts, out_dir: Path):
         "draft_vocab_size")
     m["pre_fc_norm"] = dr.pre_fc
     eol(m, "from norm_before_fc / fc_norm / use_aux_norm", "pre_fc_norm")
+    no = _norm_output(dr.file)
+    if no is not None:  # issue 37: Eagle3.1 norm_output, stated only when the config states it
+        m["norm_output"] = no
+        eol(m, f"{dr.file.name}: norm_output (true: the post-norm state is fed back)", "norm_output")
     li = CommentedMap()
     li["values"] = _seq(cap.ids) if cap.ids is not None else None
     eol(li, "as written in the draft config", "values")
@@ -645,3 +649,15 @@ def build_document(t: TargetFacts, dr: DraftFacts, cap: CaptureFacts, v_final: b
         "build_target_model: torch_dtype=model_config.dtype)" if cap.tool == "specforge"
         else "speculators 0.9.0 stores bf16 hidden states", "data_dtype")
     return doc
+
+
+def _norm_output(config_file) -> Optional[bool]:
+    """The draft config's top-level ``norm_output`` (Eagle3.1), None when absent or unreadable."""
+    import json
+
+    try:
+        cfg = json.loads(Path(config_file).read_text())
+    except (OSError, ValueError, TypeError):
+        return None
+    v = cfg.get("norm_output") if isinstance(cfg, dict) else None
+    return bool(v) if isinstance(v, bool) else None
