@@ -39,6 +39,17 @@ def fallback_words(L: int, num_draft_layers: int, declared: Optional[list[str]] 
                                             f", not the declared {declared}")
         parts.append(f"{tool}: build_target_layer_ids(L={L}, num_draft_layers={num_draft_layers}) = {list(ids)} "
                      f"-> taps {', '.join(taps)}{same}")
+    try:  # the z-lab reference code, when its package is installed (engine_ids/zlab.py)
+        from eagle3_conformance.engine_ids.zlab import zlab_formula
+
+        ids = zlab_formula(L, num_draft_layers)
+        taps = [f"B_{i + 1}" for i in ids]
+        same = "" if declared is None else (" = the declared taps" if taps == list(declared) else
+                                            f", not the declared {declared}")
+        parts.append(f"zlab: build_target_layer_ids(L={L}, num_draft_layers={num_draft_layers}) = {ids} -> taps "
+                     f"{', '.join(taps)}{same}")
+    except TranslationError as e:
+        parts.append(str(e).split(" (pip")[0])
     return "; ".join(parts)
 
 

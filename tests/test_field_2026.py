@@ -346,3 +346,18 @@ def test_init_states_norm_output_and_notes_when_it_is_absent(tmp_path, capsys):
     rc, o = run_init(tmp_path / "b", tcfg(), dcfg("nested", [1, 3, 4]))
     out = " ".join(capsys.readouterr().out.split())
     assert rc == 0 and load_contract(o).draft.norm_output is None and "R71" in out and "default it to false" in out
+
+
+def test_zlab_reference_reads_dflash_ids_output_of_like_sglang_and_specforge():
+    """The z-lab reference package (PyPI dflash 0.1.0, optional: pip install --no-deps dflash==0.1.0) asked
+    of its own code: extract_context_feature on index-tagged tensors taps B_{i+1} for id i, as SGLang 0.5.23
+    and SpecForge 0.2.0 do; its build_target_layer_ids(64, 5) is the R58 thread's fallback
+    [1, 16, 31, 46, 61] (z-lab/dflash#157)."""
+    pytest.importorskip("dflash.model")
+    from eagle3_conformance.engine_ids.dflash import dflash_tool_to_boundaries
+    from eagle3_conformance.engine_ids.zlab import zlab_formula, zlab_taps
+
+    assert zlab_taps([0, 3, 6], 8) == [1, 4, 7]
+    for tool in ("sglang", "specforge"):
+        assert [b.index for b in dflash_tool_to_boundaries(tool, [0, 3, 6], 8, num_draft_layers=3)] == [1, 4, 7]
+    assert zlab_formula(64, 5) == [1, 16, 31, 46, 61]
