@@ -110,6 +110,11 @@ class Draft(_Strict):
     target_hidden_size: int = Field(gt=0, description="Width of one aux slot (= target d).")
     draft_vocab_size: int = Field(gt=0)
     pre_fc_norm: Literal["none", "norm_before_fc", "fc_norm"] = "none"
+    norm_output: Optional[bool] = Field(
+        None, description="Eagle3.1 norm_output as the draft was trained with it: true = the draft feeds its "
+        "post-norm state back across steps (SGLang 0.5.23 llama_eagle3.py:207, 267-268; speculators 0.9.0 "
+        "Eagle3SpeculatorConfig.norm_output), false = pre-norm; null: not stated (SGLang and speculators default "
+        "false; SpecForge 0.2.0 reads the same key, default true, as 'norm before the LM head')")
     layer_ids: LayerIds
 
 

@@ -565,7 +565,7 @@ def _slot_count(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagno
 def _verifier_missing(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
     """``verifier_present`` failed: the data stores the aux planes only, no verifier."""
     bad = v.failing("verifier_present")
-    if not bad:
+    if not bad or "verifier_present" in used:
         return []
     used.update({"verifier_present", "verifier_identity", "target_alignment"})
     vt = c.verifier_last.tensor
@@ -1277,3 +1277,89 @@ def explained_by(diagnoses: Sequence[Diagnosis], path: str, check: str) -> Optio
         if path in d.paths and check in d.checks:
             return i
     return None
+
+
+# --- issue 37 item 6: the two holes found on a held-out real model -----------------------------------
+
+
+def _verifier_plane_read_as_aux(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
+    """N = K planes read by speculators' reader (``verifier_present`` failed with the verifier slot
+    present): the last aux plane became the verifier and the draft got K - 1 slots. Named
+    ``verifier-missing`` unless the verifier slot really is the declared verifier (then an aux plane is
+    the one missing and ``slot-count`` names it)."""
+    bad = [f for f in v.failing("verifier_present") if str(f.observed).endswith("read as the verifier")]
+    K = c.num_slots
+    if not bad or K < 2:
+        return []
+    ver = v.verifier()
+    if ver is not None and ver.observed == ver.declared and not ver.wrong:
+        used.add("verifier_present")  # the last plane is the verifier: an aux plane is missing (slot-count)
+        return []
+    aux = [str(b) for b in c.aux]
+    vt = c.verifier_last.tensor
+    read = ver.observed if ver is not None else None
+    ev = [f"the data holds {K} planes per sample, as many as the {K} declared aux slots {_fmt_b(aux)}; the contract "
+          f"declares them and then the verifier {vt} ({c.verifier_last.norm}-norm): {K + 1} planes",
+          f"speculators' reader (ArrowDataset + CollateFn) takes the last plane as the verifier: the draft input holds "
+          f"{K - 1} slots {_fmt_b(aux[:-1])} and the verifier target is the aux plane {aux[-1]}"]
+    # the same evidence on every path (so the paths merge into one diagnosis): a path with a fingerprint
+    # (verifier_identity) reached here only if its verifier slot is not the declared verifier
+    hedge = () if read is not None else (
+        "(no fingerprint on this path says which plane is missing: a writer that drops the verifier plane stores "
+        "exactly this; if the fingerprint sample, --reference, finds the verifier slot is the declared verifier, an "
+        "aux plane is the one missing: slot-count)",)
+    checks = ("verifier_present", "slot_count", "feature_width", "draft_input_width", "slot_order", "verifier_identity",
+              "verifier_norm_state", "target_alignment", "fc_shape")
+    used.update(checks)
+    fix = (f"generate the data with the verifier plane: list the aux ids then L; speculators' launcher stores {vt} "
+           "after the aux ids by default (--include-last-layer), --no-include-last-layer drops it",) + tuple(
+        fx.for_path(v.path, aux, {})) + hedge
+    return [Diagnosis(
+        "verifier-missing", "K3", f"the data stores no verifier plane: its {K} planes are the aux slots, and the reader "
+        f"took the last ({aux[-1]}) as the verifier {vt}", tuple(ev), fix, (v.path,), ("verifier", "feature"),
+        _explained(v, checks), {v.path: f"{len(bad)} {v.unit}"})]
+
+
+def _final_norm_in_aux(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
+    """An aux slot holds F (the final norm's output) where the contract declares a boundary B_k: named
+    by ``slot_identity`` (observed ``F``) but matched by no boundary pattern (F has no index). The usual
+    cause: a generator that stores ``output_hidden_states[L]``, which transformers overwrites with
+    ``last_hidden_state`` = F (transformers 5.19.0 utils/output_capturing.py:242-246, 296-297
+    ``tie_last_hidden_states``), or an engine capturing after its final norm."""
+    if "slot_identity" in used:
+        return []
+    aux = v.aux()
+    fs = [j for j in aux if j.wrong and j.observed == "F" and j.declared != "F"]
+    if not fs:
+        return []
+    others = [j for j in aux if j.wrong and j not in fs]
+    labels = tuple(j.label for j in fs)
+    declared = [j.declared for j in aux]
+    ev = [f"{j.label} is F, the final norm's output (post-norm), on {j.fails} of {j.judged} {v.unit}; contract says "
+          f"{j.declared} (pre-norm residual stream)" for j in fs]
+    ok = [j.label for j in aux if not j.wrong]
+    if ok:
+        ev.append(f"{', '.join(ok)} hold{'s' if len(ok) == 1 else ''} the declared boundar"
+                  f"{'y' if len(ok) == 1 else 'ies'}")
+    deep = [j for j in fs if _idx(j.declared) == c.L]
+    ids: dict = {}
+    fix = [f"store {', '.join(j.declared for j in fs)} before the final norm: transformers' output_hidden_states[{c.L}] "
+           "is F, not B_L (it overwrites the last entry with last_hidden_state: utils/output_capturing.py "
+           "tie_last_hidden_states); take B_k from a hook on layer k's input (B_L: the final norm's input) or use the "
+           "engine's own aux capture"] + fx.for_path(v.path, declared, ids)
+    if deep:
+        fix.append(f"or, if the draft was trained on F there, state it: capture.boundaries with F in place of B_{c.L}")
+    if not others:
+        used.update(_IDENTITY_CHECKS)
+    return [Diagnosis(
+        "final-norm-in-aux", "K4", f"{', '.join(labels)} hold{'s' if len(fs) == 1 else ''} F (the final norm's output) "
+        f"where the contract declares {', '.join(j.declared for j in fs)}", tuple(ev), tuple(fix), (v.path,), labels,
+        _explained(v, _IDENTITY_CHECKS, labels), {v.path: v.support(fs)}, ids)]
+
+
+KINDS["final-norm-in-aux"] = ("K4", "an aux slot holds F (post final norm) where a pre-norm boundary is declared")
+
+# inserted without reordering the table above: the plane-count reading before slot-count, F in an aux
+# slot before the boundary-index patterns (F has no index, so none of them names it)
+_RULES = tuple(r for pair in ((_verifier_plane_read_as_aux, r) if r is _slot_count else
+                              (_final_norm_in_aux, r) if r is _engine_default else (r,) for r in _RULES) for r in pair)

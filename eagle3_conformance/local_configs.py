@@ -60,6 +60,10 @@ def config_problems(c: Any) -> list[tuple[tuple, str]]:
     d_dir = _local_dir(c, c.draft.path)
     if d_dir is not None and c.method in ("eagle3", "eagle1", "eagle2"):
         out += _draft_problems(c, d_dir, t)
+    if c.method == "dflash":  # issue 37, R58: the fallbacks each engine would use; the local DFlash config
+        from eagle3_conformance.dflash_fallback import dflash_config_problems
+
+        out += dflash_config_problems(c, d_dir)
     return out
 
 
@@ -81,7 +85,25 @@ def _draft_problems(c: Any, d_dir: Path, t: Any) -> list[tuple[tuple, str]]:
               else "no draft_vocab_size, so a shared vocabulary of ")]
     out = [(("draft", k), f"{getattr(c.draft, k)} here, but the draft config {f} has {how}{v}")
            for k, v, how in sizes if v != getattr(c.draft, k)]
-    return out + _id_problems(c, dr, f)
+    from eagle3_conformance.draft_norms import norm_problems
+
+    out += norm_problems(c, cfg, f)  # issue 37: Eagle3.1 norms as each tool reads them
+    raw = _raw_id_problems(c, f)
+    ids = _id_problems(c, dr, f)
+    if raw:  # the negative ids are named there with their line
+        ids = [(k, m) for k, m in ids if " is negative" not in m]
+    return out + raw + ids
+
+
+def _raw_id_problems(c: Any, f: Path) -> list[tuple[tuple, str]]:
+    """Bad ids as written in the draft config (not integers, negative, past the target's depth, repeated,
+    nested and top-level lists that differ, another count than the aux slots), each naming the config
+    file, key and line (:func:`eagle3_conformance.config_ids.id_problems`)."""
+    from eagle3_conformance.config_ids import id_problems
+
+    K = len(c.capture.boundaries) if c.method in ("eagle3", "eagle1", "eagle2") else 0
+    probs = id_problems(f, c.target.num_hidden_layers, K, allow_b0="B_0" in c.capture.boundaries)
+    return [(("draft", "layer_ids", "values"), m) for _, m in probs]
 
 
 def _id_problems(c: Any, dr: Any, f: Path) -> list[tuple[tuple, str]]:

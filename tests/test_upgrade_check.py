@@ -637,3 +637,21 @@ def test_versions_that_drop_a_contract_slot_are_a_finding_not_same_tensors():
     assert r.exit_code == 1
     full = cap("sglang==0.5.23", ["B_2", "B_16", "B_32"])
     assert compare(full, full, ["B_2", "B_16", "B_32"]).status == SAME
+
+
+def test_upgrade_check_names_what_each_release_does_with_an_id_naming_b_l(cache, tmp_path):
+    """Issue 37 (R53): for a contract whose deepest aux slot is B_L, each release's own setter is given the
+    id naming B_L under both conventions (L - 1 under +1, L as a boundary) and the report says what its
+    capture loop makes of it: the made-up 9.9.1 (+1 always) stores entries L and L + 1, both beyond its
+    loop (B_0..B_{L-1}): nothing; the made-up 9.9.2 (+1 only when the first id is 1, else raw) reads id
+    L - 1 as B_{L-1}, another layer."""
+    text = DSV3.read_text().replace("boundaries: [B_2, B_30, B_58]", "boundaries: [B_2, B_30, B_61]")
+    text = text.replace("values: [1, 29, 57]", "values: [2, 30, 61]").replace("location: nested ",
+                                                                              "location: top_level ")
+    text = text.replace("sglang_model_file: deepseek_v2", "sglang_model_file:")
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    code, out, err = _run(str(p), "--from", "sglang==9.9.1", "--to", "sglang==9.9.2")
+    assert "id = L: sglang==9.9.1: id 60 -> nothing (entry 61 (B_61) from id 60 is beyond its capture loop" in out, \
+        out + err
+    assert "id = L: sglang==9.9.2: id 60 -> B_60 (not B_61)" in out, out

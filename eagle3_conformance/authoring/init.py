@@ -500,6 +500,10 @@ def _draft(dr: DraftFacts, cap: CaptureFacts, out_dir: Path):
         "draft_vocab_size")
     m["pre_fc_norm"] = dr.pre_fc
     eol(m, "from norm_before_fc / fc_norm / use_aux_norm", "pre_fc_norm")
+    no = _norm_output(dr.file)
+    if no is not None:  # issue 37: Eagle3.1 norm_output, stated only when the config states it
+        m["norm_output"] = no
+        eol(m, f"{dr.file.name}: norm_output (true: the post-norm state is fed back)", "norm_output")
     li = CommentedMap()
     li["values"] = _seq(cap.ids) if cap.ids is not None else None
     eol(li, "as written in the draft config", "values")
@@ -665,3 +669,15 @@ def _data_dtype(tool: str, training: str, generation_dtype: str) -> tuple[str, s
         return generation_dtype, f"{generation_dtype}: the generation server runs --dtype {generation_dtype}"
     return "bfloat16", ("bfloat16: speculators' generator against a bf16 server (a float32 checkpoint's vLLM "
                         "dtype=auto); another server --dtype: init --generation-dtype")
+
+
+def _norm_output(config_file) -> Optional[bool]:
+    """The draft config's top-level ``norm_output`` (Eagle3.1), None when absent or unreadable."""
+    import json
+
+    try:
+        cfg = json.loads(Path(config_file).read_text())
+    except (OSError, ValueError, TypeError):
+        return None
+    v = cfg.get("norm_output") if isinstance(cfg, dict) else None
+    return bool(v) if isinstance(v, bool) else None

@@ -26,6 +26,7 @@ module                    checks
 ``precision``             the data's noise is the declared production precision's (issue 23)
 ``residual``              a slot that is the layer's update without its residual (issue 23)
 ``verified_rows``         after a partial accept, the draft's rows are the accepted tokens' own verify rows
+``degenerate``            a slot whose rows are all zero or one constant (R66)
 ``suite``                 :func:`run_checks`: every check on one capture, in registry order
 ========================  ===================================================================
 
@@ -58,4 +59,5 @@ from eagle3_conformance.checks.vocab import (check_chat_template, check_golden_t
 from eagle3_conformance.checks.precision import check_production_precision  # noqa: F401
 from eagle3_conformance.checks.residual import check_residual_missing  # noqa: F401
 from eagle3_conformance.checks.verified_rows import check_verified_rows  # noqa: F401
+from eagle3_conformance.checks.degenerate import check_slot_degenerate, degenerate  # noqa: F401
 from eagle3_conformance.checks.suite import run_checks  # noqa: F401

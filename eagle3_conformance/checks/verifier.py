@@ -75,12 +75,37 @@ def check_verifier_present(c: Contract, cap: Capture) -> list[Finding]:
     """K3: stored training data holds the verifier state the contract declares (``verifier_last``): a
     reader that found no verifier plane (vLLM extraction files with N = K planes, written with
     speculators' launcher ``--no-include-last-layer``) fails naming it. A serving capture carries no
-    verifier (nothing to judge). A present verifier returns nothing: ``verifier_identity`` judges it."""
-    if not cap.stored or cap.verifier_last is not None:
+    verifier (nothing to judge).
+
+    A reader that splits the last plane off as the verifier whatever the plane count (speculators 0.9.0's
+    ``ArrowDataset``, src/speculators/train/data.py:274-333; provenance ``verifier_plane: "last"``) given
+    N = K planes (a writer without the verifier plane) reads K - 1 aux slots and takes the deepest aux
+    plane as the verifier: that fails here too, naming the plane count (issue 37 item 6; before, the
+    report said ``slot_count`` K - 1 and "the verifier is B_x" and never that the verifier was missing).
+    N = K is also what a writer dropping one aux plane stores; ``verifier_identity`` on the fingerprint
+    sample tells which (the ``verifier-missing`` diagnosis reads it). Otherwise a present verifier returns
+    nothing: ``verifier_identity`` judges it."""
+    if not cap.stored:
         return []
+    if cap.verifier_last is not None:
+        return _verifier_read_from_aux(c, cap)
     planes = cap.provenance.get("planes")
     held = f"{planes} planes" if planes is not None else "no verifier plane"
     return [finding("verifier_present", "fail", cap, "verifier", c.verifier_last.tensor, "missing",
                     f"the data holds {held}, all read as the {c.num_slots} aux slots; the contract declares the "
                     f"verifier {c.verifier_last.tensor} ({c.verifier_last.norm}-norm) stored after them, and it is "
                     "missing", "K3")]
+
+
+def _verifier_read_from_aux(c: Contract, cap: Capture) -> list[Finding]:
+    """N = K planes read by a last-plane-is-the-verifier reader: the verifier plane is missing."""
+    planes, K = cap.provenance.get("planes"), c.num_slots
+    if cap.provenance.get("verifier_plane") != "last" or not isinstance(planes, int) or planes != K or K < 1:
+        return []
+    deepest = c.aux[-1] if c.aux else "?"
+    return [finding("verifier_present", "fail", cap, "verifier", c.verifier_last.tensor,
+                    f"{planes} planes (N = K): plane {K - 1} read as the verifier",
+                    f"the data holds {planes} planes, as many as the contract's {K} aux slots and no more: the "
+                    f"verifier {c.verifier_last.tensor} ({c.verifier_last.norm}-norm), is missing (a writer without the "
+                    f"verifier plane, e.g. speculators' launcher --no-include-last-layer); the reader takes the last "
+                    f"plane (declared aux {deepest}) as the verifier and trains the draft on {K - 1} aux slots", "K3")]

@@ -46,4 +46,36 @@ def run(args) -> int:
     c = doc["capture"]
     print(f"wrote {out}: aux {list(c['boundaries'])} + verifier {doc['verifier_last']['tensor']}, "
           f"width {c['feature_width']}, bands uncalibrated")
+    _final_notes(out)
+    _norm_notes(args.draft)
     return EXIT_OK
+
+
+def _norm_notes(draft) -> None:
+    """Issue 37: where the tools read the draft config's Eagle3.1 norms differently (R53, R71)."""
+    import json
+
+    from eagle3_conformance.draft_norms import norm_notes
+
+    f = Path(draft) / "config.json" if Path(draft).is_dir() else Path(draft)
+    try:
+        cfg = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return
+    eagle = isinstance(cfg, dict) and ("eagle_config" in cfg or "eagle" in str(cfg.get("architectures", "")).lower())
+    if eagle:
+        for line in norm_notes(cfg):
+            print(f"  note: {line}")
+
+
+def _final_notes(out) -> None:
+    """Issue 37: when an aux slot is B_L (id = L), what each engine does with that id (R53, R55)."""
+    from eagle3_conformance.contract import ContractError, load_contract
+    from eagle3_conformance.final_boundary import final_boundary_notes
+
+    try:
+        c = load_contract(out)
+    except ContractError:
+        return  # validate reports it
+    for line in final_boundary_notes(c):
+        print(f"  note: {line}")

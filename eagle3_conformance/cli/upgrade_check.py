@@ -98,6 +98,7 @@ def plain(report) -> str:
             for c in r.captures:
                 extra = f"  (ids read: {_id(c.ids_read)})" if c.status == "ok" else f"  {c.error}"
                 out.append(f"  {label:>13}  {c.column:<26} {_boundaries(c, step):<24}{extra}")
+        out += [f"  {n}" for c in r.captures for n in getattr(c, "notes", []) if n.startswith("id = L: ")]
         for v in r.verdicts:
             out.append(f"  {v.base} -> {v.to}: {v.status.upper() if v.status != 'same tensors' else v.status}"
                        + (f" ({v.reason})" if v.reason else ""))

@@ -18,6 +18,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from eagle3_conformance.contract import ContractError, load_contract
+    from eagle3_conformance.final_boundary import final_boundary_notes, final_boundary_problems
     from eagle3_conformance.local_configs import config_problems
     from eagle3_conformance.shipped import checkout_fixture_note
     from eagle3_conformance.validated import installed_versions, never_validated_warning
@@ -27,15 +28,22 @@ def run(args) -> int:
     bad = 0
     for p in args.contracts:
         try:
-            c = load_contract(p, known_fixture=True, checks=(config_problems,))
+            c = load_contract(p, known_fixture=True, checks=(config_problems, final_boundary_problems))
         except ContractError as e:
             bad += 1
             for prob in e.problems:
                 con.print(f"[red]{prob.format(e.file)}[/red]")
+            from eagle3_conformance.dflash_fallback import absent_ids_note
+
+            note = absent_ids_note(p, e.problems)  # R58: what each engine's DFlash fallback resolves to
+            if note:
+                print(f"{e.file}: {note}")
             continue
         bands = c.norm_bands.status
         con.print(f"[green]ok[/green] {p}: {c.name}: aux {c.capture.boundaries} + verifier "
                   f"{c.verifier_last.tensor}, width {c.capture.feature_width}, bands {bands}")
+        for line in final_boundary_notes(c):  # issue 37: what each engine does with an id = L
+            con.print(f"  note: {line}", markup=False)
         note = checkout_fixture_note(c.fixture)
         if note:
             con.print(f"  note: {note}", markup=False)

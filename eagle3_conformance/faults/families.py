@@ -292,7 +292,8 @@ def render_families(m: dict[str, Any], console=None) -> None:
     t.add_column("fault")
     for p in cols:
         t.add_column(p)
-    by = {(c["kind"], c["path"]): c for c in m["cells"]}
+    rank = {"caught": 0, "n/a": 1, "not run": 2, "missed": 3}  # several operators of one kind: the worst shows
+    by = {(c["kind"], c["path"]): c for c in sorted(m["cells"], key=lambda c: rank.get(c["status"], 0))}
     for kind, name in KIND_NAMES.items():
         row = [kind, name]
         for p in cols:
@@ -308,3 +309,79 @@ def render_families(m: dict[str, Any], console=None) -> None:
                   f"{sum(c['status'] == 'n/a' for c in m['cells'])} not applicable, "
                   f"{sum(c['status'] == 'missed' for c in m['cells'])} missed, "
                   f"{sum(c['status'] == 'not run' for c in m['cells'])} not run; total {m['timings']['total']:.1f} s")
+
+
+# --- issue 37: the DFlash index reports R58-R63, R82 --------------------------------------------------
+# R58 is D2 (formula fallback). R59 / R60 / R62 are one-layer shifts between tools, D6 (D1 is the EAGLE
+# rule, one early): an engine applying -1 to z-lab ids (R62) taps one early (id 0 becomes -1, refused);
+# a builder adding +1 once too often (R59's vLLM, R60's fix applied twice) one late. R63 (D4) and R82 (D5).
+
+KIND_NAMES.update({
+    "D4": "DFlash layer count appended as an id (R63)",
+    "D5": "DFlash taps from a hard-coded draft depth (R82)",
+    "D6": "DFlash ids one layer off between tools (R59, R60, R62)",
+})
+
+
+def _shift_contract(k: int):
+    def mutate(doc):
+        doc["dflash"]["target_layer_ids"] = [int(i) + k for i in doc["dflash"]["target_layer_ids"]]
+    return mutate
+
+
+def _shift_cfg(k: int):
+    def make(cfg: dict, L: int) -> dict:
+        cfg["dflash_config"]["target_layer_ids"] = [int(i) + k for i in cfg["dflash_config"]["target_layer_ids"]]
+        return cfg
+    return make
+
+
+def _d4_contract(doc):
+    """R63 (speculators#705): the writer appended the layer count L as one more id."""
+    doc["dflash"]["target_layer_ids"] = list(doc["dflash"]["target_layer_ids"]) + [doc["target"]["num_hidden_layers"]]
+
+
+def _d4_cfg(cfg: dict, L: int) -> dict:
+    cfg["dflash_config"]["target_layer_ids"] = list(cfg["dflash_config"]["target_layer_ids"]) + [L]
+    return cfg
+
+
+def _hardcoded(L: int, k: int) -> list[int]:
+    """R82 (NVIDIA/Model-Optimizer#2201): the dump tool's taps for a draft depth hard-coded to 5, asked of
+    SGLang's own ``build_target_layer_ids``; the first ``k`` of them reach a k-tap draft."""
+    from eagle3_conformance.engine_ids.dflash import dflash_formula
+
+    return list(dflash_formula("sglang", L, 5))[:k]
+
+
+def _d5_contract(doc):
+    ids = doc["dflash"]["target_layer_ids"]
+    doc["dflash"]["target_layer_ids"] = _hardcoded(doc["target"]["num_hidden_layers"], len(ids))
+
+
+def _d5_cfg(cfg: dict, L: int) -> dict:
+    ids = cfg["dflash_config"]["target_layer_ids"]
+    cfg["dflash_config"]["target_layer_ids"] = _hardcoded(L, len(ids))
+    return cfg
+
+
+_NO_MTP_IDS = "a DFlash fault: an MTP head has no layer ids"
+
+OPERATORS += [
+    FamilyOperator("dflash-ids-minus-one", "D6", ("contract_method", "slot_identity", "dflash_load"), {
+        "contract": _contract_op("dflash_doc", _shift_contract(-1)),
+        "sglang-dflash": _dflash_op(_shift_cfg(-1)),
+        "sglang-mtp": _NO_MTP_IDS}),
+    FamilyOperator("dflash-ids-plus-one", "D6", ("contract_method", "slot_identity"), {
+        "contract": _contract_op("dflash_doc", _shift_contract(1)),
+        "sglang-dflash": _dflash_op(_shift_cfg(1)),
+        "sglang-mtp": _NO_MTP_IDS}),
+    FamilyOperator("dflash-layer-count-appended", "D4", ("contract_method", "dflash_load"), {
+        "contract": _contract_op("dflash_doc", _d4_contract),
+        "sglang-dflash": _dflash_op(_d4_cfg),
+        "sglang-mtp": _NO_MTP_IDS}),
+    FamilyOperator("dflash-hardcoded-depth", "D5", ("contract_method", "slot_identity"), {
+        "contract": _contract_op("dflash_doc", _d5_contract),
+        "sglang-dflash": _dflash_op(_d5_cfg),
+        "sglang-mtp": _NO_MTP_IDS}),
+]

@@ -108,6 +108,9 @@ def _sglang(c, spec: Spec, tree: SourceTree) -> Capture:
     b, ids, dropped = effective(run.layers_to_capture, rd.ids, run.deepest)
     extend = StepCapture(b, ids, _rule(spec, run.entered, run.assigned_at), dropped)
     cap.steps = {"extend": extend, "verify/decode": extend}
+    from eagle3_conformance.released.final_id import sglang_final_id_notes
+
+    cap.notes += sglang_final_id_notes(c, spec, tree)  # issue 37: what this release does with an id = L
     graph = sg.graph_default_calls(tree)
     if graph and rd.ids is not None:
         d = sg.run_setter(tree, arch, L, None)

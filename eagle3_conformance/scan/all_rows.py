@@ -220,7 +220,8 @@ def disk_findings(st: PassState, i: int, hs_path: Path, src_ids: Optional[torch.
                   rows=torch.arange(int(tok.shape[0]), dtype=torch.long),
                   verifier_last=hs[:, -1] if last else None, verifier_offset=0, source_token_ids=src_ids,
                   provenance={"sample": i, "file": str(hs_path), "payload": s.payload,
-                              "transfer": c.training.transfer}, stored=True)
+                              "transfer": c.training.transfer, "planes": N,
+                              "verifier_plane": "last" if last else None}, stored=True)
     # one streamed pass over the data: per-row per-slot RMS, float32 [T, N]
     r = _reduce(st, s, last)
     reduced = Capture(DISK_PATH, where, token_ids=tok, feature=r[:, :-1] if last else r, rows=rows,

@@ -265,6 +265,8 @@ class TrainingLoader:
                 provenance={"sample": i, "data_dir": str(self.data_dir),
                             "on_disk_dtype": str(item["hidden_states"].dtype).replace("torch.", ""),
                             "transfer": self.transfer,
+                            # speculators' item splits the last plane off as the verifier (data.py:274-333)
+                            "planes": int(item["hidden_states"].shape[-1]) // self.d + 1, "verifier_plane": "last",
                             "payload": read_payload(self.data_dir / f"hidden_states/hs_{i}.safetensors"),
                             "loader": f"speculators.train.data.ArrowDataset(transfer=hs_connectors {self.transfer}) "
                                       "+ CollateFn(shift_batch)"},

@@ -11,10 +11,10 @@ occur there). Adding an operator is an entry in its family's list.
 from __future__ import annotations
 
 from eagle3_conformance.checks import registry
-from eagle3_conformance.faults.operators import buffers, dtype, layers, rows, state, vllm, vocab
+from eagle3_conformance.faults.operators import buffers, dtype, field, layers, rows, state, vllm, vocab
 from eagle3_conformance.faults.operators.base import Apply, NotApplicable, Operator
 
-FAMILIES = (layers, state, buffers, vocab, dtype, rows)
+FAMILIES = (layers, state, buffers, vocab, dtype, rows, field)
 """The family modules, in the order their operators appear in the matrix JSON."""
 
 OPERATORS: list[Operator] = [op for fam in FAMILIES for op in fam.OPERATORS]

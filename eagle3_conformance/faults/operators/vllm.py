@@ -122,5 +122,12 @@ COLUMN: dict[str, Union[Apply, NotApplicable, SameKnob]] = {
     "loss-mask-unshifted": NotApplicable("serving has no loss mask and no training-time shift (a SpecForge "
                                          "trainer fault, SpecForge#885/#895)"),
     "double-shift": NotApplicable("serving has no training-time shift (a SpecForge trainer fault, SpecForge#448)"),
+    "slot-all-zero": SameKnob("deepest aux slot handed over as zeros (R66: extract_hidden_states read an empty KV "
+                              "page of a hybrid verifier)", "in memory (after the engine)"),
+    "final-ids-shifted": NotApplicable(
+        "vLLM reads boundary ids and appends B_L after the last layer (llama.py:406-457): the R53 shift is a +1 "
+        "engine meeting a boundary-id list; the same list one deeper given to vLLM is ids-shifted (K2)"),
+    "slot-row-repeated": SameKnob("deepest aux slot handed over as its first row repeated over every token",
+                                  "in memory (after the engine)"),
 }
 """Operator name -> how it applies on ``vllm-extend`` (or why not, or :class:`SameKnob`)."""
