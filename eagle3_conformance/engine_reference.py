@@ -73,6 +73,17 @@ class EngineReference:
         self.stats: dict[str, Any] = {"records": 0, "rows": 0, "bytes": 0, "dropped": [], "missing": set(),
                                       "errors": [], "rank": None}
 
+    def note_record(self, rec: dict[str, Any]) -> None:
+        """Count one target record in :attr:`stats`: its rank, the boundaries it could not record,
+        its errors and the rows it dropped over the budget (record keys ``ref_*``, :mod:`.tools.sglang_engine.hooks`)."""
+        st = self.stats
+        st["records"] += 1
+        st["rank"] = st["rank"] or rec.get("ref_rank")
+        st["missing"] |= set(rec.get("ref_missing") or [])
+        st["errors"] += list(rec.get("ref_errors") or [])
+        if rec.get("ref_dropped"):
+            st["dropped"].append(rec["ref_dropped"])
+
     def add(self, tokens: list[int], boundaries: list[str], states: torch.Tensor) -> None:
         """One recorded row: ``states`` [len(boundaries), d] of the last token of ``tokens``."""
         key = prefix_keys(tokens)[-1]
@@ -178,12 +189,7 @@ def build_engine_reference(records: list[dict], prompts: list[list[int]], output
     for rec in records:
         if rec.get("role") != "target" or "ref_format" not in rec:
             continue
-        st["records"] += 1
-        st["rank"] = st["rank"] or rec.get("ref_rank")
-        st["missing"] |= set(rec.get("ref_missing") or [])
-        st["errors"] += list(rec.get("ref_errors") or [])
-        if rec.get("ref_dropped"):
-            st["dropped"].append(rec["ref_dropped"])
+        ref.note_record(rec)
         tokens = _row_tokens(rec, full, owner)
         states = rec.get("ref_states")
         if states is None:

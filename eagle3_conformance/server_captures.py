@@ -266,12 +266,7 @@ def engine_reference(c, sd: ServerDir, row_tokens: list, final_norm_weight=None)
     ref = EngineReference(c.L, final_norm_weight, final_norm_kind=c.target.final_norm)
     st = ref.stats
     for rec, rows in row_tokens:
-        st["records"] += 1
-        st["rank"] = st["rank"] or rec.get("ref_rank")
-        st["missing"] |= set(rec.get("ref_missing") or [])
-        st["errors"] += list(rec.get("ref_errors") or [])
-        if rec.get("ref_dropped"):
-            st["dropped"].append(rec["ref_dropped"])
+        ref.note_record(rec)
         states = rec.get("ref_states")
         if states is None:
             continue

@@ -392,6 +392,30 @@ def test_a_float16_contract_runs_at_float32_on_cpu_and_says_so(tiny_contract):
     assert f.status == "pass" and "served at float32 on CPU" in f.message
 
 
+def test_dtype_check_judges_a_float32_run_of_a_float16_contract_by_the_dtype_it_ran(tiny_contract):
+    """The feature's dtype is judged against the dtype the project ran the engine in (provenance
+    ``run_dtype``, set by the path when a float16 contract runs at float32 on CPU), and still fails
+    when the feature arrives in any other dtype (a half-precision transport of a float32 run)."""
+    from conftest import contract_with
+
+    from eagle3_conformance.capture import Capture
+    from eagle3_conformance.checks.shape import check_dtype
+
+    c16 = contract_with(tiny_contract, **{"precision.serving": "float16"})
+    d = c16.target.hidden_size * c16.num_slots
+
+    def cap(dtype, prov):
+        return Capture(path="sglang-engine", where="engine extend, request 0", token_ids=torch.arange(4),
+                       feature=torch.zeros(4, d, dtype=dtype), rows=torch.arange(4), provenance=prov)
+
+    (ok,) = [f for f in check_dtype(c16, cap(torch.float32, {"run_dtype": "float32"})) if f.slot == "feature"]
+    assert ok.status == "pass" and "the engine ran float32 here (the contract serves float16)" in ok.message
+    (bad,) = [f for f in check_dtype(c16, cap(torch.float16, {"run_dtype": "float32"})) if f.slot == "feature"]
+    assert bad.status == "fail" and bad.observed == "float16" and bad.expected == "float32"
+    (plain,) = [f for f in check_dtype(c16, cap(torch.float32, {})) if f.slot == "feature"]
+    assert plain.status == "fail" and "contract says float16" in plain.message  # without the path's word: the contract's
+
+
 def test_pytest_option_overrides_the_contracts_reference(tiny_contract):
     from eagle3_conformance.plugin import PathItem as ContractItem
 

@@ -63,15 +63,19 @@ def check_dtype(c: Contract, cap: Capture) -> list[Finding]:
     precision gates follow the declared generation, so data of another dtype is judged by gates set for
     other noise, and the contract's claim about the generator is false (docs/speculators-generator.md, "A
     stored dtype other than data_dtype"); the diagnosis ``generation-dtype`` names the one change."""
-    # on disk / in the training batch: data_dtype; on a serving path: the dtype the target is served in
-    want = c.data_dtype if cap.stored else c.serving_dtype
+    # on disk / in the training batch: data_dtype; on a serving path: the dtype the target is served in, or
+    # the dtype the project ran the engine in where it had to differ (provenance run_dtype: a float16 contract
+    # runs at float32 on CPU, eagle3_conformance.paths.sglang_engine.run_dtype)
+    ran = None if cap.stored else cap.provenance.get("run_dtype")
+    want = ran or (c.data_dtype if cap.stored else c.serving_dtype)
+    said = f"the engine ran {ran} here (the contract serves {c.serving_dtype})" if ran else f"contract says {want}"
     got = dtype_name(cap.feature)
     out = [finding("dtype", "pass" if got == want else "fail", cap, "feature", want, got,
-                   f"feature dtype is {got}; contract says {want}", "K12")]
+                   f"feature dtype is {got}; {said}", "K12")]
     if cap.verifier_last is not None:
         vg = dtype_name(cap.verifier_last)
         out.append(finding("dtype", "pass" if vg == want else "fail", cap, "verifier", want, vg,
-                           f"verifier dtype is {vg}; contract says {want}", "K12"))
+                           f"verifier dtype is {vg}; {said}", "K12"))
     disk = cap.provenance.get("on_disk_dtype")
     if disk is not None:
         out.append(finding("dtype", "pass" if disk == c.data_dtype else "fail", cap, "on disk", c.data_dtype, disk,

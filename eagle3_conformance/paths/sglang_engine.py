@@ -46,6 +46,7 @@ class _State:
     observation: Any  # eagle3_conformance.tools.sglang_engine.EngineObservation
     reference: str = "transformers"
     note: str = ""
+    run_dtype: str = ""
 
 
 def _unservable(c, pair):
@@ -100,7 +101,7 @@ def prepare(c, pair):
         return Skipped(f"sglang-engine: {e}")
     if note and "skip" not in obs.lossless:
         obs.lossless["note"] = note
-    return _State(c, obs, c.reference, note)
+    return _State(c, obs, c.reference, note, dtype if note else "")
 
 
 def run_dtype(c, device: str) -> tuple[str, str]:
@@ -168,6 +169,9 @@ def judged_decode(decode: list) -> list:
 def first(s: _State) -> Observation:
     obs = s.observation
     caps = obs.extend + judged_decode(obs.decode)
+    if s.run_dtype:  # the project ran the engine in another dtype than the contract's (run_dtype): say so per capture
+        for cap in caps:
+            cap.provenance["run_dtype"] = s.run_dtype
     facts = {"sglang_version": obs.run.sglang_version, "avg_accept_length": obs.acceptance,
              "engine_lossless": obs.lossless, **obs.extra_facts}
     eref = obs.engine_reference
