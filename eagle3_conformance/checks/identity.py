@@ -5,8 +5,8 @@ verdict with a precision-noise allowance is docs/gates.md's."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, replace
+from typing import Any, Optional
 
 import torch
 
@@ -62,6 +62,7 @@ class Verdict:
     gap_deg: float  # angle(slot, declared) - angle(slot, best), degrees (0 when best is declared)
     used: int  # resolvable tokens the decision rests on
     excluded: int  # tokens excluded as not resolvable
+    profile: tuple[float, ...] = ()  # the cosine profile over the resolvable tokens, B_0..B_L, F
 
 
 def judge(declared: Boundary, slot: torch.Tensor, rows: torch.Tensor, ref: Reference, keep: torch.Tensor,
@@ -89,7 +90,14 @@ def judge(declared: Boundary, slot: torch.Tensor, rows: torch.Tensor, ref: Refer
         status = "pass" if d_cos >= gates.row_min_cosine(c, stored) else "fail"
     else:
         status = "fail" if gap > gates.identity_noise_deg(c, stored) else "undecidable"
-    return Verdict(status, names[bi], d_cos, b_cos, runner, gap, int(res.sum()), int(keep.sum() - res.sum()))
+    return Verdict(status, names[bi], d_cos, b_cos, runner, gap, int(res.sum()), int(keep.sum() - res.sum()),
+                   tuple(prof.tolist()))
+
+
+def profile_record(prof, tokens: int, over: str) -> dict[str, Any]:
+    """The JSON record of a cosine profile (:attr:`eagle3_conformance.findings.Finding.profile`):
+    ``{"cosine": [L + 2 floats, 4 decimals, B_0..B_L, F], "tokens": tokens, "over": over}``."""
+    return {"cosine": [round(float(x), 4) for x in prof], "tokens": int(tokens), "over": over}
 
 
 def _undecidable(check: str, cap: Capture, label, declared, v: Optional[Verdict], fault: str) -> Finding:
@@ -128,16 +136,30 @@ def check_slot_identity(c: Contract, cap: Capture, ref: Reference) -> list[Findi
             continue
         got, cos, prof = identify(slot, cap.rows, ref, keep)
         if declared is None:
-            out.append(finding("slot_identity", "fail", cap, slot_label(i), "no slot", str(got),
-                               f"slot {i} is {got.describe(c.L)} (cos {cos:.4f}); the contract declares only "
-                               f"{c.num_slots} slots", "K2"))
+            out.append(replace(finding("slot_identity", "fail", cap, slot_label(i), "no slot", str(got),
+                                       f"slot {i} is {got.describe(c.L)} (cos {cos:.4f}); the contract declares "
+                                       f"only {c.num_slots} slots", "K2"),
+                               profile=profile_record(prof, int(keep.sum()), "all kept tokens")))
             continue
         out.append(identity_finding("slot_identity", c, cap, slot_label(i), declared,
-                                     judge(declared, slot, cap.rows, ref, keep, c, cap.stored), cos, got, "K2"))
+                                     judge(declared, slot, cap.rows, ref, keep, c, cap.stored), cos, got, "K2",
+                                     profile_record(prof, int(keep.sum()), "all kept tokens")))
     return out
 
 
 def identity_finding(check: str, c: Contract, cap: Capture, label: str, declared: Boundary,
+                     v: Optional[Verdict], any_cos: float, any_best: Boundary, fault: str,
+                     any_profile: Optional[dict[str, Any]] = None) -> Finding:
+    """The finding of one identity verdict ``v`` (None: no resolvable token), carrying the
+    profile it rested on (``v.profile`` over the resolvable tokens, else ``any_profile`` over
+    all kept tokens) as :attr:`eagle3_conformance.findings.Finding.profile`."""
+    f = _identity_finding(check, c, cap, label, declared, v, any_cos, any_best, fault)
+    if v is not None and v.profile:
+        return replace(f, profile=profile_record(v.profile, v.used, "resolvable tokens"))
+    return replace(f, profile=any_profile) if any_profile is not None else f
+
+
+def _identity_finding(check: str, c: Contract, cap: Capture, label: str, declared: Boundary,
                       v: Optional[Verdict], any_cos: float, any_best: Boundary, fault: str) -> Finding:
     who = "verifier slot" if label == "verifier" else label
 
