@@ -10,10 +10,11 @@ for a row's expected and matched cells.
 from __future__ import annotations
 
 import io
+import itertools
 import re
 from typing import Any, Optional
 
-_RC = {"svg.fonttype": "none", "svg.hashsalt": "eagle3-conformance", "font.size": 9,
+_RC = {"svg.fonttype": "none", "font.size": 9,
        "font.family": "DejaVu Sans", "axes.titlesize": 10}
 
 
@@ -22,12 +23,23 @@ def css_id(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "_", str(text))
 
 
+_COUNT = itertools.count()
+
+
+def _rc(name: str) -> dict:
+    """The drawing settings, with an id salt of its own per figure: matplotlib derives the SVG's
+    internal ids (clip paths) from it, and one page holds several figures."""
+    return {**_RC, "svg.hashsalt": f"e3c-{css_id(name)}-{next(_COUNT)}"}
+
+
 def _svg(fig) -> str:
-    """The figure as an ``<svg>`` element that scales to its container (no XML prologue, no fixed size)."""
+    """The figure as an ``<svg>`` element that scales to its container (no XML prologue, no RDF
+    metadata, no fixed size)."""
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     s = buf.getvalue()
     s = s[s.index("<svg"):]
+    s = re.sub(r"<metadata>.*?</metadata>\s*", "", s, count=1, flags=re.S)
     head, rest = s.split(">", 1)
     m = re.search(r'\swidth="([0-9.]+)pt"', head)
     cap = f"max-width:{float(m.group(1)) * 4 / 3:.0f}px;" if m else ""  # never wider than drawn (pt -> px)
@@ -46,7 +58,7 @@ def heatmap(hm: dict[str, Any]) -> str:
     names, rows = hm["boundaries"], hm["rows"]
     pid = css_id(hm["path"])
     ncol, nrow = len(names), len(rows)
-    with matplotlib.rc_context(_RC):
+    with matplotlib.rc_context(_rc(hm["path"])):
         fig = Figure(figsize=(max(6.0, 0.2 * ncol + 2.6), 0.42 * nrow + 1.35), layout="constrained")
         ax = fig.add_subplot()
         data = [r["cosine"] for r in rows]
@@ -97,7 +109,7 @@ def acceptance(a: dict[str, Any]) -> Optional[str]:
     if not pos:
         return None
     base = (a.get("baseline") or {}).get("positions") or []
-    with matplotlib.rc_context(_RC):
+    with matplotlib.rc_context(_rc("acceptance")):
         fig = Figure(figsize=(max(4.5, 0.5 * len(pos) + 2.5), 2.8), layout="constrained")
         ax = fig.add_subplot()
         xs = [p["position"] for p in pos]
@@ -128,7 +140,7 @@ def accept_lengths(rows: list[dict[str, Any]], floor: Optional[float] = None) ->
     rows = [r for r in rows if isinstance(r.get("mean"), (int, float))]
     if not rows:
         return None
-    with matplotlib.rc_context(_RC):
+    with matplotlib.rc_context(_rc("lengths")):
         fig = Figure(figsize=(7.0, 0.28 * len(rows) + 1.1), layout="constrained")
         ax = fig.add_subplot()
         ys = list(range(len(rows)))
