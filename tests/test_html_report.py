@@ -172,3 +172,25 @@ def test_check_data_refuses_html_on_another_output(tiny, tmp_path, capsys):
     rc = main(["check-data", str(REPO / "contracts" / "tiny-llama.yaml"), "--data", str(tiny.data_dir),
                "--no-reference", "--json", str(out), "--html", str(out)])
     assert rc == 2 and "is also the --json output" in capsys.readouterr().err
+
+
+pytest_plugins = ["pytester"]
+
+
+def test_plugin_writes_one_part_per_contract(pytester, tmp_path):
+    """``pytest -m conformance --conformance-html OUT``: the page has the contract's verdict and
+    its heatmap; an HTML path that is the contract is refused before anything runs."""
+    tiny = REPO / "contracts" / "tiny-llama.yaml"
+    out = tmp_path / "suite.html"
+    res = pytester.runpytest("-m", "conformance", "--contract", str(tiny), "-p", "no:cacheprovider",
+                             "--conformance-paths", "training", "--conformance-html", str(out))
+    res.assert_outcomes(passed=1)
+    html = out.read_text()
+    _self_contained(html)
+    assert 'data-verdict="conforms"' in html and "tiny-llama-eagle3" in html
+    assert _rows(html)["slot 0"] == ("B_2", "B_2")
+    c = tmp_path / "c.yaml"
+    c.write_text(tiny.read_text())
+    res = pytester.runpytest("-m", "conformance", "--contract", str(c), "--conformance-html", str(c),
+                             "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR and c.read_text() == tiny.read_text()

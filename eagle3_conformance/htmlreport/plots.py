@@ -59,7 +59,8 @@ def heatmap(hm: dict[str, Any]) -> str:
     pid = css_id(hm["path"])
     ncol, nrow = len(names), len(rows)
     with matplotlib.rc_context(_rc(hm["path"])):
-        fig = Figure(figsize=(max(6.0, 0.2 * ncol + 2.6), 0.42 * nrow + 1.35), layout="constrained")
+        # at most 12 in (about the page width): drawn at the size it is shown, so L = 61 stays legible
+        fig = Figure(figsize=(min(12.0, max(6.0, 0.2 * ncol + 2.6)), 0.42 * nrow + 1.35), layout="constrained")
         ax = fig.add_subplot()
         data = [r["cosine"] for r in rows]
         lo = min(0.0, min(min(r) for r in data))
