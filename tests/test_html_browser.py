@@ -148,8 +148,8 @@ def test_smollm2_reports_mark_slot0_at_B2_correct_and_B0_with_the_seed_fault(bro
             ("correct", built.data_dir, 0, "B_2", "conforms"),
             ("seed-fault", _faulty_data(built.target_dir, tmp_path / "fault-data"), 1, "B_0", "violations")):
         html, js = tmp_path / f"{name}.html", tmp_path / f"{name}.json"
-        assert main(["check-data", str(contract), "--data", str(data), "--json", str(js), "--html", str(html),
-                     "--quiet"]) == rc_want
+        assert main(["check-data", str(contract), "--data", str(data), "--sample", "6", "--json", str(js),
+                     "--html", str(html), "--quiet"]) == rc_want
         assert html.stat().st_size < BUDGET
         o = Opened(browser, html)
         o.clean()

@@ -194,3 +194,17 @@ def test_plugin_writes_one_part_per_contract(pytester, tmp_path):
     res = pytester.runpytest("-m", "conformance", "--contract", str(c), "--conformance-html", str(c),
                              "-p", "no:cacheprovider")
     assert res.ret == pytest.ExitCode.USAGE_ERROR and c.read_text() == tiny.read_text()
+
+
+def test_faults_html_shows_each_cell_of_the_matrix_it_ran(tmp_path):
+    """``faults --paths contract --html``: the DFlash / MTP contract column (no engine needed); the
+    page's cells are the JSON's, cell by cell."""
+    from eagle3_conformance.cli import main
+
+    out, js = tmp_path / "kill.html", tmp_path / "kill.json"
+    assert main(["faults", "--paths", "contract", "--json", str(js), "--html", str(out)]) == 0
+    html = out.read_text()
+    _self_contained(html)
+    cells = json.loads(js.read_text())["families"]["cells"]
+    assert re.findall(r'data-path="([^"]+)" data-status="([^"]+)"', html) == [(c["path"], c["status"]) for c in cells]
+    assert html.count("contract_method") >= sum(c["status"] == "caught" for c in cells) > 0

@@ -637,3 +637,19 @@ def test_versions_that_drop_a_contract_slot_are_a_finding_not_same_tensors():
     assert r.exit_code == 1
     full = cap("sglang==0.5.23", ["B_2", "B_16", "B_32"])
     assert compare(full, full, ["B_2", "B_16", "B_32"]).status == SAME
+
+
+def test_html_page_highlights_the_changed_slots_with_their_rules(cache, tmp_path):
+    """``--html``: the candidate's cell is flagged, its three changed slots are the highlighted
+    ones, and both versions' rules (file and line) are on the page (docs/html-report.md)."""
+    import re
+
+    out = tmp_path / "upgrade.html"
+    code, _, _ = _run(str(KIMI), "--from", "sglang==9.9.1", "--to", "sglang==9.9.2", "--html", str(out))
+    assert code == 1
+    html = out.read_text()
+    # two steps (extend, verify/decode), each: 9.9.2's three slots one boundary earlier
+    assert re.findall(r'<span class="diff" title="slot (\d)">(B_\d+)</span>', html) == [
+        ("0", "B_2"), ("1", "B_30"), ("2", "B_58")] * 2
+    assert html.count('data-differs="true"') == 2 and html.count('data-differs="false"') == 2
+    assert "sglang/srt/models/kimi_k25.py:10" in html and "stores at sglang/srt/models/deepseek_v2.py:21" in html
