@@ -89,6 +89,7 @@ def render_page(docs: Iterable[tuple[str, Doc]], title: Optional[str] = None) ->
     from importlib import resources
 
     import jinja2
+    from markupsafe import Markup
 
     from eagle3_conformance import __version__
 
@@ -100,7 +101,7 @@ def render_page(docs: Iterable[tuple[str, Doc]], title: Optional[str] = None) ->
     first = next((p for p in parts if p.get("header")), None)
     return tpl.render(parts=parts, title=title or (f"EAGLE-3 conformance: {first['header']['pair']}" if first
                                                    else "EAGLE-3 conformance report"),
-                      version=__version__, markup=jinja2.utils.markupsafe.Markup)
+                      version=__version__, markup=Markup)
 
 
 def render_html(doc: Union[Doc, list[tuple[str, Doc]]], out: Union[str, Path], name: str = "",
