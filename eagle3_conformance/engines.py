@@ -81,7 +81,7 @@ EXTRA_OF: dict[str, str] = {
     "torch": "reference", "transformers": "reference", "safetensors": "reference", "numpy": "reference",
     "speculators": "speculators", "datasets": "speculators", "pyarrow": "speculators", "hs_connectors": "speculators",
     "sglang": "sglang", "vllm": "vllm", "specforge": "specforge", "ray": "ray", "hypothesis": "pytest",
-    "pytest": "pytest",
+    "pytest": "pytest", "jinja2": "html", "markupsafe": "html", "matplotlib": "html", "playwright": "browser-test",
 }
 """Top-level module -> the extra of pyproject.toml that installs it."""
 
@@ -90,8 +90,6 @@ def missing_dependency(e: ModuleNotFoundError) -> Optional[str]:
     """What to install for a ``ModuleNotFoundError`` of an optional dependency (one line), or
     None when ``e`` names no optional dependency (a bug, then)."""
     top = (e.name or "").split(".")[0]
-    if top == "matplotlib":
-        return "matplotlib is not installed in this environment (pip install matplotlib)"
     extra = EXTRA_OF.get(top)
     if extra is None:
         return None

@@ -36,6 +36,13 @@ class Finding:
             verdict rests on no tunable value (a wrong width, a boundary matching nothing).
         count: for an entry folding passing findings (``--json-passes counts``,
             :func:`eagle3_conformance.report.report_doc`): how many it stands for; None for one finding.
+        profile: for the identity checks (``slot_identity``, ``verifier_identity``): the
+            statistic the verdict rested on, ``{"cosine": [...], "tokens": n, "over": words}``:
+            the mean per-token cosine of the slot with each reference boundary, ordered
+            B_0..B_L, F (length L + 2; :func:`eagle3_conformance.checks.identity.similarity_profile`)
+            over the ``tokens`` rows named by ``over`` ("resolvable tokens" the rank test used, or
+            "all kept tokens" when none was resolvable); None for other checks (and in reports
+            written before it was recorded). The HTML report's fingerprint heatmap draws it.
         extra: keys of a JSON finding this version does not know, kept as they were (a report
             written by another version); empty for findings made here.
     """
@@ -51,6 +58,7 @@ class Finding:
     fault: str = ""
     gate: str = ""
     count: Optional[int] = None
+    profile: Optional[Mapping[str, Any]] = None
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -63,6 +71,8 @@ class Finding:
             d["gate"] = self.gate
         if self.count is not None:
             d["count"] = self.count
+        if self.profile is not None:
+            d["profile"] = _jsonable(self.profile)
         d.update(self.extra)
         return d
 
@@ -79,7 +89,8 @@ class Finding:
         return cls(**known, extra={k: v for k, v in d.items() if k not in _FIELDS and k != "extra"})
 
 
-_FIELDS = ("check", "status", "path", "slot", "expected", "observed", "where", "message", "fault", "gate", "count")
+_FIELDS = ("check", "status", "path", "slot", "expected", "observed", "where", "message", "fault", "gate", "count",
+           "profile")
 
 
 def as_finding(f: Any) -> Finding:

@@ -80,6 +80,8 @@ def pytest_addoption(parser):
     g.addoption("--contract", action="append", default=[], metavar="PATH",
                 help="contract YAML to check (repeatable; default: every contract under contracts/)")
     g.addoption("--conformance-json", metavar="OUT", help="write all findings as JSON")
+    g.addoption("--conformance-html", metavar="OUT",
+                help="write the report as one self-contained HTML page (docs/html-report.md)")
     g.addoption("--conformance-paths", default=",".join(PATHS),
                 help=f"comma-separated paths to run (default: {','.join(PATHS)})")
     g.addoption("--conformance-profile", choices=tuple(PROFILES), default="ci",
@@ -118,14 +120,19 @@ def pytest_configure(config):
     config.stash[_ASKED] = _asked(config)
     _check_paths(config.getoption("--conformance-paths"))
     _check_contracts(config.getoption("--contract"))
-    out = config.getoption("--conformance-json")
-    if out:
+    for opt in ("--conformance-json", "--conformance-html"):
+        out = config.getoption(opt)
+        if not out:
+            continue
         o = Path(out).resolve()
         contracts = {Path(p).resolve() for p in config.getoption("--contract")}
         if o in contracts or (o.suffix in (".yaml", ".yml") and o.exists()):
-            raise pytest.UsageError(f"--conformance-json {out}: is a contract; refusing to overwrite it")
+            raise pytest.UsageError(f"{opt} {out}: is a contract; refusing to overwrite it")
         if o.is_dir() or not o.parent.is_dir():
-            raise pytest.UsageError(f"--conformance-json {out}: not a writable file path")
+            raise pytest.UsageError(f"{opt} {out}: not a writable file path")
+    js, html = config.getoption("--conformance-json"), config.getoption("--conformance-html")
+    if js and html and Path(js).resolve() == Path(html).resolve():
+        raise pytest.UsageError(f"--conformance-html {html}: is also the --conformance-json output; give two files")
     extra = [str(Path(p)) for p in config.getoption("--contract")]
     for p in extra:
         if p not in config.args:
@@ -338,7 +345,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     store = config.stash.get(_RECORDS, {})
     if not store:
         return
-    from eagle3_conformance.report import WIDTH, render_text, write_json
+    from eagle3_conformance.report import WIDTH, render_text
 
     width = min(terminalreporter._tw.fullwidth, WIDTH)
     terminalreporter.write_sep("=", "conformance report")
@@ -352,16 +359,42 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line("")
         all_findings += findings
         all_diagnoses += diagnoses
-    out = config.getoption("--conformance-json")
-    if out:
-        from eagle3_conformance.validated import record
+    out, html = config.getoption("--conformance-json"), config.getoption("--conformance-html")
+    if out or html:
+        from eagle3_conformance.report import report_doc, write_document
+        from eagle3_conformance.validated import record, tool_versions
 
-        meta = {"validated_on": [record(rec.contract, rec.findings, errors=rec.errors) for rec in store.values()]}
+        meta = {"validated_on": [record(rec.contract, rec.findings, errors=rec.errors) for rec in store.values()],
+                "tool_versions": tool_versions()}
         errors = [{"contract": n, "path": e.split(": ", 1)[0], "error": e.split(": ", 1)[1]}
                   for (_, n), rec in store.items() for e in rec.errors]
         if errors:
             meta["errors"] = errors
-        write_json(out, ",".join(n for _, n in store), all_findings, meta=meta, diagnoses=all_diagnoses)
+        if out:
+            write_document(out, report_doc(",".join(n for _, n in store), all_findings, meta=meta,
+                                           diagnoses=all_diagnoses))
+        if html:
+            _write_html(html, store, meta["tool_versions"])
+            terminalreporter.write_line(f"conformance HTML report: {html}")
+
+
+def _write_html(out: str, store: dict, versions: dict) -> None:
+    """``--conformance-html OUT``: one part per contract file (its findings on every path, its
+    diagnoses and validated-on record), so each heatmap is drawn against its own target."""
+    from eagle3_conformance.htmlreport import render_html
+    from eagle3_conformance.report import report_doc
+    from eagle3_conformance.validated import record
+
+    parts = []
+    for (file, name), rec in store.items():
+        meta = {"contract_name": name, "tool_versions": versions,
+                "validated_on": [record(rec.contract, rec.findings, errors=rec.errors)]}
+        meta["contract_sha256"] = meta["validated_on"][0].get("contract_sha256")
+        if rec.errors:
+            meta["errors"] = [{"contract": name, "path": e.split(": ", 1)[0], "error": e.split(": ", 1)[1]}
+                              for e in rec.errors]
+        parts.append((name, report_doc(file, rec.findings, meta=meta, diagnoses=rec.diagnoses())))
+    render_html(parts, out, title=f"EAGLE-3 conformance suite: {len(parts)} contract(s)")
 
 
 # --- fixtures for hand-written tests -------------------------------------------------------------

@@ -35,6 +35,14 @@ def installed_versions() -> dict[str, str]:
     return out
 
 
+def tool_versions() -> dict[str, str]:
+    """``{"eagle3-conformance": this version, **installed_versions()}``: what a report's
+    ``meta.tool_versions`` records (the HTML report's header shows it)."""
+    from eagle3_conformance import __version__
+
+    return {"eagle3-conformance": __version__, **installed_versions()}
+
+
 def contract_hash(c) -> str:
     """sha256 (hex) of the contract's content without ``engines`` (see the module docstring) and
     without ``reference`` (which reference judges is how a run checks the pair, not the pair: a

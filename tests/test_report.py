@@ -241,12 +241,15 @@ def test_finding_to_json_carries_every_field():
     from eagle3_conformance.findings import Finding
 
     f = Finding("slot_identity", "fail", "training", "slot 0", "B_2", {"best": "B_3", "cos": 0.912345678},
-                "sample 3", "slot 0 is B_3", "K2", gate="gates.identity_noise_deg", count=3)
+                "sample 3", "slot 0 is B_3", "K2", gate="gates.identity_noise_deg", count=3,
+                profile={"cosine": [0.1, 0.9, 0.2], "tokens": 7, "over": "resolvable tokens"})
     d = f.to_json()
     assert list(d) == [x.name for x in dataclasses.fields(Finding) if x.name != "extra"]
     assert d["observed"] == {"best": "B_3", "cos": 0.912346}
+    assert d["profile"] == {"cosine": [0.1, 0.9, 0.2], "tokens": 7, "over": "resolvable tokens"}
     assert "gate" not in dataclasses.replace(f, gate="").to_json()
     assert "count" not in dataclasses.replace(f, count=None).to_json()
+    assert "profile" not in dataclasses.replace(f, profile=None).to_json()
 
 
 def test_finding_from_json_keeps_every_key():

@@ -655,3 +655,19 @@ def test_upgrade_check_names_what_each_release_does_with_an_id_naming_b_l(cache,
     assert "id = L: sglang==9.9.1: id 60 -> nothing (entry 61 (B_61) from id 60 is beyond its capture loop" in out, \
         out + err
     assert "id = L: sglang==9.9.2: id 60 -> B_60 (not B_61)" in out, out
+
+
+def test_html_page_highlights_the_changed_slots_with_their_rules(cache, tmp_path):
+    """``--html``: the candidate's cell is flagged, its three changed slots are the highlighted
+    ones, and both versions' rules (file and line) are on the page (docs/html-report.md)."""
+    import re
+
+    out = tmp_path / "upgrade.html"
+    code, _, _ = _run(str(KIMI), "--from", "sglang==9.9.1", "--to", "sglang==9.9.2", "--html", str(out))
+    assert code == 1
+    html = out.read_text()
+    # two steps (extend, verify/decode), each: 9.9.2's three slots one boundary earlier
+    assert re.findall(r'<span class="diff" title="slot (\d)">(B_\d+)</span>', html) == [
+        ("0", "B_2"), ("1", "B_30"), ("2", "B_58")] * 2
+    assert html.count('data-differs="true"') == 2 and html.count('data-differs="false"') == 2
+    assert "sglang/srt/models/kimi_k25.py:10" in html and "stores at sglang/srt/models/deepseek_v2.py:21" in html

@@ -5,8 +5,8 @@ verdict with a precision-noise allowance is docs/gates.md's."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, replace
+from typing import Any, Optional
 
 import torch
 
@@ -62,6 +62,8 @@ class Verdict:
     gap_deg: float  # angle(slot, declared) - angle(slot, best), degrees (0 when best is declared)
     used: int  # resolvable tokens the decision rests on
     excluded: int  # tokens excluded as not resolvable
+    profile: tuple[float, ...] = ()  # the cosine profile over the resolvable tokens, one per ``names``
+    names: tuple[str, ...] = ()  # a partial reference's recorded boundaries (the profile's columns); () = B_0..B_L, F
 
 
 def judge(declared: Boundary, slot: torch.Tensor, rows: torch.Tensor, ref: Reference, keep: torch.Tensor,
@@ -92,7 +94,24 @@ def judge(declared: Boundary, slot: torch.Tensor, rows: torch.Tensor, ref: Refer
         status = "pass" if d_cos >= gates.row_min_cosine(c, stored) else "fail"
     else:
         status = "fail" if gap > gates.identity_noise_deg(c, stored) else "undecidable"
-    return Verdict(status, names[bi], d_cos, b_cos, runner, gap, int(res.sum()), int(keep.sum() - res.sum()))
+    return Verdict(status, names[bi], d_cos, b_cos, runner, gap, int(res.sum()), int(keep.sum() - res.sum()),
+                   tuple(prof.tolist()), tuple(str(n) for n in names) if ref.partial else ())
+
+
+def profile_record(prof, tokens: int, over: str, names=None) -> dict[str, Any]:
+    """The JSON record of a cosine profile (:attr:`eagle3_conformance.findings.Finding.profile`):
+    ``{"cosine": [floats, 4 decimals, one per boundary: B_0..B_L, F], "tokens": tokens, "over": over}``,
+    plus ``"boundaries"`` (the names of the columns) when ``names`` is given by a partial reference (the
+    engine's own records hold only the boundaries the checks need, docs/engine-reference.md)."""
+    rec = {"cosine": [round(float(x), 4) for x in prof], "tokens": int(tokens), "over": over}
+    if names is not None and len(names) == len(rec["cosine"]):
+        rec["boundaries"] = [str(n) for n in names]
+    return rec
+
+
+def _partial_names(ref: Reference):
+    """The reference's boundary names when it is partial (they then label the profile's columns), else None."""
+    return ref.names if ref.partial else None
 
 
 def _neighbours_recorded(ref: Reference, declared: Boundary) -> bool:
@@ -142,12 +161,14 @@ def check_slot_identity(c: Contract, cap: Capture, ref: Reference) -> list[Findi
             continue
         got, cos, prof = identify(slot, cap.rows, ref, keep)
         if declared is None:
-            out.append(finding("slot_identity", "fail", cap, slot_label(i), "no slot", str(got),
-                               f"slot {i} is {got.describe(c.L)} (cos {cos:.4f}); the contract declares only "
-                               f"{c.num_slots} slots", "K2"))
+            out.append(replace(finding("slot_identity", "fail", cap, slot_label(i), "no slot", str(got),
+                                       f"slot {i} is {got.describe(c.L)} (cos {cos:.4f}); the contract declares "
+                                       f"only {c.num_slots} slots", "K2"),
+                               profile=profile_record(prof, int(keep.sum()), "all kept tokens", _partial_names(ref))))
             continue
         out.append(identity_finding("slot_identity", c, cap, slot_label(i), declared,
-                                     judge(declared, slot, cap.rows, ref, keep, c, cap.stored), cos, got, "K2"))
+                                     judge(declared, slot, cap.rows, ref, keep, c, cap.stored), cos, got, "K2",
+                                     profile_record(prof, int(keep.sum()), "all kept tokens", _partial_names(ref))))
     return scanned(out, ref)
 
 
@@ -158,8 +179,6 @@ def scanned(out: list[Finding], ref: Reference) -> list[Finding]:
     pass needs the declared boundary to be the best match AND within the per-row cosine floor)."""
     if not ref.partial:
         return out
-    from dataclasses import replace
-
     had = ", ".join(map(str, ref.names))
     return [replace(f, message=f"{f.message} [scanned the {ref.source} reference's recorded boundaries: {had}]",
                     extra={**f.extra, "reference": ref.source, "scanned": [str(b) for b in ref.names]})
@@ -167,6 +186,18 @@ def scanned(out: list[Finding], ref: Reference) -> list[Finding]:
 
 
 def identity_finding(check: str, c: Contract, cap: Capture, label: str, declared: Boundary,
+                     v: Optional[Verdict], any_cos: float, any_best: Boundary, fault: str,
+                     any_profile: Optional[dict[str, Any]] = None) -> Finding:
+    """The finding of one identity verdict ``v`` (None: no resolvable token), carrying the
+    profile it rested on (``v.profile`` over the resolvable tokens, else ``any_profile`` over
+    all kept tokens) as :attr:`eagle3_conformance.findings.Finding.profile`."""
+    f = _identity_finding(check, c, cap, label, declared, v, any_cos, any_best, fault)
+    if v is not None and v.profile:
+        return replace(f, profile=profile_record(v.profile, v.used, "resolvable tokens", v.names or None))
+    return replace(f, profile=any_profile) if any_profile is not None else f
+
+
+def _identity_finding(check: str, c: Contract, cap: Capture, label: str, declared: Boundary,
                       v: Optional[Verdict], any_cos: float, any_best: Boundary, fault: str) -> Finding:
     who = "verifier slot" if label == "verifier" else label
 

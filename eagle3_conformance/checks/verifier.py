@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks.common import GATE_NOISE, GATE_ROW_FLOOR, finding, keep_rows, no_rows, verifier_rows
-from eagle3_conformance.checks.identity import identify, identity_finding, judge
+from eagle3_conformance.checks.identity import identify, identity_finding, judge, profile_record
 from eagle3_conformance.checks.registry import CAPTURE, REFERENCE, TENSORS, check
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.findings import Finding
@@ -28,9 +28,10 @@ def check_verifier_identity(c: Contract, cap: Capture, ref: Reference) -> list[F
         return no_rows("verifier_identity", cap, "verifier", "K4")
     declared = c.verifier_last.parsed
     x, r = cap.verifier_last[valid], rows[valid]
-    any_best, any_cos, _ = identify(x, r, ref, keep)
+    any_best, any_cos, prof = identify(x, r, ref, keep)
     return [identity_finding("verifier_identity", c, cap, "verifier", declared, judge(declared, x, r, ref, keep, c, cap.stored),
-                              any_cos, any_best, "K4")]
+                             any_cos, any_best, "K4", profile_record(prof, int(keep.sum()), "all kept tokens",
+                                                                      ref.names if ref.partial else None))]
 
 
 @check(REFERENCE, ("K4",))

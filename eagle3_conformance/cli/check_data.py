@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eagle3_conformance.cli.common import (EXIT_BAD_INPUT, add_reference_options, check_data_dir, check_output,
-                                    error, exit_code, load_contract, resolve_reference)
+from eagle3_conformance.cli.common import (EXIT_BAD_INPUT, add_html_option, add_reference_options, check_data_dir,
+                                           check_html, check_output, error, exit_code, load_contract, resolve_reference,
+                                           write_html)
 from eagle3_conformance.errors import UsageError
 
 
@@ -39,6 +40,7 @@ def add_parser(sub) -> None:
     d.add_argument("-v", "--verbose", action="store_true",
                    help="list passing and skipped checks too (folded into counts by default)")
     d.add_argument("--markdown", metavar="FILE", help="write the report as Markdown (for CI job summaries)")
+    add_html_option(d)
     d.add_argument("--sample", type=int, default=32, metavar="N",
                    help="samples (seeded, over the whole dataset) run through the speculators loader (vLLM "
                         "files: the vLLM extraction reader) and fingerprinted; the cheap checks run on every row "
@@ -170,6 +172,7 @@ def run(args) -> int:
         if args.json and Path(args.markdown).resolve() == Path(args.json).resolve():
             raise UsageError(f"--markdown {args.markdown}: is also the --json output; give two files")
         check_output(args.markdown, "--markdown", inputs=(args.contract,), input_dirs=(data, ref_dir))
+    check_html(args, inputs=(args.contract,), input_dirs=(data, ref_dir))
     cache = getattr(args, "reference_cache", None)
     if cache is not None and cache != "none":
         if Path(cache).exists() and not Path(cache).is_dir():
@@ -201,9 +204,14 @@ def run(args) -> int:
     findings = res.findings
     diagnoses = diagnose(c, findings)
     _print(args, c, res, diagnoses)
-    if args.json:
-        report.write_json(args.json, args.contract, findings, res.meta,
-                          passes=getattr(args, "json_passes", "all"), diagnoses=diagnoses)
+    if args.json or getattr(args, "html", None):
+        from eagle3_conformance.validated import tool_versions
+
+        doc = report.report_doc(args.contract, findings, {**res.meta, "tool_versions": tool_versions()},
+                                passes=getattr(args, "json_passes", "all"), diagnoses=diagnoses)
+        if args.json:
+            report.write_document(args.json, doc)
+        write_html(args, doc)
     why = report.input_error(findings)  # the verdict printed above says INPUT ERROR too
     if why:
         error(f"{data}: {why}")

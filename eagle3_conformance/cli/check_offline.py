@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Optional
 
 from eagle3_conformance.errors import DataError
-from eagle3_conformance.cli.common import (EXIT_BAD_INPUT, add_reference_options, check_output, console, error, exit_code,
-                                    load_contract, resolve_reference)
+from eagle3_conformance.cli.common import (EXIT_BAD_INPUT, add_html_option, add_reference_options, check_html,
+                                           check_output, console, error, exit_code, load_contract, resolve_reference,
+                                           write_html)
 
 
 def add_parser(sub) -> None:
@@ -38,6 +39,7 @@ def add_parser(sub) -> None:
                         "one file, or a glob")
     add_reference_options(p)
     p.add_argument("--json", metavar="OUT", help="write findings as JSON")
+    add_html_option(p)
     p.add_argument("--quiet", action="store_true", help="no table: the verdict and diagnoses only")
     p.set_defaults(func=run)
 
@@ -76,8 +78,14 @@ def _report(args, c, findings, extra: dict) -> None:
         print(report.quiet_verdict(findings))
     for d in diagnoses:
         print(f"  {d.label}: {d.title}")
-    if args.json:
-        report.write_json(args.json, args.contract, findings, extra, diagnoses=diagnoses)
+    if args.json or getattr(args, "html", None):
+        from eagle3_conformance.validated import tool_versions
+
+        doc = report.report_doc(args.contract, findings, {**extra, "tool_versions": tool_versions()},
+                                diagnoses=diagnoses)
+        if args.json:
+            report.write_document(args.json, doc)
+        write_html(args, doc)
 
 
 def run(args) -> int:
@@ -112,6 +120,7 @@ def run(args) -> int:
     if args.json:
         check_output(args.json, "--json", inputs=(args.contract, *files),
                      input_dirs=(ref_dir, *_file_roots(args.files)))
+    check_html(args, inputs=(args.contract, *files), input_dirs=(ref_dir, *_file_roots(args.files)), others=("json",))
     findings: list[Finding] = []
     bad_reference = None
     if ref_dir is not None:

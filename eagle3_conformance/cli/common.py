@@ -101,6 +101,40 @@ def check_output(out: str | Path, flag: str, *, inputs: tuple = (), input_dirs: 
     return o
 
 
+def add_html_option(p) -> None:
+    """``--html OUT``: the report as one self-contained HTML page (:func:`write_html`)."""
+    p.add_argument("--html", metavar="OUT",
+                   help="write the report as one self-contained HTML page (verdict, fingerprint heatmaps, ...; "
+                        "docs/html-report.md)")
+
+
+def check_html(args, *, inputs: tuple = (), input_dirs: tuple = (), others: tuple = ("json", "markdown")) -> None:
+    """Refuse ``--html OUT`` before any work: an input, inside an input directory, or the same file
+    as another output option of ``others`` (argument names).
+
+    Raises:
+        UsageError: as :func:`check_output`, or ``OUT`` is also another output.
+    """
+    out = getattr(args, "html", None)
+    if not out:
+        return
+    check_output(out, "--html", inputs=inputs, input_dirs=input_dirs)
+    for name in others:
+        other = getattr(args, name, None)
+        if other and Path(other).resolve() == Path(out).resolve():
+            raise UsageError(f"--html {out}: is also the --{name} output; give two files")
+
+
+def write_html(args, doc) -> None:
+    """Write ``--html OUT`` (when given) from the report document ``doc`` the verb writes as JSON
+    (:func:`eagle3_conformance.htmlreport.render_html`)."""
+    out = getattr(args, "html", None)
+    if out:
+        from eagle3_conformance.htmlreport import render_html
+
+        render_html(doc, out, name=Path(str(getattr(args, "contract", "") or "")).name)
+
+
 def check_data_dir(data: str | Path, flag: str = "--data") -> Path:
     """``data`` as an existing directory.
 

@@ -16,12 +16,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eagle3_conformance.cli.common import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, check_output, console
+from eagle3_conformance.cli.common import (EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, add_html_option, check_html,
+                                           check_output, console, write_html)
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("faults", help="run the kill matrix: every fault kind injected on every path")
     p.add_argument("--json", metavar="OUT", help="write the matrix (or the acceptance table) as JSON")
+    add_html_option(p)
     p.add_argument("--verbose", action="store_true", help="one line per operator and path as it runs")
     p.add_argument("--pair", metavar="NAME", action="append",
                    help="where to inject: 'synthetic' (the default: the tiny scenarios) or a real trained pair "
@@ -54,6 +56,7 @@ def run(args) -> int:
         check_output(args.json, "--json")
         if Path(args.json).exists() and Path(args.json).suffix.lower() != ".json":
             raise UsageError(f"--json {args.json}: exists and is not a .json file; refusing to overwrite it")
+    check_html(args, others=("json",))
     if args.acceptance:
         if args.prompts < 1 or args.tokens < 1:
             raise UsageError(f"--prompts {args.prompts} / --tokens {args.tokens}: both must be at least 1")
@@ -80,10 +83,13 @@ def run(args) -> int:
         elif m is None:
             con.print(f"--pair {pair}: nothing to run (the DFlash / MTP matrix runs on the synthetic scenarios only)")
         matrices.append((m, fam if pair == "synthetic" else None))
-    if args.json:
+    if args.json or args.html:
         out = [{**(matrix_json(m) if m is not None else {}), **({"families": f} if f is not None else {})}
                for m, f in matrices]
-        Path(args.json).write_text(json.dumps(out[0] if len(out) == 1 else out, indent=1))
+        text = json.dumps(out[0] if len(out) == 1 else out, indent=1)
+        if args.json:
+            Path(args.json).write_text(text)
+        write_html(args, json.loads(text))  # the JSON document, as written
     idle = _nothing_ran([m for m, _ in matrices if m], fam)
     if idle:
         con.print(f"[red]nothing ran[/red]: every cell is not run or not applicable ({idle})")
@@ -120,9 +126,11 @@ def _acceptance(args, con, log) -> int:
 
         est = run_estimate(prompts_n=args.prompts, max_new=args.tokens, log=log)
         render_estimate(est, con)
-    if args.json:
-        Path(args.json).write_text(json.dumps({**acceptance_json(t), **({"estimate": est} if est else {})},
-                                              indent=1))
+    if args.json or args.html:
+        text = json.dumps({**acceptance_json(t), **({"estimate": est} if est else {})}, indent=1)
+        if args.json:
+            Path(args.json).write_text(text)
+        write_html(args, json.loads(text))  # the JSON document, as written
     rows = t["rows"]
     lossy = [r.name for r in rows if r.lossless is False]
     not_beaten = unbeaten(rows)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eagle3_conformance.cli.common import check_output
+from eagle3_conformance.cli.common import add_html_option, check_html, check_output, write_html
 
 
 def add_parser(sub) -> None:
@@ -21,6 +21,7 @@ def add_parser(sub) -> None:
                    help="the candidate version (repeat to compare several with the baseline)")
     p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     p.add_argument("--output", metavar="FILE", help="write the report there instead of stdout")
+    add_html_option(p)
     p.set_defaults(func=run)
 
 
@@ -31,12 +32,14 @@ def run(args) -> int:
     to = [s for t in args.to for s in parse_spec(t)]
     if args.output:
         check_output(args.output, "--output", inputs=tuple(args.contracts))
+    check_html(args, inputs=tuple(args.contracts), others=("output",))
     report = check(list(args.contracts), base, to)
     text = {"json": lambda r: json.dumps(r.to_json(), indent=1), "markdown": markdown, "text": plain}[args.format](report)
     if args.output:
         Path(args.output).write_text(text + "\n")
     else:
         print(text)
+    write_html(args, json.loads(json.dumps(report.to_json())))
     return report.exit_code
 
 
