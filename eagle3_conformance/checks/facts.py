@@ -124,3 +124,30 @@ def check_graph_acceptance(c: Contract, fig: dict, path: str = "sglang-engine") 
     return [Finding("graph_acceptance", "pass" if ok else "fail", path, None, f">= {e - noise:.3f}", round(g, 3),
                     "CUDA graphs vs eager", f"graphed spec_accept_length {g:.3f}, eager {e:.3f} (noise {noise})",
                     "R42")]
+
+
+@check(FACT, (), fact="accept_regression")
+def check_accept_regression(c: Contract, rows: list, path: str = "server") -> list[Finding]:
+    """Release gate against a recorded baseline (issue 34; TensorRT-LLM's rule, fail below 95% of the
+    reference): a figure regressed when the paired bootstrap interval of ``now - baseline`` on the same
+    prompts lies wholly below ``-tolerance`` (its upper end < -tolerance), so prompt noise alone never fails
+    it and a drop beyond the noise and the tolerance always does. One finding per figure: the mean accept
+    length and each draft position's acceptance.
+
+    Args:
+        rows: ``[{"figure", "baseline", "now", "difference": [lo, hi], "tolerance"}]``
+            (:func:`eagle3_conformance.server_accept.figures.compare`).
+        path: the measuring path (``server``: a deployed server's own per-request counters).
+    """
+    out = []
+    for r in rows:
+        lo, hi = r["difference"]
+        tol = r["tolerance"]
+        dropped = hi < -tol
+        out.append(Finding(
+            "accept_regression", "fail" if dropped else "pass", path, r["figure"], f">= baseline {r['baseline']:.4f} "
+            f"- {tol:.4f}", round(r["now"], 4), "server counters against the baseline, paired over prompts",
+            f"{r['figure']}: {r['baseline']:.3f} -> {r['now']:.3f}, paired 95% interval of the change "
+            f"[{lo:+.3f}, {hi:+.3f}] " + ("lies below" if dropped else "does not lie below") + f" -{tol:.3f} "
+            "(tolerance)", ""))
+    return out
