@@ -420,3 +420,27 @@ def test_vllm_without_spec_decode_counters_exits_2(capsys):
     finally:
         f.close()
     assert rc == 2 and "without speculative decoding" in err, err
+
+
+# --- pytest -m conformance --conformance-server URL ----------------------------------------------------
+
+pytest_plugins = ["pytester"]
+
+
+def test_pytest_conformance_server_adds_the_server_item(pytester, serve, tmp_path):
+    f = serve(hist_of=_by_domain(_varied))
+    base = ["-m", "conformance", "--contract", CONTRACT, "-p", "no:cacheprovider", "-k", "server-accept",
+            "--conformance-server", f.url]
+    res = pytester.runpytest(*base, "--conformance-json", str(tmp_path / "ok.json"))
+    res.assert_outcomes(passed=1)
+    doc = json.loads((tmp_path / "ok.json").read_text())
+    assert any(x["check"] == "accept_length" and x["path"] == "server" and x["status"] == "pass"
+               for c in (doc if isinstance(doc, list) else [doc]) for x in c.get("findings", []))
+    g = serve(hist_of=lambda t: [30, 1, 0, 0])  # below the contract's floor
+    res = pytester.runpytest(*base[:-1], g.url)
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*accept_length*"])
+    url = f"http://127.0.0.1:{_free_port()}"
+    res = pytester.runpytest(*base[:-1], url)
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines([f"*server-accept*cannot connect*"])

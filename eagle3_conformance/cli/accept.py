@@ -63,68 +63,30 @@ def _check_args(args) -> None:
         check_output(out, flag, inputs=(args.contract, args.baseline))
 
 
-def _plan(args, c):
-    """(prompts, max_tokens, baseline document or None), the baseline checked against this tool,
-    contract and prompt set before the server is contacted."""
-    from eagle3_conformance import __version__
-    from eagle3_conformance.server_accept import baseline, prompts
-    from eagle3_conformance.validated import contract_hash
+def _options(args):
+    from eagle3_conformance.server_accept.session import Options
 
-    if not args.baseline:
-        return prompts.select(args.prompts), args.max_tokens or 64, None
-    doc = baseline.load(args.baseline)
-    baseline.check_offline(doc, args.baseline, tool_version=__version__, contract_sha256=contract_hash(c),
-                           prompt_version=prompts.PROMPT_SET_VERSION, prompt_sha256=prompts.prompt_set_sha256())
-    ids = list(doc["prompt_set"].get("ids") or [])
-    if args.prompts is not None and args.prompts != len(ids):
-        raise UsageError(f"--prompts {args.prompts}: the baseline {args.baseline} ran {len(ids)}; leave --prompts out")
-    if args.max_tokens is not None and args.max_tokens != doc["max_tokens"]:
-        raise UsageError(f"--max-tokens {args.max_tokens}: the baseline {args.baseline} ran {doc['max_tokens']}; "
-                         "leave --max-tokens out")
-    return prompts.select(ids=ids), int(doc["max_tokens"]), doc
+    return Options(server=args.server, baseline=args.baseline, prompts=args.prompts, max_tokens=args.max_tokens,
+                   concurrency=args.concurrency, tolerance=args.tolerance, request_timeout=args.request_timeout,
+                   run_timeout=args.run_timeout)
 
 
 def run(args) -> int:
-    from eagle3_conformance import server_accept
-    from eagle3_conformance.server_accept import baseline, figures
-    from eagle3_conformance.server_accept.run import run_prompts
+    from eagle3_conformance.server_accept.session import measure
 
     _check_args(args)
     c = load_contract(args.contract)
-    plist, max_tokens, base = _plan(args, c)
-    adapter = server_accept.connect(args.server, timeout=min(30.0, args.request_timeout))
-    info = adapter.info
-    if base is not None:
-        baseline.check_server(base, args.baseline, info)
-    res = run_prompts(adapter, plist, max_tokens=max_tokens, concurrency=args.concurrency,
-                      request_timeout=args.request_timeout, run_timeout=args.run_timeout)
-    if not any(r.steps for r in res.results):
-        raise server_accept.ServerError(f"{info.url}: no prompt reported a verify step (spec_verify_ct): the server "
-                                        "ran no speculative decoding on this run")
-    fig = figures.figures(res.results, info.k, res.wall_s)
-    rows = figures.compare(res.results, base["results"], info.k, args.tolerance) if base is not None else None
-    findings = _findings(c, fig, rows)
-    _report(args, c, info, res, fig, rows, findings, base, plist)
-    return exit_code(findings)
+    o = measure(_options(args), c)
+    _report(args, c, o)
+    return exit_code(o.findings)
 
 
-def _findings(c, fig: dict, rows) -> list:
-    from eagle3_conformance.checks.facts import check_accept_length, check_accept_regression
-
-    gate = {"spec_accept_length": fig["accept_length"]["value"], "spec_correct_drafts_histogram": fig["histogram"],
-            "per_position_acceptance": [p["value"] for p in fig["per_position"]]}
-    out = check_accept_length(c, gate, path="server")
-    if rows is not None:
-        out += check_accept_regression(c, rows, path="server")
-    return out
-
-
-def _report(args, c, info, res, fig, rows, findings, base, plist) -> None:
+def _report(args, c, o) -> None:
     from eagle3_conformance import __version__, report
     from eagle3_conformance.server_accept import baseline, prompts, render
     from eagle3_conformance.validated import contract_hash
 
-    changes = baseline.changes(base, info) if base is not None else {}
+    info, res, fig, rows, findings, changes, plist = o.info, o.res, o.fig, o.rows, o.findings, o.changes, o.prompts
     title = f"{c.name}: {info.kind} {info.version} at {info.url}"
     extra = render.extra_lines(info, res, fig, changes)
     print(render.figures_text(fig, rows))
