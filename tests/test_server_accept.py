@@ -391,7 +391,7 @@ def test_vllm_counters_moved_by_other_traffic_are_refused(capsys):
 
 
 def test_vllm_per_request_metrics_need_no_counters_and_allow_concurrency(capsys):
-    spec = {"mean_acceptance_length": 1.45, "draft_acceptance_rate": 0.15, "acceptance_histogram": [14, 3, 2, 1],
+    spec = {"mean_acceptance_length": 1.45, "draft_acceptance_rate": 0.15, "acceptance_histogram": [14, 4, 1, 1],
             "num_spec_steps": 20, "num_accepted_draft_tokens": 9, "num_draft_tokens": 60, "num_spec_tokens": 3}
     f = _vllm_server(dict(drafts=100, acc=40, p0=30, p1=8, p2=2, done=3, gen=90, others=5), spec=spec)
     try:
@@ -399,6 +399,21 @@ def test_vllm_per_request_metrics_need_no_counters_and_allow_concurrency(capsys)
     finally:
         f.close()
     assert rc == 0 and "metrics.speculative_decoding" in out and "1.450" in out, out + err
+
+
+def test_vllm_per_request_metrics_and_counters_must_agree_when_both_are_read(capsys):
+    spec = {"acceptance_histogram": [14, 4, 1, 1], "num_spec_steps": 20, "num_accepted_draft_tokens": 9,
+            "num_spec_tokens": 3}
+    for hist, want in (([14, 4, 1, 1], 0), ([13, 5, 1, 1], 2)):
+        f = _vllm_server(dict(drafts=100, acc=40, p0=30, p1=8, p2=2, done=3, gen=90),
+                         spec={**spec, "acceptance_histogram": hist})
+        try:
+            rc, out, err = accept(capsys, "--server", f.url, "--contract", CONTRACT, "--prompts", "5",
+                                  "--concurrency", "1")
+        finally:
+            f.close()
+        assert rc == want, out + err
+        assert ("= /metrics delta" in out) if want == 0 else ("disagrees with the /metrics counters" in err)
 
 
 def test_vllm_without_spec_decode_counters_exits_2(capsys):

@@ -100,6 +100,6 @@ def changes(doc: dict, info: ServerInfo) -> dict[str, list]:
     out = {f: [s.get(f), getattr(info, f)] for f in ("draft", "version") if s.get(f) != getattr(info, f)}
     flags = s.get("flags") or {}
     for key in sorted(set(flags) | set(info.flags)):
-        if key != "launch_command" and flags.get(key) != info.flags.get(key):
+        if key not in ("launch_command", "speculative_draft_model_path") and flags.get(key) != info.flags.get(key):
             out[f"flags.{key}"] = [flags.get(key), info.flags.get(key)]
     return out

@@ -114,13 +114,23 @@ class VLLMServer:
         dt = time.perf_counter() - t0
         comp = int(((ans or {}).get("usage") or {}).get("completion_tokens") or 0)
         spec = ((ans or {}).get("metrics") or {}).get("speculative_decoding")
-        if isinstance(spec, dict):
-            return self._from_request(prompt.id, comp, spec, dt)
+        per_request = self._from_request(prompt.id, comp, spec, dt) if isinstance(spec, dict) else None
+        if before is None and per_request is not None:
+            return per_request
         if before is None:
             raise ServerError(f"{what}: {self.url} answers no per-request metrics.speculative_decoding (launch it "
                               "with --per-request-spec-decode-metrics summary); rerun with --concurrency 1 to "
                               "difference its /metrics counters around each request instead")
-        return self.from_counters(prompt.id, comp, before, self.scrape(timeout), dt)
+        counted = self.from_counters(prompt.id, comp, before, self.scrape(timeout), dt)
+        if per_request is not None:  # both sources for one request: they must agree
+            a, b = (per_request.steps, per_request.committed, per_request.accepted_per_pos), \
+                (counted.steps, counted.committed, counted.accepted_per_pos)
+            if a != b:
+                raise ServerError(f"{what}: metrics.speculative_decoding (steps, committed, per position) {a} "
+                                  f"disagrees with the /metrics counters' movement {b}")
+            per_request.source = "metrics.speculative_decoding = /metrics delta"
+            return per_request
+        return counted
 
     def _from_request(self, pid: str, comp: int, spec: dict, seconds: float) -> PromptResult:
         hist = [int(c) for c in spec.get("acceptance_histogram") or []]
