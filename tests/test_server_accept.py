@@ -459,3 +459,20 @@ def test_pytest_conformance_server_adds_the_server_item(pytester, serve, tmp_pat
     res = pytester.runpytest(*base[:-1], url)
     res.assert_outcomes(failed=1)
     res.stdout.fnmatch_lines([f"*server-accept*cannot connect*"])
+
+
+def test_the_command_exits_at_the_run_timeout_without_waiting_for_requests_in_flight(serve):
+    """Requests still waiting on the server when the run ends do not keep the process alive."""
+    import subprocess
+    import sys
+    import time
+
+    def chat(h, body):
+        time.sleep(20)
+    f = serve(chat=chat)
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "eagle3_conformance.cli", "accept", "--server", f.url, "--contract",
+                        CONTRACT, "--prompts", "5", "--request-timeout", "60", "--run-timeout", "1"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "did not finish within --run-timeout 1 s" in r.stderr, r.stderr
+    assert time.perf_counter() - t0 < 15

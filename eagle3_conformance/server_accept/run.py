@@ -1,14 +1,16 @@
 """The prompts against one server: bounded concurrency, a timeout per request and for the whole run.
 
-Threads, not processes: each request waits on the server. No retries (a retry would hide a server
-that drops requests): the first failed request ends the run with its error, and the requests still
-in flight are left to their own timeouts.
+Daemon threads, not processes: each request waits on the server, and a thread still waiting when the
+run ends (its first failure, or the whole-run timeout) never keeps the program from exiting. No
+retries (a retry would hide a server that drops requests): the first failed request ends the run with
+its error.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -37,22 +39,44 @@ def run_prompts(adapter, prompts: Sequence, *, max_tokens: int, concurrency: int
 
     Raises:
         ServerError: a request failed (the first one, in the server's words), or the run did not
-            finish within ``run_timeout`` (how many answers were missing).
+            finish within ``run_timeout`` (how many answers were missing, and the first of them).
     """
     adapter.sequential = concurrency == 1
-    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="accept")
+    todo: "queue.Queue[int]" = queue.Queue()
+    for i in range(len(prompts)):
+        todo.put(i)
+    results: dict[int, PromptResult] = {}
+    errors: list[BaseException] = []
+    cond = threading.Condition()
+
+    def worker():
+        while not errors:
+            try:
+                i = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                r = adapter.measure(prompts[i], max_tokens, request_timeout)
+            except BaseException as e:  # reported by the caller's thread, never swallowed
+                with cond:
+                    errors.append(e)
+                    cond.notify_all()
+                return
+            with cond:
+                results[i] = r
+                cond.notify_all()
+
     t0 = time.perf_counter()
-    try:
-        futs = [pool.submit(adapter.measure, p, max_tokens, request_timeout) for p in prompts]
-        done, pending = wait(futs, timeout=run_timeout, return_when=FIRST_EXCEPTION)
-        failed = [f for f in futs if f in done and f.exception() is not None]
-        if failed:
-            raise failed[0].exception()
-        if pending:
+    for _ in range(min(concurrency, len(prompts))):
+        threading.Thread(target=worker, daemon=True, name="accept").start()
+    deadline = t0 + run_timeout
+    with cond:
+        while not errors and len(results) < len(prompts) and time.perf_counter() < deadline:
+            cond.wait(timeout=max(0.0, min(1.0, deadline - time.perf_counter())))
+        if errors:
+            raise errors[0]
+        if len(results) < len(prompts):
+            first = next(p.id for i, p in enumerate(prompts) if i not in results)
             raise ServerError(f"{adapter.info.url}: the run did not finish within --run-timeout {run_timeout:g} s: "
-                              f"{len(pending)} of {len(futs)} prompts unanswered "
-                              f"(first: {next(p.id for p, f in zip(prompts, futs) if f in pending)})")
-        wall = time.perf_counter() - t0
-        return RunResult([f.result() for f in futs], wall, concurrency, max_tokens)
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+                              f"{len(prompts) - len(results)} of {len(prompts)} prompts unanswered (first: {first})")
+    return RunResult([results[i] for i in range(len(prompts))], time.perf_counter() - t0, concurrency, max_tokens)
