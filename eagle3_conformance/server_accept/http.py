@@ -25,6 +25,10 @@ class ServerError(DataError):
     something that is not what its API documents (exit 2 on the command line)."""
 
 
+class Unreachable(ServerError):
+    """Nothing answered: the connection was refused, or no answer came within the timeout."""
+
+
 def _words(body: bytes) -> str:
     text = body.decode("utf-8", errors="replace")
     try:  # SGLang / vLLM / FastAPI error bodies: {"error": {"message": ...}} or {"detail": ...}
@@ -61,12 +65,12 @@ def request(method: str, url: str, body: Optional[dict] = None, *, timeout: floa
     except urllib.error.HTTPError as e:
         raise ServerError(f"{who}{method} {url} answered HTTP {e.code}: {_words(e.read() or b'') or e.reason}") from None
     except (socket.timeout, TimeoutError):
-        raise ServerError(f"{who}{method} {url}: no answer within {timeout:g} s") from None
+        raise Unreachable(f"{who}{method} {url}: no answer within {timeout:g} s") from None
     except urllib.error.URLError as e:
         reason = e.reason
         if isinstance(reason, (socket.timeout, TimeoutError)):
-            raise ServerError(f"{who}{method} {url}: no answer within {timeout:g} s") from None
-        raise ServerError(f"{who}{method} {url}: cannot connect ({reason})") from None
+            raise Unreachable(f"{who}{method} {url}: no answer within {timeout:g} s") from None
+        raise Unreachable(f"{who}{method} {url}: cannot connect ({reason})") from None
     except (ConnectionError, OSError, ValueError) as e:  # reset / closed mid-answer (http.client errors included)
         raise ServerError(f"{who}{method} {url}: the connection was dropped ({type(e).__name__}: {e})") from None
     if not parse:

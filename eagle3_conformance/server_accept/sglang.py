@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any, Union
 
-from eagle3_conformance.server_accept.http import ServerError, request
+from eagle3_conformance.server_accept.http import ServerError, Unreachable, request
 from eagle3_conformance.server_accept.result import NoSpeculation, PromptResult, ServerInfo, per_pos_from_histogram
 
 FLAG_KEYS = ("speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps", "speculative_eagle_topk",
@@ -36,14 +36,14 @@ def probe(url: str, timeout: float) -> Union["SGLangServer", str]:
         ServerError: nothing answers at ``url`` (connection refused, timeout).
         SGLangNoSpeculation: an SGLang server without a speculative algorithm.
     """
-    info = None
+    info, why = None, ""
     for ep in ("/server_info", "/get_server_info"):
         try:
             info = request("GET", url.rstrip("/") + ep, timeout=timeout, what="server identity")
             break
+        except Unreachable:
+            raise
         except ServerError as e:
-            if "cannot connect" in str(e) or "no answer within" in str(e):
-                raise
             why = str(e)
     if not isinstance(info, dict) or "model_path" not in info:
         return f"not SGLang: {why if info is None else '/server_info has no model_path'}"
