@@ -49,7 +49,8 @@ def figures_markdown(fig: dict, rows: Optional[list]) -> str:
 def extra_lines(info, res, fig: dict, changes: dict) -> dict[str, str]:
     """The report's ``extra`` block."""
     out = {"server": f"{info.kind} {info.version} at {info.url}", "target": info.model,
-           "draft": str(info.draft), "speculation": f"{info.algorithm}, k = {info.k} draft positions per verify step",
+           "draft": info.draft or "not reported by the server",
+           "speculation": f"{info.algorithm or 'speculative decoding'}, k = {info.k} draft positions per verify step",
            "run": f"{fig['prompts']} prompts x <= {res.max_tokens} tokens, {res.concurrency} in flight: "
                   f"{fig['completion_tokens']} tokens in {fig['verify_steps']} verify steps, {res.wall_s:.1f} s "
                   f"({fig['tokens_per_s']:.1f} tokens/s)",

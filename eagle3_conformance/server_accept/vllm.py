@@ -92,8 +92,9 @@ class VLLMServer:
             raise VLLMNoSpeculation(f"{url}: the server runs without speculative decoding (/metrics has no {DRAFTS} "
                                     "and no per-position counters): there is no acceptance to measure; launch it with "
                                     "--speculative-config '{\"method\": \"eagle3\", ...}'")
+        # the public API names neither the draft nor the method (/server_info does, in VLLM_SERVER_DEV_MODE only)
         self.info = ServerInfo("vllm", url, version, str(model.get("root") or model["id"]), str(model["id"]), None,
-                               "eagle3?", k, {"num_speculative_tokens": k})
+                               None, k, {"num_speculative_tokens": k})
         self.sequential = False  # True (run.py, --concurrency 1): the counters are read around each request
 
     def scrape(self, timeout: float) -> dict:
