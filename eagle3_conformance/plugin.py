@@ -84,6 +84,11 @@ def pytest_addoption(parser):
                 help="write the report as one self-contained HTML page (docs/html-report.md)")
     g.addoption("--conformance-paths", default=",".join(PATHS),
                 help=f"comma-separated paths to run (default: {','.join(PATHS)})")
+    g.addoption("--conformance-server", metavar="URL",
+                help="also judge a running SGLang / vLLM server's acceptance for each contract (item server-accept: "
+                     "the contract's floor; with --conformance-baseline, the recorded baseline rule); eagle3-conformance "
+                     "accept --help")
+    g.addoption("--conformance-baseline", metavar="FILE", help="baseline for --conformance-server (accept --record)")
     g.addoption("--conformance-profile", choices=tuple(PROFILES), default="ci",
                 help="hypothesis profile of the suite's drawn examples: ci (5 per path, derandomized; default), "
                      "dev (60), gpu (4); registered as conformance-<name>, applied to the suite only")
@@ -223,6 +228,10 @@ class ContractFile(pytest.File):
                 if registered_paths.get(p).needs.gpu:
                     item.add_marker(pytest.mark.gpu)
                 yield item
+        if self.config.getoption("--conformance-server"):
+            item = ServerAcceptItem.from_parent(self, name="server-accept", contract=contract, conformance_path="server")
+            item.add_marker(pytest.mark.conformance)
+            yield item
 
 
 class ContractErrorItem(pytest.Item):
@@ -319,6 +328,30 @@ class PathItem(pytest.Item):
 
     def reportinfo(self):
         return self.path, None, f"{self.contract.name}::{self.conformance_path}"
+
+
+class ServerAcceptItem(PathItem):
+    """One contract's acceptance on the running server of ``--conformance-server``
+    (:func:`eagle3_conformance.server_accept.session.measure`): its floor, and the baseline rule with
+    ``--conformance-baseline``. Bad input (an unreachable server, one without speculative decoding, a
+    baseline of another contract) stops the item with its one-line reason, as a path's does."""
+
+    def runtest(self):
+        from eagle3_conformance.errors import InputError
+        from eagle3_conformance.server_accept.session import Options, measure
+
+        opts = Options(server=self.config.getoption("--conformance-server"),
+                       baseline=self.config.getoption("--conformance-baseline"))
+        try:
+            findings = measure(opts, self.contract).findings
+        except InputError as e:
+            self._stopped(str(e))
+            raise ConformanceSetupError(f"{self.path}: server-accept: {e}") from None
+        self._path_diagnoses = []
+        self._record(findings)
+        bad = [f for f in findings if f.status == "fail"]
+        if bad:
+            raise ConformanceFailure(bad)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -8,7 +8,10 @@
 #   2. the same pair with CUDA graphs (hooks never fire on graph replay): graphed acceptance must not
 #      fall below eager beyond noise (R42 class; the noise constant GRAPH_ACCEPT_NOISE is unmeasured);
 #   3. the seed incident caused through the draft config (ids [-1, 1, 14]): no_embedding / slot_identity
-#      must catch it.
+#      must catch it;
+#   4. (scripts/gpu_accept.sh; ACCEPT=0 skips it) SGLang's real HTTP server eager, then with CUDA graphs,
+#      judged by `eagle3-conformance accept` with the baseline rule (graphed against the eager baseline,
+#      per position, paired over prompts): the measurement that replaces GRAPH_ACCEPT_NOISE.
 # Expected: under 5 minutes on one H200 (three engine starts of about 60 s, 8 prompts x 64 tokens; the
 # draft is shipped in fixtures/drafts/smollm2-135m-eagle3, nothing is trained, docs/acceptance.md).
 # NEVER RUN ON A GPU YET (written without one): treat the first run as the measurement.
@@ -26,3 +29,4 @@ export HF_HUB_OFFLINE=1
 ARGS=()
 [ -n "${FLOOR:-}" ] && ARGS=(--floor "$FLOOR")   # default: gates.min_accept_length of contracts/smollm2-135m.yaml
 timeout 290 "$PY" scripts/gpu_check.py "${ARGS[@]}" "$@"
+[ "${ACCEPT:-1}" = 0 ] || timeout 290 scripts/gpu_accept.sh

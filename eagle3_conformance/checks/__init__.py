@@ -53,7 +53,8 @@ from eagle3_conformance.checks.magnitude import PRE_FC_FIT_TOL, check_magnitude,
 from eagle3_conformance.checks.transport import FP8_DTYPES, GATE_FP8, check_fp8_scale_error, check_transfer_backend  # noqa: F401
 from eagle3_conformance.checks.cross_path import check_cross_path  # noqa: F401
 from eagle3_conformance.checks.facts import (  # noqa: F401
-    check_accept_length, check_engine_lossless, check_engine_version, check_graph_acceptance, check_vllm_version)
+    check_accept_length, check_accept_regression, check_engine_lossless, check_engine_version, check_graph_acceptance,
+    check_vllm_version)
 from eagle3_conformance.checks.vocab import (check_chat_template, check_golden_tokens, check_vocab_mapping,  # noqa: F401
                                              mapping_sha256)
 from eagle3_conformance.checks.precision import check_production_precision  # noqa: F401

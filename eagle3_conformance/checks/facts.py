@@ -162,3 +162,30 @@ def check_reference(c: Contract, ref: dict, path: str = "sglang-engine") -> list
     return [Finding("reference", "pass", path, None, need, have, where,
                     f"captures judged against the engine's own forward: {figures}"
                     + (f"; budget: {ref['dropped'][0]}" if ref.get("dropped") else ""))]
+
+
+@check(FACT, (), fact="accept_regression")
+def check_accept_regression(c: Contract, rows: list, path: str = "server") -> list[Finding]:
+    """Release gate against a recorded baseline (issue 34; TensorRT-LLM's rule, fail below 95% of the
+    reference): a figure regressed when the paired bootstrap interval of ``now - baseline`` on the same
+    prompts lies wholly below ``-tolerance`` (its upper end < -tolerance), so prompt noise alone never fails
+    it and a drop beyond the noise and the tolerance always does. One finding per figure: the mean accept
+    length and each draft position's acceptance.
+
+    Args:
+        rows: ``[{"figure", "baseline", "now", "difference": [lo, hi], "tolerance"}]``
+            (:func:`eagle3_conformance.server_accept.figures.compare`).
+        path: the measuring path (``server``: a deployed server's own per-request counters).
+    """
+    out = []
+    for r in rows:
+        lo, hi = r["difference"]
+        tol = r["tolerance"]
+        dropped = hi < -tol
+        out.append(Finding(
+            "accept_regression", "fail" if dropped else "pass", path, r["figure"], f">= baseline {r['baseline']:.4f} "
+            f"- {tol:.4f}", round(r["now"], 4), "server counters against the baseline, paired over prompts",
+            f"{r['figure']}: {r['baseline']:.3f} -> {r['now']:.3f}, paired 95% interval of the change "
+            f"[{lo:+.3f}, {hi:+.3f}] " + ("lies below" if dropped else "does not lie below") + f" -{tol:.3f} "
+            "(tolerance)", ""))
+    return out

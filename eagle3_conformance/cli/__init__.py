@@ -16,13 +16,14 @@ import argparse
 import sys
 from typing import Optional
 
-from eagle3_conformance.cli import (accept_estimate, calibrate, captures, check_data, check_offline, faults, init,
-                                    merge_reports, render, schema, serve_hooks, translate, upgrade_check, validate)
+from eagle3_conformance.cli import (accept, accept_estimate, calibrate, captures, check_data, check_offline, faults,
+                                    init, merge_reports, render, schema, serve_hooks, translate, upgrade_check,
+                                    validate)
 from eagle3_conformance.cli.common import EXIT_BAD_INPUT, error
 from eagle3_conformance.errors import InputError
 
 VERBS = (validate, check_data, schema, init, calibrate, translate, faults, merge_reports, check_offline, upgrade_check,
-         accept_estimate, serve_hooks, captures, render)
+         accept_estimate, accept, serve_hooks, captures, render)
 """The verb modules, in the order ``conformance --help`` lists them."""
 
 

@@ -27,7 +27,10 @@ __all__ = ["EngineRun", "EngineRunError", "EngineStartError", "EngineObservation
 GRAPH_ACCEPT_NOISE = 0.1
 """Tokens per verify step that graphed acceptance may fall below eager before the GPU path fails.
 NOT measured: no GPU was available when it was written (greedy verify is deterministic, so eager
-and graphed should agree up to near-tie flips); replace it with a measured spread."""
+and graphed should agree up to near-tie flips). ``scripts/gpu_accept.sh`` (run by scripts/gpu-check.sh)
+measures it: SGLang's real server eager, then graphed, judged by ``eagle3-conformance accept`` with the
+baseline rule (paired interval of graphed - eager below -5% of eager fails, per position); replace this
+constant with that rule once a GPU run has given the spread (docs/accept.md)."""
 
 
 @dataclass

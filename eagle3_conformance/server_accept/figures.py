@@ -1,0 +1,90 @@
+"""Per-prompt counters -> the run's figures, with percentile-bootstrap intervals over prompts.
+
+Every ratio is pooled over prompts (total numerator / total verify steps, as the server's own
+aggregate would be), and its interval resamples prompts (:mod:`eagle3_conformance.acceptance_stats`,
+whose ``bootstrap_accept_length`` / ``bootstrap_difference`` take per-prompt ``(numerator, steps)``
+pairs: the accept length's ``(committed, steps)``, position ``i``'s ``(c_i, steps)``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from eagle3_conformance.acceptance_stats import (TooFewPrompts, bootstrap_accept_length, bootstrap_difference,
+                                                 merge_histograms)
+from eagle3_conformance.errors import UsageError
+from eagle3_conformance.server_accept.result import PromptResult
+
+LEVEL = 0.95
+RESAMPLES = 2000
+
+
+def _pairs(results: Sequence[PromptResult], pos: int = 0) -> list[tuple[int, int]]:
+    """``(numerator, steps)`` per prompt: the accept length's (``pos = 0``) or position ``pos``'s."""
+    return [(r.committed if pos == 0 else r.accepted_per_pos[pos - 1], r.steps) for r in results]
+
+
+def _ratio(pairs) -> float:
+    steps = sum(s for _, s in pairs)
+    return sum(t for t, _ in pairs) / steps if steps else float("nan")
+
+
+def _interval(pairs) -> list[float]:
+    iv = bootstrap_accept_length(pairs, resamples=RESAMPLES, level=LEVEL)
+    return [iv.lo, iv.hi]
+
+
+def figures(results: Sequence[PromptResult], k: int, wall_s: float) -> dict[str, Any]:
+    """The run's figures.
+
+    Returns:
+        ``{"prompts", "prompts_with_steps", "completion_tokens", "verify_steps", "accept_length": {"value",
+        "interval"}, "per_position": [{"position", "value", "interval"}, ...k], "histogram" (summed, or
+        None when a source gives none), "wall_s", "tokens_per_s", "level", "resamples"}``.
+
+    Raises:
+        UsageError: fewer prompts with a verify step than an interval needs (the message says how many,
+            and that ``--prompts`` / ``--max-tokens`` give more).
+    """
+    try:
+        acc = {"value": _ratio(_pairs(results)), "interval": _interval(_pairs(results))}
+        per_pos = [{"position": i, "value": _ratio(_pairs(results, i)), "interval": _interval(_pairs(results, i))}
+                   for i in range(1, k + 1)]
+    except TooFewPrompts as e:
+        raise UsageError(f"{e}; run more prompts (--prompts) or longer answers (--max-tokens)") from None
+    comp = sum(r.completion_tokens for r in results)
+    hists = [r.histogram for r in results if r.steps]
+    return {"prompts": len(results), "prompts_with_steps": sum(1 for r in results if r.steps),
+            "completion_tokens": comp, "verify_steps": sum(r.steps for r in results), "accept_length": acc,
+            "per_position": per_pos,
+            "histogram": merge_histograms(hists) if hists and all(h is not None for h in hists) else None,
+            "wall_s": wall_s, "tokens_per_s": comp / wall_s if wall_s > 0 else None, "level": LEVEL,
+            "resamples": RESAMPLES}
+
+
+def compare(now: Sequence[PromptResult], base: Sequence[PromptResult], k: int, tolerance: float) -> list[dict]:
+    """The paired comparison ``now - baseline`` on the same prompts (matched by id, in the baseline's
+    order), overall and at each draft position.
+
+    Returns:
+        one row per figure: ``{"figure": "accept length" | "position i", "baseline", "now", "difference":
+        [lo, hi] (paired bootstrap interval), "tolerance" (= tolerance x baseline figure)}``.
+
+    Raises:
+        UsageError: the runs do not hold the same prompts, or too few prompts for an interval.
+    """
+    by_id = {r.id: r for r in now}
+    if set(by_id) != {r.id for r in base}:
+        raise UsageError(f"the run's prompts {sorted(by_id)} are not the baseline's {sorted(r.id for r in base)}")
+    a = [by_id[r.id] for r in base]
+    rows = []
+    for pos in range(0, k + 1):
+        pa, pb = _pairs(a, pos), _pairs(base, pos)
+        try:
+            iv = bootstrap_difference(pa, pb, resamples=RESAMPLES, level=LEVEL)
+        except TooFewPrompts as e:
+            raise UsageError(f"{e}; the baseline and this run share too few prompts with verify steps") from None
+        b = _ratio(pb)
+        rows.append({"figure": "accept length" if pos == 0 else f"position {pos}", "baseline": b, "now": _ratio(pa),
+                     "difference": [iv.lo, iv.hi], "tolerance": tolerance * b})
+    return rows

@@ -1,0 +1,108 @@
+"""One accept run from start to findings, shared by the ``accept`` verb and the pytest plugin's
+``--conformance-server``: plan (prompts, tokens, the baseline checked offline), connect, run, figures,
+the paired comparison, and the findings of the contract's floor and the baseline rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from eagle3_conformance.errors import UsageError
+
+DEFAULT_MAX_TOKENS = 64
+
+
+@dataclass
+class Options:
+    """What a run is asked for (the verb's options; see ``eagle3-conformance accept --help``)."""
+
+    server: str
+    baseline: Optional[str] = None
+    prompts: Optional[int] = None
+    max_tokens: Optional[int] = None
+    concurrency: int = 4
+    tolerance: float = 0.05
+    request_timeout: float = 300.0
+    run_timeout: float = 1800.0
+
+
+@dataclass
+class Outcome:
+    """A finished run: the server, the run, its figures, the comparison rows (None without a baseline),
+    the findings, the baseline document and the changes from its server, the prompts run."""
+
+    info: Any
+    res: Any
+    fig: dict
+    rows: Optional[list]
+    findings: list
+    base: Optional[dict]
+    changes: dict
+    prompts: list
+
+
+def plan(opts: Options, c):
+    """(prompts, max_tokens, baseline document or None); the baseline is checked against this tool,
+    contract and prompt set before the server is contacted.
+
+    Raises:
+        DataError: the baseline is unreadable or not comparable (the field is named).
+        UsageError: ``prompts`` / ``max_tokens`` contradict the baseline's.
+    """
+    from eagle3_conformance import __version__
+    from eagle3_conformance.server_accept import baseline, prompts
+    from eagle3_conformance.validated import contract_hash
+
+    if not opts.baseline:
+        return prompts.select(opts.prompts), opts.max_tokens or DEFAULT_MAX_TOKENS, None
+    doc = baseline.load(opts.baseline)
+    baseline.check_offline(doc, opts.baseline, tool_version=__version__, contract_sha256=contract_hash(c),
+                           prompt_version=prompts.PROMPT_SET_VERSION, prompt_sha256=prompts.prompt_set_sha256())
+    ids = list(doc["prompt_set"].get("ids") or [])
+    if opts.prompts is not None and opts.prompts != len(ids):
+        raise UsageError(f"--prompts {opts.prompts}: the baseline {opts.baseline} ran {len(ids)}; leave --prompts out")
+    if opts.max_tokens is not None and opts.max_tokens != doc["max_tokens"]:
+        raise UsageError(f"--max-tokens {opts.max_tokens}: the baseline {opts.baseline} ran {doc['max_tokens']}; "
+                         "leave --max-tokens out")
+    return prompts.select(ids=ids), int(doc["max_tokens"]), doc
+
+
+def measure(opts: Options, c) -> Outcome:
+    """Run the prompt set against ``opts.server`` and judge it for contract ``c``.
+
+    Raises:
+        ServerError: unreachable, no speculative decoding, errors or dropped connections mid-run,
+            another model or chain length than the baseline's.
+        DataError / UsageError: see :func:`plan`; too few prompts for an interval.
+    """
+    from eagle3_conformance import server_accept
+    from eagle3_conformance.server_accept import baseline, figures
+    from eagle3_conformance.server_accept.run import run_prompts
+
+    plist, max_tokens, base = plan(opts, c)
+    adapter = server_accept.connect(opts.server, timeout=min(30.0, opts.request_timeout))
+    info = adapter.info
+    if base is not None:
+        baseline.check_server(base, opts.baseline, info)
+    res = run_prompts(adapter, plist, max_tokens=max_tokens, concurrency=opts.concurrency,
+                      request_timeout=opts.request_timeout, run_timeout=opts.run_timeout)
+    if not any(r.steps for r in res.results):
+        raise server_accept.ServerError(f"{info.url}: no prompt reported a verify step: the server ran no "
+                                        "speculative decoding on this run")
+    fig = figures.figures(res.results, info.k, res.wall_s)
+    rows = figures.compare(res.results, base["results"], info.k, opts.tolerance) if base is not None else None
+    changes = baseline.changes(base, info) if base is not None else {}
+    return Outcome(info, res, fig, rows, judge(c, fig, rows), base, changes, plist)
+
+
+def judge(c, fig: dict, rows: Optional[list]) -> list:
+    """The findings: the contract's ``gates.min_accept_length`` on the run's accept length
+    (``check_accept_length``) and, with a baseline, ``check_accept_regression`` per figure."""
+    from eagle3_conformance.checks.facts import check_accept_length, check_accept_regression
+
+    gate = {"spec_accept_length": fig["accept_length"]["value"], "spec_correct_drafts_histogram": fig["histogram"],
+            "per_position_acceptance": [p["value"] for p in fig["per_position"]]}
+    out = check_accept_length(c, gate, path="server")
+    if rows is not None:
+        out += check_accept_regression(c, rows, path="server")
+    return out
