@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -172,12 +173,15 @@ def test_the_correct_pair_conforms_on_its_own_server(correct, tmp_path, capsys, 
 @pytest.mark.parametrize("reference", ["transformers", "engine"])
 def test_the_seed_incident_fails_naming_slot_0_as_b0(seed_incident, tmp_path, capsys, reference):
     assert _group_gone(seed_incident["pgid"])
-    rc, doc, _ = _check(seed_incident["dir"], tmp_path, "--conformance-reference", reference)
+    page = tmp_path / "report.html"
+    rc, doc, _ = _check(seed_incident["dir"], tmp_path, "--conformance-reference", reference, "--html", str(page))
     text = capsys.readouterr().out
     assert rc == 1, text
     bad = [f for f in doc["findings"] if f["check"] == "slot_identity" and f["status"] == "fail"]
     assert bad and bad[0]["slot"] == "slot 0" and "B_0" in str(bad[0]["observed"]), bad[:1]
     assert "B_0" in text
+    # the page's heatmap row for slot 0: expected B_1 (the contract's first aux boundary), matched B_0
+    assert re.search(r'data-slot="slot 0" data-expected="B_\d+" data-matched="B_0"', page.read_text())
 
 
 def test_a_record_truncated_mid_write_is_named_and_the_rest_judged(correct, tmp_path, capsys):

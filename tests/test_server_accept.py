@@ -274,6 +274,16 @@ def test_the_same_server_passes_its_own_baseline_and_a_drop_fails_naming_the_pos
     failed = {x["slot"] for x in rep["findings"] if x["check"] == "accept_regression" and x["status"] == "fail"}
     assert failed == {"accept length", "position 1", "position 2", "position 3"}, failed
     assert "DROPPED" in out
+    # the same comparison as one HTML page: both runs' per-position acceptance, the regression findings
+    page = tmp_path / "r.html"
+    rc, out, err = accept(capsys, "--server", g.url, "--contract", CONTRACT, "--baseline", str(b), "--html", str(page))
+    assert rc == 1, out + err
+    html = page.read_text()
+    assert "accept_regression" in html and 'data-verdict="violations"' in html
+    acc = rep["meta"]["acceptance"]
+    assert acc["baseline"]["mean_accept_length"] == doc["figures"]["accept_length"]["value"]
+    assert [p["rate"] for p in acc["per_position"]] == [p["value"] for p in rep["meta"]["figures"]["per_position"]]
+    assert acc["per_position"][1]["rate"] == 0 and acc["baseline"]["per_position"][1]["rate"] > 0
 
 
 def test_a_drop_on_some_prompts_within_the_noise_passes_and_the_tolerance_counts(capsys, serve, tmp_path):

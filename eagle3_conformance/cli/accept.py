@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eagle3_conformance.cli.common import check_output, exit_code, load_contract
+from eagle3_conformance.cli.common import add_html_option, check_output, exit_code, load_contract, write_html
 from eagle3_conformance.errors import UsageError
 
 UNCHECKED = ("accept measures acceptance only; what reaches the draft is checked by pytest -m conformance, "
@@ -40,6 +40,7 @@ def add_parser(sub) -> None:
     p.add_argument("--run-timeout", type=float, default=1800.0, metavar="S", help="seconds for the whole run (1800)")
     p.add_argument("--json", metavar="OUT", help="write the report, figures and per-prompt counters as JSON")
     p.add_argument("--markdown", metavar="OUT", help="write the report as Markdown (CI job summaries)")
+    add_html_option(p)
     p.set_defaults(func=run)
 
 
@@ -55,7 +56,7 @@ def _check_args(args) -> None:
     for flag in ("request_timeout", "run_timeout"):
         if getattr(args, flag) <= 0:
             raise UsageError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: give seconds > 0")
-    outs = [(f, getattr(args, f.strip("-").replace("-", "_"))) for f in ("--record", "--json", "--markdown")]
+    outs = [(f, getattr(args, f.strip("-").replace("-", "_"))) for f in ("--record", "--json", "--markdown", "--html")]
     outs = [(f, o) for f, o in outs if o]
     if len({Path(o).resolve() for _, o in outs}) < len(outs):
         raise UsageError(f"{', '.join(f for f, _ in outs)}: give a different file to each")
@@ -98,11 +99,16 @@ def _report(args, c, o) -> None:
                              figures=fig, results=res.results)
         report.write_document(args.record, doc)
         print(f"baseline written to {args.record}")
-    if args.json:
+    if args.json or args.html:
         meta = {"server": info.to_json(), "figures": fig, "comparison": rows, "changes_from_baseline": changes,
                 "prompt_set": pset, "max_tokens": res.max_tokens, "concurrency": res.concurrency,
-                "per_prompt": [r.to_json() for r in res.results], "baseline": args.baseline}
-        report.write_json(args.json, args.contract, findings, meta, unchecked_reason=UNCHECKED)
+                "per_prompt": [r.to_json() for r in res.results], "baseline": args.baseline,
+                "acceptance": render.html_acceptance(fig, c.gates.min_accept_length, o.base,
+                                                     f"{info.kind} {info.version}")}
+        doc = report.report_doc(args.contract, findings, meta, unchecked_reason=UNCHECKED)
+        if args.json:
+            report.write_document(args.json, doc)
+        write_html(args, doc)
     if args.markdown:
         md = report.render_markdown(findings, [], title=title, extra=extra, unchecked_reason=UNCHECKED)
         report.write_markdown(args.markdown, md + "\n" + render.figures_markdown(fig, rows) + "\n")

@@ -12,7 +12,8 @@ version; a server that never ran the hooks; nothing readable).
 
 from __future__ import annotations
 
-from eagle3_conformance.cli.common import check_output, error, exit_code, load_contract, resolve_reference
+from eagle3_conformance.cli.common import (add_html_option, check_html, check_output, error, exit_code, load_contract,
+                                           resolve_reference, write_html)
 from eagle3_conformance.errors import UsageError
 
 
@@ -35,6 +36,7 @@ def add_parser(sub) -> None:
     p.add_argument("--markdown", metavar="FILE", help="write the report as Markdown (for CI job summaries)")
     p.add_argument("--quiet", action="store_true", help="no report: the verdict and diagnoses only")
     p.add_argument("-v", "--verbose", action="store_true", help="list passing and skipped checks too")
+    add_html_option(p)
     p.set_defaults(func=run)
 
 
@@ -54,6 +56,7 @@ def run(args) -> int:
     for flag in ("json", "markdown"):
         if getattr(args, flag, None):
             check_output(getattr(args, flag), f"--{flag}", inputs=(args.contract,), input_dirs=(d,))
+    check_html(args, inputs=(args.contract,), input_dirs=(d,))
     kind = args.conformance_reference or c.reference
     sd = read_dir(d, c, engine_reference=kind == "engine")
     if kind == "engine":
@@ -88,8 +91,11 @@ def run(args) -> int:
             print(f"  {dg.label}: {dg.title}")
     if args.markdown:
         report.write_markdown(args.markdown, report.render_markdown(findings, diagnoses, title=title, extra=extra))
-    if args.json:
-        report.write_json(args.json, args.contract, findings, meta, diagnoses=diagnoses)
+    if args.json or args.html:
+        doc = report.report_doc(args.contract, findings, meta, diagnoses=diagnoses)
+        if args.json:
+            report.write_document(args.json, doc)
+        write_html(args, doc)
     why = report.input_error(findings)
     if why:
         error(f"{d}: {why}")

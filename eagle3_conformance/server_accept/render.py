@@ -60,3 +60,24 @@ def extra_lines(info, res, fig: dict, changes: dict) -> dict[str, str]:
     for k, (was, now) in changes.items():
         out[f"changed since the baseline: {k}"] = f"{was} -> {now}"
     return out
+
+
+def html_acceptance(fig: dict, floor: "float | None", base: "dict | None" = None, label: str = "this server") -> dict:
+    """The report's ``acceptance`` block (docs/html-report.md "Acceptance keys") from :func:`.figures.figures`
+    of this run and, when compared, of the baseline document's ``figures`` (:mod:`.baseline`).
+
+    Returns:
+        ``{"label", "mean_accept_length", "interval", "confidence", "per_position": [{"position", "rate",
+        "interval"}], "gate_floor": {"mean_accept_length"} | None, "baseline": {...} | absent}``.
+    """
+    def block(f: dict, name: str) -> dict:
+        acc = f.get("accept_length") or {}
+        return {"label": name, "mean_accept_length": acc.get("value"), "interval": acc.get("interval"),
+                "per_position": [{"position": p["position"], "rate": p["value"], "interval": p["interval"]}
+                                 for p in f.get("per_position") or []]}
+
+    out = {**block(fig, label), "confidence": fig.get("level"),
+           "gate_floor": {"mean_accept_length": floor} if floor is not None else None}
+    if base and isinstance(base.get("figures"), dict):
+        out["baseline"] = block(base["figures"], "baseline")
+    return out
