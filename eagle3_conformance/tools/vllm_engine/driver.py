@@ -21,6 +21,9 @@ import time
 import traceback
 
 
+GENERATION_STARTED = "eagle3-conformance: generation started"
+
+
 class PhaseTimeout(Exception):
     pass
 
@@ -35,7 +38,7 @@ def _alarm(seconds: float, phase: str) -> None:
 def llm_kwargs(spec: dict) -> dict:
     """``vllm.LLM`` keyword arguments for ``spec``: one code path on CPU and GPU (eager: on the
     CPU build ``torch.compile`` costs 150-175 s a start and its cache reload fails,
-    ../shared/VLLM_CPU_ENGINE.md section 2; hooks never fire on graph replay)."""
+    docs/vllm-engine.md; hooks never fire on graph replay)."""
     sc = {"method": "eagle3", "model": spec["draft_dir"], "num_speculative_tokens": spec["num_spec_tokens"]}
     kw = dict(model=spec["target_dir"], dtype=spec["dtype"], max_model_len=spec.get("max_model_len", 512),
               max_num_seqs=max(1, len(spec["prompts"])), enforce_eager=True, seed=0, disable_log_stats=False,
@@ -84,6 +87,7 @@ def _generate(llm, spec: dict, res: dict) -> None:
     from vllm.inputs import TokensPrompt
 
     sp = SamplingParams(temperature=0.0, max_tokens=spec["max_new_tokens"], ignore_eos=spec.get("ignore_eos", True))
+    print(GENERATION_STARTED, flush=True)
     outs = llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in spec["prompts"]], sp, use_tqdm=False)
     res["outputs"] = _outputs(outs)
     res["metrics"] = _metrics(llm)

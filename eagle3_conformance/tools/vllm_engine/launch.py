@@ -3,7 +3,7 @@ and remove what vLLM leaves behind from this run only.
 
 vLLM's CPU engine runs three processes (the driver with ``LLM``, ``EngineCore``, the worker); all are
 in the driver's process group, which is SIGTERMed then SIGKILLed afterwards, whatever happened.
-Leftovers (../shared/VLLM_CPU_ENGINE.md section 6):
+Leftovers (docs/vllm-engine.md):
 
 * ``/tmp/vllm_dist_<uuid>`` (``vllm/utils/network_utils.py:154``, ``tempfile.gettempdir()``): the
   driver gets ``TMPDIR`` = a directory of the run's workdir, so these land there and go with it;
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from eagle3_conformance.tools.sglang_engine.launch import _kill_group, _last_error, _tail
+from eagle3_conformance.procgroup import kill_group as _kill_group, last_error as _last_error, log_tail as _tail
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 SHM = Path("/dev/shm")
@@ -120,6 +120,24 @@ def remove_shm_leftovers(before: set[str]) -> list[str]:
     return removed
 
 
+def root_cause(log: Path) -> str:
+    """The first ``SomeError: message`` line an engine process (``EngineCore`` or ``Worker``) logged:
+    vLLM's own reason, which the driver sees only as "Engine core initialization failed" or
+    ``EngineDeadError``."""
+    import re
+
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    for ln in lines:
+        if "(EngineCore" in ln or "(Worker" in ln:
+            m = re.search(r"\] ((?:[\w.]+)(?:Error|Exception): .*)$", ln)
+            if m and "Engine core initialization failed" not in m.group(1):
+                return m.group(1).strip()[:400]
+    return ""
+
+
 def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str = "cpu", dtype: str = "float32",
                max_new_tokens: int = 32, num_spec_tokens: int = 3, observe: bool = True, residual: bool = True,
                start_timeout: float = 420, generate_timeout: float = 300, workdir: Optional[Path] = None,
@@ -166,6 +184,9 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
         raise EngineRunError(f"the vLLM engine process ran past {limit:.0f} s and was killed", tail)
     if code != 0 or "outputs" not in res:
         reason = res.get("error") or _last_error(tail) or f"the engine process exited with status {code}"
+        cause = root_cause(log)
+        if cause and cause not in reason:
+            reason = f"{reason} (vLLM's root cause: {cause})"
         if res.get("phase", "start") == "start":
             raise EngineStartError(f"vllm.LLM did not start: {reason}", tail)
         raise EngineRunError(f"vllm.LLM generation failed: {reason}", tail)
