@@ -87,7 +87,7 @@ FAULTS: tuple[VLLMFault, ...] = (
               "(the last aux slot dropped)", ("no_embedding",) + CHECKS,
               config=lambda v, s: _set(v, [0] + _ids(v)[:-1], [0] + _ids(v)[:-1])),
     VLLMFault("wrong-target", "K1", "LLM(model=) a target the draft was not trained for (the tiny-llama fixture: "
-              "8 layers, d = 64, vocab 512)", ("engine start",), target=_wrong_target),
+              "8 layers, d = 64, vocab 512)", ("engine start", "engine run"), target=_wrong_target),
 )
 
 
@@ -122,7 +122,11 @@ def _one(c, f: VLLMFault, target_dir: Path, draft: Path, prompts, workdir: Path,
     try:
         obs = observe_engine(tdir, draft, prompts, max_new_tokens=new, lossless=False, workdir=workdir / f.name)
     except (EngineStartError, EngineRunError) as e:
-        return Verdict("caught", "engine start" if isinstance(e, EngineStartError) else "engine run", e.reason), None
+        which = "engine start" if isinstance(e, EngineStartError) else "engine run"
+        if not {"engine start", "engine run"} & set(f.checks):  # an engine that did not run judges nothing
+            return Verdict("missed", None, f"the engine failed, which this fault should not cause ({which}): "
+                                           f"{e.reason}"), None
+        return Verdict("caught", which, e.reason), None
     slots = obs.slot_boundaries.get("slots")
     applied = obs.run.applied.get("aux_layers")
     if applied == base_ids:

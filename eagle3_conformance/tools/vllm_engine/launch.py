@@ -5,8 +5,10 @@ vLLM's CPU engine runs three processes (the driver with ``LLM``, ``EngineCore``,
 in the driver's process group, which is SIGTERMed then SIGKILLed afterwards, whatever happened.
 Leftovers (docs/vllm-engine.md):
 
-* ``/tmp/vllm_dist_<uuid>`` (``vllm/utils/network_utils.py:154``, ``tempfile.gettempdir()``): the
-  driver gets ``TMPDIR`` = a directory of the run's workdir, so these land there and go with it;
+* ``/tmp/vllm_dist_<uuid>`` (``vllm/utils/network_utils.py:154``, ``tempfile.gettempdir()``) and the
+  engine's ZMQ ``ipc://`` sockets: the driver gets ``TMPDIR`` = a fresh short directory of its own
+  (:func:`run_tmpdir`, under ``/tmp``: a socket path over ~107 characters fails with ``ZMQError``, as
+  it did under pytest's ``tmp_path``), removed after the run;
 * ``/dev/shm/psm_*`` (torch shared memory of the engine's processes): removed after the group is
   gone when they appeared during this run and no live process holds them open
   (:func:`remove_shm_leftovers`), so another user's engine running at the same time keeps its own.
@@ -84,6 +86,11 @@ def child_env(tmp: Path, device: str) -> dict[str, str]:
     return env
 
 
+def run_tmpdir() -> Path:
+    """A new short directory for one run's ``TMPDIR`` (under ``/tmp`` whatever ``TMPDIR`` says)."""
+    return Path(tempfile.mkdtemp(prefix="vllm-t-", dir="/tmp" if Path("/tmp").is_dir() else None))
+
+
 def _held_open() -> set[str]:
     held = set()
     for fd_dir in Path("/proc").glob("[0-9]*/fd"):
@@ -148,7 +155,7 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
 
     Args:
         observe: register :mod:`.hooks` (records in ``workdir/records``); ``residual``: with B_0..B_L.
-        workdir: spec, result, log, records and the run's TMPDIR (default: a new temp dir left for
+        workdir: spec, result, log and records (default: a new temp dir left for
             the caller; :func:`eagle3_conformance.tools.vllm_engine.observe_engine` removes its own).
         llm_extra: more ``vllm.LLM`` keyword arguments (what a user passes to the server).
 
@@ -156,26 +163,31 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
         EngineStartError: vLLM did not start (its reason and log tail).
         EngineRunError: generation failed or a timeout expired.
     """
+    import shutil
+
     work = Path(workdir or tempfile.mkdtemp(prefix="vllm-engine-"))
-    (work / "tmp").mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    tmp = run_tmpdir()
     records = work / "records" if observe else None
     spec = dict(target_dir=str(target_dir), draft_dir=str(draft_dir), prompts=[list(map(int, p)) for p in prompts],
                 device=device, dtype=dtype, max_new_tokens=max_new_tokens, num_spec_tokens=num_spec_tokens,
                 start_timeout=start_timeout, generate_timeout=generate_timeout, result=str(work / "result.json"),
-                records=str(records) if records else None, residual=residual, llm_extra=llm_extra or {})
+                records=str(records) if records else None, residual=residual, llm_extra=llm_extra or {},
+                tmpdir=str(tmp))
     (work / "spec.json").write_text(json.dumps(spec))
     before = {p.name for p in SHM.glob("psm_*")}
     log, t0, limit = work / "engine.log", time.perf_counter(), start_timeout + generate_timeout + 90
     with open(log, "wb") as lf:
         proc = subprocess.Popen([sys.executable, "-m", "eagle3_conformance.tools.vllm_engine.driver",
                                  str(work / "spec.json")], stdout=lf, stderr=subprocess.STDOUT, cwd=str(work),
-                                env=child_env(work / "tmp", device), start_new_session=True)
+                                env=child_env(tmp, device), start_new_session=True)
         try:
             code = proc.wait(timeout=limit)
         except subprocess.TimeoutExpired:
             code = None
         finally:
             _kill_group(proc)
+            shutil.rmtree(tmp, ignore_errors=True)
     removed = remove_shm_leftovers(before)
     wall = time.perf_counter() - t0
     res = json.loads((work / "result.json").read_text()) if (work / "result.json").is_file() else {}

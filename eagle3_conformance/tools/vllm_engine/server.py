@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 from eagle3_conformance.procgroup import kill_group as _kill_group, last_error as _last_error, log_tail as _tail
-from eagle3_conformance.tools.vllm_engine.launch import EngineStartError, child_env, remove_shm_leftovers, root_cause
+from eagle3_conformance.tools.vllm_engine.launch import (EngineStartError, child_env, remove_shm_leftovers, root_cause,
+                                                         run_tmpdir)
 
 
 class ServerStartError(EngineStartError):
@@ -64,14 +65,14 @@ def vllm_server(target_dir, draft_dir, *, port: Optional[int] = None, dtype: str
         ServerStartError: it exited or did not answer ``/health`` within ``start_timeout`` s.
     """
     work = Path(tempfile.mkdtemp(prefix="vllm-server-"))
-    (work / "tmp").mkdir()
+    tmp = run_tmpdir()
     port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     before = {p.name for p in Path("/dev/shm").glob("psm_*")}
     log = work / "server.log"
     lf = open(log, "wb")
     proc = subprocess.Popen(server_command(target_dir, draft_dir, port, dtype=dtype, extra_args=extra_args),
-                            stdout=lf, stderr=subprocess.STDOUT, cwd=str(work), env=child_env(work / "tmp", device),
+                            stdout=lf, stderr=subprocess.STDOUT, cwd=str(work), env=child_env(tmp, device),
                             start_new_session=True)
     try:
         deadline = time.monotonic() + start_timeout
@@ -90,3 +91,4 @@ def vllm_server(target_dir, draft_dir, *, port: Optional[int] = None, dtype: str
         lf.close()
         remove_shm_leftovers(before)
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
