@@ -151,6 +151,7 @@ def run_vllm_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[l
     base = findings(c, base_obs)
     slots["baseline"] = base_obs.slot_boundaries.get("slots")
     base_ids = base_obs.run.applied.get("aux_layers")
+    shutil.rmtree(workdir / "base", ignore_errors=True)  # records (the captures are in memory)
     timings["baseline"] = time.perf_counter() - t0
     for f in faults:
         t1 = time.perf_counter()
