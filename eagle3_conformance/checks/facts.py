@@ -189,3 +189,29 @@ def check_accept_regression(c: Contract, rows: list, path: str = "server") -> li
             f"[{lo:+.3f}, {hi:+.3f}] " + ("lies below" if dropped else "does not lie below") + f" -{tol:.3f} "
             "(tolerance)", ""))
     return out
+
+
+@check(FACT, ("K1", "K2"), fact="engine_slot_boundaries")
+def check_engine_slot_boundaries(c: Contract, fig: dict, path: str = "vllm-engine") -> list[Finding]:
+    """K1/K2 with the engine as its own reference: each slot of what the draft's ``fc`` received
+    equals a boundary of the target's residual stream in the same forward (recorded in the engine,
+    ``tools/vllm_engine/hooks.py``); the slots must be the contract's ``capture.boundaries``, in order.
+    Exact equality (max abs difference <= 1e-5): the fc input is a copy of those tensors.
+
+    Args:
+        fig: ``{"slots": ["B_k" | None, ...], "max_abs_diff": [...], "rows": n, "engine_ids": [...],
+            "engine": "vLLM x.y"}`` (:func:`eagle3_conformance.tools.vllm_engine.captures.engine_slot_boundaries`).
+    """
+    want = [str(b) for b in c.aux]
+    got = list(fig.get("slots") or [])
+    where = f"{fig.get('engine', path)} fc input, {fig.get('rows', 0)} rows, engine ids {fig.get('engine_ids')}"
+    if not got:
+        return [Finding("engine_slot_boundaries", "skip", path, None, want, None, where,
+                        "the engine's residual stream was not recorded", "K2")]
+    if got == want:
+        return [Finding("engine_slot_boundaries", "pass", path, None, want, got, where,
+                        f"the draft received {', '.join(got)} (equal to the target's own residual stream)", "K2")]
+    named = ", ".join(g or "no boundary" for g in got)
+    return [Finding("engine_slot_boundaries", "fail", path, None, want, got, where,
+                    f"{fig.get('engine', 'the engine')} fed the draft {named} (read off its own residual stream; "
+                    f"engine ids {fig.get('engine_ids')}) where the contract declares {', '.join(want)}", "K2")]
