@@ -14,7 +14,7 @@ One module per tool and draft method:
 - :mod:`.speculators`: speculators (boundary ids from 0.5, output-of before).
 - :mod:`.specforge`: SpecForge (three output-of ids, its own ``resolve_eagle_capture_layers``).
 - :mod:`.dflash`: DFlash ids of every tool (never read with an EAGLE rule). MTP heads read no ids
-  (:mod:`eagle3_conformance.families`).
+  (:mod:`eagle3_conformance.contract.families`).
 - :mod:`.translate`: :func:`boundaries_to_tool` / :func:`tool_to_boundaries` for any tool.
 - :mod:`.static`: :func:`layer_id_problems`, a contract's ids checked without an engine.
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from eagle3_conformance.notation import Boundary
 
 if TYPE_CHECKING:  # pragma: no cover
-    from eagle3_conformance.contract import Contract
+    from eagle3_conformance.contract.models import Contract
 
 EAGLE_METHODS = ("eagle3", "eagle1", "eagle2")
 
