@@ -17,8 +17,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
 
-from eagle3_conformance.contract.validation import target_mismatches
 from eagle3_conformance.contract import contract_source
+from eagle3_conformance.contract.validation import target_mismatches
 from eagle3_conformance.errors import DataError
 
 

@@ -77,8 +77,9 @@ def tiny_ref(tiny):
 
 @pytest.fixture(scope="session")
 def tiny_loader(tiny, tiny_contract):
-    from eagle3_conformance.tools.speculators_loader import TrainingLoader
     import torch
+
+    from eagle3_conformance.tools.speculators_loader import TrainingLoader
 
     return TrainingLoader(tiny.data_dir, tiny_contract.draft.target_hidden_size, tiny_contract.num_slots, torch.bfloat16)
 

@@ -97,9 +97,10 @@ def test_verdict_plain_conforms_only_when_slot_identity_was_judged(tiny, tmp_pat
 
 
 def test_report_verdict_pure():
+    from rich.console import Console
+
     from eagle3_conformance.findings import Finding
     from eagle3_conformance.report import render_table, verdict
-    from rich.console import Console
 
     shape = Finding("feature_width", "pass", "training", "feature", 192, 192, "sample 0")
     ident = Finding("slot_identity", "pass", "training", "slot 0", "B_2", "B_2", "sample 0")
@@ -194,9 +195,10 @@ def test_engine_path_skips_cleanly_without_a_trained_draft(pytester):
 
 
 def test_accept_length_gate():
+    from conftest import contract_with
+
     from eagle3_conformance.checks import check_accept_length
     from eagle3_conformance.contract import load_contract
-    from conftest import contract_with
 
     c = contract_with(load_contract(TINY), **{"gates.min_accept_length": 2.0})
     assert check_accept_length(c, 2.4)[0].status == "pass"

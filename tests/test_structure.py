@@ -273,7 +273,7 @@ def long_functions(limit: int = MAX_FUNCTION_LINES) -> dict[str, int]:
     for name, f in modules().items():
         tree = ast.parse(f.read_text(encoding="utf-8"))
 
-        def visit(node, prefix):
+        def visit(node, prefix, name=name):
             for n in ast.iter_child_nodes(node):
                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     lines = n.end_lineno - n.lineno + 1

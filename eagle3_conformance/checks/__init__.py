@@ -33,29 +33,70 @@ The modules are imported below in that order, which is the registry's (and the f
 """
 
 from eagle3_conformance.checks import registry  # noqa: F401  (first: the others register into it)
-from eagle3_conformance.checks.common import (GATE_CROSS_PATH, GATE_NOISE, GATE_ROW_FLOOR, NO_MATCH_COSINE,  # noqa: F401
-                                              dtype_name, finding, keep_rows, slot_label, usable, verifier_rows)
-from eagle3_conformance.checks.shape import (check_dtype, check_finite, check_row_count, check_sample_available,  # noqa: F401
-                                             check_slot_count, check_token_ids_match, check_width)
-from eagle3_conformance.checks.identity import (Verdict, check_no_embedding, check_slot_identity,  # noqa: F401
-                                                check_slot_order, identify, judge, resolvable, similarity_profile)
-from eagle3_conformance.checks.draft_fc import check_engine_mapping, check_fc_ran, check_fc_shape  # noqa: F401
-from eagle3_conformance.checks.verifier import (check_verifier_identity, check_verifier_norm_state,  # noqa: F401
-                                                check_verifier_present)
+from eagle3_conformance.checks.alignment import (  # noqa: F401
+                                              check_feature_alignment,
+                                              check_input_token_alignment,
+                                              check_loss_mask_alignment,
+                                              check_position_alignment,
+                                              check_target_alignment,
+)
 from eagle3_conformance.checks.bands import band_rows, check_norm_bands  # noqa: F401
-from eagle3_conformance.checks.alignment import (check_feature_alignment, check_input_token_alignment,  # noqa: F401
-                                                 check_loss_mask_alignment, check_position_alignment,
-                                                 check_target_alignment)
-from eagle3_conformance.checks.row_fingerprint import check_row_fingerprint  # noqa: F401
-from eagle3_conformance.checks.tensor_dtypes import check_tensor_dtypes  # noqa: F401
-from eagle3_conformance.checks.magnitude import PRE_FC_FIT_TOL, check_magnitude, check_pre_fc_norm  # noqa: F401
-from eagle3_conformance.checks.transport import FP8_DTYPES, GATE_FP8, check_fp8_scale_error, check_transfer_backend  # noqa: F401
+from eagle3_conformance.checks.common import (  # noqa: F401
+                                              GATE_CROSS_PATH,
+                                              GATE_NOISE,
+                                              GATE_ROW_FLOOR,
+                                              NO_MATCH_COSINE,
+                                              dtype_name,
+                                              finding,
+                                              keep_rows,
+                                              slot_label,
+                                              usable,
+                                              verifier_rows,
+)
 from eagle3_conformance.checks.cross_path import check_cross_path  # noqa: F401
+from eagle3_conformance.checks.draft_fc import check_engine_mapping, check_fc_ran, check_fc_shape  # noqa: F401
 from eagle3_conformance.checks.facts import (  # noqa: F401
-    check_accept_length, check_engine_lossless, check_engine_version, check_graph_acceptance, check_vllm_version)
-from eagle3_conformance.checks.vocab import (check_chat_template, check_golden_tokens, check_vocab_mapping,  # noqa: F401
-                                             mapping_sha256)
+                                              check_accept_length,
+                                              check_engine_lossless,
+                                              check_engine_version,
+                                              check_graph_acceptance,
+                                              check_vllm_version,
+)
+from eagle3_conformance.checks.identity import (  # noqa: F401
+                                              Verdict,
+                                              check_no_embedding,
+                                              check_slot_identity,
+                                              check_slot_order,
+                                              identify,
+                                              judge,
+                                              resolvable,
+                                              similarity_profile,
+)
+from eagle3_conformance.checks.magnitude import PRE_FC_FIT_TOL, check_magnitude, check_pre_fc_norm  # noqa: F401
 from eagle3_conformance.checks.precision import check_production_precision  # noqa: F401
 from eagle3_conformance.checks.residual import check_residual_missing  # noqa: F401
-from eagle3_conformance.checks.verified_rows import check_verified_rows  # noqa: F401
+from eagle3_conformance.checks.row_fingerprint import check_row_fingerprint  # noqa: F401
+from eagle3_conformance.checks.shape import (  # noqa: F401
+                                              check_dtype,
+                                              check_finite,
+                                              check_row_count,
+                                              check_sample_available,
+                                              check_slot_count,
+                                              check_token_ids_match,
+                                              check_width,
+)
 from eagle3_conformance.checks.suite import run_checks  # noqa: F401
+from eagle3_conformance.checks.tensor_dtypes import check_tensor_dtypes  # noqa: F401
+from eagle3_conformance.checks.transport import FP8_DTYPES, GATE_FP8, check_fp8_scale_error, check_transfer_backend  # noqa: F401
+from eagle3_conformance.checks.verified_rows import check_verified_rows  # noqa: F401
+from eagle3_conformance.checks.verifier import (  # noqa: F401
+                                              check_verifier_identity,
+                                              check_verifier_norm_state,
+                                              check_verifier_present,
+)
+from eagle3_conformance.checks.vocab import (  # noqa: F401
+                                              check_chat_template,
+                                              check_golden_tokens,
+                                              check_vocab_mapping,
+                                              mapping_sha256,
+)

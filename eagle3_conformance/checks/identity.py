@@ -12,11 +12,19 @@ import torch
 
 from eagle3_conformance import gates
 from eagle3_conformance.capture import Capture
+from eagle3_conformance.checks.common import (
+    GATE_NOISE,
+    GATE_ROW_FLOOR,
+    NO_MATCH_COSINE,
+    finding,
+    keep_rows,
+    no_rows,
+    slot_label,
+    usable,
+)
+from eagle3_conformance.checks.registry import REFERENCE, check
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.findings import Finding
-from eagle3_conformance.checks.common import (GATE_NOISE, GATE_ROW_FLOOR, NO_MATCH_COSINE, finding, keep_rows, no_rows,
-                                             slot_label, usable)
-from eagle3_conformance.checks.registry import REFERENCE, check
 from eagle3_conformance.notation import Boundary, all_boundaries
 from eagle3_conformance.reference import Reference
 

@@ -16,8 +16,19 @@ import argparse
 import sys
 from typing import Optional
 
-from eagle3_conformance.cli import (accept_estimate, calibrate, check_data, check_offline, faults, init, merge_reports,
-                                    schema, translate, upgrade_check, validate)
+from eagle3_conformance.cli import (
+    accept_estimate,
+    calibrate,
+    check_data,
+    check_offline,
+    faults,
+    init,
+    merge_reports,
+    schema,
+    translate,
+    upgrade_check,
+    validate,
+)
 from eagle3_conformance.cli.common import EXIT_BAD_INPUT, error
 from eagle3_conformance.errors import InputError
 

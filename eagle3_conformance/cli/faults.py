@@ -45,8 +45,8 @@ def run(args) -> int:
     from eagle3_conformance.faults.families import PATHS as FAMILY_PATHS
     from eagle3_conformance.faults.families import render_families, run_families_matrix
     from eagle3_conformance.faults.matrix import run_matrix
-    from eagle3_conformance.faults.render import matrix_json, render_matrix
     from eagle3_conformance.faults.real_scenario import RealPairUnavailable
+    from eagle3_conformance.faults.render import matrix_json, render_matrix
 
     con = console()
     log = (lambda s: con.print(f"[dim]{s}[/dim]")) if args.verbose else (lambda s: None)

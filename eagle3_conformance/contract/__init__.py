@@ -12,8 +12,8 @@ draft-method rules.
 Every name is importable from ``eagle3_conformance.contract`` as before the split.
 """
 
-from eagle3_conformance.contract.families import method_problems  # noqa: F401
-from eagle3_conformance.contract.loading import (  # noqa: F401
+from eagle3_conformance.contract.families import method_problems
+from eagle3_conformance.contract.loading import (
     MAX_CONTRACT_BYTES,
     MAX_NESTING,
     Check,
@@ -23,7 +23,7 @@ from eagle3_conformance.contract.loading import (  # noqa: F401
     load_contract,
     parse_contract,
 )
-from eagle3_conformance.contract.models import (  # noqa: F401
+from eagle3_conformance.contract.models import (
     Contract,
     DFlashSpec,
     GoldenConversation,
@@ -34,12 +34,12 @@ from eagle3_conformance.contract.models import (  # noqa: F401
     TokenizerSpec,
     VocabMapping,
 )
-from eagle3_conformance.contract.schema import (  # noqa: F401
+from eagle3_conformance.contract.schema import (
     SCHEMA_PATH,
     json_schema,
     schema_text,
 )
-from eagle3_conformance.contract.sections import (  # noqa: F401
+from eagle3_conformance.contract.sections import (
     SCHEMA_VERSION,
     Alignment,
     Capture,
@@ -57,9 +57,18 @@ from eagle3_conformance.contract.sections import (  # noqa: F401
     VerifierLast,
     VLLMServing,
 )
-from eagle3_conformance.contract.validation import (  # noqa: F401
+from eagle3_conformance.contract.validation import (
     TARGET_KEYS,
     fixture_problems,
     semantic_problems,
     target_mismatches,
 )
+
+__all__ = [
+    "Alignment", "Capture", "Check", "Contract", "contract_source", "ContractError", "DFlashSpec", "Draft",
+    "DTypeName", "Engines", "fixture_problems", "Gates", "GoldenConversation", "json_schema", "LayerIds",
+    "load_contract", "MAX_CONTRACT_BYTES", "MAX_NESTING", "Method", "method_problems", "MTPSpec", "NormBand",
+    "NormBands", "parse_contract", "Positions", "Precision", "Problem", "SCHEMA_PATH", "schema_text",
+    "SCHEMA_VERSION", "semantic_problems", "Target", "TARGET_KEYS", "target_mismatches", "TensorDtypes",
+    "TokenizerSpec", "Training", "ValidatedOn", "VerifierLast", "VLLMServing", "VocabMapping",
+]

@@ -12,6 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from eagle3_conformance.contract.models import Contract
+from eagle3_conformance.contract.sections import KeyPath
 from eagle3_conformance.contract.validation import fixture_problems, semantic_problems
 
 
@@ -44,9 +45,9 @@ class ContractError(Exception):
         super().__init__("\n".join(p.format(file) for p in problems))
 
 
-def _line_map(node: yaml.Node, path: tuple = ()) -> dict[tuple, tuple[int, int]]:
+def _line_map(node: yaml.Node, path: KeyPath = ()) -> dict[KeyPath, tuple[int, int]]:
     """Map key paths to (line, column), 1-based, from a composed YAML node tree."""
-    out: dict[tuple, tuple[int, int]] = {path: (node.start_mark.line + 1, node.start_mark.column + 1)}
+    out: dict[KeyPath, tuple[int, int]] = {path: (node.start_mark.line + 1, node.start_mark.column + 1)}
     if isinstance(node, yaml.MappingNode):
         for k, v in node.value:
             key = _key_name(k)
@@ -60,7 +61,7 @@ def _line_map(node: yaml.Node, path: tuple = ()) -> dict[tuple, tuple[int, int]]
     return out
 
 
-def _locate(lines: dict[tuple, tuple[int, int]], loc: tuple) -> tuple[Optional[int], Optional[int]]:
+def _locate(lines: dict[KeyPath, tuple[int, int]], loc: KeyPath) -> tuple[Optional[int], Optional[int]]:
     loc = tuple(loc)
     while True:
         if loc in lines:
@@ -74,7 +75,7 @@ MAX_CONTRACT_BYTES = 256 * 1024  # a contract is a few KiB; anything near this i
 MAX_NESTING = 16  # far deeper than any contract key path
 
 
-def _mark(m) -> tuple[Optional[int], Optional[int]]:
+def _mark(m: Any) -> tuple[Optional[int], Optional[int]]:  # yaml.error.Mark or the C loader's Mark
     return (m.line + 1, m.column + 1) if m is not None else (None, None)
 
 
@@ -111,14 +112,14 @@ def _key_name(k: yaml.Node) -> Any:
     return k.value if isinstance(k, yaml.ScalarNode) else f"<{k.tag.rsplit(':', 1)[-1]} key>"
 
 
-def _duplicate_keys(node: yaml.Node, path: tuple = ()) -> list[Problem]:
+def _duplicate_keys(node: yaml.Node, path: KeyPath = ()) -> list[Problem]:
     """Keys given twice in one mapping. PyYAML silently keeps the last; both lines are reported."""
     out: list[Problem] = []
     stack = [(node, path)]
     while stack:
         n, p = stack.pop()
         if isinstance(n, yaml.MappingNode):
-            seen: dict[tuple, yaml.Node] = {}
+            seen: dict[KeyPath, yaml.Node] = {}
             for k, v in n.value:
                 if isinstance(k, yaml.ScalarNode):
                     ident = (k.tag, k.value)
@@ -158,7 +159,7 @@ _MTP_INPUT_HINT = ("an MTP head reads the target's last hidden state, B_L (pre-n
 _KINDS = {list: "a list", str: "a single string", int: "a number", float: "a number", bool: "a boolean"}
 
 
-Check = Callable[["Contract"], list[tuple[tuple, str]]]
+Check = Callable[["Contract"], list[tuple[KeyPath, str]]]
 """A further contract check for :func:`parse_contract`: ``(key path, message)`` pairs, empty when fine."""
 
 

@@ -70,7 +70,7 @@ class MTPSpec(_Strict):
         "next_token", description="The token whose embedding is concatenated with the hidden row t: token t+1."
     )
     layer_sources: list[Literal["target", "previous"]] = Field(
-        default_factory=lambda: ["target"],
+        default_factory=lambda: list[Literal["target", "previous"]](["target"]),
         description="Per MTP layer, the hidden tensor it reads: target (the target's last hidden state, "
         "NextN style: every layer reads it) or previous (the previous MTP layer's output, chained MTP, "
         "DeepSeek-V3 paper section 2.2). Layer 0 always reads the target.",

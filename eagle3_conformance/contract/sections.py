@@ -15,6 +15,9 @@ from eagle3_conformance.notation import Boundary
 
 SCHEMA_VERSION = 1
 
+KeyPath = tuple[Any, ...]
+"""A key path into a contract, e.g. ``("capture", "boundaries", 0)``."""
+
 
 def _not_bool(v: Any) -> Any:
     """Refuse a boolean where a number literal is expected (``True == 1`` in Python, not in JSON Schema)."""
@@ -302,7 +305,7 @@ class VLLMServing(_Strict):
 
     version: str = Field(description="vLLM release the ids were resolved with, e.g. '0.33.0'.")
     runners: list[Literal["v1", "v2"]] = Field(
-        default_factory=lambda: ["v1", "v2"], min_length=1,
+        default_factory=lambda: list[Literal["v1", "v2"]](["v1", "v2"]), min_length=1,
         description="model runners that may serve the draft; each must capture capture.boundaries.",
     )
 

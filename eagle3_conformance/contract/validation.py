@@ -11,18 +11,19 @@ from typing import Any
 from eagle3_conformance import shipped
 from eagle3_conformance.contract.families import method_problems
 from eagle3_conformance.contract.models import Contract
+from eagle3_conformance.contract.sections import KeyPath
 from eagle3_conformance.notation import Boundary
 
 
-def semantic_problems(c: Contract) -> list[tuple[tuple, str]]:
+def semantic_problems(c: Contract) -> list[tuple[KeyPath, str]]:
     """Cross-field consistency. Returns (key path, message) pairs; empty when consistent."""
     return (_capture_problems(c) + _size_problems(c) + _verifier_problems(c) + _pairing_problems(c)
             + _layer_id_problems(c) + _band_problems(c) + _gate_vocab_position_problems(c) + method_problems(c))
 
 
-def _capture_problems(c: Contract) -> list[tuple[tuple, str]]:
+def _capture_problems(c: Contract) -> list[tuple[KeyPath, str]]:
     """The aux boundaries and the feature width."""
-    out: list[tuple[tuple, str]] = []
+    out: list[tuple[KeyPath, str]] = []
     L = c.target.num_hidden_layers
     aux = c.capture.parsed
     for i, b in enumerate(aux):
@@ -52,9 +53,9 @@ def _capture_problems(c: Contract) -> list[tuple[tuple, str]]:
     return out
 
 
-def _size_problems(c: Contract) -> list[tuple[tuple, str]]:
+def _size_problems(c: Contract) -> list[tuple[KeyPath, str]]:
     """Draft widths and vocabulary against the target."""
-    out: list[tuple[tuple, str]] = []
+    out: list[tuple[KeyPath, str]] = []
     if c.draft.target_hidden_size != c.target.hidden_size:
         out.append(
             (("draft", "target_hidden_size"),
@@ -68,9 +69,9 @@ def _size_problems(c: Contract) -> list[tuple[tuple, str]]:
     return out
 
 
-def _verifier_problems(c: Contract) -> list[tuple[tuple, str]]:
+def _verifier_problems(c: Contract) -> list[tuple[KeyPath, str]]:
     """The verifier slot: B_L pre-norm or F post-norm."""
-    out: list[tuple[tuple, str]] = []
+    out: list[tuple[KeyPath, str]] = []
     L = c.target.num_hidden_layers
     v = c.verifier_last.parsed
     if v.final and c.verifier_last.norm != "post":
@@ -86,9 +87,9 @@ def _verifier_problems(c: Contract) -> list[tuple[tuple, str]]:
     return out
 
 
-def _pairing_problems(c: Contract) -> list[tuple[tuple, str]]:
+def _pairing_problems(c: Contract) -> list[tuple[KeyPath, str]]:
     """The loss-mask offset and the hs-connectors transfer backend."""
-    out: list[tuple[tuple, str]] = []
+    out: list[tuple[KeyPath, str]] = []
     al = c.alignment
     if al.loss_mask != al.target and not (al.loss_mask_reason or "").strip():
         out.append((("alignment", "loss_mask"),
@@ -102,9 +103,9 @@ def _pairing_problems(c: Contract) -> list[tuple[tuple, str]]:
     return out
 
 
-def _layer_id_problems(c: Contract) -> list[tuple[tuple, str]]:
+def _layer_id_problems(c: Contract) -> list[tuple[KeyPath, str]]:
     """The layer ids written into the draft config."""
-    out: list[tuple[tuple, str]] = []
+    out: list[tuple[KeyPath, str]] = []
     L = c.target.num_hidden_layers
     K = len(c.capture.parsed)
     ids = c.draft.layer_ids
@@ -134,9 +135,9 @@ def _layer_id_problems(c: Contract) -> list[tuple[tuple, str]]:
     return out
 
 
-def _band_problems(c: Contract) -> list[tuple[tuple, str]]:
+def _band_problems(c: Contract) -> list[tuple[KeyPath, str]]:
     """Norm bands: one per declared slot, ordered limits, calibrated to gate."""
-    out: list[tuple[tuple, str]] = []
+    out: list[tuple[KeyPath, str]] = []
     aux = c.capture.parsed
     v = c.verifier_last.parsed
     nb = c.norm_bands
@@ -171,9 +172,9 @@ def _band_problems(c: Contract) -> list[tuple[tuple, str]]:
     return out
 
 
-def _gate_vocab_position_problems(c: Contract) -> list[tuple[tuple, str]]:
+def _gate_vocab_position_problems(c: Contract) -> list[tuple[KeyPath, str]]:
     """The accept-length gate, the vocab mapping sizes, the draft's positions."""
-    out: list[tuple[tuple, str]] = []
+    out: list[tuple[KeyPath, str]] = []
     nb = c.norm_bands
     g = c.gates
     if g.min_accept_length is not None and nb.status != "calibrated" and not _measured_on_cpu(c):
@@ -196,7 +197,7 @@ def _gate_vocab_position_problems(c: Contract) -> list[tuple[tuple, str]]:
     return out
 
 
-def fixture_problems(c: Contract) -> list[tuple[tuple, str]]:
+def fixture_problems(c: Contract) -> list[tuple[KeyPath, str]]:
     """``fixture`` names a fixture :func:`eagle3_conformance.fixtures.build_fixture` can find: a folder of
     ``fixtures/`` holding ``fixture.json``, or a folder path holding one (resolved as
     :func:`eagle3_conformance.fixture_base.fixture_spec` resolves it), whose ``fixture.json`` is JSON.
@@ -228,7 +229,7 @@ def fixture_problems(c: Contract) -> list[tuple[tuple, str]]:
 
 
 
-def _measured_on_cpu(c) -> bool:
+def _measured_on_cpu(c: Contract) -> bool:
     """The pair has a trained draft whose acceptance the ``cpu-accept`` path measures on CPU
     (:data:`eagle3_conformance.shipped.TRAINED_FIXTURES`, the fixtures of
     :data:`eagle3_conformance.trained_draft.TRAINED`): its accept-length floor is judged on a measured
@@ -247,7 +248,7 @@ def target_mismatches(got: dict[str, int], archs: list[str], target: Any) -> lis
     when the model lists architectures and none is the contract's. Empty when the model is the
     contract's target. Applied by :func:`eagle3_conformance.reference.load_reference_model` and by
     ``validate`` (:func:`eagle3_conformance.local_configs.config_problems`)."""
-    out = [(k, v, getattr(target, k)) for k, v in got.items() if v != getattr(target, k)]
+    out: list[tuple[str, Any, Any]] = [(k, v, getattr(target, k)) for k, v in got.items() if v != getattr(target, k)]
     if archs and target.architecture not in archs:
         out.append(("architecture", archs[0], target.architecture))
     return out

@@ -75,7 +75,13 @@ from eagle3_conformance.diagnose.base import KINDS, Diagnosis, _expand, _PathVie
 from eagle3_conformance.diagnose.draft_fc import _pre_fc_norm
 from eagle3_conformance.diagnose.fixes import Translate, _Fixer, translate_ids
 from eagle3_conformance.diagnose.identity import (
-    _convention_shift, _embedding_for_last, _engine_default, _loose_match, _mtp_input_side, _no_boundary, _permuted,
+    _convention_shift,
+    _embedding_for_last,
+    _engine_default,
+    _loose_match,
+    _mtp_input_side,
+    _no_boundary,
+    _permuted,
     _slot_off,
 )
 from eagle3_conformance.diagnose.magnitude import _magnitude
@@ -83,7 +89,11 @@ from eagle3_conformance.diagnose.precision import _production_precision, used_pr
 from eagle3_conformance.diagnose.residual import _without_residual
 from eagle3_conformance.diagnose.row_fingerprint import _rows_misassigned
 from eagle3_conformance.diagnose.shape import (
-    _fc_slot_count, _one_slot_input, _other_width, _slot_count, _verifier_missing,
+    _fc_slot_count,
+    _one_slot_input,
+    _other_width,
+    _slot_count,
+    _verifier_missing,
 )
 from eagle3_conformance.diagnose.transport import _fp8_transport
 from eagle3_conformance.diagnose.verified_rows import _decode_rows

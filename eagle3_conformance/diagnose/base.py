@@ -11,7 +11,6 @@ from eagle3_conformance.engine_ids import engine_default_aux_ids
 from eagle3_conformance.findings import Finding, as_finding, stored_path
 from eagle3_conformance.notation import Boundary
 
-
 #: kind -> (fault-kinds.md kind, one line); the catalogue of diagnoses (docs and tests use it)
 KINDS: dict[str, tuple[str, str]] = {
     "one-slot-input": ("K5", "the draft got 1 x d instead of the K x d concat; fc was skipped"),

@@ -8,7 +8,6 @@ from typing import Any, Callable, Optional, Sequence
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.findings import stored_path
 
-
 Translate = Callable[[str, Sequence[str], Contract], Any]
 
 

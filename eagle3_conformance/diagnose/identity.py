@@ -7,10 +7,19 @@ from __future__ import annotations
 from typing import Optional
 
 from eagle3_conformance.contract import Contract
+from eagle3_conformance.diagnose.base import (
+    _IDENTITY_CHECKS,
+    _VERIFIER_CHECKS,
+    Diagnosis,
+    _defaults,
+    _explained,
+    _idx,
+    _Judged,
+    _PathView,
+)
+from eagle3_conformance.diagnose.fixes import _Fixer, _fmt_b
 from eagle3_conformance.findings import stored_path
 from eagle3_conformance.notation import Boundary
-from eagle3_conformance.diagnose.base import Diagnosis, _IDENTITY_CHECKS, _VERIFIER_CHECKS, _PathView, _Judged, _defaults, _idx, _explained
-from eagle3_conformance.diagnose.fixes import _Fixer, _fmt_b
 
 
 def _mtp_input_side(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:

@@ -3,12 +3,10 @@ the contract's precision block declares; the findings it claims (:func:`used_pre
 
 from __future__ import annotations
 
-
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
 from eagle3_conformance.diagnose.base import Diagnosis, _PathView
 from eagle3_conformance.diagnose.fixes import _Fixer
-
+from eagle3_conformance.findings import Finding
 
 _PRECISION_CHECKS = ("row_fingerprint", "fp8_scale_error", "cross_path", "magnitude")
 _PRECISION_GATES = ("gates.slot_identity_min_cosine", "gates.cross_path_min_cosine", "gates.fp8_max_relative_error")

@@ -6,7 +6,15 @@ from __future__ import annotations
 from collections import Counter
 
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.diagnose.base import Diagnosis, _IDENTITY_CHECKS, _VERIFIER_CHECKS, _PathView, _slot_index, _idx, _explained
+from eagle3_conformance.diagnose.base import (
+    _IDENTITY_CHECKS,
+    _VERIFIER_CHECKS,
+    Diagnosis,
+    _explained,
+    _idx,
+    _PathView,
+    _slot_index,
+)
 from eagle3_conformance.diagnose.fixes import _Fixer
 
 

@@ -3,9 +3,8 @@ average but individual rows belong to other tokens or requests."""
 
 from __future__ import annotations
 
-
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.diagnose.base import Diagnosis, _PathView, _explained
+from eagle3_conformance.diagnose.base import Diagnosis, _explained, _PathView
 from eagle3_conformance.diagnose.fixes import _Fixer
 
 

@@ -3,7 +3,6 @@ its scales, or coarsened by the shared per-token scale."""
 
 from __future__ import annotations
 
-
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.diagnose.base import Diagnosis, _PathView
 from eagle3_conformance.diagnose.fixes import _Fixer

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.diagnose.base import Diagnosis, _PathView, _explained
+from eagle3_conformance.diagnose.base import Diagnosis, _explained, _PathView
 from eagle3_conformance.diagnose.fixes import _Fixer
 
 

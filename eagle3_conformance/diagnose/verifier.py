@@ -3,9 +3,8 @@ or holding another boundary."""
 
 from __future__ import annotations
 
-
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.diagnose.base import Diagnosis, _VERIFIER_CHECKS, _PathView, _explained
+from eagle3_conformance.diagnose.base import _VERIFIER_CHECKS, Diagnosis, _explained, _PathView
 from eagle3_conformance.diagnose.fixes import _Fixer
 
 

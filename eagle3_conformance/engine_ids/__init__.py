@@ -22,11 +22,26 @@ Other releases than the installed one are run from their own released code by
 :mod:`eagle3_conformance.released` (``upgrade-check``). Importing this package imports no engine.
 """
 
-from eagle3_conformance.engine_ids.base import (CONVENTIONS, SGLANG_KEY, TOOLS, TOP_KEY, ToolIds, TranslationError,
-                                                boundaries_to_ids, engine_default_aux_ids, ids_to_boundaries,
-                                                version_key)
-from eagle3_conformance.engine_ids.dflash import (DFLASH_KEY, DFLASH_TOOLS, DFlashIds, dflash_boundaries_to_tool,
-                                                  dflash_formula, dflash_tool_to_boundaries)
+from eagle3_conformance.engine_ids.base import (
+                                                CONVENTIONS,
+                                                SGLANG_KEY,
+                                                TOOLS,
+                                                TOP_KEY,
+                                                ToolIds,
+                                                TranslationError,
+                                                boundaries_to_ids,
+                                                engine_default_aux_ids,
+                                                ids_to_boundaries,
+                                                version_key,
+)
+from eagle3_conformance.engine_ids.dflash import (
+                                                DFLASH_KEY,
+                                                DFLASH_TOOLS,
+                                                DFlashIds,
+                                                dflash_boundaries_to_tool,
+                                                dflash_formula,
+                                                dflash_tool_to_boundaries,
+)
 from eagle3_conformance.engine_ids.sglang import SGLangRule, installed_sglang_version, sglang_ids_for, sglang_rule
 from eagle3_conformance.engine_ids.specforge import specforge_layer_ids
 from eagle3_conformance.engine_ids.static import SGLANG_MODEL_FILES, layer_id_problems
