@@ -28,7 +28,6 @@ per-position acceptance and mean accept length.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import shutil
 import sys

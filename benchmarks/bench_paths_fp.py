@@ -135,7 +135,8 @@ def run_engine_path(name: str, c, pair, n: int) -> Tally:
 
 
 def _engine_round(path, state, c, ref, t: Tally, draws: int, seed: int) -> None:
-    from hypothesis import HealthCheck, Phase, given, seed as hseed, settings
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hseed
     from hypothesis import strategies as st
 
     from eagle3_conformance.assess import assess

@@ -56,7 +56,7 @@ import platform
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import yaml
 
@@ -191,7 +191,9 @@ def write_connector(out: Path, ref, prompts: list, slots: list[str], stored, fp8
     import os
 
     from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
-        ExampleHiddenStatesConnector, extract_from_kv_cache)
+        ExampleHiddenStatesConnector,
+        extract_from_kv_cache,
+    )
 
     cls = ExampleHiddenStatesConnector
     if fp8:

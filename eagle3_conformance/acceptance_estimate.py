@@ -75,9 +75,8 @@ def load_speculators_draft(draft_dir: Path, target_dir: Path, *, ttt_steps: int 
     """
     import torch
     from safetensors.torch import load_file
-    from transformers import AutoConfig
-
     from speculators.models.eagle3 import Eagle3DraftModel
+    from transformers import AutoConfig
 
     f = Path(draft_dir) / "model.safetensors"
     if not f.is_file():
@@ -143,7 +142,6 @@ def batches(data_dir: Path, hidden_size: int, slots: int, max_len: int = 4096) -
     """One document per batch, as speculators' trainer gets it (``ArrowDataset`` +
     ``CollateFn(shift_batch)``, float32)."""
     import torch
-
     from speculators.models.eagle3.data import shift_batch
     from speculators.train.data import ArrowDataset, CollateFn
 
@@ -167,7 +165,6 @@ def _read(ds, i: int, data_dir: Path, d: int) -> dict[str, Any]:
         EstimateInputError: naming the shard and why, or the document, row and slot holding NaN/Inf.
     """
     import torch
-
     from speculators.train.recovery import SampleUnavailable
 
     from eagle3_conformance.checks.shape import nonfinite_rows

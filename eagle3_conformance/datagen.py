@@ -36,8 +36,6 @@ from eagle3_conformance.torch_env import torch_dtype
 torch_env.prepare()
 import torch  # noqa: E402
 
-
-
 TRANSFERS = ("file", "fp8")
 
 

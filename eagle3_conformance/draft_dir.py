@@ -12,7 +12,6 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Optional
 
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 KEYS = ("nested", "top_level", "absent")

@@ -39,7 +39,8 @@ SOURCES = (
 def readings(cfg: dict) -> dict[str, dict[str, Any]]:
     """tool -> {"pre_fc_norm": none|norm_before_fc|fc_norm|both|refused, "norm_output": bool,
     "norm_output_meaning": str} for the draft config ``cfg`` as each tool reads it."""
-    eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+    raw = cfg.get("eagle_config")
+    eagle: dict[str, Any] = raw if isinstance(raw, dict) else {}
     top_nbf, nested_nbf = bool(cfg.get("norm_before_fc")), bool(eagle.get("norm_before_fc", cfg.get("norm_before_fc")))
     fcn = bool(cfg.get("fc_norm") or cfg.get("use_aux_norm"))
 
@@ -80,7 +81,8 @@ def norm_problems(c: Any, cfg: dict, f: Path) -> list[tuple[tuple, str]]:
                     f"{f} sets norm_before_fc and fc_norm: speculators 0.9.0 refuses the pair (mutually exclusive), "
                     "SGLang 0.5.23 applies both (input_norm, then the per-slot fc_norm): keep the one the draft was "
                     "trained with"))
-    eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+    raw = cfg.get("eagle_config")
+    eagle: dict[str, Any] = raw if isinstance(raw, dict) else {}
     if eagle.get("norm_before_fc") and not cfg.get("norm_before_fc"):
         out.append((("draft", "pre_fc_norm"),
                     f"{f} sets norm_before_fc only under eagle_config: SGLang applies it there, but speculators 0.9.0 "

@@ -166,7 +166,7 @@ def _row_tokens(rec: dict, full: list[list[int]], owner: dict[int, int]) -> dict
                 continue
             start = pos[sl.start]
             base = full[owner[rp]][:start]
-            for j, i in enumerate(range(sl.start, sl.stop)):
+            for i in range(sl.start, sl.stop):
                 out[i] = base + ids[sl.start:i + 1]
     return out
 

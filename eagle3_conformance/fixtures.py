@@ -30,7 +30,14 @@ from typing import Any
 
 from eagle3_conformance import torch_env
 from eagle3_conformance.fixture_base import (  # noqa: F401  (re-exported: the public fixture API)
-    FIXTURES_DIR, REPO_ROOT, BuiltFixture, FixtureError, build_once, fixture_spec, write_draft)
+    FIXTURES_DIR,
+    REPO_ROOT,
+    BuiltFixture,
+    FixtureError,
+    build_once,
+    fixture_spec,
+    write_draft,
+)
 
 torch_env.prepare()
 import torch  # noqa: E402

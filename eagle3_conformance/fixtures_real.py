@@ -142,6 +142,7 @@ def write_data(spec: dict[str, Any], target_dir: Path, out: Path) -> list[dict[s
 
     torch_env.prepare()
     import torch
+
     from eagle3_conformance.corpus import CorpusError
     from eagle3_conformance.datagen import write_speculators_dataset
     from eagle3_conformance.reference import ReferenceModel

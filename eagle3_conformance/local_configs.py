@@ -2,7 +2,7 @@
 where those exist on this machine (``eagle3-conformance validate``).
 
 The target's L, d, vocabulary and architecture are compared by
-:func:`~eagle3_conformance.authoring.configs.target_mismatches`, the
+:func:`~eagle3_conformance.contract.validation.target_mismatches`, the
 comparison the reference model is also held to (:func:`eagle3_conformance.reference.load_reference_model`).
 The configs are read as ``eagle3-conformance init`` reads them (:func:`~eagle3_conformance.authoring.init.target_facts`,
 :func:`~eagle3_conformance.authoring.init.draft_facts`), and the draft's layer ids are read through
@@ -17,8 +17,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
 
-from eagle3_conformance.authoring.configs import target_mismatches
 from eagle3_conformance.contract import contract_source
+from eagle3_conformance.contract.validation import target_mismatches
 from eagle3_conformance.errors import DataError
 
 

@@ -7,7 +7,10 @@ Options, markers, collection and the report only; the work is in :mod:`eagle3_co
   test file with one item per registered path (:data:`eagle3_conformance.paths.REGISTRY`: ``training``,
   ``sglang-extend``, ``sglang-decode``, ``cross-path``, ``sglang-engine``). Items are marked
   ``conformance`` (and ``gpu`` for paths that need one); contracts whose pair is not available
-  locally are skipped with the reason.
+  locally are skipped with the reason. A contract is loaded with the checks of ``eagle3-conformance
+  validate``, the ``config.json`` files at its ``target.path`` / ``draft.path`` included
+  (:func:`eagle3_conformance.local_configs.config_problems`): one that fails them yields a single
+  ``contract`` item that fails with every problem at its line, and the report says INPUT ERROR.
 - Inert until asked: loading it imports nothing heavy (no hypothesis, no torch) and a session
   that does not ask for the suite (no ``-m`` expression selecting ``conformance``, no
   ``--contract``) collects nothing from it and keeps its warning filters and hypothesis settings.
@@ -66,6 +69,8 @@ class _Record:
 _RECORDS = pytest.StashKey[dict]()
 """(contract file, contract name) -> its :class:`_Record`, in the order the contracts ran."""
 _ASKED = pytest.StashKey[bool]()  # the session asks for the suite (see _asked)
+_INVALID = pytest.StashKey[dict]()
+"""contract file -> the ContractError that stopped it (its ``contract`` item fails; the report says INPUT ERROR)."""
 
 ENGINE_WARNINGS = (
     ("ignore", UserWarning, "sglang"), ("ignore", DeprecationWarning, "sglang"),
@@ -122,6 +127,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "conformance: the contract conformance suite (pytest -m conformance)")
     config.addinivalue_line("markers", "gpu: needs a GPU and a real SGLang engine; skipped without one")
     config.stash[_RECORDS] = {}
+    config.stash[_INVALID] = {}
     config.stash[_ASKED] = _asked(config)
     _check_paths(config.getoption("--conformance-paths"))
     _check_contracts(config.getoption("--contract"))
@@ -214,10 +220,12 @@ class ConformanceFailure(Exception):
 class ContractFile(pytest.File):
     def collect(self):
         from eagle3_conformance.contract import ContractError, load_contract
+        from eagle3_conformance.local_configs import config_problems
 
-        try:
-            contract = load_contract(self.path)
+        try:  # the checks `eagle3-conformance validate` makes, the local config.json files included
+            contract = load_contract(self.path, checks=(config_problems,))
         except ContractError as e:
+            self.config.stash[_INVALID][str(self.path)] = e
             yield ContractErrorItem.from_parent(self, name="contract", error=e)
             return
         wanted = [p.strip() for p in self.config.getoption("--conformance-paths").split(",")]
@@ -374,14 +382,30 @@ def _sglang_version() -> Optional[str]:
     return installed_version("sglang")
 
 
+def _invalid_lines(invalid: dict) -> list[str]:
+    """The report's lines for the contracts that did not load: the verdict, then each problem
+    (file:line:column: key: message), as ``eagle3-conformance validate`` prints them."""
+    lines = []
+    for file, e in invalid.items():
+        lines.append(f"INPUT ERROR: {file}: the contract does not load or contradicts its local configs "
+                     f"({len(e.problems)} problem(s)); no path was run")
+        lines += [f"  {p.format(e.file)}" for p in e.problems]
+    return lines
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     store = config.stash.get(_RECORDS, {})
-    if not store:
+    invalid = config.stash.get(_INVALID, {})
+    if not store and not invalid:
         return
     from eagle3_conformance.report import WIDTH, render_text
 
     width = min(terminalreporter._tw.fullwidth, WIDTH)
     terminalreporter.write_sep("=", "conformance report")
+    for line in _invalid_lines(invalid):
+        terminalreporter.write_line(line)
+    if invalid:
+        terminalreporter.write_line("")
     all_findings, all_diagnoses = [], []
     for (path, name), rec in store.items():
         findings = rec.findings
@@ -401,11 +425,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                 "tool_versions": tool_versions()}
         errors = [{"contract": n, "path": e.split(": ", 1)[0], "error": e.split(": ", 1)[1]}
                   for (_, n), rec in store.items() for e in rec.errors]
+        errors += [{"contract": f, "path": "contract", "error": p.format(e.file)}
+                   for f, e in invalid.items() for p in e.problems]
         if errors:
             meta["errors"] = errors
         if out:
-            write_document(out, report_doc(",".join(n for _, n in store), all_findings, meta=meta,
-                                           diagnoses=all_diagnoses))
+            doc = report_doc(",".join([n for _, n in store] + list(invalid)), all_findings, meta=meta,
+                             diagnoses=all_diagnoses)
+            if invalid:  # as `validate`: a contract that does not load is bad input, whatever else ran
+                doc["meta"]["verdict"] = f"INPUT ERROR: {len(invalid)} contract(s) do not load: {', '.join(invalid)}"
+            write_document(out, doc)
         if html:
             _write_html(html, store, meta["tool_versions"])
             terminalreporter.write_line(f"conformance HTML report: {html}")

@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from eagle3_conformance import torch_env
-from eagle3_conformance.torch_env import DTYPE_NAMES, torch_dtype
+from eagle3_conformance.contract.validation import target_mismatches
 from eagle3_conformance.notation import Boundary, all_boundaries, boundary_row
-from eagle3_conformance.authoring.configs import target_mismatches
+from eagle3_conformance.torch_env import DTYPE_NAMES, torch_dtype
 
 torch_env.prepare()
 import torch  # noqa: E402

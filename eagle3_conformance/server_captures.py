@@ -21,7 +21,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Literal, Optional, Union
 
 from eagle3_conformance.errors import DataError, UsageError
 from eagle3_conformance.findings import Finding
@@ -199,7 +199,8 @@ def read_dir(d: Path, c, engine_reference: bool = False) -> ServerDir:
     return out
 
 
-def _record_finding(name: str, why: str, status: str, check: str, expected: str) -> Finding:
+def _record_finding(name: str, why: str, status: Literal["pass", "fail", "skip"], check: str,
+                    expected: str) -> Finding:
     return Finding(check, status, PATH, None, expected, why, name, why, "")
 
 
@@ -237,7 +238,11 @@ def _attribute_all(sd: ServerDir, prov: dict):
     (extend, decode, unattributed, modes, row_tokens)."""
     from eagle3_conformance.tools.sglang_engine.captures import attribute
 
-    extend, decode, modes, unattributed, row_tokens = [], [], {}, [], []
+    extend: list = []
+    decode: list = []
+    modes: dict[str, int] = {}
+    unattributed: list = []
+    row_tokens: list = []
     for pid, recs in sd.streams.items():
         att = attribute(recs, {**prov, "pid": int(pid)})
         for cap in att.extend + att.decode:
@@ -322,6 +327,8 @@ def judge(c, sd: ServerDir, reference: Union[Callable[[], Any], str], max_captur
     if not judged:
         raise DataError(f"{sd.path}: no row could be attributed to a request ({len(unattributed)} records "
                         f"unattributed{': ' + unattributed[0][1] if unattributed else ''}): nothing judged")
+    if not callable(reference):
+        raise UsageError(f"reference {reference!r}: give 'engine' or a reference loader")
     findings += assess(c, Observation(captures=judged, facts={"sglang_version": version}), reference, PATH)
     meta = {"records": str(sd.path), "sglang": version, "pids": sorted(sd.streams), "reference": source,
             "forward_modes": modes, "requests_extend_captures": len(extend), "decode_captures": len(decode),

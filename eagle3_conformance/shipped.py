@@ -29,6 +29,11 @@ EMBEDDED_FIXTURES = (
 """The fixtures under the checkout's ``fixtures/`` (tests/test_packaging.py keeps this list equal
 to the folder)."""
 
+TRAINED_FIXTURES = ("smollm2-135m",)
+"""The fixtures whose pair has a trained draft (:data:`eagle3_conformance.trained_draft.TRAINED`
+builds it; tests/test_contract.py keeps the two equal). Here, below the contract, so that contract
+validation knows them without importing the builder."""
+
 
 def in_checkout() -> bool:
     """True when the package runs from a source checkout (``pyproject.toml`` and ``fixtures/``

@@ -67,8 +67,14 @@ from typing import Any, Optional
 
 from eagle3_conformance.fixture_base import FixtureError, build_once
 from eagle3_conformance.self_distill import (  # noqa: F401  (the target's own text; re-exported for callers)
-    cut_prompts, generate_batched, load_continuations, load_extra_sequences, regen_prompts,
-    regenerate_continuations, split_items, train_item_ids,
+    cut_prompts,
+    generate_batched,
+    load_continuations,
+    load_extra_sequences,
+    regen_prompts,
+    regenerate_continuations,
+    split_items,
+    train_item_ids,
 )
 
 BUILDER_VERSION = "1"
@@ -301,6 +307,7 @@ def _build(recipe, spec, target_dir: Path, corpus_sha: str, out: Path, log) -> d
 
     torch_env.prepare()
     import torch
+
     from eagle3_conformance.datagen import write_speculators_dataset
     from eagle3_conformance.reference import load_reference_model
 
@@ -352,15 +359,14 @@ def _train(recipe, target_dir: Path, data: Path, seqs, ckpt: Path, log):
     logged training metrics."""
     import logging
 
-    import torch
-    from transformers import AutoConfig
-
     import speculators.train.distributed as sdist
+    import torch
     from speculators.models.eagle3 import Eagle3DraftModel
     from speculators.models.eagle3.data import shift_batch
     from speculators.train.data import ArrowDataset, CollateFn
     from speculators.train.trainer import Trainer, TrainerConfig
     from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
+    from transformers import AutoConfig
 
     freq: dict[int, int] = {}
     for s in seqs:

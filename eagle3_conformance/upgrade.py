@@ -25,8 +25,19 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from eagle3_conformance.errors import UsageError
-from eagle3_conformance.released.result import (BOTH_REFUSE, CANNOT, DIFFERENT, NOT_COMPARED, SAME, SHORT, STEPS, Capture,
-                                                Source, Spec, parse_spec)
+from eagle3_conformance.released.result import (
+    BOTH_REFUSE,
+    CANNOT,
+    DIFFERENT,
+    NOT_COMPARED,
+    SAME,
+    SHORT,
+    STEPS,
+    Capture,
+    Source,
+    Spec,
+    parse_spec,
+)
 
 __all__ = ["check", "compare", "parse_spec", "Report", "ContractResult", "Verdict", "SlotChange"]
 

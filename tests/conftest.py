@@ -23,7 +23,24 @@ for _name in ("notation", "contract", "engine_ids", "findings", "report", "diagn
 profiles.register()
 
 
+def _project_markers() -> list[str]:
+    """The markers pyproject.toml registers ([tool.pytest.ini_options] markers): the one list."""
+    import tomllib
+
+    with open(REPO / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["tool"]["pytest"]["ini_options"]["markers"]
+
+
 def pytest_configure(config):
+    # pytest takes a `--contract PATH` value for a path when it looks for its rootdir and ini file
+    # (it parses the command line before the plugin adds the option): `pytest -m conformance
+    # --contract /elsewhere/c.yaml` run from the checkout reads no pyproject.toml, and every
+    # `@pytest.mark.slow` would warn "Unknown pytest.mark.slow". This conftest is loaded before the
+    # test modules in either case, so it registers the project's markers itself when they are missing.
+    known = {line.split(":", 1)[0].strip() for line in config.getini("markers")}
+    for line in _project_markers():
+        if line.split(":", 1)[0].strip() not in known:
+            config.addinivalue_line("markers", line)
     if not config.getoption("hypothesis_profile", None):
         from hypothesis import settings
 
@@ -60,8 +77,9 @@ def tiny_ref(tiny):
 
 @pytest.fixture(scope="session")
 def tiny_loader(tiny, tiny_contract):
-    from eagle3_conformance.tools.speculators_loader import TrainingLoader
     import torch
+
+    from eagle3_conformance.tools.speculators_loader import TrainingLoader
 
     return TrainingLoader(tiny.data_dir, tiny_contract.draft.target_hidden_size, tiny_contract.num_slots, torch.bfloat16)
 

@@ -15,7 +15,6 @@ import pytest
 
 from eagle3_conformance.cli import main
 from eagle3_conformance.contract import load_contract
-from eagle3_conformance.notation import Boundary
 
 REPO = Path(__file__).resolve().parent.parent
 CONTRACTS = sorted((REPO / "contracts").glob("*.yaml"))

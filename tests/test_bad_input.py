@@ -3,7 +3,6 @@ file and sample (data), a full report despite broken files, and inputs never mod
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import shutil
@@ -616,7 +615,6 @@ def test_a_closed_stdout_ends_quietly_like_sigpipe(argv):
 def test_validate_refuses_a_fifo_instead_of_hanging(tmp_path, capsys):
     """`mkfifo ff; eagle3-conformance validate ff` waited forever for a writer."""
     import os
-
     import signal
 
     def hung(*_):

@@ -16,8 +16,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import tree_digest
 import torch
+from conftest import tree_digest
 
 from eagle3_conformance.cli import main
 from eagle3_conformance.fixtures import sample_token_ids

@@ -97,9 +97,10 @@ def test_verdict_plain_conforms_only_when_slot_identity_was_judged(tiny, tmp_pat
 
 
 def test_report_verdict_pure():
+    from rich.console import Console
+
     from eagle3_conformance.findings import Finding
     from eagle3_conformance.report import render_table, verdict
-    from rich.console import Console
 
     shape = Finding("feature_width", "pass", "training", "feature", 192, 192, "sample 0")
     ident = Finding("slot_identity", "pass", "training", "slot 0", "B_2", "B_2", "sample 0")
@@ -194,9 +195,10 @@ def test_engine_path_skips_cleanly_without_a_trained_draft(pytester):
 
 
 def test_accept_length_gate():
+    from conftest import contract_with
+
     from eagle3_conformance.checks import check_accept_length
     from eagle3_conformance.contract import load_contract
-    from conftest import contract_with
 
     c = contract_with(load_contract(TINY), **{"gates.min_accept_length": 2.0})
     assert check_accept_length(c, 2.4)[0].status == "pass"
@@ -340,18 +342,16 @@ def test_plugin_skips_engine_paths_on_a_target_without_weights(pytester, tmp_pat
 
 
 def test_plugin_contract_contradicting_its_target_is_one_line_and_not_judged(pytester, tmp_path):
-    """A contract whose target.path holds another model (hidden size 64, contract 32): each path
+    """A contract whose pair holds another model (hidden size 64, contract 32): each path
     fails with the reference's one-line refusal (contract file, path, both sizes), no traceback
     through pytest and hypothesis, and the report says NOT JUDGED, not CONFORMS (a fresh user's
-    report: 2,500 lines, then "CONFORMS ON SHAPES ONLY ... 0 failed")."""
+    report: 2,500 lines, then "CONFORMS ON SHAPES ONLY ... 0 failed"). The pair is the contract's
+    fixture: a target.path with its config.json is refused before any path runs, as ``validate``
+    refuses it (test_plugin_contract_contradicting_its_target_path_is_an_input_error)."""
     pytest.importorskip("sglang")
-    from eagle3_conformance.fixtures import build_fixture
 
-    b = build_fixture("tiny-llama")
     c = tmp_path / "c.yaml"
-    text = (TINY.read_text().replace("fixture: tiny-llama\n", "")
-            .replace("  name: fixtures/tiny-llama\n", f"  name: fixtures/tiny-llama\n  path: {b.target_dir}\n", 1)
-            .replace("  name: fixtures/tiny-llama/draft\n", f"  name: fixtures/tiny-llama/draft\n  path: {b.draft_dir}\n"))
+    text = TINY.read_text()
     # the contract stays consistent with itself (widths follow its d = 32); only the target disagrees
     text = text.replace("  hidden_size: 64\n", "  hidden_size: 32\n", 1).replace(
         "target_hidden_size: 64", "target_hidden_size: 32").replace("feature_width: 192", "feature_width: 96")
@@ -370,3 +370,59 @@ def test_plugin_contract_contradicting_its_target_is_one_line_and_not_judged(pyt
     doc = json.loads(out.read_text())
     assert doc["meta"]["verdict"].startswith("NOT JUDGED") and len(doc["meta"]["errors"]) == 2
     assert [r["passed"] for r in doc["meta"]["validated_on"]] == [False]
+
+
+def test_plugin_applies_validates_local_config_checks(pytester, tmp_path, capsys):
+    """Issue 33, tried as a new user: a pair's draft config edited to the seed's embedding fix,
+    ids [-1, 1, 3] (SGLang's +1 rule reads -1 as B_0). ``validate`` exits 2 naming the config;
+    ``pytest -m conformance --contract`` on the same contract ran the paths, which skipped on this
+    config-only pair, and exited 0. Now its one ``contract`` item fails with validate's message and
+    the report and JSON say INPUT ERROR."""
+    from test_authoring import dcfg, tcfg, write_pair
+
+    t, d = write_pair(tmp_path, tcfg(), dcfg("nested", [1, 3, 4]))
+    c = tmp_path / "contracts" / "c.yaml"
+    assert main(["init", "--target", str(t), "--draft", str(d), "-o", str(c)]) == 0
+    ok = pytester.runpytest("-m", "conformance", "--contract", str(c), "-p", "no:cacheprovider",
+                            "--conformance-paths", "training")
+    assert ok.ret == 0  # the pair as init wrote it: no contract item, its path skips (no data here)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [-1, 1, 3]
+    (d / "config.json").write_text(json.dumps(cfg))
+    capsys.readouterr()
+    assert main(["validate", str(c)]) == 2
+    problem = next(ln for ln in capsys.readouterr().out.splitlines() if "capture.boundaries" in ln)
+    assert "[-1, 1, 3]" in problem and str(d / "config.json") in problem, problem
+    before = c.read_bytes()
+    out = tmp_path / "r.json"
+    res = pytester.runpytest("-m", "conformance", "--contract", str(c), "-p", "no:cacheprovider",
+                             "--conformance-json", str(out))
+    res.assert_outcomes(failed=1)
+    text = res.stdout.str()
+    assert "c.yaml::contract" in text and problem in text and "Traceback" not in text
+    assert f"INPUT ERROR: {c}: the contract does not load" in text and "CONFORMS" not in text
+    doc = json.loads(out.read_text())
+    assert doc["meta"]["verdict"].startswith("INPUT ERROR") and doc["meta"]["errors"][0]["error"] == problem
+    assert c.read_bytes() == before  # the input is left as it was
+
+
+def test_plugin_contract_contradicting_its_target_path_is_an_input_error(pytester, tmp_path):
+    """The same contradiction with the pair at target.path / draft.path: the plugin loads the
+    contract with validate's local-config checks, so its one ``contract`` item fails naming the
+    target's config.json and its hidden_size, and no path runs (no engine is started)."""
+    from eagle3_conformance.fixtures import build_fixture
+
+    b = build_fixture("tiny-llama")
+    c = tmp_path / "c.yaml"
+    text = (TINY.read_text().replace("fixture: tiny-llama\n", "")
+            .replace("  name: fixtures/tiny-llama\n", f"  name: fixtures/tiny-llama\n  path: {b.target_dir}\n", 1)
+            .replace("  name: fixtures/tiny-llama/draft\n", f"  name: fixtures/tiny-llama/draft\n  path: {b.draft_dir}\n"))
+    text = text.replace("  hidden_size: 64\n", "  hidden_size: 32\n", 1).replace(
+        "target_hidden_size: 64", "target_hidden_size: 32").replace("feature_width: 192", "feature_width: 96")
+    c.write_text(text)
+    res = pytester.runpytest("-m", "conformance", "--contract", str(c), "-p", "no:cacheprovider",
+                             "--conformance-paths", "sglang-extend,sglang-decode")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines([f"*{c}:*: target.hidden_size: 32 here, but the target config "
+                              f"{b.target_dir / 'config.json'} has hidden_size = 64*"])
+    assert "CONFORMS" not in res.stdout.str() and "Traceback" not in res.stdout.str()

@@ -258,3 +258,12 @@ def test_unknown_fixture_is_a_validate_error_naming_the_known_ones(tmp_path, cap
     rc, out, _ = _validate(tmp_path, TINY.replace("fixture: tiny-llama\n", f"fixture: {REPO / 'fixtures' / 'tiny-llama'}\n"),
                            capsys)
     assert rc == 0, out
+
+
+def test_the_contract_knows_the_trained_fixtures_without_the_builder():
+    """shipped.TRAINED_FIXTURES (read by contract validation, below the testbed) names exactly the
+    fixtures trained_draft.TRAINED builds a draft for."""
+    from eagle3_conformance import shipped
+    from eagle3_conformance.trained_draft import TRAINED
+
+    assert set(shipped.TRAINED_FIXTURES) == set(TRAINED)

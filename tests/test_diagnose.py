@@ -10,7 +10,6 @@ through the real CPU harness. Also here: the two checks the diagnoses need that 
 from __future__ import annotations
 
 import dataclasses
-
 import importlib.util
 import json
 from pathlib import Path

@@ -365,7 +365,6 @@ def test_pipeline_parallel_is_refused_by_validate_and_the_path(tmp_path, tiny_co
                        text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 2 and "engines.sglang_pp_size" in r.stdout + r.stderr and "39644" in r.stdout + r.stderr
     assert pipeline_refusal(1) is None and pipeline_refusal(4, "eagle3")
-    from conftest import contract_with
 
     from eagle3_conformance.paths import sglang_engine
 

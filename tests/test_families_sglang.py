@@ -7,7 +7,6 @@ environment, 0.5.14 in ``tox -e sglang-0.5.14``."""
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from eagle3_conformance.torch_env import prepare
 

@@ -109,7 +109,6 @@ def test_an_all_zero_slot_fails_every_sample_of_check_data(spec_write, tiny, tmp
     """R66 through the real speculators writer: B_5's plane written as zeros (the state the hybrid
     verifier's empty KV page gave) fails ``slot_degenerate`` on every sample of the all-rows pass,
     with or without a reference, whatever the norm band."""
-    import torch
     from safetensors.torch import load_file, save_file
 
     d = spec_write(AUX + ["B_8"])

@@ -153,7 +153,7 @@ def test_r49_mtp_contract_without_its_input_names_the_key(tmp_path, capsys, drop
 
 def test_r49_families_matrix_catches_the_unstated_input():
     """The DFlash / MTP kill matrix's contract column: the unstated MTP input is caught (M2)."""
-    from eagle3_conformance.faults.families import OPERATORS, World, _load_doc, DFLASH_CONTRACT, MTP_CONTRACT
+    from eagle3_conformance.faults.families import DFLASH_CONTRACT, MTP_CONTRACT, OPERATORS, World, _load_doc
     from eagle3_conformance.faults.matrix import judge
 
     op = next(o for o in OPERATORS if o.kind == "M2")

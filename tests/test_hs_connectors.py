@@ -17,13 +17,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import contract_with
 
 from eagle3_conformance import checks
 from eagle3_conformance.capture import Capture
 from eagle3_conformance.cli import main
 from eagle3_conformance.scan import DISK_PATH, LOADER_PATH, scan
-
-from conftest import contract_with
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "contracts" / "tiny-llama.yaml"
@@ -94,8 +93,8 @@ def _check_data(contract: Path, d: Path, tiny, tmp_path, capsys, *extra):
 
 
 def test_datagen_writes_what_the_fp8_connector_writes(tiny, tiny_ref, tiny_contract, tmp_path):
-    from safetensors import safe_open
     from hs_connectors.transfer import FileTransfer, FP8Transfer
+    from safetensors import safe_open
 
     from eagle3_conformance.datagen import write_speculators_dataset
 

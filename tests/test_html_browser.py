@@ -19,7 +19,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from html_docs import ACCEPTANCE, KILL, UPGRADE, deep_report
 
 REPO = Path(__file__).resolve().parent.parent

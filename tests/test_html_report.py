@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from html_docs import ACCEPTANCE, KILL, UPGRADE, deep_report
 
 REPO = Path(__file__).resolve().parent.parent

@@ -115,8 +115,7 @@ def test_the_vllm_stand_in_rule_matches_the_installed_vllm(monkeypatch):
     ``vllm.platforms.cuda`` needs libcuda, so only the device is stood in: its ``supported_dtypes``
     are CUDA's lists for an Ampere (8.0+) and a Volta (6.0-7.x) device, as
     vllm-project/vllm ``vllm/platforms/cuda.py`` ``supported_dtypes`` gives them."""
-    from eagle3_conformance.authoring.precision import (VLLM_FLOAT16_NOT_SUPPORTED, VLLM_RULE_VERSION,
-                                                        vllm_auto_dtype)
+    from eagle3_conformance.authoring.precision import VLLM_FLOAT16_NOT_SUPPORTED, VLLM_RULE_VERSION, vllm_auto_dtype
 
     vllm = pytest.importorskip("vllm")
     if vllm.__version__ != VLLM_RULE_VERSION:

@@ -16,7 +16,6 @@ import pytest
 
 from eagle3_conformance import profiles
 from eagle3_conformance.session import drive
-from eagle3_conformance.findings import Finding
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import strategies as st  # noqa: E402

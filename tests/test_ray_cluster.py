@@ -69,7 +69,7 @@ def two_nodes(tmp_path_factory):
             break
         except OSError:
             if time.monotonic() > deadline or procs[0].poll() is not None:
-                raise RuntimeError(f"ray head did not start: {(logs / 'head.log').read_text()[-2000:]}")
+                raise RuntimeError(f"ray head did not start: {(logs / 'head.log').read_text()[-2000:]}") from None
             time.sleep(0.5)
     start([f"--address={addr}", "--node-ip-address=127.0.0.1", '--resources={"node_b": 1}', *_node_args()], "worker")
     r = subprocess.run([sys.executable, "-c", f"""

@@ -14,7 +14,13 @@ import pytest
 import torch
 
 from eagle3_conformance.corpus import (
-    KINDS, CorpusError, Item, load_items, render, select, tokenize,
+    KINDS,
+    CorpusError,
+    Item,
+    load_items,
+    render,
+    select,
+    tokenize,
 )
 from eagle3_conformance.fixtures import FixtureError, build_fixture, fixture_spec
 
@@ -246,7 +252,6 @@ def test_converted_target_is_the_pinned_bytes_with_tokenizer_and_template(name, 
 
 
 def test_build_fixture_dispatches_on_kind(tmp_path, monkeypatch, tiny):
-    from eagle3_conformance import fixtures
 
     assert tiny.spec.get("kind", "seeded") == "seeded" and (tiny.target_dir / "model.safetensors").is_file()
     d = tmp_path / "odd"
@@ -419,8 +424,8 @@ def test_sglang_gemma3_captures_a_sublayer_output_not_the_residual_stream(gemma)
     tensors than the contract's B_2, B_9, B_15. A known regression of sgl-project/sglang#32383
     (which split the residual across layers), fixed by the open sgl-project/sglang#39286; this
     test fails when the installed release fixes the capture."""
-    from eagle3_conformance.tools.sglang_cpu import SGLangCPUHarness
     from eagle3_conformance.reference import ReferenceModel
+    from eagle3_conformance.tools.sglang_cpu import SGLangCPUHarness
 
     ref = ReferenceModel(gemma.target_dir, "rmsnorm_one_plus")
     ids = _sample(gemma, 5)["token_ids"].tolist()[:24]

@@ -13,16 +13,22 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from eagle3_conformance import checks, report
-from eagle3_conformance.capture import Capture
-from eagle3_conformance.cli import main
-from eagle3_conformance.checks import registry
-from eagle3_conformance.scan import DISK_PATH, LOADER_PATH, fingerprint_sample, parse_shard, scan, shard_indices, slot_rms
-from eagle3_conformance.scan.rms import band_edges, reduced_contract
-from eagle3_conformance.reference import rms
-
 from conftest import contract_with
+
+from eagle3_conformance import report
+from eagle3_conformance.capture import Capture
+from eagle3_conformance.checks import registry
+from eagle3_conformance.cli import main
+from eagle3_conformance.scan import (
+    DISK_PATH,
+    LOADER_PATH,
+    fingerprint_sample,
+    parse_shard,
+    scan,
+    shard_indices,
+    slot_rms,
+)
+from eagle3_conformance.scan.rms import band_edges, reduced_contract
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "contracts" / "tiny-llama.yaml"
@@ -231,7 +237,6 @@ def test_slot_rms_matches_reference_rms_nan_and_overflow():
     hs[6, 0, 1] = float("inf")
     hs[7, 3, :] = 1e30  # finite in bf16, overflows a float32 sum of squares
     want = hs.double().pow(2).mean(-1).sqrt()  # float64: the exact RMS of the stored values
-    fin = torch.isfinite(want)
     finite_where = torch.tensor([[not (t == 5 and k == 2) and not (t == 6 and k == 0) for k in range(4)]
                                  for t in range(37)])
     for dtype, rtol in ((torch.bfloat16, 2.0 ** -8), (torch.float16, 1e-5), (torch.float32, 1e-5)):

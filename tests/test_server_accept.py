@@ -468,7 +468,7 @@ def test_pytest_conformance_server_adds_the_server_item(pytester, serve, tmp_pat
     url = f"http://127.0.0.1:{_free_port()}"
     res = pytester.runpytest(*base[:-1], url)
     res.assert_outcomes(failed=1)
-    res.stdout.fnmatch_lines([f"*server-accept*cannot connect*"])
+    res.stdout.fnmatch_lines(["*server-accept*cannot connect*"])
 
 
 def test_the_command_exits_at_the_run_timeout_without_waiting_for_requests_in_flight(serve):

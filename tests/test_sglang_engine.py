@@ -315,10 +315,10 @@ def test_engine_runs_a_users_own_pair_and_catches_their_wrong_ids(tmp_path, monk
     """A fresh user's report: the README promised sglang-engine for trained-draft pairs, but only the
     project's fixture ran. A contract naming its own target.path and draft.path now runs the real
     engine; the same pair with the draft config's aux ids one layer deeper fails slot identity."""
+    from eagle3_conformance import paths as registry
     from eagle3_conformance import session
     from eagle3_conformance.contract import load_contract
     from eagle3_conformance.pairs import resolve_pair
-    from eagle3_conformance import paths as registry
 
     monkeypatch.setenv("CONFORMANCE_ENGINE_PROMPTS", "2")
     monkeypatch.setenv("CONFORMANCE_ENGINE_TOKENS", "16")
@@ -335,10 +335,10 @@ def test_engine_runs_a_users_own_pair_and_catches_their_wrong_ids(tmp_path, monk
 
 
 def test_engine_skips_a_users_pair_whose_draft_has_no_weights(tmp_path):
+    from eagle3_conformance import paths as registry
     from eagle3_conformance import session
     from eagle3_conformance.contract import load_contract
     from eagle3_conformance.pairs import resolve_pair
-    from eagle3_conformance import paths as registry
 
     c = load_contract(_user_pair(tmp_path))
     (tmp_path / "draft" / "model.safetensors").unlink()

@@ -15,11 +15,11 @@ import torch
 
 pytest.importorskip("specforge")
 
+from conftest import contract_with, tree_digest  # noqa: E402
+
 from eagle3_conformance.checks import run_checks  # noqa: E402
 from eagle3_conformance.contract import load_contract, semantic_problems  # noqa: E402
 from eagle3_conformance.tools import specforge_loader as sl  # noqa: E402
-
-from conftest import contract_with, tree_digest  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SF_TINY = REPO / "contracts" / "tiny-llama-specforge.yaml"

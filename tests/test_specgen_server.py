@@ -76,7 +76,6 @@ def test_only_the_servers_own_shm_leftovers_are_removed(tmp_path):
 
 def test_the_private_tmpdir_is_short_and_removed(tmp_path, monkeypatch):
     """vLLM's vllm_dist_* file and ZMQ ipc sockets go to TMPDIR: a fresh /tmp/vsg-* dir, gone after stop()."""
-    seen = {}
 
     def fake(*a, **k):
         return [sys.executable, "-c", "import os, sys; open(os.path.join(os.environ['TMPDIR'], 'vllm_dist_x'), 'w'); "

@@ -47,11 +47,12 @@ def _type_checking_blocks(tree: ast.AST) -> set[int]:
 
 
 @lru_cache(maxsize=None)
-def imports_of(name: str) -> frozenset[str]:
-    """The package's modules that module ``name`` imports (at any depth, not under TYPE_CHECKING)."""
+def imports_of(name: str, typing: bool = False) -> frozenset[str]:
+    """The package's modules that module ``name`` imports (at any depth; under TYPE_CHECKING too
+    when ``typing``)."""
     f = modules()[name]
     tree = ast.parse(f.read_text(encoding="utf-8"))
-    skip = _type_checking_blocks(tree)
+    skip = set() if typing else _type_checking_blocks(tree)
     pkg = name if f.name == "__init__.py" else name.rpartition(".")[0]
     out = set()
     for n in ast.walk(tree):
@@ -114,8 +115,46 @@ def _under(name: str, prefix: str) -> bool:
 
 
 def test_no_import_cycles():
+    """Not even through ``if TYPE_CHECKING:`` imports (a type import that runs upward is a wrong
+    arrow as well: issue 36's contract <-> families)."""
     graph = {m: imports_of(m) for m in modules()}
     assert _sccs(graph) == []
+    graph = {m: imports_of(m, typing=True) for m in modules()}
+    assert _sccs(graph) == []
+
+
+def test_every_module_has_a_layer():
+    from layers import LAYERS, layer_of
+
+    assert {m for m in modules() if layer_of(m) < 0} == set(), "add the module's prefix to tests/layers.py"
+    names = [n for n, _ in LAYERS]
+    assert len(names) == len(set(names))
+
+
+def _layer_violations(graph: dict) -> dict[str, list[str]]:
+    from layers import LAYERS, layer_of
+
+    out = {}
+    for m, targets in graph.items():
+        up = sorted(f"{i} ({LAYERS[layer_of(i)][0]})" for i in targets if layer_of(i) > layer_of(m))
+        if up:
+            out[f"{m} ({LAYERS[layer_of(m)][0]})"] = up
+    return out
+
+
+def test_imports_never_point_to_a_higher_layer():
+    """docs/architecture.md's layering (tests/layers.py): a module imports its own layer or lower
+    ones, counting imports inside functions and under TYPE_CHECKING."""
+    assert _layer_violations({m: imports_of(m, typing=True) for m in modules()}) == {}
+
+
+def test_the_layer_rule_sees_an_upward_import():
+    """The rule above can fail: the reference importing authoring (issue 36's second wrong arrow)
+    and the contract importing the testbed are both found."""
+    bad = _layer_violations({"eagle3_conformance.reference": frozenset({"eagle3_conformance.authoring.configs"}),
+                             "eagle3_conformance.contract.validation": frozenset({"eagle3_conformance.trained_draft"}),
+                             "eagle3_conformance.checks.shape": frozenset({"eagle3_conformance.findings"})})
+    assert set(bad) == {"eagle3_conformance.reference (reference)", "eagle3_conformance.contract.validation (contract)"}
 
 
 def test_nothing_outside_the_cli_imports_it():
@@ -234,7 +273,7 @@ def long_functions(limit: int = MAX_FUNCTION_LINES) -> dict[str, int]:
     for name, f in modules().items():
         tree = ast.parse(f.read_text(encoding="utf-8"))
 
-        def visit(node, prefix):
+        def visit(node, prefix, name=name):
             for n in ast.iter_child_nodes(node):
                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     lines = n.end_lineno - n.lineno + 1
@@ -441,3 +480,16 @@ def test_the_case_rule_sees_a_collision():
                                                                                          "docs/faults.md"]]
     assert _case_collisions(["Docs/a.md", "docs/b.md"]) == []  # only the folders collide: dirs are listed too
     assert _case_collisions(["Docs", "docs"]) == [["Docs", "docs"]]
+
+
+#: modules still over the limit when it was set (issue 36 names the first two): split them, then drop them here
+_LONG_MODULES_NOT_YET_SPLIT = {"eagle3_conformance.tools.sglang_cpu.harness", "eagle3_conformance.authoring.init",
+                               "eagle3_conformance.released.isolated"}
+
+
+def test_no_module_over_500_lines():
+    """A module has one job: none is over 500 lines (contract.py was 1,049 and diagnose.py 1,241
+    before they became packages), but for the listed ones, which may only leave the list."""
+    long = {m for m, f in modules().items() if len(f.read_text(encoding="utf-8").splitlines()) > 500}
+    assert long - _LONG_MODULES_NOT_YET_SPLIT == set()
+    assert _LONG_MODULES_NOT_YET_SPLIT - long == set(), "split: remove it from _LONG_MODULES_NOT_YET_SPLIT"

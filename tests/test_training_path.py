@@ -6,11 +6,6 @@ slot) against a contract that says aux [B_a, B_b, B_c] + verifier B_L."""
 
 from __future__ import annotations
 
-import shutil
-
-import pytest
-import torch
-
 from eagle3_conformance import runner
 from eagle3_conformance.datagen import write_speculators_dataset
 from eagle3_conformance.fixtures import sample_token_ids
@@ -88,8 +83,9 @@ def test_token_id_mismatch_and_missing_shard_are_reported(tmp_path, tiny, tiny_r
 def test_hypothesis_batches_keep_samples_apart(tiny_contract, tiny_loader, tiny_ref):
     """Packing several samples into one batch must not move rows across documents."""
     from hypothesis import given, settings
-    from eagle3_conformance.strategies import sample_batches
+
     from eagle3_conformance.checks import check_feature_alignment, check_slot_identity
+    from eagle3_conformance.strategies import sample_batches
 
     n = len(tiny_loader)
 

@@ -20,6 +20,7 @@ from typing import Optional
 from eagle3_conformance.authoring.yaml_doc import contract_yaml, render
 from eagle3_conformance.errors import DataError
 
+
 def band_from(values, kappa: float) -> tuple[float, float]:
     """``[p0.1 / kappa, p99.9 * kappa]`` of per-token RMS values (REFERENCE.md 7.3 band recipe),
     widened to hold every calibration value (a band its own calibration data fails would fail a

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+# the contract's rule (the reference applies it too), re-exported where it was first written
+from eagle3_conformance.contract.validation import TARGET_KEYS, target_mismatches  # noqa: F401
 from eagle3_conformance.errors import DataError
 
 DTYPES = {"float32", "bfloat16", "float16"}
@@ -144,16 +146,3 @@ def dflash_ids(cfg: dict) -> tuple[Optional[list[int]], str]:
     return None, "absent"
 
 
-TARGET_KEYS = ("num_hidden_layers", "hidden_size", "vocab_size")
-"""The target sizes a model must share with its contract's ``target`` section."""
-
-
-def target_mismatches(got: dict[str, int], archs: list[str], target: Any) -> list[tuple[str, Any, Any]]:
-    """``(key, the model's value, the contract's value)`` for each of ``got`` (keys of
-    :data:`TARGET_KEYS`) that differs from the contract's ``target`` section, and ``architecture``
-    when the model lists architectures and none is the contract's. Empty when the model is the
-    contract's target."""
-    out = [(k, v, getattr(target, k)) for k, v in got.items() if v != getattr(target, k)]
-    if archs and target.architecture not in archs:
-        out.append(("architecture", archs[0], target.architecture))
-    return out

@@ -15,8 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from eagle3_conformance.authoring.configs import (DTYPES, dir_name, draft_ids, draft_method_keys, int_field, is_speculators,
-                                           one_plus_norm, read_config)
+from eagle3_conformance.authoring.configs import (
+    DTYPES,
+    dir_name,
+    draft_ids,
+    draft_method_keys,
+    int_field,
+    is_speculators,
+    one_plus_norm,
+    read_config,
+)
 from eagle3_conformance.authoring.yaml_doc import eol
 from eagle3_conformance.errors import DataError, UsageError
 

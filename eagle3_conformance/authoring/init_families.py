@@ -12,8 +12,16 @@ from pathlib import Path
 from typing import Optional
 
 from eagle3_conformance.authoring.configs import dflash_ids, dir_name, int_field, read_config
-from eagle3_conformance.authoring.init import (CaptureFacts, DraftFacts, TargetFacts, _seq, build_document, derive_contract,
-                                        draft_method, target_facts)
+from eagle3_conformance.authoring.init import (
+    CaptureFacts,
+    DraftFacts,
+    TargetFacts,
+    _seq,
+    build_document,
+    derive_contract,
+    draft_method,
+    target_facts,
+)
 from eagle3_conformance.authoring.yaml_doc import eol
 from eagle3_conformance.errors import DataError, UsageError
 

@@ -12,11 +12,19 @@ import torch
 
 from eagle3_conformance import gates
 from eagle3_conformance.capture import Capture
+from eagle3_conformance.checks.common import (
+    GATE_NOISE,
+    GATE_ROW_FLOOR,
+    NO_MATCH_COSINE,
+    finding,
+    keep_rows,
+    no_rows,
+    slot_label,
+    usable,
+)
+from eagle3_conformance.checks.registry import REFERENCE, check
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.findings import Finding
-from eagle3_conformance.checks.common import (GATE_NOISE, GATE_ROW_FLOOR, NO_MATCH_COSINE, finding, keep_rows, no_rows,
-                                             slot_label, usable)
-from eagle3_conformance.checks.registry import REFERENCE, check
 from eagle3_conformance.notation import Boundary
 from eagle3_conformance.reference import Reference
 
@@ -103,8 +111,9 @@ def profile_record(prof, tokens: int, over: str, names=None) -> dict[str, Any]:
     ``{"cosine": [floats, 4 decimals, one per boundary: B_0..B_L, F], "tokens": tokens, "over": over}``,
     plus ``"boundaries"`` (the names of the columns) when ``names`` is given by a partial reference (the
     engine's own records hold only the boundaries the checks need, docs/engine-reference.md)."""
-    rec = {"cosine": [round(float(x), 4) for x in prof], "tokens": int(tokens), "over": over}
-    if names is not None and len(names) == len(rec["cosine"]):
+    cos = [round(float(x), 4) for x in prof]
+    rec: dict[str, Any] = {"cosine": cos, "tokens": int(tokens), "over": over}
+    if names is not None and len(names) == len(cos):
         rec["boundaries"] = [str(n) for n in names]
     return rec
 

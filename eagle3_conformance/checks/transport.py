@@ -14,7 +14,6 @@ from eagle3_conformance.contract import Contract
 from eagle3_conformance.findings import Finding
 from eagle3_conformance.reference import Reference
 
-
 GATE_FP8 = "gates.fp8_max_relative_error"
 
 

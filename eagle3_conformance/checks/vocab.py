@@ -43,7 +43,6 @@ def check_vocab_mapping(c: Contract, d2t: Optional[torch.Tensor], t2d: Optional[
     if v is None:
         return [Finding("vocab_mapping", "skip", path, "vocab", None, None, where,
                         "the contract declares no vocab mapping", "K10")]
-    out: list[Finding] = []
     if d2t is None:
         ok = not v.d2t_present
         return [f("vocab_mapping", ok, "d2t present" if v.d2t_present else "no d2t", "absent",

@@ -16,9 +16,23 @@ import argparse
 import sys
 from typing import Optional
 
-from eagle3_conformance.cli import (accept, accept_estimate, calibrate, captures, check_data, check_offline, faults,
-                                    init, merge_reports, render, schema, serve_hooks, translate, upgrade_check,
-                                    validate)
+from eagle3_conformance.cli import (
+    accept,
+    accept_estimate,
+    calibrate,
+    captures,
+    check_data,
+    check_offline,
+    faults,
+    init,
+    merge_reports,
+    render,
+    schema,
+    serve_hooks,
+    translate,
+    upgrade_check,
+    validate,
+)
 from eagle3_conformance.cli.common import EXIT_BAD_INPUT, error
 from eagle3_conformance.errors import InputError
 

@@ -9,8 +9,16 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from eagle3_conformance.cli.common import (EXIT_OK, EXIT_VIOLATIONS, check_data_dir, check_output, console, error,
-                                    load_contract, resolve_reference)
+from eagle3_conformance.cli.common import (
+    EXIT_OK,
+    EXIT_VIOLATIONS,
+    check_data_dir,
+    check_output,
+    console,
+    error,
+    load_contract,
+    resolve_reference,
+)
 from eagle3_conformance.errors import UsageError
 
 

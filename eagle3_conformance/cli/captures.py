@@ -12,8 +12,16 @@ version; a server that never ran the hooks; nothing readable).
 
 from __future__ import annotations
 
-from eagle3_conformance.cli.common import (add_html_option, check_html, check_output, error, exit_code, load_contract,
-                                           resolve_reference, write_html)
+from eagle3_conformance.cli.common import (
+    add_html_option,
+    check_html,
+    check_output,
+    error,
+    exit_code,
+    load_contract,
+    resolve_reference,
+    write_html,
+)
 from eagle3_conformance.errors import UsageError
 
 

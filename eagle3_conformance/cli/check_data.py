@@ -14,9 +14,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eagle3_conformance.cli.common import (EXIT_BAD_INPUT, add_html_option, add_reference_options, check_data_dir,
-                                           check_html, check_output, error, exit_code, load_contract, resolve_reference,
-                                           write_html)
+from eagle3_conformance.cli.common import (
+    add_html_option,
+    add_reference_options,
+    check_data_dir,
+    check_html,
+    check_output,
+    error,
+    exit_code,
+    load_contract,
+    resolve_reference,
+    write_html,
+)
 from eagle3_conformance.errors import UsageError
 
 
@@ -153,9 +162,9 @@ def run(args) -> int:
     import sys
 
     from eagle3_conformance import report
+    from eagle3_conformance.cli.progress import Progress
     from eagle3_conformance.diagnose import diagnose
     from eagle3_conformance.reference import ReferenceError, load_reference_model
-    from eagle3_conformance.cli.progress import Progress
     from eagle3_conformance.scan import ScanError, ScanOptions, detect_format, scan, shard_size
 
     c = load_contract(args.contract)

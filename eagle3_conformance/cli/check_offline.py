@@ -23,10 +23,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from eagle3_conformance.cli.common import (
+    EXIT_BAD_INPUT,
+    add_html_option,
+    add_reference_options,
+    check_html,
+    check_output,
+    console,
+    error,
+    exit_code,
+    load_contract,
+    resolve_reference,
+    write_html,
+)
 from eagle3_conformance.errors import DataError
-from eagle3_conformance.cli.common import (EXIT_BAD_INPUT, add_html_option, add_reference_options, check_html,
-                                           check_output, console, error, exit_code, load_contract, resolve_reference,
-                                           write_html)
 
 
 def add_parser(sub) -> None:
@@ -135,9 +145,8 @@ def run(args) -> int:
     loader = "torch.load(weights_only=True)"
     if _specforge_dir(c, args.files):
         from eagle3_conformance.runner import specforge_findings
-        from eagle3_conformance.tools.specforge_loader import LOADER
-
         from eagle3_conformance.tools.specforge_layout import layout_finding
+        from eagle3_conformance.tools.specforge_loader import LOADER
 
         got, names = specforge_findings(c, Path(args.files), ref_dir)
         findings += got + [layout_finding(Path(args.files), len(names))]

@@ -14,23 +14,29 @@ This is the only module that knows exit codes; verbs return one of them, and
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from eagle3_conformance.errors import UsageError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from eagle3_conformance.contract import Contract
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT = 0, 1, 2
 
 
-def exit_code(findings) -> int:
+def exit_code(findings: Iterable[Any]) -> int:
     """The exit code of a run's findings (objects or JSON dicts), matching the verdict word
     (:func:`eagle3_conformance.report.verdict`): ``EXIT_BAD_INPUT`` on an input error (nothing could
     be read, or the reference could not be used: "INPUT ERROR"), else ``EXIT_VIOLATIONS`` when any
     finding failed ("VIOLATIONS"), else ``EXIT_OK``."""
     from eagle3_conformance.report import input_error
 
-    def status(f):
+    def status(f: Any) -> Any:
         return f.get("status") if isinstance(f, dict) else f.status
 
     if input_error(findings):
@@ -43,7 +49,7 @@ def error(message: str) -> None:
     print(f"eagle3-conformance: error: {message}", file=sys.stderr)
 
 
-def console():
+def console() -> Console:
     """A rich console on stdout; piped output (CI logs, files) gets long lines rather than a
     table wrapped at 80 columns."""
     from rich.console import Console
@@ -52,13 +58,14 @@ def console():
     return Console(stderr=False, highlight=False, soft_wrap=True, width=width)
 
 
-def load_contract(path: str):
+def load_contract(path: str | Path) -> Contract:
     """The contract at ``path``.
 
     Raises:
         UsageError: it does not load (the message lists every problem with its line).
     """
-    from eagle3_conformance.contract import ContractError, load_contract as _load_contract
+    from eagle3_conformance.contract import ContractError
+    from eagle3_conformance.contract import load_contract as _load_contract
 
     try:
         return _load_contract(path)
@@ -70,7 +77,8 @@ def _inside(p: Path, d: Path) -> bool:
     return p == d or d in p.parents
 
 
-def check_output(out: str | Path, flag: str, *, inputs: tuple = (), input_dirs: tuple = (),
+def check_output(out: str | Path, flag: str, *, inputs: tuple[str | Path | None, ...] = (),
+                 input_dirs: tuple[str | Path | None, ...] = (),
                  need_parent: bool = True) -> Path:
     """Refuse an output path that would overwrite an input or cannot be written, before any work.
 
@@ -101,14 +109,15 @@ def check_output(out: str | Path, flag: str, *, inputs: tuple = (), input_dirs: 
     return o
 
 
-def add_html_option(p) -> None:
+def add_html_option(p: argparse.ArgumentParser) -> None:
     """``--html OUT``: the report as one self-contained HTML page (:func:`write_html`)."""
     p.add_argument("--html", metavar="OUT",
                    help="write the report as one self-contained HTML page (verdict, fingerprint heatmaps, ...; "
                         "docs/html-report.md)")
 
 
-def check_html(args, *, inputs: tuple = (), input_dirs: tuple = (), others: tuple = ("json", "markdown")) -> None:
+def check_html(args: argparse.Namespace, *, inputs: tuple[Any, ...] = (), input_dirs: tuple[Any, ...] = (),
+               others: tuple[str, ...] = ("json", "markdown")) -> None:
     """Refuse ``--html OUT`` before any work: an input, inside an input directory, or the same file
     as another output option of ``others`` (argument names).
 
@@ -125,7 +134,7 @@ def check_html(args, *, inputs: tuple = (), input_dirs: tuple = (), others: tupl
             raise UsageError(f"--html {out}: is also the --{name} output; give two files")
 
 
-def write_html(args, doc) -> None:
+def write_html(args: argparse.Namespace, doc: Any) -> None:
     """Write ``--html OUT`` (when given) from the report document ``doc`` the verb writes as JSON
     (:func:`eagle3_conformance.htmlreport.render_html`)."""
     out = getattr(args, "html", None)
@@ -149,7 +158,7 @@ def check_data_dir(data: str | Path, flag: str = "--data") -> Path:
     return d
 
 
-def add_reference_options(p, default_help: str = "HF-format target directory for slot identity (default: the "
+def add_reference_options(p: argparse.ArgumentParser, default_help: str = "HF-format target directory for slot identity (default: the "
                                                  "contract's fixture or target.path)",
                           no_help: str = "skip fingerprint checks") -> None:
     """``--reference MODEL_DIR`` and ``--no-reference`` (read by :func:`resolve_reference`)."""
@@ -157,7 +166,7 @@ def add_reference_options(p, default_help: str = "HF-format target directory for
     p.add_argument("--no-reference", action="store_true", help=no_help)
 
 
-def resolve_reference(c, args) -> Optional[Path]:
+def resolve_reference(c: Contract, args: argparse.Namespace) -> Optional[Path]:
     """The reference directory of a command with ``--reference`` / ``--no-reference``.
 
     ``--reference`` wins; ``--no-reference`` means none; otherwise the contract's fixture or

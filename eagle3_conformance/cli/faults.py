@@ -16,8 +16,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eagle3_conformance.cli.common import (EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, add_html_option, check_html,
-                                           check_output, console, write_html)
+from eagle3_conformance.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    EXIT_VIOLATIONS,
+    add_html_option,
+    check_html,
+    check_output,
+    console,
+    write_html,
+)
 
 
 def add_parser(sub) -> None:
@@ -47,8 +55,8 @@ def run(args) -> int:
     from eagle3_conformance.faults.families import PATHS as FAMILY_PATHS
     from eagle3_conformance.faults.families import render_families, run_families_matrix
     from eagle3_conformance.faults.matrix import run_matrix
-    from eagle3_conformance.faults.render import matrix_json, render_matrix
     from eagle3_conformance.faults.real_scenario import RealPairUnavailable
+    from eagle3_conformance.faults.render import matrix_json, render_matrix
 
     con = console()
     log = (lambda s: con.print(f"[dim]{s}[/dim]")) if args.verbose else (lambda s: None)

@@ -14,7 +14,7 @@ One module per tool and draft method:
 - :mod:`.speculators`: speculators (boundary ids from 0.5, output-of before).
 - :mod:`.specforge`: SpecForge (three output-of ids, its own ``resolve_eagle_capture_layers``).
 - :mod:`.dflash`: DFlash ids of every tool (never read with an EAGLE rule). MTP heads read no ids
-  (:mod:`eagle3_conformance.families`).
+  (:mod:`eagle3_conformance.contract.families`).
 - :mod:`.translate`: :func:`boundaries_to_tool` / :func:`tool_to_boundaries` for any tool.
 - :mod:`.static`: :func:`layer_id_problems`, a contract's ids checked without an engine.
 
@@ -22,11 +22,26 @@ Other releases than the installed one are run from their own released code by
 :mod:`eagle3_conformance.released` (``upgrade-check``). Importing this package imports no engine.
 """
 
-from eagle3_conformance.engine_ids.base import (CONVENTIONS, SGLANG_KEY, TOOLS, TOP_KEY, ToolIds, TranslationError,
-                                                boundaries_to_ids, engine_default_aux_ids, ids_to_boundaries,
-                                                version_key)
-from eagle3_conformance.engine_ids.dflash import (DFLASH_KEY, DFLASH_TOOLS, DFlashIds, dflash_boundaries_to_tool,
-                                                  dflash_formula, dflash_tool_to_boundaries)
+from eagle3_conformance.engine_ids.base import (
+                                                CONVENTIONS,
+                                                SGLANG_KEY,
+                                                TOOLS,
+                                                TOP_KEY,
+                                                ToolIds,
+                                                TranslationError,
+                                                boundaries_to_ids,
+                                                engine_default_aux_ids,
+                                                ids_to_boundaries,
+                                                version_key,
+)
+from eagle3_conformance.engine_ids.dflash import (
+                                                DFLASH_KEY,
+                                                DFLASH_TOOLS,
+                                                DFlashIds,
+                                                dflash_boundaries_to_tool,
+                                                dflash_formula,
+                                                dflash_tool_to_boundaries,
+)
 from eagle3_conformance.engine_ids.sglang import SGLangRule, installed_sglang_version, sglang_ids_for, sglang_rule
 from eagle3_conformance.engine_ids.specforge import specforge_layer_ids
 from eagle3_conformance.engine_ids.static import SGLANG_MODEL_FILES, layer_id_problems

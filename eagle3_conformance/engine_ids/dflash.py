@@ -21,7 +21,7 @@ DFlash (``dflash_config.target_layer_ids``):
   release is unconfirmed); its EAGLE-3 ids stay boundaries.
 
 MTP / NextN has no layer ids: what the head reads is a tensor choice (B_L or F) and, for
-multi-layer MTP, a per-layer source; see :mod:`eagle3_conformance.families`.
+multi-layer MTP, a per-layer source; see :mod:`eagle3_conformance.contract.families`.
 """
 
 from __future__ import annotations

@@ -28,8 +28,13 @@ from functools import lru_cache
 from types import MethodType, SimpleNamespace
 from typing import Callable, Optional, Sequence
 
-from eagle3_conformance.engine_ids.base import (SGLANG_KEY, ToolIds, TranslationError, engine_default_aux_ids,
-                                                version_key)
+from eagle3_conformance.engine_ids.base import (
+    SGLANG_KEY,
+    ToolIds,
+    TranslationError,
+    engine_default_aux_ids,
+    version_key,
+)
 from eagle3_conformance.notation import Boundary
 
 # Wrappers whose setter delegates to an inner language model (attribute, inner class name).

@@ -8,8 +8,13 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from eagle3_conformance.engine_ids.base import (TOP_KEY, ToolIds, TranslationError, engine_default_aux_ids,
-                                                read_listed_ids)
+from eagle3_conformance.engine_ids.base import (
+    TOP_KEY,
+    ToolIds,
+    TranslationError,
+    engine_default_aux_ids,
+    read_listed_ids,
+)
 from eagle3_conformance.notation import Boundary
 
 

@@ -32,12 +32,18 @@ exits 1 on any ``missed`` cell.
 
 from __future__ import annotations
 
-from eagle3_conformance.faults.example import Example, Knobs, NoOp, default_example
+from eagle3_conformance.faults.example import Example, Knobs, NoOp, default_example  # noqa: F401 (Knobs: re-exported)
 from eagle3_conformance.faults.inject_sglang import HarnessPool
-from eagle3_conformance.faults.matrix import (MATRIX_SCENARIOS, PATHS, Cell, Verdict, evaluate, judge,
-                                       run_matrix)
-from eagle3_conformance.faults.operators import (KIND_NAMES, KINDS, OPERATORS, OPERATORS_BY_NAME, Apply, NotApplicable,
-                                          Operator)
+from eagle3_conformance.faults.matrix import MATRIX_SCENARIOS, PATHS, Cell, Verdict, evaluate, judge, run_matrix
+from eagle3_conformance.faults.operators import (
+                                       KIND_NAMES,
+                                       KINDS,
+                                       OPERATORS,
+                                       OPERATORS_BY_NAME,
+                                       Apply,
+                                       NotApplicable,
+                                       Operator,
+)
 from eagle3_conformance.faults.render import matrix_json, render_matrix
 from eagle3_conformance.faults.runs import run_path
 from eagle3_conformance.faults.scenario import Scenario, ScenarioSpec, build_scenario, make_contract

@@ -55,8 +55,8 @@ def _same_file(a, b) -> bool:
 def write_specforge(scn: Scenario, contract: Contract, k: Knobs):
     """The scenario's samples as SpecForge files with ``k``'s data faults; raises :class:`NoOp`
     when the faults change no stored row."""
-    from eagle3_conformance.torch_env import torch_dtype
     from eagle3_conformance.tools.specforge_loader import write_dataset
+    from eagle3_conformance.torch_env import torch_dtype
 
     slots = k.slots or [str(b) for b in contract.aux] + [contract.verifier_last.tensor]
     dtype = torch_dtype(k.disk_dtype or contract.data_dtype)

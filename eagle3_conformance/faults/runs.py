@@ -17,6 +17,7 @@ from eagle3_conformance.faults.inject_training import run_training
 from eagle3_conformance.faults.scenario import Scenario
 from eagle3_conformance.findings import Finding
 
+
 def _run_vllm(scn, c, ex, k):
     from eagle3_conformance.faults.inject_vllm import run_vllm  # imports vLLM's harness only when run
 

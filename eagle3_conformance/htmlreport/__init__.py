@@ -55,7 +55,7 @@ def _one(doc: Any, name: str) -> dict[str, Any]:
         missing.append(f"not a report this version recognises (top-level: {keys or 'empty'}): nothing to draw")
     if kind == "findings":
         out["header"] = _section("verdict header", lambda: model.header(doc, missing), missing)
-        hms = _section("fingerprint heatmap", lambda: model.heatmaps(
+        hms: Any = _section("fingerprint heatmap", lambda: model.heatmaps(
             [f for f in doc["findings"] if isinstance(f, dict)], missing), missing) or []
         for hm in hms:
             hm["svg"] = _section(f"heatmap {hm['path']}", lambda hm=hm: plots.heatmap(hm), missing)

@@ -59,8 +59,9 @@ def header(doc: dict[str, Any], missing: list[str]) -> dict[str, Any]:
     versions, reference, verdict (kind and the text report's words), diagnoses, failing groups."""
     from eagle3_conformance import report
 
-    meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
-    if not isinstance(doc.get("meta"), dict):
+    raw = doc.get("meta")
+    meta: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    if not isinstance(raw, dict):
         missing.append("meta (what was read, the reference, the tool versions): not in this report")
     findings = _dicts(doc.get("findings"))
     if len(findings) != len(doc.get("findings") or []):
@@ -110,7 +111,8 @@ def _validated_reference(meta: dict[str, Any]) -> str:
 
 def _diagnosis(d: dict[str, Any]) -> dict[str, Any]:
     """A diagnosis in the text report's words (:func:`eagle3_conformance.report.render_text`)."""
-    sup = d.get("support") if isinstance(d.get("support"), dict) else {}
+    raw = d.get("support")
+    sup: dict[str, Any] = raw if isinstance(raw, dict) else {}
     on = ", ".join(f"{p} ({sup[p]})" if sup.get(p) else str(p) for p in d.get("paths") or [])
     return {"head": f"{d.get('fault') or 'input'} {d.get('kind') or ''}, on {on}", "title": d.get("title") or "",
             "evidence": [str(e) for e in d.get("evidence") or []], "fix": [str(e) for e in d.get("fix") or []]}
@@ -196,7 +198,7 @@ def _pair(x: Any) -> Optional[tuple[float, float]]:
 def _positions(xs: Any) -> list[dict[str, Any]]:
     """Per-position acceptance as ``[{"position", "rate", "interval"}]`` from a list of numbers or
     of objects with ``rate`` (and ``position``, ``interval``)."""
-    out = []
+    out: list[dict[str, Any]] = []
     for i, x in enumerate(xs if isinstance(xs, list) else []):
         if isinstance(x, (int, float)):
             out.append({"position": i + 1, "rate": float(x), "interval": None})
@@ -213,7 +215,8 @@ def acceptance(doc: Any, missing: list[str]) -> Optional[dict[str, Any]]:
         return None
     a = doc.get("acceptance")
     if not isinstance(a, dict):
-        meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
+        raw = doc.get("meta")
+        meta: dict[str, Any] = raw if isinstance(raw, dict) else {}
         a = meta.get("acceptance") if isinstance(meta.get("acceptance"), dict) else (
             doc if "mean_accept_length" in doc else None)
     if a is None:

@@ -22,7 +22,7 @@ plugin, the kill matrix and the reports iterate the registry.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Protocol, Sequence, TypeVar
 
 if TYPE_CHECKING:  # annotations only: the registry must import without torch
     from hypothesis.strategies import SearchStrategy
@@ -73,9 +73,9 @@ class Needs:
     data: bool = False
     gpu: bool = False
     methods: tuple[str, ...] = ("eagle3", "eagle1", "eagle2")
-    also_on: dict = field(default_factory=dict)
+    also_on: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def _module_problem(self, modules) -> Optional[str]:
+    def _module_problem(self, modules: Iterable[str]) -> Optional[str]:
         """The first of ``modules`` that is missing or not a tested release here (with :attr:`also_on`)."""
         from eagle3_conformance import engines
 

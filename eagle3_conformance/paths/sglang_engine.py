@@ -71,10 +71,9 @@ def _unservable(c, pair):
 def prepare(c, pair):
     """Start the engine once and run the batch (an engine that does not start is a skip with
     SGLang's reason and log tail)."""
+    from eagle3_conformance.contract import pipeline_refusal
     from eagle3_conformance.tools.sglang_engine import EngineStartError, observe_engine
     from eagle3_conformance.trained_draft import TRAINED, ensure_trained_draft, eval_prompts
-
-    from eagle3_conformance.contract import pipeline_refusal
 
     why = _unservable(c, pair)
     if why is not None:

@@ -17,8 +17,18 @@ from eagle3_conformance.released import speculators as sp
 from eagle3_conformance.released import vllm as vl
 from eagle3_conformance.released.fetch import FetchError, fetch
 from eagle3_conformance.released.isolated import SourceTree, Unavailable, Unsupported, function
-from eagle3_conformance.released.result import (CANNOT, NOT_COMPARED, STEPS, TRAINING_TOOLS, Capture, Source, Spec,
-                                                StepCapture, draft_config, effective)
+from eagle3_conformance.released.result import (
+    CANNOT,
+    NOT_COMPARED,
+    STEPS,
+    TRAINING_TOOLS,
+    Capture,
+    Source,
+    Spec,
+    StepCapture,
+    draft_config,
+    effective,
+)
 
 
 def load_sources(specs: list[Spec]) -> tuple[list[Source], dict[Spec, SourceTree]]:

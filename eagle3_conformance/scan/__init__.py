@@ -79,16 +79,22 @@ from eagle3_conformance import torch_env
 
 torch_env.prepare()  # before torch is imported: the package's thread settings
 
-from eagle3_conformance.scan.options import (BLOCK_ELEMS, DISK_PATH, LOADER_PATH, Part, ScanError,  # noqa: E402,F401
-                                             ScanOptions)
-from eagle3_conformance.scan.shards import (SHARDING, fingerprint_sample, loader_batches, parse_shard,  # noqa: E402,F401
-                                            shard_indices)
-from eagle3_conformance.scan.formats import (FORMATS, READERS, SPECULATORS, VLLM_EXTRACTION, VLLM_PATH,  # noqa: E402,F401
-                                             dataset_identity, detect_format, extraction_files)
-from eagle3_conformance.scan.rms import slot_rms  # noqa: E402,F401
 from eagle3_conformance.scan.all_rows import merge_slot_stats  # noqa: E402,F401
-from eagle3_conformance.scan.prefetch import PREFETCH  # noqa: E402,F401
-from eagle3_conformance.scan.sources import open_source, shard_size  # noqa: E402,F401
-from eagle3_conformance.scan.parts import peak_rss_mb, prefill_reference, scan_part  # noqa: E402,F401
-from eagle3_conformance.scan.results import DISK_CHECKS, ScanResult, contract_digest  # noqa: E402,F401
 from eagle3_conformance.scan.driver import scan  # noqa: E402,F401
+from eagle3_conformance.scan.formats import (  # noqa: E402,F401
+                                             FORMATS,
+                                             READERS,
+                                             SPECULATORS,
+                                             VLLM_EXTRACTION,
+                                             VLLM_PATH,
+                                             dataset_identity,
+                                             detect_format,
+                                             extraction_files,
+)
+from eagle3_conformance.scan.options import BLOCK_ELEMS, DISK_PATH, LOADER_PATH, Part, ScanError, ScanOptions  # noqa: E402,F401
+from eagle3_conformance.scan.parts import peak_rss_mb, prefill_reference, scan_part  # noqa: E402,F401
+from eagle3_conformance.scan.prefetch import PREFETCH  # noqa: E402,F401
+from eagle3_conformance.scan.results import DISK_CHECKS, ScanResult, contract_digest  # noqa: E402,F401
+from eagle3_conformance.scan.rms import slot_rms  # noqa: E402,F401
+from eagle3_conformance.scan.shards import SHARDING, fingerprint_sample, loader_batches, parse_shard, shard_indices  # noqa: E402,F401
+from eagle3_conformance.scan.sources import open_source, shard_size  # noqa: E402,F401

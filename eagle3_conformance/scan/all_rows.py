@@ -17,12 +17,12 @@ from typing import Any, Optional
 
 import torch
 
+import eagle3_conformance.scan.rms as rms
 from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks import registry
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.findings import Finding
 from eagle3_conformance.fp8_payload import SCALES_KEY  # hs-connectors' FP8 scales key
-import eagle3_conformance.scan.rms as rms
 from eagle3_conformance.scan.options import DISK_PATH
 
 

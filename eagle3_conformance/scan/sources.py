@@ -10,13 +10,14 @@ from typing import Optional
 
 import torch
 
+import eagle3_conformance.scan.all_rows as all_rows
 from eagle3_conformance.capture import Capture
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.findings import Finding
-import eagle3_conformance.scan.all_rows as all_rows
 from eagle3_conformance.scan.formats import SPECULATORS, VLLM_EXTRACTION, extraction_files, names
 from eagle3_conformance.scan.options import ScanError
 from eagle3_conformance.scan.shards import shard_indices
+
 
 class _ArrowIds:
     """Row -> int64 ``input_ids`` tensor, read zero-copy from the Arrow table."""

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from eagle3_conformance.acceptance_stats import (TooFewPrompts, bootstrap_accept_length, bootstrap_difference,
-                                                 merge_histograms)
+from eagle3_conformance.acceptance_stats import (
+    TooFewPrompts,
+    bootstrap_accept_length,
+    bootstrap_difference,
+    merge_histograms,
+)
 from eagle3_conformance.errors import UsageError
 from eagle3_conformance.server_accept.result import PromptResult
 
@@ -54,10 +58,11 @@ def figures(results: Sequence[PromptResult], k: int, wall_s: float) -> dict[str,
         raise UsageError(f"{e}; run more prompts (--prompts) or longer answers (--max-tokens)") from None
     comp = sum(r.completion_tokens for r in results)
     hists = [r.histogram for r in results if r.steps]
+    known = [h for h in hists if h is not None]
     return {"prompts": len(results), "prompts_with_steps": sum(1 for r in results if r.steps),
             "completion_tokens": comp, "verify_steps": sum(r.steps for r in results), "accept_length": acc,
             "per_position": per_pos,
-            "histogram": merge_histograms(hists) if hists and all(h is not None for h in hists) else None,
+            "histogram": merge_histograms(known) if hists and len(known) == len(hists) else None,
             "wall_s": wall_s, "tokens_per_s": comp / wall_s if wall_s > 0 else None, "level": LEVEL,
             "resamples": RESAMPLES}
 

@@ -82,7 +82,7 @@ def measure(opts: Options, c) -> Outcome:
     plist, max_tokens, base = plan(opts, c)
     adapter = server_accept.connect(opts.server, timeout=min(30.0, opts.request_timeout))
     info = adapter.info
-    if base is not None:
+    if base is not None and opts.baseline is not None:
         baseline.check_server(base, opts.baseline, info)
     res = run_prompts(adapter, plist, max_tokens=max_tokens, concurrency=opts.concurrency,
                       request_timeout=opts.request_timeout, run_timeout=opts.run_timeout)

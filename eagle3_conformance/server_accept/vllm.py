@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 from eagle3_conformance.server_accept.http import ServerError, request
 from eagle3_conformance.server_accept.result import NoSpeculation, PromptResult, ServerInfo, per_pos_from_histogram

@@ -178,7 +178,11 @@ class SpecForgeLoader:
     """
 
     def __init__(self, data_dir: str | Path, target_hidden_size: int, max_len: int = 1 << 30):
-        from specforge.algorithms.eagle3.data import build_offline_collator, build_offline_normalizer, build_offline_reader
+        from specforge.algorithms.eagle3.data import (
+            build_offline_collator,
+            build_offline_normalizer,
+            build_offline_reader,
+        )
         from specforge.runtime.data_plane.feature_store import LocalFeatureStore
 
         self.data_dir = Path(data_dir)

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Optional
 
 from eagle3_conformance import torch_env
-from eagle3_conformance.torch_env import torch_dtype
 from eagle3_conformance.errors import DataError
+from eagle3_conformance.torch_env import torch_dtype
 
 torch_env.prepare()
 import torch  # noqa: E402

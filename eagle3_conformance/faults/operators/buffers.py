@@ -13,8 +13,7 @@ torch_env.prepare()
 import torch  # noqa: E402
 
 from eagle3_conformance.faults.example import Knobs  # noqa: E402
-from eagle3_conformance.faults.operators.base import (Apply, NotApplicable, Operator, aux_indices, both,  # noqa: E402
-                                                     serving_config)
+from eagle3_conformance.faults.operators.base import Apply, NotApplicable, Operator, aux_indices, both, serving_config  # noqa: E402
 from eagle3_conformance.faults.scenario import sglang_ids  # noqa: E402
 
 KINDS = {

@@ -11,8 +11,7 @@ torch_env.prepare()
 import torch  # noqa: E402
 
 from eagle3_conformance.faults.example import Knobs  # noqa: E402
-from eagle3_conformance.faults.operators.base import (Apply, Operator, aux_indices, both, serving_config,  # noqa: E402
-                                                     slot_map)
+from eagle3_conformance.faults.operators.base import Apply, Operator, aux_indices, both, serving_config, slot_map  # noqa: E402
 
 KINDS = {
     "K3": "final layer capture unreachable",

@@ -4,10 +4,10 @@ engine never reaches."""
 
 from __future__ import annotations
 
+from eagle3_conformance.engine_ids import engine_default_aux_ids
 from eagle3_conformance.faults.example import Knobs
 from eagle3_conformance.faults.operators.base import Apply, NotApplicable, Operator, aux_indices, both, serving_config
 from eagle3_conformance.faults.scenario import sglang_ids
-from eagle3_conformance.engine_ids import engine_default_aux_ids
 
 KINDS = {
     "K1": "layer-id source / engine default",

@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
+from eagle3_conformance.engine_ids import engine_default_aux_ids
 from eagle3_conformance.faults.example import Knobs
 from eagle3_conformance.faults.operators.base import Apply, NotApplicable, aux_indices
 from eagle3_conformance.faults.scenario import draft_config
-from eagle3_conformance.engine_ids import engine_default_aux_ids
 
 PATH = "vllm-extend"
 TOP = "eagle_aux_hidden_state_layer_ids"

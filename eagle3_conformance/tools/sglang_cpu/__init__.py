@@ -10,8 +10,12 @@ the draft on extend (prefill) and on decode (target verify, then the draft exten
 - ``NOTES.md``: what runs, timings, and the SGLang facts confirmed.
 """
 
-from eagle3_conformance.tools.sglang_cpu.harness import (DraftForwardError, SGLangCPUHarness, TargetForwardError,
-                                                         shared_harness)
+from eagle3_conformance.tools.sglang_cpu.harness import (
+                                                         DraftForwardError,
+                                                         SGLangCPUHarness,
+                                                         TargetForwardError,
+                                                         shared_harness,
+)
 from eagle3_conformance.tools.sglang_cpu.runtime import sglang_version
 
 __all__ = ["DraftForwardError", "SGLangCPUHarness", "TargetForwardError", "shared_harness", "sglang_version"]

@@ -71,8 +71,13 @@ prepare()
 import torch  # noqa: E402
 
 from eagle3_conformance.tools.sglang_cpu.releases import branch as release_branch  # noqa: E402
-from eagle3_conformance.tools.sglang_cpu.runtime import (StandInAttention, cuda_sync_noop, init_process,  # noqa: E402
-                                                  sglang_version, teardown_process)
+from eagle3_conformance.tools.sglang_cpu.runtime import (  # noqa: E402
+    StandInAttention,
+    cuda_sync_noop,
+    init_process,
+    sglang_version,
+    teardown_process,
+)
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 

@@ -268,7 +268,7 @@ def _one(h, run: SpecRun, k: int, max_new: int, knobs: LoopKnobs) -> None:
         if knobs.decode_hidden is not None:
             vh = knobs.decode_hidden(vh)
 
-        def extend_after_verify(hs, store=True):
+        def extend_after_verify(hs, store=True, a=a, predict=predict, committed=committed):
             spec = EagleDraftExtendInput(hidden_states=hs, num_correct_drafts=torch.tensor([a - 1]),
                                          num_accept_tokens=torch.tensor([a]), num_tokens_per_req=k + 1,
                                          num_tokens_for_logprob_per_req=k + 1)

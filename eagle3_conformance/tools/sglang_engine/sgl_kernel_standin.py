@@ -291,7 +291,7 @@ def install() -> None:
     if existing is not None or importlib.util.find_spec("sgl_kernel") is not None:
         raise RuntimeError("a real sgl_kernel is installed: the CPU-engine stand-in is not installed over it")
     sys.modules["sgl_kernel"] = build_module()
-    setattr(torch.ops, "sgl_kernel", _OpsNamespace())
+    torch.ops.sgl_kernel = _OpsNamespace()
 
 
 import importlib.util  # noqa: E402  (used by install)

@@ -110,14 +110,20 @@ class VLLMCPUHarness(CPUHarnessLifecycle):
     DRAFT_COPY_PREFIX = "vllm_cpu_draft_"
 
     def _build(self) -> None:
-        from vllm.config import (CompilationConfig, DeviceConfig, LoadConfig, ModelConfig, ParallelConfig,
-                                 SpeculativeConfig, VllmConfig, set_current_vllm_config)
+        from vllm.config import (
+            CompilationConfig,
+            DeviceConfig,
+            LoadConfig,
+            ModelConfig,
+            ParallelConfig,
+            SpeculativeConfig,
+            VllmConfig,
+            set_current_vllm_config,
+        )
         from vllm.model_executor.model_loader.dummy_loader import DummyModelLoader
         from vllm.model_executor.model_loader.weight_utils import safetensors_weights_iterator
         from vllm.model_executor.models.llama import LlamaForCausalLM
         from vllm.model_executor.models.llama_eagle3 import Eagle3LlamaForCausalLM
-        from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import get_eagle3_aux_layers_from_config
-        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
         dt = _DTYPE_NAMES[self.dtype]
         with contextlib.redirect_stdout(io.StringIO()):
@@ -132,7 +138,6 @@ class VLLMCPUHarness(CPUHarnessLifecycle):
                                           speculative_config=self.spec_config)
         init_process(self.vllm_config)
         self.default_runner = "v2" if self.vllm_config.use_v2_model_runner else "v1"
-        hf = self.spec_config.draft_model_config.hf_config
         self.num_layers = int(mc.hf_config.num_hidden_layers)
         with set_current_vllm_config(self.vllm_config), torch.no_grad():
             self.target = LlamaForCausalLM(vllm_config=self.vllm_config).to(self.dtype).eval()
@@ -164,8 +169,10 @@ class VLLMCPUHarness(CPUHarnessLifecycle):
         1674-1690``, which sets ``use_aux_hidden_state_outputs``, ``gpu_model_runner.py:650-655``;
         V2: ``requires_aux_hidden_states``, ``eagle3_utils.py:15-22``), and what the setter stores."""
         from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
-        from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import (get_eagle3_aux_layers_from_config,
-                                                                       requires_aux_hidden_states)
+        from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import (
+            get_eagle3_aux_layers_from_config,
+            requires_aux_hidden_states,
+        )
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
         sc = self.spec_config

@@ -132,8 +132,10 @@ def read_draft(draft_cfg: dict, num_layers: int, architecture: str, version: Opt
     from vllm.model_executor.models.interfaces import EagleModelMixin
     from vllm.transformers_utils.config import get_config
     from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
-    from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import (get_eagle3_aux_layers_from_config,
-                                                                   requires_aux_hidden_states)
+    from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import (
+        get_eagle3_aux_layers_from_config,
+        requires_aux_hidden_states,
+    )
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     d = Path(tempfile.mkdtemp(prefix="vllm_ids_"))

@@ -101,8 +101,11 @@ def init_process(vllm_config: Any) -> None:
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     logging.getLogger("vllm").setLevel(logging.ERROR)
     from vllm.config import set_current_vllm_config
-    from vllm.distributed.parallel_state import (init_distributed_environment, initialize_model_parallel,
-                                                  model_parallel_is_initialized)
+    from vllm.distributed.parallel_state import (
+        init_distributed_environment,
+        initialize_model_parallel,
+        model_parallel_is_initialized,
+    )
 
     if not model_parallel_is_initialized():
         with set_current_vllm_config(vllm_config):

@@ -70,8 +70,12 @@ def _boundaries(applied: dict) -> list[str]:
 
 def _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, lossless, kw) -> EngineObservation:
     from eagle3_conformance.greedy import target_greedy as reference_greedy
-    from eagle3_conformance.tools.vllm_engine.captures import (accept_figures, build_captures,
-                                                               engine_slot_boundaries, load_records)
+    from eagle3_conformance.tools.vllm_engine.captures import (
+        accept_figures,
+        build_captures,
+        engine_slot_boundaries,
+        load_records,
+    )
 
     run = run_engine(target_dir, draft_dir, prompts, device=device, dtype=dtype, max_new_tokens=max_new_tokens, **kw)
     outs = [o["output_ids"] for o in run.outputs]
@@ -86,6 +90,7 @@ def _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, loss
         slots["engine_ids"] = list(run.applied.get("aux_layers") or [])
         slots["engine"] = f"vLLM {run.vllm_version}"
     del records
+    ref: dict[str, Any]
     if dtype == "float32" and lossless:
         ref = {"engine": outs, "reference": reference_greedy(target_dir, prompts, max_new_tokens, dtype)}
     else:

@@ -138,7 +138,7 @@ def engine_slot_boundaries(records: list[dict], slot_width: int, num_layers: int
                 best[j][k] = max(best[j].get(k, 0.0), d)
     out_slots, diffs = [], []
     for b in best:
-        k = min(b, key=b.get)
+        k = min(b, key=lambda i: b[i])
         out_slots.append(f"B_{k}" if b[k] <= 1e-5 else None)
         diffs.append(b[k])
     return {"slots": out_slots, "max_abs_diff": diffs, "rows": rows}

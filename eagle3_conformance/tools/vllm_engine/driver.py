@@ -20,7 +20,6 @@ import sys
 import time
 import traceback
 
-
 GENERATION_STARTED = "eagle3-conformance: generation started"
 
 

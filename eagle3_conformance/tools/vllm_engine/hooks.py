@@ -87,7 +87,7 @@ def install(worker, residual: bool = True) -> dict:
     target = runner.model.model
     drafter = getattr(getattr(runner, "drafter", None), "model", None)
     fc = getattr(getattr(drafter, "model", None), "fc", None)
-    if fc is None:
+    if drafter is None or fc is None:
         raise RuntimeError(f"no EAGLE-3 drafter with an fc in this worker (drafter: {type(drafter).__name__})")
     _STATE["records"].clear()
     h = _STATE["handles"]

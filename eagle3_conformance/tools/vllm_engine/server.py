@@ -24,9 +24,16 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
-from eagle3_conformance.procgroup import kill_group as _kill_group, last_error as _last_error, log_tail as _tail
-from eagle3_conformance.tools.vllm_engine.launch import (EngineStartError, child_env, remove_shm_leftovers, root_cause,
-                                                         run_tmpdir)
+from eagle3_conformance.procgroup import kill_group as _kill_group
+from eagle3_conformance.procgroup import last_error as _last_error
+from eagle3_conformance.procgroup import log_tail as _tail
+from eagle3_conformance.tools.vllm_engine.launch import (
+    EngineStartError,
+    child_env,
+    remove_shm_leftovers,
+    root_cause,
+    run_tmpdir,
+)
 
 
 class ServerStartError(EngineStartError):

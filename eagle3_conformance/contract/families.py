@@ -23,10 +23,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from eagle3_conformance.contract.sections import KeyPath
 from eagle3_conformance.notation import Boundary
 
 if TYPE_CHECKING:  # pragma: no cover
-    from eagle3_conformance.contract import Contract
+    from eagle3_conformance.contract.models import Contract
 
 EAGLE_METHODS = ("eagle3", "eagle1", "eagle2")
 
@@ -36,7 +37,7 @@ def dflash_output_of(ids: list[int]) -> list[int]:
     return [int(i) + 1 for i in ids]
 
 
-def dflash_problems(c: "Contract") -> list[tuple[tuple, str]]:
+def dflash_problems(c: "Contract") -> list[tuple[KeyPath, str]]:
     """Why a DFlash contract is inconsistent: ``(key path, message)`` pairs.
 
     Checked: the ``dflash`` block is present and no EAGLE key is declared (``draft.layer_ids``
@@ -48,7 +49,7 @@ def dflash_problems(c: "Contract") -> list[tuple[tuple, str]]:
     ``capture.boundaries`` (the message names the EAGLE boundary reading when that is what
     matches: the wrong one of the two rules).
     """
-    out: list[tuple[tuple, str]] = []
+    out: list[tuple[KeyPath, str]] = []
     d = c.dflash
     if d is None:
         return [((("method",)), "method is dflash but there is no dflash block (target_layer_ids, location, "
@@ -99,14 +100,14 @@ def dflash_problems(c: "Contract") -> list[tuple[tuple, str]]:
     return out
 
 
-def mtp_problems(c: "Contract") -> list[tuple[tuple, str]]:
+def mtp_problems(c: "Contract") -> list[tuple[KeyPath, str]]:
     """Why an MTP / NextN contract is inconsistent: ``(key path, message)`` pairs.
 
     Checked: the ``mtp`` block is present, no EAGLE key is declared, the head reads one tensor,
     ``[B_L]`` (pre-norm) or ``[F]`` (post-norm) (``capture.boundaries``, width d) and
     ``verifier_last`` names the same one, one source per MTP layer, and layer 0 reads the target.
     """
-    out: list[tuple[tuple, str]] = []
+    out: list[tuple[KeyPath, str]] = []
     m = c.mtp
     if m is None:
         return [(("method",), "method is mtp but there is no mtp block (num_layers, layer_sources)")]
@@ -130,10 +131,10 @@ def mtp_problems(c: "Contract") -> list[tuple[tuple, str]]:
     return out
 
 
-def method_problems(c: "Contract") -> list[tuple[tuple, str]]:
+def method_problems(c: "Contract") -> list[tuple[KeyPath, str]]:
     """The per-method rules: a block of another method is refused, and DFlash / MTP contracts
     are checked by :func:`dflash_problems` / :func:`mtp_problems`."""
-    out: list[tuple[tuple, str]] = []
+    out: list[tuple[KeyPath, str]] = []
     if c.method != "dflash" and c.dflash is not None:
         out.append((("dflash",), f"a dflash block in a {c.method} contract: remove it or set method: dflash"))
     if c.method != "mtp" and c.mtp is not None:
