@@ -436,27 +436,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                 doc["meta"]["verdict"] = f"INPUT ERROR: {len(invalid)} contract(s) do not load: {', '.join(invalid)}"
             write_document(out, doc)
         if html:
-            _write_html(html, store, meta["tool_versions"])
+            from eagle3_conformance.htmlreport import render_suite
+
+            render_suite(html, [(file, name, rec.contract, rec.findings, rec.errors, rec.diagnoses())
+                                for (file, name), rec in store.items()], meta["tool_versions"])
             terminalreporter.write_line(f"conformance HTML report: {html}")
-
-
-def _write_html(out: str, store: dict, versions: dict) -> None:
-    """``--conformance-html OUT``: one part per contract file (its findings on every path, its
-    diagnoses and validated-on record), so each heatmap is drawn against its own target."""
-    from eagle3_conformance.htmlreport import render_html
-    from eagle3_conformance.report import report_doc
-    from eagle3_conformance.validated import record
-
-    parts = []
-    for (file, name), rec in store.items():
-        meta = {"contract_name": name, "tool_versions": versions,
-                "validated_on": [record(rec.contract, rec.findings, errors=rec.errors)]}
-        meta["contract_sha256"] = meta["validated_on"][0].get("contract_sha256")
-        if rec.errors:
-            meta["errors"] = [{"contract": name, "path": e.split(": ", 1)[0], "error": e.split(": ", 1)[1]}
-                              for e in rec.errors]
-        parts.append((name, report_doc(file, rec.findings, meta=meta, diagnoses=rec.diagnoses())))
-    render_html(parts, out, title=f"EAGLE-3 conformance suite: {len(parts)} contract(s)")
 
 
 # --- fixtures for hand-written tests -------------------------------------------------------------

@@ -81,11 +81,8 @@ class Reference:
     source: str = "transformers"
 
     def boundary(self, b: Boundary | str) -> torch.Tensor:
-        """[T, d] float32 tensor of boundary ``b``.
-
-        Raises:
-            MissingBoundary: a partial reference (``present``) that did not record ``b``.
-        """
+        """[T, d] float32 tensor of boundary ``b``. Raises MissingBoundary: a partial reference
+        (``present``) that did not record ``b``."""
         b = Boundary.parse(b)
         if self.present is None:
             return self.stack[boundary_row(b, self.num_layers)]
@@ -123,9 +120,7 @@ class Reference:
 
     def effective_gamma(self) -> torch.Tensor:
         """The multiplier the final norm applies after normalising ([d] float32)."""
-        if self.final_norm_kind == "rmsnorm_one_plus":
-            return 1.0 + self.final_norm_weight
-        return self.final_norm_weight
+        return 1.0 + self.final_norm_weight if self.final_norm_kind == "rmsnorm_one_plus" else self.final_norm_weight
 
 
 DTYPES = {name: torch_dtype(name) for name in DTYPE_NAMES}
@@ -180,9 +175,7 @@ def default_cache_dir() -> Path:
 def missing_weights(model_dir: str | Path) -> Optional[str]:
     """Why ``model_dir`` cannot be the reference model, nor be loaded by an engine: it holds no
     ``*.safetensors`` file (e.g. a config-only directory made for ``init``); else None."""
-    if not any(Path(model_dir).glob("*.safetensors")):
-        return f"{model_dir}: no *.safetensors weights"
-    return None
+    return None if any(Path(model_dir).glob("*.safetensors")) else f"{model_dir}: no *.safetensors weights"
 
 
 class ReferenceModel:
@@ -499,7 +492,6 @@ def load_reference_model(model_dir: str | Path, target: Any = "rmsnorm", *, devi
 
 def rms(x: torch.Tensor) -> torch.Tensor:
     """Per-token RMS over the last dim: sqrt(mean(x**2)), float32 [...]."""
-    x = x.float()
-    return x.pow(2).mean(-1).sqrt()
+    return x.float().pow(2).mean(-1).sqrt()
 
 

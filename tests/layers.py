@@ -21,20 +21,22 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                     f"{P}.testbed.model_cache", f"{P}.reference.model_cache", f"{P}.ray_tasks")),
     # the engines as the project observes them, and their id rules: no contract, no judgement
     ("engines", (f"{P}.tools", f"{P}.engine_ids", f"{P}.released", f"{P}.cpu_harness", f"{P}.fp8_payload",
-                 f"{P}.draft_dir")),
+                 f"{P}.draft_dir", f"{P}.dflash_fallback", f"{P}.final_boundary", f"{P}.config_ids",
+                 f"{P}.draft_norms")),
     # what a contract is: models, YAML loading, semantic validation, the family rules
     ("contract", (f"{P}.contract", f"{P}.families")),
     # the oracle: the target's residual stream from transformers
-    ("reference", (f"{P}.reference",)),
+    ("reference", (f"{P}.reference", f"{P}.engine_reference")),
     # what builds the project's own pairs, corpora and the trained draft (not user-facing)
     ("testbed", (f"{P}.testbed", f"{P}.fixtures", f"{P}.fixtures_real", f"{P}.corpus", f"{P}.datagen",
                  f"{P}.trained_draft", f"{P}.self_distill")),
     # pure judgement: checks, the data checks, diagnoses, the report renderers
     ("judging", (f"{P}.checks", f"{P}.datacheck", f"{P}.assess", f"{P}.acceptance_estimate",
-                 f"{P}.acceptance.estimate", f"{P}.diagnose", f"{P}.report")),
+                 f"{P}.acceptance.estimate", f"{P}.diagnose", f"{P}.report", f"{P}.htmlreport")),
     # running contracts: pairs, paths, sessions, data scans, merging, acceptance measurements
     ("running", (f"{P}.pairs", f"{P}.paths", f"{P}.session", f"{P}.runner", f"{P}.scan", f"{P}.merge",
-                 f"{P}.report.merge", f"{P}.acceptance", f"{P}.acceptance_attribution")),
+                 f"{P}.report.merge", f"{P}.acceptance", f"{P}.acceptance_attribution", f"{P}.server_accept",
+                 f"{P}.server_captures")),
     # what the commands do: authoring, validate's local configs, upgrade-check, the kill matrix
     ("commands", (f"{P}.authoring", f"{P}.local_configs", f"{P}.upgrade", f"{P}.faults")),
     # the front doors: the command line, the pytest plugin, the server launcher

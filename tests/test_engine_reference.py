@@ -472,7 +472,7 @@ def test_tensor_parallel_2_on_cpu_records_on_rank_0_with_the_same_verdicts(tmp_p
 
     from eagle3_conformance.contract import load_contract
     from eagle3_conformance.faults.engine_column import _engine_findings, _findings, agreement, numeric_agreement
-    from eagle3_conformance.paths.sglang_engine import reference_config
+    from eagle3_conformance.paths.sglang_engine import reference_builder, reference_config
     from eagle3_conformance.tools.sglang_engine import observe_engine
     from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft, eval_prompts
 
@@ -480,8 +480,10 @@ def test_tensor_parallel_2_on_cpu_records_on_rank_0_with_the_same_verdicts(tmp_p
         pytest.skip("tp_size 2 on CPU needs 2 cores")
     t = ensure_trained_draft(RECIPE)
     c = load_contract(ROOT / "contracts" / "smollm2-135m.yaml").model_copy(update={"reference": "engine"})
+    ref = reference_config(c, t.target_dir)
     obs = observe_engine(t.target_dir, t.draft_dir, eval_prompts(t.target_dir, 2, 48), max_new_tokens=8,
-                         workdir=tmp_path, reference=reference_config(c, t.target_dir), extra={"tp_size": 2})
+                         workdir=tmp_path, reference=ref, reference_builder=reference_builder(ref, t.target_dir),
+                         extra={"tp_size": 2})
     rank = obs.engine_reference.stats["rank"]
     assert rank["tp_size"] == 2 and rank["tp_rank"] == 0 and rank["records"]
     pids = {p.stem.split("-")[0] for p in (tmp_path / "records").glob("*.pt")}

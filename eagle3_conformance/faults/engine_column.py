@@ -178,13 +178,15 @@ def run_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[list[i
     target's boundaries, and each observation is judged twice, against the transformers forward and
     against the engine's own records, in the same engine run: ``engine_verdicts`` {name: Verdict},
     ``agreement`` {name: :func:`agreement`}, ``judge_s`` {name: {"transformers": s, "engine": s}}."""
+    from eagle3_conformance.paths.sglang_engine import reference_builder
     from eagle3_conformance.tools.sglang_engine import EngineRunError, EngineStartError, observe_engine
 
     timings, captured, verdicts, everdicts, agree, judge_s = {}, {}, {}, {}, {}, {}
 
     def observe(d, name):
         return observe_engine(target_dir, d, prompts, max_new_tokens=max_new_tokens, workdir=workdir / name,
-                              reference=reference, dtype=dtype)
+                              reference=reference, dtype=dtype,
+                              reference_builder=reference_builder(reference, target_dir) if reference else None)
 
     def both(name, obs):
         t = time.perf_counter()

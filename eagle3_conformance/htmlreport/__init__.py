@@ -124,3 +124,26 @@ def render_html(doc: Union[Doc, list[tuple[str, Doc]]], out: Union[str, Path], n
     p = Path(out)
     p.write_text(html, encoding="utf-8")
     return p
+
+
+def render_suite(out: str | Path, runs: list[tuple[Any, ...]], versions: dict[str, Any]) -> Path:
+    """``pytest --conformance-html OUT``: one part per contract file, each with its findings on every
+    path, its diagnoses and its validated-on record, so each heatmap is drawn against its own target.
+
+    Args:
+        runs: ``(file, name, contract, findings, errors, diagnoses)`` per contract file.
+        versions: the tool versions of the run (:func:`eagle3_conformance.validated.tool_versions`).
+    """
+    from eagle3_conformance.report import report_doc
+    from eagle3_conformance.validated import record
+
+    parts = []
+    for file, name, contract, findings, errors, diagnoses in runs:
+        meta: dict[str, Any] = {"contract_name": name, "tool_versions": versions,
+                                "validated_on": [record(contract, findings, errors=errors)]}
+        meta["contract_sha256"] = meta["validated_on"][0].get("contract_sha256")
+        if errors:
+            meta["errors"] = [{"contract": name, "path": e.split(": ", 1)[0], "error": e.split(": ", 1)[1]}
+                              for e in errors]
+        parts.append((name, report_doc(file, findings, meta=meta, diagnoses=diagnoses)))
+    return render_html(parts, out, title=f"EAGLE-3 conformance suite: {len(parts)} contract(s)")

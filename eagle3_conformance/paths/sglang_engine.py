@@ -94,7 +94,7 @@ def prepare(c, pair):
     ref = reference_config(c, target_dir)
     try:
         obs = observe_engine(target_dir, draft_dir, prompts, dtype=dtype, max_new_tokens=new, device=device,
-                             reference=ref, extra={"tp_size": c.engines.sglang_tp_size} if c.engines.sglang_tp_size > 1
+                             reference=ref, reference_builder=reference_builder(ref, target_dir) if ref else None, extra={"tp_size": c.engines.sglang_tp_size} if c.engines.sglang_tp_size > 1
                              else None)
     except EngineStartError as e:
         return Skipped(f"sglang-engine: {e}")
@@ -131,6 +131,18 @@ def reference_config(c, target_dir) -> "dict | None":
     return {"boundaries": needed_boundaries(c.aux, c.L), "max_rows": int(rows) if rows else None,
             "max_bytes": int(os.environ.get("CONFORMANCE_ENGINE_REF_BYTES", str(256 << 20))),
             "prefix": family(arch).prefix, "num_layers": c.L, "final_norm": c.target.final_norm}
+
+
+def reference_builder(ref: dict, target_dir):
+    """``(records, prompts, outputs) -> EngineReference`` from the hooks' records of the target's
+    boundaries (:func:`eagle3_conformance.engine_reference.build_engine_reference`)."""
+    from eagle3_conformance.engine_reference import build_engine_reference, final_norm_weight
+
+    def build(records, prompts, outs):
+        return build_engine_reference(records, prompts, outs, num_layers=int(ref["num_layers"]),
+                                      final_norm_weight=final_norm_weight(target_dir),
+                                      final_norm_kind=ref.get("final_norm", "rmsnorm"))
+    return build
 
 
 def _config(target_dir) -> dict:

@@ -73,10 +73,11 @@ def observe_engine(target_dir, draft_dir, prompts: list[list[int]], *, dtype: st
     """Run the engine with the hooks, build the captures, compare with the target's greedy decode.
     With CUDA also a graphed run (acceptance only) -> ``extra_facts["graph_acceptance"]``.
 
-    ``reference=`` (a dict: the hooks' ``reference`` config plus ``num_layers`` and ``final_norm``)
-    also records the target's boundaries and builds ``engine_reference``
-    (:func:`eagle3_conformance.engine_reference.build_engine_reference`). ``lossless=False``: no
-    transformers greedy decode (a target that does not fit twice).
+    ``reference=`` (a dict: the hooks' ``reference`` config) also records the target's boundaries;
+    ``reference_builder=`` (``(records, prompts, outputs) -> reference``, the caller's: the engine tools
+    judge nothing, e.g. :func:`eagle3_conformance.engine_reference.build_engine_reference`) turns them
+    into ``engine_reference``. ``lossless=False``: no transformers greedy decode (a target that does not
+    fit twice).
 
     Raises:
         EngineStartError / EngineRunError: see :func:`run_engine`.
@@ -100,6 +101,7 @@ def _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw, 
     from eagle3_conformance.tools.sglang_engine.captures import accept_figures, build_captures, load_records
 
     ref_cfg = kw.pop("reference", None)
+    builder = kw.pop("reference_builder", None)
     if ref_cfg:
         kw["reference"] = {k: ref_cfg[k] for k in ("boundaries", "max_rows", "max_bytes", "prefix") if k in ref_cfg}
     run = run_engine(target_dir, draft_dir, prompts, device=device, dtype=dtype, max_new_tokens=max_new_tokens, **kw)
@@ -109,7 +111,11 @@ def _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw, 
             "engine_timings": {k: round(v, 2) for k, v in run.timings.items()}}
     records = load_records(run.records_dir)
     extend, decode = build_captures(records, prompts, outs, prov)
-    eref = _engine_reference(ref_cfg, records, prompts, outs, target_dir) if ref_cfg else None
+    eref = None
+    if ref_cfg and builder is not None:
+        t0 = time.perf_counter()
+        eref = builder(records, prompts, outs)
+        eref.stats["build_s"] = time.perf_counter() - t0
     acc = accept_figures(run.outputs)
     if not want_lossless:
         lossless = {"skip": "losslessness not judged: no transformers copy of the target (reference: engine, "
@@ -129,16 +135,3 @@ def _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw, 
                                      "graphed": accept_figures(graphed.outputs)["spec_accept_length"],
                                      "noise": GRAPH_ACCEPT_NOISE}
     return EngineObservation(run, extend, decode, acc, lossless, extra, eref)
-
-
-def _engine_reference(cfg: dict, records, prompts, outs, target_dir):
-    import time
-
-    from eagle3_conformance.engine_reference import build_engine_reference, final_norm_weight
-
-    t0 = time.perf_counter()
-    ref = build_engine_reference(records, prompts, outs, num_layers=int(cfg["num_layers"]),
-                                 final_norm_weight=final_norm_weight(target_dir),
-                                 final_norm_kind=cfg.get("final_norm", "rmsnorm"))
-    ref.stats["build_s"] = time.perf_counter() - t0
-    return ref
