@@ -1,4 +1,5 @@
-"""The two patches config B needs in SGLang 0.5.23 (docs/REFERENCE.md section 4.1, configuration B).
+"""The patches config B needs in SGLang 0.5.23 (docs/REFERENCE.md section 4.1, configuration B): two for
+EAGLE on torch_native, one for MLA targets (DeepSeek-V2/V3, Kimi-K2.5).
 
 Why they exist: SGLang's only CPU EAGLE backend is ``intel_amx`` (AMX Xeons with a source-built
 sgl-kernel). With ``attention_backend="torch_native"``:
@@ -17,7 +18,25 @@ sgl-kernel). With ``attention_backend="torch_native"``:
    draft_token_num, then SGLang's own SDPA code. The causal mask is right for a chain only, so a
    tree (topk > 1) raises.
 
-Both are installed by a post-import hook (:func:`install`) so they apply in every SGLang process,
+#11 (MLA targets) DeepSeek's attention dispatch (``models/deepseek_v2.py:2291-2317``
+   ``dispatch_attn_forward_method``) asks ``AttentionBackendRegistry.get_handler("torch_native")``,
+   which has no entry and falls back to the triton handler
+   (``models/deepseek_common/attention_backend_handler.py`` ``get_handler``, ``handle_attention_triton``):
+   MHA for an extend without prefix. The MHA prefill hands the decompressed K/V to ``attn_mha`` with
+   ``save_kv_cache=False`` (``attention_forward_methods/forward_mha.py:296-317``
+   ``forward_normal_core``), but ``TorchNativeAttnBackend.forward_extend`` never reads the K/V it is
+   handed: it reads them back from the KV pool (``torch_native_backend.py:312-317``), and an MLA
+   target's pool (``MLATokenToKVPool``) holds the compressed latent ``[kv_lora_rank + qk_rope_head_dim]``,
+   one head. So the prefill attends over the latent as if it were K and V: a shape error on a real
+   DeepSeek-V3 (576 vs 192), and silently wrong attention where the widths happen to agree. The
+   patch registers a ``torch_native`` handler that returns SGLang's own absorbed-MLA choice
+   (``_dispatch_mla_subtype``: ``AttnForwardMethod.MLA``) for every mode: the path SGLang already
+   runs for decode and target verify on this backend, and for prefill under deterministic inference
+   (``handle_attention_triton``: "when deterministic inference is enabled, use MLA") and in captured
+   prefill. The latent pool then holds what the MLA path writes and reads. Nothing changes for
+   non-MLA targets (only DeepSeek-family attention asks this registry).
+
+All are installed by a post-import hook (:func:`install`) so they apply in every SGLang process,
 and both check :data:`GUARDS` (version and source digests) first.
 """
 
@@ -32,6 +51,13 @@ GUARDS: dict[tuple[str, str], str] = {
     ("sglang.srt.layers.attention.torch_native_backend", "TorchNativeAttnBackend.forward_extend"): "71c0c1fefbef0ce0",
     ("sglang.srt.layers.attention.torch_native_backend", "TorchNativeAttnBackend.forward_decode"): "9b6aa60009d744b4",
     ("sglang.srt.layers.attention.torch_native_backend", "TorchNativeAttnBackend._run_sdpa_forward_extend"): "5ce429c04fa0f38b",
+    # patch #11: the registry's fallback, the MHA hand-off it would take, the MLA choice it returns instead
+    ("sglang.srt.models.deepseek_common.attention_backend_handler", "AttentionBackendRegistry"): "a6ed3a23e3d4e38b",
+    ("sglang.srt.models.deepseek_common.attention_backend_handler", "handle_attention_triton"): "d2e7f2c60d1af82a",
+    ("sglang.srt.models.deepseek_common.attention_backend_handler", "_dispatch_mla_subtype"): "a6ff22fdde9301cf",
+    ("sglang.srt.models.deepseek_common.attention_forward_methods.forward_mha",
+     "DeepseekMHAForwardMixin.forward_normal_core"): "97ef8d333777333f",
+    ("sglang.srt.models.deepseek_v2", "DeepseekV2AttentionMLA.dispatch_attn_forward_method"): "c5113868b1f77873",
 }
 """(SGLang module, function) -> source digest the patches were written against."""
 
@@ -129,9 +155,29 @@ def _patch_torch_native(mod) -> None:
     cls.forward_extend = forward_extend
 
 
+def handle_attention_torch_native(attn, forward_batch):
+    """Patch #11: DeepSeek-family attention on torch_native runs SGLang's absorbed MLA in every mode."""
+    from sglang.srt.models.deepseek_common import attention_backend_handler as h
+
+    return h._dispatch_mla_subtype(attn, forward_batch)
+
+
+handle_attention_torch_native._eagle3_conformance_patch = True
+
+
+def _patch_mla_dispatch(mod) -> None:
+    if getattr(mod.AttentionBackendRegistry._handlers.get("torch_native"), "_eagle3_conformance_patch", False):
+        return
+    if "torch_native" in mod.AttentionBackendRegistry._handlers:
+        raise PatchError("SGLang registers its own torch_native handler for MLA attention: patch #11 is stale "
+                         "(models/deepseek_common/attention_backend_handler.py)")
+    mod.AttentionBackendRegistry.register("torch_native", handle_attention_torch_native)
+
+
 PATCHES = {
     "sglang.srt.speculative.draft_utils": _patch_draft_utils,
     "sglang.srt.layers.attention.torch_native_backend": _patch_torch_native,
+    "sglang.srt.models.deepseek_common.attention_backend_handler": _patch_mla_dispatch,
 }
 
 
