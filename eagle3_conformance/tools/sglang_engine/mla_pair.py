@@ -103,10 +103,13 @@ def ensure_mla_pair(spec: dict[str, Any] = SPEC) -> MlaPair:
 
 
 def _tokenizer_dir() -> Path:
+    """SmolLM2-135M's converted directory (fixtures/smollm2-135m's model spec), for its tokenizer."""
+    from eagle3_conformance.fixture_base import fixture_spec
+    from eagle3_conformance.fixtures_real import resolve_spec
     from eagle3_conformance.model_cache import ensure_model
-    from eagle3_conformance.trained_draft import _spec
 
-    return ensure_model(_spec()["model"], "float32")
+    name, raw = fixture_spec("smollm2-135m")
+    return ensure_model(resolve_spec(name, raw)["model"], "float32")
 
 
 def write_target(spec: dict[str, Any], out: Path, tokenizer_dir: Path) -> Path:
