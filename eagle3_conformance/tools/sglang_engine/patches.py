@@ -1,5 +1,5 @@
 """The patches config B needs in SGLang 0.5.23 (docs/REFERENCE.md section 4.1, configuration B): two for
-EAGLE on torch_native, one for MLA targets (DeepSeek-V2/V3, Kimi-K2.5).
+EAGLE on torch_native, one for MLA targets (DeepSeek-V2/V3, Kimi-K2.5), one for the MLA EAGLE-3 draft.
 
 Why they exist: SGLang's only CPU EAGLE backend is ``intel_amx`` (AMX Xeons with a source-built
 sgl-kernel). With ``attention_backend="torch_native"``:
@@ -36,6 +36,15 @@ sgl-kernel). With ``attention_backend="torch_native"``:
    prefill. The latent pool then holds what the MLA path writes and reads. Nothing changes for
    non-MLA targets (only DeepSeek-family attention asks this registry).
 
+#12 (the MLA EAGLE-3 draft, Kimi-K2.5's) ``Eagle3DeepseekV2ForCausalLM.set_embed`` / ``set_embed_and_head``
+   (``models/kimi_k25_eagle3.py:404-423``) call ``torch.cuda.empty_cache()`` and
+   ``torch.cuda.synchronize()`` unconditionally after sharing the target's embedding: "Torch not
+   compiled with CUDA enabled" on CPU, at draft start (``speculative/eagle_worker_v2.py:363``
+   ``init_lm_head``). The patch gives them the bodies of SGLang's own platform-aware versions of the
+   same methods, ``LlamaForCausalLM.set_embed`` / ``set_embed_and_head`` (``models/llama.py:895-924``:
+   the same assignments, then ``current_platform.empty_cache()`` / ``synchronize()``). On CUDA nothing
+   is patched (the stand-ins are CPU only).
+
 All are installed by a post-import hook (:func:`install`) so they apply in every SGLang process,
 and both check :data:`GUARDS` (version and source digests) first.
 """
@@ -58,6 +67,11 @@ GUARDS: dict[tuple[str, str], str] = {
     ("sglang.srt.models.deepseek_common.attention_forward_methods.forward_mha",
      "DeepseekMHAForwardMixin.forward_normal_core"): "97ef8d333777333f",
     ("sglang.srt.models.deepseek_v2", "DeepseekV2AttentionMLA.dispatch_attn_forward_method"): "c5113868b1f77873",
+    # patch #12: the MLA draft's CUDA-only embedding hand-over, and the platform-aware versions it follows
+    ("sglang.srt.models.kimi_k25_eagle3", "Eagle3DeepseekV2ForCausalLM.set_embed"): "bd5900a62001f7de",
+    ("sglang.srt.models.kimi_k25_eagle3", "Eagle3DeepseekV2ForCausalLM.set_embed_and_head"): "bdf1ce1912fa083e",
+    ("sglang.srt.models.llama", "LlamaForCausalLM.set_embed"): "a3d0be5d0d13a15a",
+    ("sglang.srt.models.llama", "LlamaForCausalLM.set_embed_and_head"): "928c119c0254dc50",
 }
 """(SGLang module, function) -> source digest the patches were written against."""
 
@@ -174,10 +188,42 @@ def _patch_mla_dispatch(mod) -> None:
     mod.AttentionBackendRegistry.register("torch_native", handle_attention_torch_native)
 
 
+def _patch_mla_draft_embed(mod) -> None:
+    cls = mod.Eagle3DeepseekV2ForCausalLM
+    if getattr(cls.set_embed, "_eagle3_conformance_patch", False):
+        return
+
+    def _settle():
+        from sglang.srt.platforms import current_platform
+
+        current_platform.empty_cache()
+        current_platform.synchronize()
+
+    def set_embed(self, embed) -> None:
+        tw = getattr(self.config, "target_hidden_size", None)
+        if tw is not None and tw != self.config.hidden_size:  # widths differ: not shared (kimi_k25_eagle3.py:405-410)
+            return
+        del self.model.embed_tokens.weight
+        self.model.embed_tokens.weight = embed
+        _settle()
+
+    def set_embed_and_head(self, embed, head) -> None:
+        del self.model.embed_tokens.weight
+        del self.lm_head.weight
+        self.model.embed_tokens.weight = embed
+        self.lm_head.weight = head
+        _settle()
+
+    for fn in (set_embed, set_embed_and_head):
+        fn._eagle3_conformance_patch = True
+        setattr(cls, fn.__name__, fn)
+
+
 PATCHES = {
     "sglang.srt.speculative.draft_utils": _patch_draft_utils,
     "sglang.srt.layers.attention.torch_native_backend": _patch_torch_native,
     "sglang.srt.models.deepseek_common.attention_backend_handler": _patch_mla_dispatch,
+    "sglang.srt.models.kimi_k25_eagle3": _patch_mla_draft_embed,
 }
 
 
