@@ -2,12 +2,13 @@
 on CPU, judged with the engine as its own reference and with transformers: the figures of
 docs/engine-reference.md, "DeepSeek-V3 / Kimi-K2.5 structure (MLA + MoE)".
 
-    PYTHONPATH=. python benchmarks/bench_engine_mla.py [--tp2] [--json OUT]
+    PYTHONPATH=. python benchmarks/bench_engine_mla.py [--draft mla|llama] [--tp2] [--json OUT]
 
-Runs (one engine start each, ~20-30 s on the shared 2-core machine): the correct pair, the embedding
-prepended in slot 0 (ids ``[0, 2, 4]``), the ids SGLang 0.5.12's rule reads (``[3, 5, 6]``), the
-Llama-style embedding ids ``[-1, 2, 4]`` (SGLang refuses them at start), and with ``--tp2`` the correct
-pair at ``tp_size`` 2. The pair: :mod:`eagle3_conformance.tools.sglang_engine.mla_pair`.
+Runs (one engine start each, ~20-30 s on the shared 2-core machine): the correct pair with each draft
+(SGLang's Llama EAGLE-3 draft and its MLA draft, Kimi-K2.5's kind), then with ``--draft`` (default
+``mla``): the embedding prepended in slot 0 (ids ``[0, 2, 4]``), the ids SGLang 0.5.12's rule reads
+(``[3, 5, 6]``), the Llama-style embedding ids ``[-1, 2, 4]`` (SGLang refuses them at start), and with
+``--tp2`` the correct pair at ``tp_size`` 2. The pair: :mod:`eagle3_conformance.tools.sglang_engine.mla_pair`.
 """
 
 from __future__ import annotations
@@ -24,38 +25,42 @@ ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "tests" / "data" / "engine" / "tiny-deepseek-v3-mla.yaml"
 
 
-def runs(c, tp2: bool) -> list:
-    """(name, draft config ids or None, extra engine spec) for each run."""
+def runs(c, tp2: bool, draft: str) -> list:
+    """(name, draft kind, draft config ids or None, extra engine spec) for each run."""
     from eagle3_conformance.engine_ids.sglang import sglang_ids_for, sglang_rule
 
     ids = list(c.draft.layer_ids.values)
     arch = c.target.architecture
     old = sglang_rule(arch, "0.5.12").boundaries(c.L, ids)
-    out = [("correct", None, None), ("embedding-prepended", [0] + ids[:-1], None),
-           ("ids-0.5.12-rule", sglang_ids_for(sglang_rule(arch), c.L, old)[0], None),
-           ("llama-style-minus-one", [-1] + ids[:-1], None)]
+    out = [("correct-llama-draft", "llama", None, None), ("correct-mla-draft", "mla", None, None),
+           ("embedding-prepended", draft, [0] + ids[:-1], None),
+           ("ids-0.5.12-rule", draft, sglang_ids_for(sglang_rule(arch), c.L, old)[0], None),
+           ("llama-style-minus-one", draft, [-1] + ids[:-1], None)]
     if tp2:
-        out.append(("correct-tp2", None, {"tp_size": 2}))
+        out.append(("correct-tp2", draft, None, {"tp_size": 2}))
     return out
 
 
-def one(c, pair, prompts, name, ids, extra, work: Path) -> dict:
+def one(c, pair, prompts, name, kind, ids, extra, work: Path) -> dict:
     from eagle3_conformance.faults.engine_column import (EngineFault, _engine_findings, _findings, _with_ids,
                                                          agreement, fault_draft_dir, numeric_agreement)
     from eagle3_conformance.paths.sglang_engine import reference_config
     from eagle3_conformance.tools.sglang_engine import EngineRunError, EngineStartError, observe_engine
 
-    draft = pair.draft_dir if ids is None else fault_draft_dir(
-        pair.draft_dir, EngineFault(name, "K2", f"ids {ids}", (), config=lambda cfg: _with_ids(cfg, ids)),
+    base = pair.mla_draft_dir if kind == "mla" else pair.draft_dir
+    if kind == "mla":
+        c = c.model_copy(update={"draft": c.draft.model_copy(update={"architecture": "Eagle3DeepseekV2ForCausalLM"})})
+    draft = base if ids is None else fault_draft_dir(
+        base, EngineFault(name, "K2", f"ids {ids}", (), config=lambda cfg: _with_ids(cfg, ids)),
         work / "drafts", pair.target_dir)
     try:
         obs = observe_engine(pair.target_dir, draft, prompts, max_new_tokens=8, workdir=work / name,
                              reference=reference_config(c, pair.target_dir), extra=extra)
     except (EngineStartError, EngineRunError) as e:
-        return {"ids": ids, "engine": type(e).__name__, "reason": e.reason}
+        return {"draft": kind, "ids": ids, "engine": type(e).__name__, "reason": e.reason}
     ef, tf = _engine_findings(c, obs), _findings(c, obs)
     a = agreement(tf, ef)
-    res = {"ids": ids, "timings": {k: round(v, 2) for k, v in obs.run.timings.items()},
+    res = {"draft": kind, "ids": ids, "timings": {k: round(v, 2) for k, v in obs.run.timings.items()},
            "captured": obs.extend[0].engine_boundaries, "lossless": obs.lossless["engine"] == obs.lossless["reference"],
            "engine_reference": dict(Counter(f.status for f in ef)),
            "failed_checks": dict(Counter(f.check for f in ef if f.status == "fail")),
@@ -72,6 +77,7 @@ def one(c, pair, prompts, name, ids, extra, work: Path) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tp2", action="store_true", help="also the correct pair at tp_size 2 (2 cores)")
+    ap.add_argument("--draft", choices=("mla", "llama"), default="mla", help="the draft the faults are caused in")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     from eagle3_conformance.contract import load_contract
@@ -82,7 +88,8 @@ def main(argv=None) -> int:
     prompts = eval_prompts(pair.target_dir, 2, 48)
     work = Path(tempfile.mkdtemp(prefix="bench-engine-mla-"))
     try:
-        out = {name: one(c, pair, prompts, name, ids, extra, work) for name, ids, extra in runs(c, a.tp2)}
+        out = {name: one(c, pair, prompts, name, kind, ids, extra, work)
+               for name, kind, ids, extra in runs(c, a.tp2, a.draft)}
     finally:
         shutil.rmtree(work, ignore_errors=True)
     text = json.dumps(out, indent=1, default=str)
