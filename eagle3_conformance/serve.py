@@ -5,7 +5,7 @@ flags: model, draft, speculative settings, ``--forward-hooks``, port...). On a h
 recipe of docs/REFERENCE.md section 4.1 (config B) is added, exactly as :mod:`.tools.sglang_engine.launch`
 sets it for ``sglang.Engine``: the environment of :func:`~.tools.sglang_engine.launch.child_env`
 (``SGLANG_USE_CPU_ENGINE=1``, the ``sitecustomize`` that loads the version guards, the ``sgl_kernel``
-stand-in and the two patches into every process SGLang spawns) and, unless ARGS already name them,
+stand-in and the patches (four: two for EAGLE on torch_native, two for MLA targets and drafts) into every process SGLang spawns) and, unless ARGS already name them,
 ``--device cpu --attention-backend torch_native``. With ``--device cuda`` (or on a CUDA host) nothing
 is stood in: the server is SGLang's own, the same command a GPU runner would run.
 
