@@ -42,9 +42,16 @@ def runs(c, tp2: bool, draft: str) -> list:
 
 
 def one(c, pair, prompts, name, kind, ids, extra, work: Path) -> dict:
-    from eagle3_conformance.faults.engine_column import (EngineFault, _engine_findings, _findings, _with_ids,
-                                                         agreement, fault_draft_dir, numeric_agreement)
-    from eagle3_conformance.paths.sglang_engine import reference_config
+    from eagle3_conformance.faults.engine_column import (
+        EngineFault,
+        _engine_findings,
+        _findings,
+        _with_ids,
+        agreement,
+        fault_draft_dir,
+        numeric_agreement,
+    )
+    from eagle3_conformance.paths.sglang_engine import reference_builder, reference_config
     from eagle3_conformance.tools.sglang_engine import EngineRunError, EngineStartError, observe_engine
 
     base = pair.mla_draft_dir if kind == "mla" else pair.draft_dir
@@ -55,7 +62,8 @@ def one(c, pair, prompts, name, kind, ids, extra, work: Path) -> dict:
         work / "drafts", pair.target_dir)
     try:
         obs = observe_engine(pair.target_dir, draft, prompts, max_new_tokens=8, workdir=work / name,
-                             reference=reference_config(c, pair.target_dir), extra=extra)
+                             reference=(ref := reference_config(c, pair.target_dir)),
+                             reference_builder=reference_builder(ref, pair.target_dir), extra=extra)
     except (EngineStartError, EngineRunError) as e:
         return {"draft": kind, "ids": ids, "engine": type(e).__name__, "reason": e.reason}
     ef, tf = _engine_findings(c, obs), _findings(c, obs)

@@ -29,7 +29,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("reference", (f"{P}.reference", f"{P}.engine_reference")),
     # what builds the project's own pairs, corpora and the trained draft (not user-facing)
     ("testbed", (f"{P}.testbed", f"{P}.fixtures", f"{P}.fixtures_real", f"{P}.corpus", f"{P}.datagen",
-                 f"{P}.trained_draft", f"{P}.self_distill")),
+                 f"{P}.trained_draft", f"{P}.self_distill",
+                 f"{P}.tools.sglang_engine.mla_pair")),  # builds the project's MLA pair from the testbed's fixtures
     # pure judgement: checks, the data checks, diagnoses, the report renderers
     ("judging", (f"{P}.checks", f"{P}.datacheck", f"{P}.assess", f"{P}.acceptance_estimate",
                  f"{P}.acceptance.estimate", f"{P}.diagnose", f"{P}.report", f"{P}.htmlreport")),

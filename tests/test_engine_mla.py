@@ -119,13 +119,19 @@ def test_deepseek_v3_mla_moe_through_the_real_engine_judged_by_its_own_records(t
     * the ids read by SGLang 0.5.12's rule (+1 always): the draft config that makes 0.5.23 capture
       what 0.5.12 captures for this pair's ids (``engine_ids``' known 0.5.12 rule): caught, slot by slot.
     """
+    from eagle3_conformance.checks.facts import check_reference
     from eagle3_conformance.contract import load_contract
     from eagle3_conformance.engine_ids.sglang import sglang_ids_for, sglang_rule
-    from eagle3_conformance.faults.engine_column import (EngineFault, _engine_findings, _findings, _ids, _with_ids,
-                                                         fault_draft_dir, numeric_agreement)
-    from eagle3_conformance.notation import Boundary
-    from eagle3_conformance.paths.sglang_engine import reference_config, reference_fact
-    from eagle3_conformance.checks.facts import check_reference
+    from eagle3_conformance.faults.engine_column import (
+        EngineFault,
+        _engine_findings,
+        _findings,
+        _ids,
+        _with_ids,
+        fault_draft_dir,
+        numeric_agreement,
+    )
+    from eagle3_conformance.paths.sglang_engine import reference_builder, reference_config, reference_fact
     from eagle3_conformance.tools.sglang_engine import observe_engine
     from eagle3_conformance.tools.sglang_engine.mla_pair import ensure_mla_pair
     from eagle3_conformance.trained_draft import eval_prompts
@@ -141,7 +147,8 @@ def test_deepseek_v3_mla_moe_through_the_real_engine_judged_by_its_own_records(t
 
     def run(name, base, fault=None):
         d = base if fault is None else fault_draft_dir(base, fault, tmp_path / "drafts", pair.target_dir)
-        return observe_engine(pair.target_dir, d, prompts, max_new_tokens=8, workdir=tmp_path / name, reference=ref)
+        return observe_engine(pair.target_dir, d, prompts, max_new_tokens=8, workdir=tmp_path / name, reference=ref,
+                             reference_builder=reference_builder(ref, pair.target_dir))
 
     cm = c.model_copy(update={"draft": c.draft.model_copy(update={"architecture": "Eagle3DeepseekV2ForCausalLM"})})
     for name, base, cc in (("ok-llama-draft", pair.draft_dir, c), ("ok-mla-draft", pair.mla_draft_dir, cm)):
