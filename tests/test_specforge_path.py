@@ -239,7 +239,7 @@ def test_specforges_flash_attn_warning_is_silenced_only_around_its_import():
     import subprocess
     import sys
 
-    prelude = ("import warnings, torch; warnings.simplefilter('always'); from eagle3_conformance import torch_env; "
+    prelude = ("import warnings, torch; warnings.simplefilter('always'); from eagle3_conformance.environment import torch_env; "
                "torch_env.prepare(); ")
     sites = ("from eagle3_conformance.engine_ids.dflash import _specforge_dflash; _specforge_dflash(); "
              "from eagle3_conformance.tools.specforge_loader import SpecForgeLoader as L; "
