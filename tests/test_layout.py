@@ -39,8 +39,7 @@ def test_the_old_paths_are_the_roots_former_modules():
 def test_replaced_modules_keep_their_import_paths():
     """``reference`` and ``upgrade`` became packages; their public names still import from there."""
     from eagle3_conformance import reference, upgrade
-    from eagle3_conformance.reference import Reference, load_reference_model, rms
-    from eagle3_conformance.reference import model
+    from eagle3_conformance.reference import Reference, load_reference_model, model, rms
     from eagle3_conformance.upgrade import gate
 
     assert (Reference, load_reference_model, rms) == (model.Reference, model.load_reference_model, model.rms)
