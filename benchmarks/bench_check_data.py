@@ -133,7 +133,7 @@ def _touch(t) -> int:
 
 def child(kind: str, data: str, contract: str, out_json: str) -> None:
     sys.path.insert(0, str(HERE.parent.parent))
-    from eagle3_conformance import torch_env
+    from eagle3_conformance.environment import torch_env
 
     torch_env.prepare()
     import datasets  # noqa: F401  (imports are not I/O: loaded before the clock starts)
@@ -230,7 +230,7 @@ def _free_port() -> int:
 
 def _cores() -> int:
     """The CPUs check-data itself counts (affinity mask, container quota)."""
-    from eagle3_conformance.ray_tasks import available_cpus
+    from eagle3_conformance.scan.ray_tasks import available_cpus
 
     return available_cpus()
 
@@ -333,7 +333,7 @@ def main() -> int:
     results = {"machine": machine(), "torch_threads": None, "datasets": [], "runs": []}
     try:
         sys.path.insert(0, str(HERE.parent.parent))
-        from eagle3_conformance import torch_env
+        from eagle3_conformance.environment import torch_env
 
         torch_env.prepare()
         import torch

@@ -1,12 +1,12 @@
 """How data and epochs move the SmolLM2-135M draft's acceptance (issue 26 item 1).
 
-The draft's recipe (:data:`eagle3_conformance.trained_draft.RECIPE`) trains 8 epochs on the target's
+The draft's recipe (:data:`eagle3_conformance.testbed.trained_draft.RECIPE`) trains 8 epochs on the target's
 own text: 268 greedy continuations of training-item cuts (``regen_file``) and 793 more varied
-sequences (``extra_file``, :mod:`eagle3_conformance.self_distill`: sampled user turns answered
+sequences (``extra_file``, :mod:`eagle3_conformance.testbed.self_distill`: sampled user turns answered
 greedily, sampled branches, more cuts), 145,012 tokens in all. This benchmark trains variants with the
 same builder (speculators' ``Eagle3DraftModel`` + ``Trainer``, :func:`trained_draft._train`), then
 measures the loop and the engine-free estimate on the same 8 held-out prompts as the gate
-(:func:`eagle3_conformance.acceptance_attribution.compare`):
+(:func:`eagle3_conformance.acceptance.attribution.compare`):
 
 - ``--extra shipped`` (default): the recipe's data; ``--extra none``: the 268 continuations only;
   ``--extra generate``: the target writes a new extra set (``--magpie`` user turns, ``--new`` greedy
@@ -34,15 +34,15 @@ import sys
 import time
 from pathlib import Path
 
-from eagle3_conformance import torch_env
+from eagle3_conformance.environment import torch_env
 
 
 def extra_sequences(target_dir: Path, *, magpie: int, new: int, limit: int = 0) -> dict:
-    """The recipe's extra text (:func:`eagle3_conformance.self_distill.write_extra_sequences`) with
+    """The recipe's extra text (:func:`eagle3_conformance.testbed.self_distill.write_extra_sequences`) with
     ``magpie`` user turns and ``new`` greedy tokens per continuation; ``limit`` > 0 keeps the first
     ``limit`` training items for branches and cuts (a smoke run)."""
-    from eagle3_conformance import trained_draft as T
-    from eagle3_conformance.self_distill import write_extra_sequences
+    from eagle3_conformance.testbed import trained_draft as T
+    from eagle3_conformance.testbed.self_distill import write_extra_sequences
 
     recipe = {**T.RECIPE, "extra": {**T.RECIPE["extra"], "magpie": magpie, "new_tokens": new}}
     return write_extra_sequences(recipe, target_dir, limit=limit, log=lambda s: print(s, file=sys.stderr, flush=True))
@@ -51,10 +51,10 @@ def extra_sequences(target_dir: Path, *, magpie: int, new: int, limit: int = 0) 
 def train_and_measure(out: Path, target_dir: Path, seqs, recipe: dict) -> dict:
     """Capture ``seqs`` (the target's float32 forward, the recipe's slots), train with the builder's
     own ``_train``/``_export``, then loop vs estimate on the gate's 8 held-out prompts."""
-    from eagle3_conformance import trained_draft as T
-    from eagle3_conformance.acceptance_attribution import compare
-    from eagle3_conformance.datagen import write_speculators_dataset
+    from eagle3_conformance.acceptance.attribution import compare
     from eagle3_conformance.reference import load_reference_model
+    from eagle3_conformance.testbed import trained_draft as T
+    from eagle3_conformance.testbed.datagen import write_speculators_dataset
 
     t0, c0 = time.perf_counter(), time.process_time()
     write_speculators_dataset(out / "data", load_reference_model(target_dir), seqs, slots=recipe["slots"],
@@ -85,8 +85,8 @@ def main(argv=None) -> int:
     ap.add_argument("--docs-per-step", type=int, default=3)
     a = ap.parse_args(argv)
     torch_env.prepare()
-    from eagle3_conformance import trained_draft as T
-    from eagle3_conformance.model_cache import ensure_model
+    from eagle3_conformance.testbed import trained_draft as T
+    from eagle3_conformance.testbed.model_cache import ensure_model
 
     target_dir = ensure_model(T._spec()["model"], "float32")
     a.out.mkdir(parents=True, exist_ok=True)
@@ -96,7 +96,7 @@ def main(argv=None) -> int:
         f.write_text(json.dumps(extra_sequences(target_dir, magpie=a.magpie, new=a.new, limit=a.limit)) + "\n")
     gen_s = time.perf_counter() - t0
     if a.extra == "shipped":
-        from eagle3_conformance.self_distill import load_extra_sequences
+        from eagle3_conformance.testbed.self_distill import load_extra_sequences
 
         extra = {"sequences": load_extra_sequences(T.RECIPE), "counts": "shipped"}
     else:

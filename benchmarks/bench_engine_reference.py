@@ -28,11 +28,11 @@ def pair(name: str, work: Path):
     from eagle3_conformance.contract import load_contract
 
     if name == "smollm2":
-        from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
+        from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
 
         t = ensure_trained_draft(RECIPE)
         return load_contract(ROOT / "contracts" / "smollm2-135m.yaml"), Path(t.target_dir), Path(t.draft_dir)
-    from eagle3_conformance.fixtures import build_fixture
+    from eagle3_conformance.testbed.fixtures import build_fixture
     from eagle3_conformance.tools.sglang_engine.random_draft import write_random_draft
 
     g = build_fixture("heldout-gemma3-270m")
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     from eagle3_conformance.faults.engine_column import FAULTS, run_engine_column
     from eagle3_conformance.paths.sglang_engine import reference_config
-    from eagle3_conformance.trained_draft import eval_prompts
+    from eagle3_conformance.testbed.trained_draft import eval_prompts
 
     work = Path(tempfile.mkdtemp(prefix="bench-engine-ref-"))
     try:

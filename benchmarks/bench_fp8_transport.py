@@ -31,7 +31,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from eagle3_conformance import torch_env
+from eagle3_conformance.environment import torch_env
 
 torch_env.prepare()
 import torch  # noqa: E402
@@ -61,10 +61,10 @@ def main() -> None:
     if a.checks:
         return run_checks(a.fixture)
 
-    from eagle3_conformance.fixture_base import fixture_spec
-    from eagle3_conformance.fixtures_real import corpus_samples, emulate_half_gemm, load_tokenizer, resolve_spec
-    from eagle3_conformance.model_cache import ensure_model
     from eagle3_conformance.reference import ReferenceModel
+    from eagle3_conformance.testbed.fixture_base import fixture_spec
+    from eagle3_conformance.testbed.fixtures_real import corpus_samples, emulate_half_gemm, load_tokenizer, resolve_spec
+    from eagle3_conformance.testbed.model_cache import ensure_model
 
     t0 = time.perf_counter()
     spec = resolve_spec(*fixture_spec(a.fixture))
@@ -135,9 +135,9 @@ def run_checks(fixture: str) -> None:
     from safetensors.torch import load_file, save_file
 
     from eagle3_conformance.contract import load_contract
-    from eagle3_conformance.datagen import hs_payload
-    from eagle3_conformance.fixtures import REPO_ROOT, build_fixture
     from eagle3_conformance.scan import scan
+    from eagle3_conformance.testbed.datagen import hs_payload
+    from eagle3_conformance.testbed.fixtures import REPO_ROOT, build_fixture
 
     for name in (fixture, fixture + "-bf16"):
         t0 = time.perf_counter()

@@ -27,7 +27,7 @@ import math
 import random
 import time
 
-from eagle3_conformance import torch_env
+from eagle3_conformance.environment import torch_env
 
 torch_env.prepare()
 import torch  # noqa: E402
@@ -35,7 +35,7 @@ import torch  # noqa: E402
 
 def _contract(name: str, dtype: str):
     from eagle3_conformance.contract import load_contract
-    from eagle3_conformance.fixtures import REPO_ROOT
+    from eagle3_conformance.testbed.fixtures import REPO_ROOT
 
     for p in (REPO_ROOT / "contracts" / f"{name}.yaml", REPO_ROOT / "contracts" / "heldout" / f"{name}.yaml"):
         if p.is_file():
@@ -45,12 +45,12 @@ def _contract(name: str, dtype: str):
 
 
 def run(name: str, n_examples: int, max_len: int, seed: int = 0) -> None:
-    from eagle3_conformance import gates
     from eagle3_conformance.checks import judge
-    from eagle3_conformance.fixtures import build_fixture, fixture_spec
-    from eagle3_conformance.fixtures_real import corpus_samples, emulate_half_gemm, load_tokenizer, resolve_spec
-    from eagle3_conformance.notation import all_boundaries
+    from eagle3_conformance.core import gates
+    from eagle3_conformance.core.notation import all_boundaries
     from eagle3_conformance.reference import Reference, ReferenceModel
+    from eagle3_conformance.testbed.fixtures import build_fixture, fixture_spec
+    from eagle3_conformance.testbed.fixtures_real import corpus_samples, emulate_half_gemm, load_tokenizer, resolve_spec
 
     built = build_fixture(name + "-bf16")
     spec = resolve_spec(*fixture_spec(name))

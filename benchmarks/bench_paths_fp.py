@@ -2,7 +2,7 @@
 feeds the draft, with the target in float32 and in bfloat16, judged by the default gates.
 
 Each path runs as the suite runs it (its registered adapter, :mod:`eagle3_conformance.paths`, and
-:func:`eagle3_conformance.assess.assess`), on corpus text only:
+:func:`eagle3_conformance.suite.assess.assess`), on corpus text only:
 
 - ``sglang-extend`` / ``sglang-decode``: SGLang 0.5.23's real target and draft classes in the
   in-process CPU harness, prompts drawn by hypothesis from the tokenized corpus
@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from eagle3_conformance import torch_env
+from eagle3_conformance.environment import torch_env
 
 torch_env.prepare()
 import torch  # noqa: E402
@@ -52,7 +52,7 @@ PRODUCED = {"float32": "float32", "bfloat16": "bfloat16", "bfloat16-on-float32":
 def load_bench_contract(dtype: str):
     """The contract of a row key: the shipped one, with the precision block for ``bfloat16-on-float32``."""
     from eagle3_conformance.contract import Contract, load_contract
-    from eagle3_conformance.fixtures import REPO_ROOT
+    from eagle3_conformance.testbed.fixtures import REPO_ROOT
 
     c = load_contract(REPO_ROOT / "contracts" / f"{CONTRACTS[dtype]}.yaml")
     if dtype != "bfloat16-on-float32":
@@ -85,7 +85,7 @@ class Tally:
     def add_verdicts(self, c, caps, ref_model) -> None:
         """Separation of the correct slots and the off-by-one verdicts, on the same captures."""
         from eagle3_conformance.checks import judge, keep_rows
-        from eagle3_conformance.notation import Boundary
+        from eagle3_conformance.core.notation import Boundary
 
         d = c.draft.target_hidden_size
         for cap in caps:
@@ -121,7 +121,7 @@ def run_engine_path(name: str, c, pair, n: int) -> Tally:
     """``name`` on hypothesis draws until at least ``n`` requests were judged (batches hold 1..3
     requests: draws = 0.6 n, then more rounds with fresh seeds while short)."""
     from eagle3_conformance import paths
-    from eagle3_conformance.assess import reference_loader
+    from eagle3_conformance.suite.assess import reference_loader
 
     path = paths.get(name)
     state = path.prepare(c, pair)
@@ -139,7 +139,7 @@ def _engine_round(path, state, c, ref, t: Tally, draws: int, seed: int) -> None:
     from hypothesis import seed as hseed
     from hypothesis import strategies as st
 
-    from eagle3_conformance.assess import assess
+    from eagle3_conformance.suite.assess import assess
 
     @hseed(seed)
     @settings(max_examples=draws, derandomize=False, database=None, deadline=None, phases=[Phase.generate],
@@ -155,7 +155,7 @@ def _engine_round(path, state, c, ref, t: Tally, draws: int, seed: int) -> None:
 
 
 def corpus_windows(target_dir, n: int, seed: int = 0, lo: int = 2, hi: int = 64) -> list[list[int]]:
-    from eagle3_conformance.corpus import prompt_pool
+    from eagle3_conformance.testbed.corpus import prompt_pool
 
     pool = [p for p in prompt_pool(target_dir) if len(p) >= lo]
     rng = random.Random(seed)
@@ -170,11 +170,11 @@ def corpus_windows(target_dir, n: int, seed: int = 0, lo: int = 2, hi: int = 64)
 
 def run_training(c, pair, n: int, dtype: str) -> Tally:
     from eagle3_conformance import paths
-    from eagle3_conformance.assess import assess, reference_loader
-    from eagle3_conformance.datagen import write_speculators_dataset
-    from eagle3_conformance.fixtures_real import emulate_half_gemm
-    from eagle3_conformance.pairs import LocalPair
     from eagle3_conformance.reference import ReferenceModel
+    from eagle3_conformance.suite.assess import assess, reference_loader
+    from eagle3_conformance.suite.pairs import LocalPair
+    from eagle3_conformance.testbed.datagen import write_speculators_dataset
+    from eagle3_conformance.testbed.fixtures_real import emulate_half_gemm
 
     windows = corpus_windows(pair.target_dir, n)
     gen = ReferenceModel(pair.target_dir)
@@ -206,7 +206,7 @@ def main() -> None:
     ap.add_argument("--json", metavar="OUT")
     args = ap.parse_args()
 
-    from eagle3_conformance.pairs import resolve_pair
+    from eagle3_conformance.suite.pairs import resolve_pair
 
     rows = []
     for dtype in args.dtypes:

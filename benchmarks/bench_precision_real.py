@@ -5,7 +5,7 @@ hs-connectors FP8 (docs/gates.md, "Production precision").
 Data: the ``smollm2-135m`` fixture's speculators dataset (float32 forward, stored bf16) and the
 ``smollm2-135m-bf16`` fixture's (a bfloat16 forward of the same weights, which is what vLLM's and
 SGLang's ``dtype="auto"`` serve a float32 checkpoint as). FP8 copies are written file by file with
-:func:`eagle3_conformance.datagen.hs_payload` (byte-identical to ``FP8HiddenStatesConnector._write_tensors``:
+:func:`eagle3_conformance.testbed.datagen.hs_payload` (byte-identical to ``FP8HiddenStatesConnector._write_tensors``:
 tests/test_precision.py). Each run is ``check-data CONTRACT --data D --reference <float32 target>
 --sample -1`` with the fixture contract plus ``precision.training`` (and ``training.transfer: fp8``);
 a last run adds the FP8 scale fault (one value of B_L at a middle token of every sample at
@@ -34,8 +34,8 @@ from pathlib import Path
 def _fp8_copy(src: Path, dst: Path, outlier: bool = False) -> Path:
     from safetensors.torch import load_file, save_file
 
-    from eagle3_conformance.datagen import hs_payload
     from eagle3_conformance.faults.operators.dtype import OUTLIER_RATIO
+    from eagle3_conformance.testbed.datagen import hs_payload
 
     shutil.copytree(src, dst)
     for p in sorted((dst / "hidden_states").glob("hs_*.safetensors")):
@@ -62,7 +62,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="keep the data and reports here (default: a temp dir)")
     a = ap.parse_args()
     from eagle3_conformance.cli import main as cli
-    from eagle3_conformance.fixtures import REPO_ROOT, build_fixture
+    from eagle3_conformance.testbed.fixtures import REPO_ROOT, build_fixture
 
     f32, b16 = build_fixture("smollm2-135m"), build_fixture("smollm2-135m-bf16")
     base = (REPO_ROOT / "contracts" / "smollm2-135m.yaml").read_text()

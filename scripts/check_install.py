@@ -147,7 +147,7 @@ def build(work: Path) -> Path:
     need = ["eagle3_conformance/_contracts/schema/contract.schema.json",
             "eagle3_conformance/_contracts/llama-3.1-8b-instruct--lmsys-eagle3.yaml",
             "eagle3_conformance/_docs/gates.md", "eagle3_conformance/_docs/REFERENCE.md",
-            "eagle3_conformance/plugin.py", "eagle3_conformance/tools/sglang_cpu/harness.py"]
+            "eagle3_conformance/suite/plugin.py", "eagle3_conformance/tools/sglang_cpu/harness.py"]
     need += sorted(str(f.relative_to(src)) for f in (src / "eagle3_conformance").rglob("*.py"))  # every module
     lacking = [n for n in need if n not in names]
     fixture_contracts = [n for n in names if "/_contracts/tiny-" in n or "/_contracts/smollm2-" in n]
@@ -183,7 +183,7 @@ def authoring(bin_: Path, user: Path) -> None:
         raise Failed("init's schema line does not point at the installed schema")
     run([cli, "init", "--target", "models/target", "--draft", "models/draft", "--engine", "sglang",
          "-o", "other.yaml"], user, expect=2, words=("sglang is not installed",))
-    examples = run([bin_ / "python", "-c", "from eagle3_conformance import shipped; "
+    examples = run([bin_ / "python", "-c", "from eagle3_conformance.environment import shipped; "
                     "print('\\n'.join(map(str, shipped.example_contracts())))"], user).splitlines()
     run([cli, "validate", "my-pair.yaml", *examples], user, words=("ok my-pair.yaml",))
     shutil.copy(ROOT / "contracts" / "smollm2-135m.yaml", user / "smollm2-135m.yaml")
@@ -235,7 +235,7 @@ def main(argv: list[str]) -> int:
         run([bin_ / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", PIP_PINS[0]], work)
         unrelated_project(bin_, work / "unrelated", hypothesis=False)
         run([bin_ / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", PIP_PINS[1]], work)
-        run([bin_ / "python", "-c", "import sys, time; t = time.perf_counter(); import eagle3_conformance.plugin; "
+        run([bin_ / "python", "-c", "import sys, time; t = time.perf_counter(); import eagle3_conformance.suite.plugin; "
              "ms = (time.perf_counter() - t) * 1000; "
              "heavy = sorted({'torch', 'hypothesis', 'sglang', 'vllm', 'transformers', 'numpy'} & set(sys.modules)); "
              "print(f'plugin module loaded in {ms:.0f} ms (pytest included); heavy modules imported: {heavy}'); "

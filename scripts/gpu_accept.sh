@@ -14,13 +14,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 OUT=${OUT:-$(mktemp -d)}
-read -r TARGET DRAFT < <("$PY" -c "from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft as e; t = e(RECIPE); print(t.target_dir, t.draft_dir)")
+read -r TARGET DRAFT < <("$PY" -c "from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft as e; t = e(RECIPE); print(t.target_dir, t.draft_dir)")
 PORT=$("$PY" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
 URL=http://127.0.0.1:$PORT
 SPEC=(--speculative-algorithm EAGLE3 --speculative-draft-model-path "$DRAFT" --speculative-num-steps 3
       --speculative-eagle-topk 1 --speculative-num-draft-tokens 4)
 serve() {  # $1 log name, rest: extra server flags; sets PID
-  "$PY" -m eagle3_conformance.serve --device cuda -- --model-path "$TARGET" --dtype float32 --host 127.0.0.1 \
+  "$PY" -m eagle3_conformance.serving.serve --device cuda -- --model-path "$TARGET" --dtype float32 --host 127.0.0.1 \
     --port "$PORT" --random-seed 0 --mem-fraction-static 0.3 "${SPEC[@]}" "${@:2}" > "$OUT/$1.log" 2>&1 &
   PID=$!
   for _ in $(seq 1 150); do

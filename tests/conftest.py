@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_conformance import profiles, torch_env
+from eagle3_conformance.environment import torch_env
+from eagle3_conformance.suite import profiles
 
 torch_env.prepare()
 # pytester's in-process runs (runpytest) restore sys.modules afterwards: a package module first
 # imported inside such a run is dropped, and the next import makes a second copy of its classes
 # (isinstance(Boundary) then fails in a later in-process CLI call). Import the package's pure
 # modules once here so every in-process run shares them.
-for _name in ("notation", "contract", "engine_ids", "findings", "report", "diagnose", "checks"):
+for _name in ("core.notation", "contract", "engine_ids", "core.findings", "report", "diagnose", "checks"):
     importlib.import_module(f"eagle3_conformance.{_name}")
 # The project's own hypothesis tests run under the suite's ci profile (5 examples, derandomized)
 # unless --hypothesis-profile names another (conformance-dev, ...). The plugin loads no profile
@@ -56,7 +57,7 @@ def repo() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny():
-    from eagle3_conformance.fixtures import build_fixture
+    from eagle3_conformance.testbed.fixtures import build_fixture
 
     return build_fixture("tiny-llama")
 

@@ -2,46 +2,41 @@
 import modules of its own layer or of a lower one, never of a higher one (tests/test_structure.py).
 
 Data, not code: each layer lists module prefixes, and a module takes the layer of its longest
-matching prefix, so a package moved whole (``contract/``, ``reference/``, ``acceptance/``,
-``testbed/``, ``report/``, ``diagnose/``) needs only its prefix here, and a module that must stay
-lower than its package (``acceptance.stats``, read by the engine tools) is listed on its own.
-Prefixes of packages that do not exist yet are allowed; every existing module must match one."""
+matching prefix, so a package (``contract/``, ``reference/``, ``testbed/``, ...) needs only its
+prefix here, and a module that must stay lower than its package is listed on its own
+(``acceptance.stats`` and ``reference.greedy``, read by the engine tools; ``testbed.fixture_base``
+and ``testbed.model_cache``, read by the contract's fixture check and the released-code fetcher;
+``suite.plugin`` and ``serving.serve``, front doors above their packages). A
+lower module imports such a module by its full name (``from eagle3_conformance.testbed.model_cache
+import ...``), never through its package. Every existing module must match a prefix."""
 
 from __future__ import annotations
 
 P = "eagle3_conformance"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    # what everything may use: names, errors, findings, small pure helpers; nothing here imports upward
-    ("foundation", (P, f"{P}.notation", f"{P}.errors", f"{P}.findings", f"{P}.report.findings",
-                    f"{P}.installed", f"{P}.engines", f"{P}.shipped", f"{P}.torch_env", f"{P}.profiles",
-                    f"{P}.validated", f"{P}.gates", f"{P}.capture", f"{P}.batches", f"{P}.strategies",
-                    f"{P}.acceptance_stats", f"{P}.acceptance.stats", f"{P}.fixture_base",
-                    f"{P}.testbed.base", f"{P}.testbed.fixture_base", f"{P}.model_cache",
-                    f"{P}.testbed.model_cache", f"{P}.reference.model_cache", f"{P}.ray_tasks")),
-    # the engines as the project observes them, and their id rules: no contract, no judgement
-    ("engines", (f"{P}.tools", f"{P}.engine_ids", f"{P}.released", f"{P}.cpu_harness", f"{P}.fp8_payload",
-                 f"{P}.draft_dir", f"{P}.dflash_fallback", f"{P}.final_boundary", f"{P}.config_ids",
-                 f"{P}.draft_norms")),
+    # what everything may use: names, errors, findings, what is installed, small pure helpers
+    ("foundation", (P, f"{P}.core", f"{P}.environment", f"{P}.acceptance.stats", f"{P}.testbed.fixture_base",
+                    f"{P}.testbed.model_cache", f"{P}.reference.greedy")),
+    # the engines as the project observes them, their id rules, what they read from a draft config
+    ("engines", (f"{P}.tools", f"{P}.engine_ids", f"{P}.released", f"{P}.draft_config")),
     # what a contract is: models, YAML loading, semantic validation, the family rules
-    ("contract", (f"{P}.contract", f"{P}.families")),
+    ("contract", (f"{P}.contract",)),
     # the oracle: the target's residual stream from transformers
-    ("reference", (f"{P}.reference", f"{P}.engine_reference")),
+    ("reference", (f"{P}.reference",)),
     # what builds the project's own pairs, corpora and the trained draft (not user-facing)
-    ("testbed", (f"{P}.testbed", f"{P}.fixtures", f"{P}.fixtures_real", f"{P}.corpus", f"{P}.datagen",
-                 f"{P}.trained_draft", f"{P}.self_distill",
+    ("testbed", (f"{P}.testbed",
                  f"{P}.tools.sglang_engine.mla_pair")),  # builds the project's MLA pair from the testbed's fixtures
     # pure judgement: checks, the data checks, diagnoses, the report renderers
-    ("judging", (f"{P}.checks", f"{P}.datacheck", f"{P}.assess", f"{P}.acceptance_estimate",
-                 f"{P}.acceptance.estimate", f"{P}.diagnose", f"{P}.report", f"{P}.htmlreport")),
-    # running contracts: pairs, paths, sessions, data scans, merging, acceptance measurements
-    ("running", (f"{P}.pairs", f"{P}.paths", f"{P}.session", f"{P}.runner", f"{P}.scan", f"{P}.merge",
-                 f"{P}.report.merge", f"{P}.acceptance", f"{P}.acceptance_attribution", f"{P}.server_accept",
-                 f"{P}.server_captures")),
+    ("judging", (f"{P}.checks", f"{P}.suite.assess", f"{P}.acceptance.estimate", f"{P}.diagnose", f"{P}.report",
+                 f"{P}.htmlreport")),
+    # running contracts: pairs, paths, sessions, data scans, merging, acceptance measurements, servers
+    ("running", (f"{P}.suite", f"{P}.paths", f"{P}.scan", f"{P}.report.merge", f"{P}.acceptance",
+                 f"{P}.server_accept", f"{P}.serving")),
     # what the commands do: authoring, validate's local configs, upgrade-check, the kill matrix
-    ("commands", (f"{P}.authoring", f"{P}.local_configs", f"{P}.upgrade", f"{P}.faults")),
+    ("commands", (f"{P}.authoring", f"{P}.upgrade", f"{P}.faults")),
     # the front doors: the command line, the pytest plugin, the server launcher
-    ("front", (f"{P}.cli", f"{P}.plugin", f"{P}.serve")),
+    ("front", (f"{P}.cli", f"{P}.suite.plugin", f"{P}.serving.serve")),
 ]
 
 

@@ -36,8 +36,8 @@ def test_accept_gate_names_the_path_that_measured_it():
 
 
 def test_assess_hands_the_path_name_to_the_accept_gate():
-    from eagle3_conformance.assess import assess
     from eagle3_conformance.paths import Observation
+    from eagle3_conformance.suite.assess import assess
 
     c = load_contract(SMOL)
     [f] = assess(c, Observation(facts={"avg_accept_length": 1.0}), lambda: None, "cpu-accept")
@@ -73,8 +73,8 @@ def loop():
 
     from eagle3_conformance.faults.acceptance import checkpoint_d2t
     from eagle3_conformance.reference import load_reference_model
+    from eagle3_conformance.testbed.trained_draft import ensure_trained_draft, eval_prompts
     from eagle3_conformance.tools.sglang_cpu import SGLangCPUHarness
-    from eagle3_conformance.trained_draft import ensure_trained_draft, eval_prompts
 
     td = ensure_trained_draft()
     h = SGLangCPUHarness(td.target_dir, td.draft_dir, dtype=torch.float32)
@@ -127,7 +127,7 @@ def test_gate_fails_on_a_fault_that_passes_every_shape_check(loop):
     c = load_contract(SMOL)
     h = loop["h"]
     from eagle3_conformance.paths import cpu_accept
-    from eagle3_conformance.trained_draft import eval_prompts
+    from eagle3_conformance.testbed.trained_draft import eval_prompts
 
     prompts = eval_prompts(loop["td"].target_dir, cpu_accept.DEFAULT_PROMPTS, cpu_accept.PROMPT_TOKENS)
     fault = next(f for f in FAULTS if f.name == "embedding-prepended")
@@ -185,7 +185,7 @@ def test_too_few_prompts_for_an_interval_is_said_and_means_decide():
 
 
 def test_accept_gate_reports_per_position_acceptance_from_the_histogram():
-    from eagle3_conformance.acceptance_stats import per_position
+    from eagle3_conformance.acceptance.stats import per_position
 
     c = load_contract(SMOL)
     hist = [2, 3, 3, 2]
@@ -206,7 +206,7 @@ def test_estimate_refuses_a_draft_that_does_not_fit_the_data(loop, tmp_path, cap
     from safetensors.torch import load_file, save_file
 
     from eagle3_conformance.cli import main
-    from eagle3_conformance.datagen import write_speculators_dataset
+    from eagle3_conformance.testbed.datagen import write_speculators_dataset
 
     td = loop["td"]
     data = tmp_path / "two-slots"
@@ -236,9 +236,9 @@ def test_estimate_refuses_an_unreadable_or_non_finite_document(tmp_path, capsys)
     from safetensors.torch import load_file, save_file
 
     from eagle3_conformance.cli import main
-    from eagle3_conformance.datagen import write_speculators_dataset
     from eagle3_conformance.reference import load_reference_model
-    from eagle3_conformance.trained_draft import ensure_trained_draft
+    from eagle3_conformance.testbed.datagen import write_speculators_dataset
+    from eagle3_conformance.testbed.trained_draft import ensure_trained_draft
 
     pytest.importorskip("speculators")
     td = ensure_trained_draft()
@@ -276,7 +276,7 @@ def test_estimate_refuses_an_unreadable_or_non_finite_document(tmp_path, capsys)
 def test_estimate_tracks_the_loop_and_names_a_faulty_decode_path(loop):
     """The draft alone on stored data (speculators' forward) against the loop on the same tokens;
     with the deepest slot post-norm on decode only, the decode path's tensors are named."""
-    from eagle3_conformance.acceptance_attribution import compare
+    from eagle3_conformance.acceptance.attribution import compare
     from eagle3_conformance.faults.acceptance import _post_norm_deepest
     from eagle3_conformance.tools.sglang_cpu.spec_loop import LoopKnobs
 
@@ -295,8 +295,8 @@ def test_estimate_tracks_the_loop_and_names_a_faulty_decode_path(loop):
 
 
 def test_shipped_continuations_fit_the_recipe_and_another_recipe_is_refused(tmp_path):
-    from eagle3_conformance.fixture_base import FixtureError
-    from eagle3_conformance.trained_draft import RECIPE, load_continuations
+    from eagle3_conformance.testbed.fixture_base import FixtureError
+    from eagle3_conformance.testbed.trained_draft import RECIPE, load_continuations
 
     seqs = load_continuations(RECIPE, None)
     assert len(seqs) == 268 and all(len(s) - RECIPE["regen_tokens"] in RECIPE["regen_cuts"] for s in seqs)
@@ -307,9 +307,9 @@ def test_shipped_continuations_fit_the_recipe_and_another_recipe_is_refused(tmp_
 
 
 def test_shipped_extra_sequences_fit_the_recipe_and_another_recipe_is_refused(tmp_path):
-    from eagle3_conformance.fixture_base import FixtureError
-    from eagle3_conformance.self_distill import load_extra_sequences
-    from eagle3_conformance.trained_draft import RECIPE
+    from eagle3_conformance.testbed.fixture_base import FixtureError
+    from eagle3_conformance.testbed.self_distill import load_extra_sequences
+    from eagle3_conformance.testbed.trained_draft import RECIPE
 
     seqs = load_extra_sequences(RECIPE)
     x = RECIPE["extra"]
@@ -340,14 +340,14 @@ def test_the_shipped_draft_is_the_recipe_s_and_a_changed_one_is_refused(tmp_path
     import hashlib
     import shutil
 
-    from eagle3_conformance.corpus import DEFAULT_CORPUS, corpus_digest
-    from eagle3_conformance.fixture_base import FixtureError
-    from eagle3_conformance.trained_draft import RECIPE, _digest, _spec, shipped_draft
+    from eagle3_conformance.testbed.corpus import DEFAULT_CORPUS, corpus_digest
+    from eagle3_conformance.testbed.fixture_base import FixtureError
+    from eagle3_conformance.testbed.trained_draft import RECIPE, _digest, _spec, shipped_draft
 
     digest = _digest(RECIPE, corpus_digest(DEFAULT_CORPUS), _spec())
     d = REPO / RECIPE["shipped"]
     info = json.loads((d / "train.json").read_text())
-    assert info["digest"] == digest, "the recipe changed since the draft was shipped: python -m eagle3_conformance.trained_draft --ship"
+    assert info["digest"] == digest, "the recipe changed since the draft was shipped: python -m eagle3_conformance.testbed.trained_draft --ship"
     assert info["weights_sha256"] == hashlib.sha256((d / "model.safetensors").read_bytes()).hexdigest()
     assert info["recipe"] == {k: v for k, v in RECIPE.items() if k != "shipped"}
     td = shipped_draft(RECIPE, digest, Path("/nonexistent-target"))
@@ -373,9 +373,9 @@ def test_the_digest_covers_the_shipped_ids_and_a_missing_id_file_is_named(tmp_pa
     """One changed token in a copy of the extra file changes the digest (so the shipped draft is
     refused); a missing id file is named with the command that rewrites it, not reported as a
     different recipe."""
-    from eagle3_conformance.corpus import DEFAULT_CORPUS, corpus_digest
-    from eagle3_conformance.fixture_base import FixtureError
-    from eagle3_conformance.trained_draft import RECIPE, _digest, _spec
+    from eagle3_conformance.testbed.corpus import DEFAULT_CORPUS, corpus_digest
+    from eagle3_conformance.testbed.fixture_base import FixtureError
+    from eagle3_conformance.testbed.trained_draft import RECIPE, _digest, _spec
 
     corpus, spec = corpus_digest(DEFAULT_CORPUS), _spec()
     base = _digest(RECIPE, corpus, spec)

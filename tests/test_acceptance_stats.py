@@ -1,9 +1,9 @@
-"""Per-position acceptance and bootstrap intervals (eagle3_conformance.acceptance_stats): values
+"""Per-position acceptance and bootstrap intervals (eagle3_conformance.acceptance.stats): values
 worked out by hand, SGLang's histogram convention, and the refusals."""
 
 import pytest
 
-from eagle3_conformance import acceptance_stats as A
+from eagle3_conformance.acceptance import stats as A
 
 
 def test_histogram_from_accept_lengths_counts_correct_drafts_without_the_bonus():

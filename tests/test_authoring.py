@@ -140,7 +140,7 @@ def test_validate_without_local_configs_is_schema_only(tmp_path, capsys):
 def test_init_writes_every_gate_with_its_resolved_default(tmp_path):
     """init writes the gates block (nulls, each commented with the value it resolves to for the
     target's dtype) so that a user sees what can be tuned; the nulls resolve as the comments say."""
-    from eagle3_conformance import gates
+    from eagle3_conformance.core import gates
 
     c, o = init_ok(tmp_path, tcfg(), dcfg("nested", [1, 3, 4]))
     text = o.read_text()
@@ -370,7 +370,7 @@ def test_translate_speculators_refuses_F_verifier(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def tiny():
-    from eagle3_conformance.fixtures import build_fixture
+    from eagle3_conformance.testbed.fixtures import build_fixture
 
     return build_fixture("tiny-llama")
 
@@ -413,7 +413,7 @@ def test_calibrate_writes_bands_keeping_comments(calibrated):
 
 
 def _band_findings(contract: Path, data_dir: Path):
-    from eagle3_conformance.runner import default_batches, training_findings
+    from eagle3_conformance.suite.runner import default_batches, training_findings
 
     c = load_contract(contract)
     return [f for f in training_findings(c, data_dir, None, default_batches(12)) if f.check == "norm_band"]
@@ -426,9 +426,9 @@ def test_calibrated_bands_pass_good_data(calibrated, tiny):
 
 
 def test_calibrated_bands_fail_wrong_layer(calibrated, tiny, tmp_path):
-    from eagle3_conformance.datagen import write_speculators_dataset
-    from eagle3_conformance.fixtures import loss_mask_for, sample_token_ids
     from eagle3_conformance.reference import ReferenceModel
+    from eagle3_conformance.testbed.datagen import write_speculators_dataset
+    from eagle3_conformance.testbed.fixtures import loss_mask_for, sample_token_ids
 
     _, out, _ = calibrated
     d = tiny.spec["data"]
@@ -462,9 +462,9 @@ def test_calibrate_never_writes_input_without_in_place(tiny, tmp_path, capsys):
 @pytest.fixture(scope="module")
 def mislabelled(tiny, tmp_path_factory):
     """Data whose slots really are [B_0, B_2, B_4, B_5], labelled as the contract's [B_2, B_4, B_5, B_8]."""
-    from eagle3_conformance.datagen import write_speculators_dataset
-    from eagle3_conformance.fixtures import sample_token_ids
     from eagle3_conformance.reference import ReferenceModel
+    from eagle3_conformance.testbed.datagen import write_speculators_dataset
+    from eagle3_conformance.testbed.fixtures import sample_token_ids
 
     out = tmp_path_factory.mktemp("mislabelled") / "data"
     samples = sample_token_ids(tiny.spec, 4, 3, 16, seed=11)
@@ -624,8 +624,8 @@ def test_translate_refuses_unknown_tool_versions_like_init(to, version, words, c
 def test_calibrate_refuses_vllm_extraction_output_in_one_line_naming_the_file(tiny, tmp_path, capsys):
     """A fresh user's trial: calibrate --data on vLLM extraction files answered with the datasets library's
     message. Now one line naming the first file and what to do, exit 2, nothing written."""
-    from eagle3_conformance.datagen import write_vllm_extraction
     from eagle3_conformance.reference import load_reference_model
+    from eagle3_conformance.testbed.datagen import write_vllm_extraction
 
     d = write_vllm_extraction(tmp_path / "vllm", load_reference_model(tiny.target_dir), [list(range(3, 19)), list(range(5, 30))],
                               slots=["B_2", "B_4", "B_5", "B_8"])

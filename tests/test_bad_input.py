@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from eagle3_conformance import datacheck, runner
+from eagle3_conformance.checks import dataset as datacheck
 from eagle3_conformance.cli import main
+from eagle3_conformance.suite import runner
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "contracts" / "tiny-llama.yaml"
@@ -386,7 +387,7 @@ def test_one_odd_shaped_shard_does_not_sink_its_batch(tmp_path, tiny, tiny_ref, 
 
 def test_inputs_are_never_modified(data, tiny, tiny_ref, tmp_path, capsys):
     """Hash every input (contract, data dir, reference dir) before and after every command."""
-    from eagle3_conformance.fixtures import sample_token_ids
+    from eagle3_conformance.testbed.fixtures import sample_token_ids
 
     off = tmp_path / "offline"
     off.mkdir()

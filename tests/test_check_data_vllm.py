@@ -2,7 +2,7 @@
 holding ``hidden_states`` [T, N, H] and ``token_ids`` [T], as vLLM's ``ExampleHiddenStatesConnector``
 writes them, with no Arrow table.
 
-The files are written by :func:`eagle3_conformance.datagen.write_vllm_extraction` from the reference
+The files are written by :func:`eagle3_conformance.testbed.datagen.write_vllm_extraction` from the reference
 forward of the tiny-llama fixture (real boundaries); faults are injected by writing other planes;
 which boundary a plane holds is judged against the reference, never against the writer.
 """
@@ -20,8 +20,8 @@ import torch
 from conftest import tree_digest
 
 from eagle3_conformance.cli import main
-from eagle3_conformance.fixtures import sample_token_ids
 from eagle3_conformance.scan import DISK_PATH, SPECULATORS, VLLM_EXTRACTION, VLLM_PATH, ScanError, detect_format, scan
+from eagle3_conformance.testbed.fixtures import sample_token_ids
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "contracts" / "tiny-llama.yaml"
@@ -39,7 +39,7 @@ def prompts(tiny):
 @pytest.fixture(scope="module")
 def write(tiny_ref, prompts, tmp_path_factory):
     """``write(slots, **kw)``: a fresh directory of connector files holding ``slots``."""
-    from eagle3_conformance.datagen import write_vllm_extraction
+    from eagle3_conformance.testbed.datagen import write_vllm_extraction
 
     def _w(slots, **kw):
         return write_vllm_extraction(tmp_path_factory.mktemp("vllm") / "out", tiny_ref, prompts, slots=slots, **kw)
@@ -96,7 +96,7 @@ def test_sampled_findings_equal_check_offlines_on_the_same_files(good_dir, write
     """The fingerprint sample is read with check-offline's reader and rule (first K planes aux, plane
     K the verifier when N = K + 1; N = K: no verifier, which fails verifier_present): with every file sampled, the sampled findings
     are check-offline's findings, for both plane counts."""
-    from eagle3_conformance.runner import offline_findings
+    from eagle3_conformance.suite.runner import offline_findings
     from eagle3_conformance.tools.vllm_hidden_states import find_files
 
     for d, bad in ((good_dir, set()), (write(AUX), {"verifier_present"})):  # N = K: the verifier is missing
@@ -378,10 +378,10 @@ def test_workers_2_same_findings_as_1(good_dir, tiny_contract):
 
 def _to_fp8(d: Path, mutate=None) -> Path:
     """Rewrite every file of ``d`` as hs-connectors' ``FP8HiddenStatesConnector`` writes it
-    (:func:`eagle3_conformance.datagen.hs_payload`); ``mutate(name, tensors)`` may change the written tensors."""
+    (:func:`eagle3_conformance.testbed.datagen.hs_payload`); ``mutate(name, tensors)`` may change the written tensors."""
     from safetensors.torch import load_file, save_file
 
-    from eagle3_conformance.datagen import hs_payload
+    from eagle3_conformance.testbed.datagen import hs_payload
 
     for p in sorted(d.glob("*.safetensors")):
         t = load_file(str(p))

@@ -13,7 +13,7 @@ import torch
 from conftest import contract_with
 
 from eagle3_conformance import checks
-from eagle3_conformance.notation import Boundary
+from eagle3_conformance.core.notation import Boundary
 
 
 def _status(findings, check, slot=None):

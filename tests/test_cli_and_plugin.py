@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from eagle3_conformance.cli import main
-from eagle3_conformance.datagen import write_speculators_dataset
-from eagle3_conformance.fixtures import sample_token_ids
+from eagle3_conformance.testbed.datagen import write_speculators_dataset
+from eagle3_conformance.testbed.fixtures import sample_token_ids
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "contracts" / "tiny-llama.yaml"
@@ -99,7 +99,7 @@ def test_verdict_plain_conforms_only_when_slot_identity_was_judged(tiny, tmp_pat
 def test_report_verdict_pure():
     from rich.console import Console
 
-    from eagle3_conformance.findings import Finding
+    from eagle3_conformance.core.findings import Finding
     from eagle3_conformance.report import render_table, verdict
 
     shape = Finding("feature_width", "pass", "training", "feature", 192, 192, "sample 0")
@@ -223,7 +223,7 @@ def test_bands_calibrated_on_data_pass_that_data_on_every_path(tiny, tmp_path, c
 
 
 def test_reference_of_another_target_is_bad_input(tiny, tmp_path, capsys):
-    from eagle3_conformance.fixtures import build_fixture
+    from eagle3_conformance.testbed.fixtures import build_fixture
 
     wide = build_fixture("tiny-llama-wide")
     rc = main(["check-data", str(TINY), "--data", str(tiny.data_dir), "--reference", str(wide.target_dir), "--quiet"])
@@ -275,7 +275,7 @@ def test_calibrate_plot_must_not_land_in_the_data(tiny, tmp_path, capsys):
 
 
 def test_reference_of_another_architecture_is_bad_input(tiny, capsys):
-    from eagle3_conformance.fixtures import build_fixture
+    from eagle3_conformance.testbed.fixtures import build_fixture
 
     ds = build_fixture("tiny-deepseek")  # same L, d and vocab as tiny-llama, another model
     rc = main(["check-data", str(TINY), "--data", str(tiny.data_dir), "--reference", str(ds.target_dir), "--quiet"])
@@ -326,7 +326,7 @@ def test_plugin_refuses_an_unknown_conformance_path(pytester, paths):
 def test_plugin_skips_engine_paths_on_a_target_without_weights(pytester, tmp_path):
     """A target.path with config.json but no weights (a config-only dir made for init): each path
     skips with one line naming the directory, never an engine's traceback."""
-    from eagle3_conformance.fixtures import build_fixture
+    from eagle3_conformance.testbed.fixtures import build_fixture
 
     tgt = tmp_path / "config-only"
     tgt.mkdir()
@@ -410,7 +410,7 @@ def test_plugin_contract_contradicting_its_target_path_is_an_input_error(pyteste
     """The same contradiction with the pair at target.path / draft.path: the plugin loads the
     contract with validate's local-config checks, so its one ``contract`` item fails naming the
     target's config.json and its hidden_size, and no path runs (no engine is started)."""
-    from eagle3_conformance.fixtures import build_fixture
+    from eagle3_conformance.testbed.fixtures import build_fixture
 
     b = build_fixture("tiny-llama")
     c = tmp_path / "c.yaml"

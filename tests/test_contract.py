@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from eagle3_conformance.contract import SCHEMA_PATH, ContractError, json_schema, load_contract, parse_contract
+from eagle3_conformance.core.notation import Boundary
 from eagle3_conformance.engine_ids import boundaries_to_ids, ids_to_boundaries
-from eagle3_conformance.notation import Boundary
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = (REPO / "contracts" / "tiny-llama.yaml").read_text()
@@ -242,7 +242,7 @@ def test_every_scalar_key_model_and_schema_agree_on_mistyped_values():
 
 
 def test_unknown_fixture_is_a_validate_error_naming_the_known_ones(tmp_path, capsys):
-    from eagle3_conformance.fixture_base import known_fixtures
+    from eagle3_conformance.testbed.fixture_base import known_fixtures
 
     text = TINY.replace("fixture: tiny-llama\n", "fixture: tiny-lama\n")
     rc, out, p = _validate(tmp_path, text, capsys)
@@ -263,7 +263,7 @@ def test_unknown_fixture_is_a_validate_error_naming_the_known_ones(tmp_path, cap
 def test_the_contract_knows_the_trained_fixtures_without_the_builder():
     """shipped.TRAINED_FIXTURES (read by contract validation, below the testbed) names exactly the
     fixtures trained_draft.TRAINED builds a draft for."""
-    from eagle3_conformance import shipped
-    from eagle3_conformance.trained_draft import TRAINED
+    from eagle3_conformance.environment import shipped
+    from eagle3_conformance.testbed.trained_draft import TRAINED
 
     assert set(shipped.TRAINED_FIXTURES) == set(TRAINED)

@@ -156,7 +156,7 @@ def test_a_slot_that_is_the_update_without_its_residual(base):
 
 
 def _all_without_residual(scn, r, hs):
-    from eagle3_conformance.notation import Boundary
+    from eagle3_conformance.core.notation import Boundary
 
     hs = hs.clone()
     for j, b in enumerate((3, 5, 6)):  # every aux slot B_b written as B_b - B_{b-1} (Gemma 3's capture bug)

@@ -22,7 +22,7 @@ def test_mla_attention_on_torch_native_takes_sglangs_absorbed_mla_path(monkeypat
     """Patch #11 (tools/sglang_engine/patches.py): without it DeepSeek's dispatch falls back to the
     triton handler, which picks MHA for a prefill (the path whose K/V torch_native reads back from the
     latent pool); with it every mode takes SGLang's own absorbed MLA (as decode and verify already do)."""
-    from eagle3_conformance import torch_env
+    from eagle3_conformance.environment import torch_env
 
     torch_env.prepare()
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
@@ -56,7 +56,7 @@ def test_mla_draft_shares_the_embedding_on_cpu(monkeypatch):
     patched methods make the same assignments and settle through ``current_platform``."""
     import torch
 
-    from eagle3_conformance import torch_env
+    from eagle3_conformance.environment import torch_env
 
     torch_env.prepare()
     from sglang.srt.models import kimi_k25_eagle3 as k
@@ -134,7 +134,7 @@ def test_deepseek_v3_mla_moe_through_the_real_engine_judged_by_its_own_records(t
     from eagle3_conformance.paths.sglang_engine import reference_builder, reference_config, reference_fact
     from eagle3_conformance.tools.sglang_engine import observe_engine
     from eagle3_conformance.tools.sglang_engine.mla_pair import ensure_mla_pair
-    from eagle3_conformance.trained_draft import eval_prompts
+    from eagle3_conformance.testbed.trained_draft import eval_prompts
 
     pair = ensure_mla_pair()
     c = load_contract(CONTRACT)

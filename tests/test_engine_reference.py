@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from eagle3_conformance.notation import Boundary, all_boundaries
+from eagle3_conformance.core.notation import Boundary, all_boundaries
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,7 +59,7 @@ def test_layer_output_pair_layout_is_hidden_plus_residual():
 def test_layer_output_stream_layout_uses_sglangs_snapshot_and_leaves_the_stream_untouched():
     """SGLang's own residual stream: B_{k+1} = the contribution + the residual kept apart; the
     pending update stays pending (the next layer's fused add-norm still consumes it)."""
-    from eagle3_conformance import torch_env
+    from eagle3_conformance.environment import torch_env
 
     torch_env.prepare()
     from sglang.srt.layers.layer_boundary.residual import batch as residual_batch
@@ -217,8 +217,8 @@ def _states(tokens):
 
 
 def test_engine_reference_keys_rows_by_token_prefix():
-    from eagle3_conformance.engine_reference import build_engine_reference
     from eagle3_conformance.reference import MissingBoundary
+    from eagle3_conformance.reference.engine import build_engine_reference
 
     prompt, out = [5, 6, 7, 8], [9, 10]
     eref = build_engine_reference(_records(prompt, out, _states), [prompt], [out], num_layers=4)
@@ -236,15 +236,15 @@ def test_engine_reference_keys_rows_by_token_prefix():
 
 
 def test_engine_reference_with_nothing_recorded_is_an_error():
-    from eagle3_conformance.engine_reference import EngineReference
     from eagle3_conformance.reference import ReferenceError
+    from eagle3_conformance.reference.engine import EngineReference
 
     with pytest.raises(ReferenceError, match="recorded no boundary"):
         EngineReference(4).capture([1, 2, 3])
 
 
 def test_needed_boundaries_are_slots_neighbours_embedding_last_and_final():
-    from eagle3_conformance.engine_reference import needed_boundaries
+    from eagle3_conformance.reference.engine import needed_boundaries
 
     got = needed_boundaries([Boundary(2), Boundary(15), Boundary(27)], 30)
     assert got == ["B_0", "B_1", "B_2", "B_3", "B_14", "B_15", "B_16", "B_26", "B_27", "B_28", "B_30", "F"]
@@ -260,7 +260,7 @@ def _partial(full, names):
 
 def test_partial_reference_judges_like_the_full_one_on_recorded_boundaries(tiny_contract, good_caps, tiny_ref):
     from eagle3_conformance import checks
-    from eagle3_conformance.engine_reference import needed_boundaries
+    from eagle3_conformance.reference.engine import needed_boundaries
 
     c = tiny_contract
     names = [Boundary.parse(b) for b in needed_boundaries(c.aux, c.L, c.verifier_last.parsed)]
@@ -278,7 +278,7 @@ def test_a_slot_holding_an_unrecorded_boundary_never_passes(tiny_contract, good_
     """Every declared slot, filled with every boundary the engine reference did not record: slot
     identity fails or is undecidable, never passes; the finding names the boundaries it scanned."""
     from eagle3_conformance.checks.identity import check_slot_identity
-    from eagle3_conformance.engine_reference import needed_boundaries
+    from eagle3_conformance.reference.engine import needed_boundaries
 
     c = tiny_contract
     names = [Boundary.parse(b) for b in needed_boundaries(c.aux, c.L)]
@@ -343,7 +343,7 @@ def test_contract_reference_field_defaults_to_transformers_and_takes_engine(tiny
 def test_contract_hash_ignores_which_reference_judges(tiny_contract):
     from conftest import contract_with
 
-    from eagle3_conformance.validated import contract_hash
+    from eagle3_conformance.environment.validated import contract_hash
 
     assert contract_hash(tiny_contract) == contract_hash(contract_with(tiny_contract, reference="engine"))
 
@@ -397,8 +397,8 @@ def test_dtype_check_judges_a_float32_run_of_a_float16_contract_by_the_dtype_it_
     when the feature arrives in any other dtype (a half-precision transport of a float32 run)."""
     from conftest import contract_with
 
-    from eagle3_conformance.capture import Capture
     from eagle3_conformance.checks.shape import check_dtype
+    from eagle3_conformance.core.capture import Capture
 
     c16 = contract_with(tiny_contract, **{"precision.serving": "float16"})
     d = c16.target.hidden_size * c16.num_slots
@@ -416,7 +416,7 @@ def test_dtype_check_judges_a_float32_run_of_a_float16_contract_by_the_dtype_it_
 
 
 def test_pytest_option_overrides_the_contracts_reference(tiny_contract):
-    from eagle3_conformance.plugin import PathItem as ContractItem
+    from eagle3_conformance.suite.plugin import PathItem as ContractItem
 
     item = SimpleNamespace(contract=tiny_contract, config=SimpleNamespace(getoption=lambda name, default=None: "engine"))
     assert ContractItem._judged_contract(item).reference == "engine"
@@ -436,7 +436,7 @@ def test_init_written_float16_contract_runs_the_engine_judged_by_its_own_records
     import os
     import subprocess
 
-    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
 
     t = ensure_trained_draft(RECIPE)
     c = tmp_path / "my-pair.yaml"
@@ -473,8 +473,8 @@ def test_tensor_parallel_2_on_cpu_records_on_rank_0_with_the_same_verdicts(tmp_p
     from eagle3_conformance.contract import load_contract
     from eagle3_conformance.faults.engine_column import _engine_findings, _findings, agreement, numeric_agreement
     from eagle3_conformance.paths.sglang_engine import reference_builder, reference_config
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft, eval_prompts
     from eagle3_conformance.tools.sglang_engine import observe_engine
-    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft, eval_prompts
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("tp_size 2 on CPU needs 2 cores")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from eagle3_conformance.torch_env import prepare
+from eagle3_conformance.environment.torch_env import prepare
 
 prepare()
 pytest.importorskip("sglang")
@@ -26,8 +26,8 @@ BATCH = [[5, 17, 99, 3, 250, 41, 77, 8, 130, 64, 12, 300], [9, 400, 23, 7, 88, 1
 
 @pytest.fixture(scope="module")
 def pair():
-    from eagle3_conformance.fixtures import build_fixture
     from eagle3_conformance.reference import load_reference_model
+    from eagle3_conformance.testbed.fixtures import build_fixture
     from eagle3_conformance.tools.sglang_cpu import shared_harness
 
     b = build_fixture("tiny-llama")
@@ -164,9 +164,9 @@ def test_mtp_source_sglang_feeds_post_norm_F(pair, contract, want):
 
 @pytest.fixture(scope="module")
 def smollm2(tmp_path_factory):
-    from eagle3_conformance.corpus import prompt_pool
-    from eagle3_conformance.fixtures import build_fixture
     from eagle3_conformance.reference import load_reference_model
+    from eagle3_conformance.testbed.corpus import prompt_pool
+    from eagle3_conformance.testbed.fixtures import build_fixture
     from eagle3_conformance.tools.sglang_cpu.families import runtime_harness
 
     b = build_fixture("smollm2-135m")

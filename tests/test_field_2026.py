@@ -1,7 +1,7 @@
 """Issue 37 (the 2026 field reports R53-R82): the holes found on a held-out real model, bad-input
 refusals of ``validate``, and the pure checks added for the reports.
 
-Data is written by the real speculators 0.9.0 preprocessing (:func:`eagle3_conformance.datagen.
+Data is written by the real speculators 0.9.0 preprocessing (:func:`eagle3_conformance.testbed.datagen.
 write_speculators_dataset`) from the tiny-llama fixture's reference forward; faults are injected the
 way a user's writer causes them (the planes it stores); what a plane holds is judged against the
 reference, never against the writer.
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from eagle3_conformance.cli import main
-from eagle3_conformance.fixtures import sample_token_ids
+from eagle3_conformance.testbed.fixtures import sample_token_ids
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "contracts" / "tiny-llama.yaml"
@@ -25,7 +25,7 @@ AUX = ["B_2", "B_4", "B_5"]  # contracts/tiny-llama.yaml; verifier_last B_8 (L =
 @pytest.fixture(scope="module")
 def spec_write(tiny, tiny_ref, tmp_path_factory):
     """``spec_write(slots)``: a fresh speculators dataset of 5 samples whose planes hold ``slots``."""
-    from eagle3_conformance.datagen import write_speculators_dataset
+    from eagle3_conformance.testbed.datagen import write_speculators_dataset
 
     samples = sample_token_ids(tiny.spec, 5, 6, 16, seed=37)
 
@@ -204,7 +204,7 @@ def test_validate_names_each_engines_dflash_fallback_when_the_contract_has_no_id
 def test_validate_reads_the_local_dflash_draft_config(tiny, tmp_path, capsys, edit, words):
     import yaml
 
-    from eagle3_conformance.fixtures import build_fixture
+    from eagle3_conformance.testbed.fixtures import build_fixture
 
     b = build_fixture("tiny-llama-dflash")
     cfg = json.loads((b.draft_dir / "config.json").read_text())
@@ -235,7 +235,7 @@ def test_what_each_engine_does_with_an_id_naming_b_l():
     """Asked of SGLang 0.5.23's own setters: llama.py drops layers_to_capture entry L silently (its loop
     records the input of layers 0..L-1), deepseek_v2.py's B_i reading of id 8 = L raises and its id 7 is
     B_7, gpt_oss.py captures B_L at the final norm (sglang#32334); vLLM's DeepSeek files capture nothing (R55)."""
-    from eagle3_conformance.final_boundary import at_final_boundary
+    from eagle3_conformance.engine_ids.final_boundary import at_final_boundary
 
     def by(arch):
         return {(a.engine.split(" (")[-1].rstrip(")") if a.engine.startswith("sglang") else a.engine, a.id): a
@@ -305,7 +305,7 @@ def test_draft_norm_readings_are_the_installed_code():
     line must still say what the module says it does (a release that moves or changes them fails here)."""
     import importlib.util
 
-    from eagle3_conformance.draft_norms import SOURCES
+    from eagle3_conformance.draft_config.draft_norms import SOURCES
 
     for tool, rel, line, text in SOURCES:
         root = Path(importlib.util.find_spec(tool).origin).parent.parent

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from eagle3_conformance.torch_env import prepare
+from eagle3_conformance.environment.torch_env import prepare
 
 prepare()
 
@@ -167,8 +167,8 @@ def test_r49_families_matrix_catches_the_unstated_input():
 def mtp_world():
     pytest.importorskip("sglang")
     from eagle3_conformance.faults import families as F
-    from eagle3_conformance.fixtures import build_fixture
     from eagle3_conformance.reference import load_reference_model
+    from eagle3_conformance.testbed.fixtures import build_fixture
     from eagle3_conformance.tools.sglang_cpu.families import runtime_harness
 
     w = F.World(F._load_doc(F.DFLASH_CONTRACT), F._load_doc(F.MTP_CONTRACT))

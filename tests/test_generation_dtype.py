@@ -91,9 +91,9 @@ def test_the_sglang_engine_contract_keeps_speculators_bf16_unless_told(tmp_path)
 @pytest.fixture(scope="module")
 def f32_stored(tiny, tmp_path_factory):
     """The tiny pair's data written as speculators' layout, stored in float32 (a --dtype float32 server)."""
-    from eagle3_conformance.datagen import write_speculators_dataset
-    from eagle3_conformance.fixtures import sample_token_ids
     from eagle3_conformance.reference import ReferenceModel
+    from eagle3_conformance.testbed.datagen import write_speculators_dataset
+    from eagle3_conformance.testbed.fixtures import sample_token_ids
 
     prompts = sample_token_ids(tiny.spec, 6, 16, 32, seed=3)
     ref = ReferenceModel(tiny.target_dir, dtype="float32")

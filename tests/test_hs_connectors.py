@@ -4,7 +4,7 @@ read as plain files caught, FP8's shared per-token scale error gated, bad FP8 fi
 
 FP8 files are written exactly as ``FP8HiddenStatesConnector._write_tensors`` writes them
 (hs_connectors/fp8_hidden_states_connector.py:49-56; the module imports vLLM, so its two steps are
-called through :func:`eagle3_conformance.datagen.hs_payload`: ``quantize_tensor_to_fp8`` then ``save_file``),
+called through :func:`eagle3_conformance.testbed.datagen.hs_payload`: ``quantize_tensor_to_fp8`` then ``save_file``),
 from the embedded tiny pair's bf16 data (what the connector is handed).
 """
 
@@ -20,8 +20,8 @@ import torch
 from conftest import contract_with
 
 from eagle3_conformance import checks
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.cli import main
+from eagle3_conformance.core.capture import Capture
 from eagle3_conformance.scan import DISK_PATH, LOADER_PATH, scan
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,7 +45,7 @@ def _to_fp8(d: Path, mutate=None) -> None:
     may change the bf16 stack first, as the connector would receive it)."""
     from safetensors.torch import load_file, save_file
 
-    from eagle3_conformance.datagen import hs_payload
+    from eagle3_conformance.testbed.datagen import hs_payload
 
     for p in sorted((d / "hidden_states").glob("hs_*.safetensors")):
         t = load_file(str(p))
@@ -96,7 +96,7 @@ def test_datagen_writes_what_the_fp8_connector_writes(tiny, tiny_ref, tiny_contr
     from hs_connectors.transfer import FileTransfer, FP8Transfer
     from safetensors import safe_open
 
-    from eagle3_conformance.datagen import write_speculators_dataset
+    from eagle3_conformance.testbed.datagen import write_speculators_dataset
 
     slots = tiny_contract.capture.boundaries + [tiny_contract.verifier_last.tensor]
     ids = [[1, 5, 9, 13, 17, 21], [2, 4, 6, 8]]
@@ -352,13 +352,13 @@ def test_real_pair_fp8_read_as_file_which_checks_catch_it(tmp_path):
     disk where the contract says bfloat16) fail on every sample; ``magnitude`` only where 448/amax
     strays more than 1.1x from 1 (SmolLM2's amax is ~480: the factor is near 1, so on some samples
     it passes); the cosine-based identity checks cannot see a per-token scale and pass."""
-    from eagle3_conformance.assess import sample_findings
     from eagle3_conformance.contract import load_contract
-    from eagle3_conformance.datagen import write_speculators_dataset
-    from eagle3_conformance.fixture_base import fixture_spec
-    from eagle3_conformance.fixtures_real import corpus_samples, load_tokenizer, resolve_spec
-    from eagle3_conformance.model_cache import ensure_model
     from eagle3_conformance.reference import load_reference_model
+    from eagle3_conformance.suite.assess import sample_findings
+    from eagle3_conformance.testbed.datagen import write_speculators_dataset
+    from eagle3_conformance.testbed.fixture_base import fixture_spec
+    from eagle3_conformance.testbed.fixtures_real import corpus_samples, load_tokenizer, resolve_spec
+    from eagle3_conformance.testbed.model_cache import ensure_model
     from eagle3_conformance.tools.speculators_loader import TrainingLoader
 
     c = load_contract(REPO / "contracts" / "smollm2-135m.yaml")

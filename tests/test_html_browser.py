@@ -121,10 +121,10 @@ def _faulty_data(target_dir: Path, out: Path) -> Path:
     """SmolLM2 training data written by the project's data path from the real forward, with the seed
     fault: slots B_0, B_2, B_15 and the verifier B_27 where the contract says B_2, B_15, B_27 + B_30
     (the embedding captured first; tests/test_real_model.py's ``embedding-first``)."""
-    from eagle3_conformance.datagen import write_speculators_dataset
-    from eagle3_conformance.fixtures import fixture_spec
-    from eagle3_conformance.fixtures_real import corpus_samples, load_tokenizer, resolve_spec
     from eagle3_conformance.reference import ReferenceModel
+    from eagle3_conformance.testbed.datagen import write_speculators_dataset
+    from eagle3_conformance.testbed.fixtures import fixture_spec
+    from eagle3_conformance.testbed.fixtures_real import corpus_samples, load_tokenizer, resolve_spec
 
     spec = resolve_spec(*fixture_spec(SMOL))
     spec["data"]["num_samples"] = 6
@@ -138,7 +138,7 @@ def test_smollm2_reports_mark_slot0_at_B2_correct_and_B0_with_the_seed_fault(bro
     """check-data --html on the real SmolLM2 pair, correct and with the seed fault (about 3 minutes
     on 2 cores, most of it the two check-data runs)."""
     from eagle3_conformance.cli import main
-    from eagle3_conformance.fixtures import build_fixture
+    from eagle3_conformance.testbed.fixtures import build_fixture
 
     built = build_fixture(SMOL)
     contract = REPO / "contracts" / f"{SMOL}.yaml"

@@ -37,7 +37,7 @@ def _self_contained(html: str) -> None:
 def _embedding_in_slot0(cap, model, d):
     """``cap`` with slot 0 replaced by the reference's embedding output B_0 at the same tokens (the
     seed incident: the "fix" that captured the embedding)."""
-    from eagle3_conformance.notation import Boundary
+    from eagle3_conformance.core.notation import Boundary
 
     feat = cap.feature.clone()
     feat[:, :d] = model.capture(cap.token_ids).boundary(Boundary(0))[cap.rows].to(feat.dtype)
@@ -46,7 +46,7 @@ def _embedding_in_slot0(cap, model, d):
 
 def test_identity_findings_carry_the_profile_their_verdict_rested_on(tiny_contract, tiny_ref, good_caps):
     from eagle3_conformance.checks import check_slot_identity
-    from eagle3_conformance.findings import Finding
+    from eagle3_conformance.core.findings import Finding
 
     c, L, d = tiny_contract, tiny_contract.L, tiny_contract.draft.target_hidden_size
     good = [f for cap in good_caps[:3] for f in check_slot_identity(c, cap, tiny_ref.capture(cap.token_ids))]
@@ -92,8 +92,8 @@ def test_an_engine_reference_profile_is_drawn_over_the_boundaries_it_recorded(ti
     """The engine as its own reference records only some boundaries (docs/engine-reference.md): the
     profile names its columns, and the heatmap's columns are those, not B_0..B_{n-2}, F of its length."""
     from eagle3_conformance.checks import check_slot_identity
+    from eagle3_conformance.core.notation import Boundary
     from eagle3_conformance.htmlreport import render_html
-    from eagle3_conformance.notation import Boundary
     from eagle3_conformance.report import report_doc
 
     c = tiny_contract

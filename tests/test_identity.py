@@ -160,9 +160,9 @@ def snapshot_invocations() -> dict[str, Any]:
     """Representative invocations of every verb (fixture tiny-llama), normalised."""
     import torch
 
-    from eagle3_conformance.datagen import write_speculators_dataset
-    from eagle3_conformance.fixtures import build_fixture, sample_token_ids
     from eagle3_conformance.reference import load_reference_model
+    from eagle3_conformance.testbed.datagen import write_speculators_dataset
+    from eagle3_conformance.testbed.fixtures import build_fixture, sample_token_ids
 
     tiny = build_fixture("tiny-llama")
     tmp = Path(tempfile.mkdtemp(prefix="conformance-identity-"))
@@ -295,7 +295,7 @@ def snapshot_plugin() -> dict[str, Any]:
         # deselected: the project's own tests, whose number is no behaviour of the suite
         outcomes = dict(sorted((k, int(n)) for n, k in re.findall(r"(\d+) (passed|failed|skipped|error)",
                                                                    _last_line(r.stdout))))
-        # "SKIPPED [8] eagle3_conformance/plugin.py:157: reason": the count and the reason, not the line
+        # "SKIPPED [8] eagle3_conformance/suite/plugin.py:157: reason": the count and the reason, not the line
         skips = sorted(norm(re.sub(r"^SKIPPED (\[\d+\]) \S+:\d+: ", r"\1 ", x)) for x in r.stdout.splitlines()
                        if x.startswith("SKIPPED"))
         doc = json.loads(out.read_text()) if out.exists() else {"contract": None, "findings": []}
@@ -385,7 +385,7 @@ def write_snapshots(which: set[str]) -> None:
 if __name__ == "__main__":
     if "--write" not in sys.argv:
         sys.exit("usage: PYTHONPATH=. python tests/test_identity.py --write [help|invocations|plugin|faults ...]")
-    from eagle3_conformance import torch_env
+    from eagle3_conformance.environment import torch_env
 
     torch_env.prepare()
     chosen = {a for a in sys.argv[1:] if not a.startswith("-")} or {"help", "invocations", "plugin", "faults"}

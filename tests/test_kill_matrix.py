@@ -243,7 +243,7 @@ def test_matrix_on_the_real_pair_catches_every_applicable_fault(tmp_path, capsys
     no failure on the unmutated real baseline. K6 needs a draft narrower than its target: n/a."""
     pytest.importorskip("sglang")
     from eagle3_conformance.cli import main
-    from eagle3_conformance.fixtures import build_fixture
+    from eagle3_conformance.testbed.fixtures import build_fixture
 
     try:
         build_fixture("smollm2-135m")

@@ -16,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 BUILTIN = {"parametrize", "skip", "skipif", "xfail", "usefixtures", "filterwarnings"}
-PLUGIN = {"conformance", "gpu"}  # registered by eagle3_conformance.plugin.pytest_configure
+PLUGIN = {"conformance", "gpu"}  # registered by eagle3_conformance.suite.plugin.pytest_configure
 
 
 def _used_markers() -> dict[str, str]:

@@ -13,7 +13,7 @@ import torch
 from conftest import tree_digest
 
 from eagle3_conformance.cli import main
-from eagle3_conformance.fixtures import sample_token_ids
+from eagle3_conformance.testbed.fixtures import sample_token_ids
 from eagle3_conformance.tools import offline_files as of
 
 REPO = Path(__file__).resolve().parent.parent
@@ -247,7 +247,7 @@ def test_safe_load_refuses_code_directly(tmp_path):
 def test_folder_of_vllm_files_with_a_stray_pickle_is_read_whole(tmp_path, tiny, tiny_ref, samples, capsys):
     """A vLLM extraction folder with one stray .pt: every file is read (the pickle through
     weights_only=True), not the pickle alone (found by a fresh-user trial)."""
-    from eagle3_conformance.datagen import write_vllm_extraction
+    from eagle3_conformance.testbed.datagen import write_vllm_extraction
 
     d = write_vllm_extraction(tmp_path / "vx", tiny_ref, samples, slots=AUX + ["B_8"])
     torch.save(_legacy(tiny_ref, samples[0]), d / "stray.pt")

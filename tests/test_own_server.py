@@ -201,7 +201,7 @@ def test_the_engine_runs_known_prompts_name_requests_by_prompt():
 
 
 def test_serve_adds_the_cpu_recipe_unless_the_user_named_it():
-    from eagle3_conformance.serve import server_command
+    from eagle3_conformance.serving.serve import server_command
 
     cmd = server_command(["--model-path", "M"], "cpu")
     assert cmd[1:] == ["-m", "sglang.launch_server", "--model-path", "M", "--device", "cpu",
@@ -212,7 +212,7 @@ def test_serve_adds_the_cpu_recipe_unless_the_user_named_it():
 
 
 def test_serve_without_server_arguments_is_a_usage_error(capsys):
-    from eagle3_conformance.serve import main as serve_main
+    from eagle3_conformance.serving.serve import main as serve_main
 
     with pytest.raises(SystemExit) as e:
         serve_main(["--device", "cpu", "--"])
@@ -220,7 +220,7 @@ def test_serve_without_server_arguments_is_a_usage_error(capsys):
 
 
 def test_decode_is_never_reported_checked_without_decode_records():
-    from eagle3_conformance.server_captures import mode_findings
+    from eagle3_conformance.serving.captures import mode_findings
 
     graphed = mode_findings({"target EXTEND": 3, "draft EXTEND": 3}, 3, 0)
     assert [(f.check, f.status) for f in graphed] == [("decode_observed", "skip")]

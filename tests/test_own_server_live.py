@@ -1,4 +1,4 @@
-"""The user's own server, for real (docs/own-server.md): ``python -m eagle3_conformance.serve --
+"""The user's own server, for real (docs/own-server.md): ``python -m eagle3_conformance.serving.serve --
 <sglang.launch_server args> --forward-hooks <serve-hooks' value>`` starts SGLang 0.5.23's real HTTP
 server (CPU recipe), a real HTTP client posts to its native ``/generate`` (greedy, short prompts), the
 server is stopped, and ``check-captures`` judges what it recorded.
@@ -97,7 +97,7 @@ def serve_and_record(tmp: Path, draft_dir: Path, target_dir: Path) -> dict:
             "--mem-fraction-static", "0.3", "--max-total-tokens", "4096", "--forward-hooks", hooks.stdout.strip()]
     t0 = time.monotonic()
     with open(log, "wb") as lf:
-        proc = subprocess.Popen([sys.executable, "-m", "eagle3_conformance.serve", "--", *args], stdout=lf,
+        proc = subprocess.Popen([sys.executable, "-m", "eagle3_conformance.serving.serve", "--", *args], stdout=lf,
                                 stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
                                 env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
@@ -122,7 +122,7 @@ def _group_gone(pgid: int) -> bool:
 
 @pytest.fixture(scope="module")
 def pair():
-    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
 
     return ensure_trained_draft(RECIPE)
 

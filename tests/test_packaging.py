@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_conformance import engines, shipped
-from eagle3_conformance.fixture_base import known_fixtures
+from eagle3_conformance.environment import engines, shipped
+from eagle3_conformance.testbed.fixture_base import known_fixtures
 
 pytest_plugins = ["pytester"]
 
@@ -96,7 +96,7 @@ def test_command_missing_an_optional_dependency_names_the_extra(monkeypatch, cap
     ("slow or conformance", True), ("slow", False),
 ])
 def test_the_suite_is_asked_for_by_the_mark_expression(expr, asked):
-    from eagle3_conformance.plugin import _asked
+    from eagle3_conformance.suite.plugin import _asked
 
     opts = {"--contract": [], "markexpr": expr}
     config = type("C", (), {"getoption": lambda self, name, default=None: opts.get(name, default)})()

@@ -3,7 +3,7 @@ per path, apart from the checkpoint's; ``init`` derives it by each engine's own 
 every precision-dependent gate follows it; data whose noise shows a lower precision than declared is
 reported as exactly that (the contract key to change), not as a fault.
 
-Data is written by the project's speculators writer (:func:`eagle3_conformance.datagen.write_speculators_dataset`,
+Data is written by the project's speculators writer (:func:`eagle3_conformance.testbed.datagen.write_speculators_dataset`,
 speculators' own ``build_speculator_training_dataset``) from a bfloat16 forward of the float32 tiny-llama
 target (:class:`eagle3_conformance.reference.ReferenceModel` with ``dtype="bfloat16"``: bf16 weights and
 operands, as a GPU server computes), and judged against the float32 reference.
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import contract_with
 
-from eagle3_conformance import gates
 from eagle3_conformance.cli import main
+from eagle3_conformance.core import gates
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "contracts" / "tiny-llama.yaml"
@@ -163,9 +163,9 @@ def test_the_sglang_rule_is_the_installed_sglangs_own():
 
 @pytest.fixture(scope="module")
 def bf16_data(tiny, tmp_path_factory):
-    from eagle3_conformance.datagen import write_speculators_dataset
-    from eagle3_conformance.fixtures import sample_token_ids
     from eagle3_conformance.reference import ReferenceModel
+    from eagle3_conformance.testbed.datagen import write_speculators_dataset
+    from eagle3_conformance.testbed.fixtures import sample_token_ids
 
     prompts = sample_token_ids(tiny.spec, 12, 16, 32, seed=5)
     b16 = ReferenceModel(tiny.target_dir, dtype="bfloat16")
@@ -252,8 +252,8 @@ def test_an_all_zero_mask_row_is_dropped_and_the_shards_stay_in_step(tiny, tiny_
     from datasets import load_from_disk
     from safetensors.torch import load_file
 
-    from eagle3_conformance.datagen import write_speculators_dataset
-    from eagle3_conformance.fixtures import sample_token_ids
+    from eagle3_conformance.testbed.datagen import write_speculators_dataset
+    from eagle3_conformance.testbed.fixtures import sample_token_ids
 
     prompts = sample_token_ids(tiny.spec, 5, 8, 16, seed=9)
     masks = [[1] * len(p) for p in prompts]
@@ -346,7 +346,7 @@ def test_the_projects_fp8_payload_is_the_connectors_own_file(fp8_connector, tiny
     import torch
     from safetensors.torch import save_file
 
-    from eagle3_conformance.datagen import hs_payload
+    from eagle3_conformance.testbed.datagen import hs_payload
 
     ids = list(range(3, 19))
     r = tiny_ref.capture(ids)
@@ -361,9 +361,9 @@ def test_the_projects_fp8_payload_is_the_connectors_own_file(fp8_connector, tiny
 def plain_sets(tiny, tmp_path_factory):
     """Plain datasets as a server hands them to the connector: a float32 forward in float32 (vLLM serving
     the float32 checkpoint in float32) and a bfloat16 forward in bfloat16 (dtype=auto)."""
-    from eagle3_conformance.datagen import write_speculators_dataset
-    from eagle3_conformance.fixtures import sample_token_ids
     from eagle3_conformance.reference import ReferenceModel
+    from eagle3_conformance.testbed.datagen import write_speculators_dataset
+    from eagle3_conformance.testbed.fixtures import sample_token_ids
 
     prompts = sample_token_ids(tiny.spec, 12, 16, 32, seed=5)
     root = tmp_path_factory.mktemp("plainsets")
@@ -453,9 +453,9 @@ def test_fp8_vllm_extraction_files_from_bf16_serving_name_the_precision_key(fp8_
     import torch
     from safetensors.torch import load_file
 
-    from eagle3_conformance.datagen import write_vllm_extraction
-    from eagle3_conformance.fixtures import sample_token_ids
     from eagle3_conformance.reference import ReferenceModel
+    from eagle3_conformance.testbed.datagen import write_vllm_extraction
+    from eagle3_conformance.testbed.fixtures import sample_token_ids
 
     prompts = sample_token_ids(tiny.spec, 6, 16, 32, seed=7)
     con = _fp8_contract(tmp_path, "float32")
@@ -482,7 +482,7 @@ def test_smollm2_bf16_produced_data_is_named_precision_and_conforms_under_bfloat
     float32 SmolLM2-135M checkpoint's data produced by a bf16 forward (the smollm2-135m-bf16 fixture's)
     under the float32 contract -> exactly one diagnosis, production-precision; with
     precision.training: bfloat16 -> conforms, 0 failures."""
-    from eagle3_conformance.fixtures import build_fixture
+    from eagle3_conformance.testbed.fixtures import build_fixture
 
     f32, b16 = build_fixture("smollm2-135m"), build_fixture("smollm2-135m-bf16")
     base = (REPO / "contracts" / "smollm2-135m.yaml").read_text()

@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from eagle3_conformance import profiles
-from eagle3_conformance.session import drive
+from eagle3_conformance.suite import profiles
+from eagle3_conformance.suite.session import drive
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import strategies as st  # noqa: E402

@@ -1,5 +1,5 @@
 """check-data on a two-node Ray cluster on this machine: `ray start --head`, then a second
-`ray start --address` with its own resources (the multi-node path of eagle3_conformance.ray_tasks).
+`ray start --address` with its own resources (the multi-node path of eagle3_conformance.scan.ray_tasks).
 
 Both nodes are started by this test with ``ray start --block`` as child processes, so they are
 ours to end (SIGTERM: `ray start --block` stops its node's processes); `ray stop` is never used

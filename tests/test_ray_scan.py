@@ -1,4 +1,4 @@
-"""check-data on a local Ray (eagle3_conformance.ray_tasks): same findings as one process, progress across
+"""check-data on a local Ray (eagle3_conformance.scan.ray_tasks): same findings as one process, progress across
 tasks, the reference computed once and shared through its disk cache, a worker that dies mid-shard
 retried, one that keeps dying reported with its shard (exit 2).
 
@@ -106,7 +106,7 @@ def _same_findings(got, want) -> None:
 def test_same_findings_tells_a_real_difference():
     """The comparison above fails on what it exists to catch: another status, another integer,
     an angle past the noise; it accepts a one-ulp angle."""
-    from eagle3_conformance.findings import Finding
+    from eagle3_conformance.core.findings import Finding
 
     def f(status="pass", observed=3, msg="median row angle 0.093 deg"):
         return Finding("slot_identity", status, "data", "slot 0", 3, observed, "sample 0", msg, "K1")
@@ -140,8 +140,8 @@ def test_ray_workers_equal_one_process_and_share_the_reference(ray_local, tiny, 
 
 
 def test_progress_streams_across_tasks(ray_local, tiny, tiny_contract):
-    from eagle3_conformance.ray_tasks import run_tasks
     from eagle3_conformance.scan import Part, ScanOptions, scan_part
+    from eagle3_conformance.scan.ray_tasks import run_tasks
 
     _no_crash(ray_local)
     specs = [Part(tiny_contract, str(tiny.data_dir), ScanOptions(shard=(w, 3), sample=0, data_format="speculators"))
@@ -153,8 +153,8 @@ def test_progress_streams_across_tasks(ray_local, tiny, tiny_contract):
 
 
 def test_a_task_gets_its_cpus_and_runs_with_that_many_threads(ray_local, tiny, tiny_contract):
-    from eagle3_conformance.ray_tasks import run_tasks
     from eagle3_conformance.scan import Part, ScanOptions, scan_part
+    from eagle3_conformance.scan.ray_tasks import run_tasks
 
     _no_crash(ray_local)
     spec = Part(tiny_contract, str(tiny.data_dir), ScanOptions(sample=0, data_format="speculators", cpus_per_worker=2))
@@ -198,8 +198,7 @@ def test_a_task_waiting_for_a_cpu_is_named(ray_local, tiny, tiny_contract, monke
 
     import ray
 
-    from eagle3_conformance import ray_tasks
-    from eagle3_conformance.scan import Part, ScanOptions, scan_part
+    from eagle3_conformance.scan import Part, ScanOptions, ray_tasks, scan_part
 
     _no_crash(ray_local)
     assert ray.is_initialized()  # the module's local Ray (a remote call must not auto-connect elsewhere)

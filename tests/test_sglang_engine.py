@@ -102,8 +102,8 @@ def test_engine_start_timeout_reaps_the_group(tmp_path):
 @pytest.mark.slow
 def test_engine_refuses_a_missing_draft_with_sglangs_reason(tmp_path):
     """A draft directory without weights: SGLang's own loader error, its log tail, no orphan."""
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
     from eagle3_conformance.tools.sglang_engine import EngineStartError, run_engine
-    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
 
     t = ensure_trained_draft(RECIPE)
     empty = tmp_path / "draft"
@@ -122,10 +122,10 @@ def test_engine_agrees_with_the_harness_loop(tmp_path):
     and the extend rows handed to the draft."""
     import torch
 
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft, eval_prompts
     from eagle3_conformance.tools.sglang_cpu import SGLangCPUHarness
     from eagle3_conformance.tools.sglang_cpu.spec_loop import speculative_decode
     from eagle3_conformance.tools.sglang_engine import observe_engine
-    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft, eval_prompts
 
     t = ensure_trained_draft(RECIPE)
     prompts = eval_prompts(t.target_dir, 3, 48)
@@ -155,7 +155,7 @@ def test_engine_kill_matrix_column(tmp_path):
     from eagle3_conformance.contract import load_contract
     from eagle3_conformance.faults.engine_column import FAULTS, run_engine_column
     from eagle3_conformance.paths.sglang_engine import reference_config
-    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft, eval_prompts
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft, eval_prompts
 
     t = ensure_trained_draft(RECIPE)
     c = load_contract(ROOT / "contracts" / "smollm2-135m.yaml").model_copy(update={"reference": "engine"})
@@ -181,8 +181,8 @@ def test_engine_kill_matrix_column(tmp_path):
 
 @pytest.mark.slow
 def test_engine_refuses_an_unsupported_dtype(tmp_path):
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
     from eagle3_conformance.tools.sglang_engine import EngineStartError, run_engine
-    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
 
     t = ensure_trained_draft(RECIPE)
     with pytest.raises(EngineStartError, match="did not start") as e:
@@ -241,7 +241,7 @@ def test_acceptance_figures_follow_sglangs_definition():
 def test_main_job_judges_every_partial_acceptance_and_each_requests_ends(monkeypatch):
     import torch
 
-    from eagle3_conformance.capture import Capture
+    from eagle3_conformance.core.capture import Capture
     from eagle3_conformance.paths.sglang_engine import judged_decode
 
     def cap(r, acc):
@@ -291,7 +291,7 @@ def _user_pair(tmp_path, ids=None) -> Path:
     config's aux ids set to ``ids``: how a user breaks their own draft), acceptance not gated."""
     import re
 
-    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
 
     t = ensure_trained_draft(RECIPE)
     d = tmp_path / "draft"
@@ -316,9 +316,9 @@ def test_engine_runs_a_users_own_pair_and_catches_their_wrong_ids(tmp_path, monk
     project's fixture ran. A contract naming its own target.path and draft.path now runs the real
     engine; the same pair with the draft config's aux ids one layer deeper fails slot identity."""
     from eagle3_conformance import paths as registry
-    from eagle3_conformance import session
     from eagle3_conformance.contract import load_contract
-    from eagle3_conformance.pairs import resolve_pair
+    from eagle3_conformance.suite import session
+    from eagle3_conformance.suite.pairs import resolve_pair
 
     monkeypatch.setenv("CONFORMANCE_ENGINE_PROMPTS", "2")
     monkeypatch.setenv("CONFORMANCE_ENGINE_TOKENS", "16")
@@ -336,9 +336,9 @@ def test_engine_runs_a_users_own_pair_and_catches_their_wrong_ids(tmp_path, monk
 
 def test_engine_skips_a_users_pair_whose_draft_has_no_weights(tmp_path):
     from eagle3_conformance import paths as registry
-    from eagle3_conformance import session
     from eagle3_conformance.contract import load_contract
-    from eagle3_conformance.pairs import resolve_pair
+    from eagle3_conformance.suite import session
+    from eagle3_conformance.suite.pairs import resolve_pair
 
     c = load_contract(_user_pair(tmp_path))
     (tmp_path / "draft" / "model.safetensors").unlink()

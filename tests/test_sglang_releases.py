@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_conformance import engines
+from eagle3_conformance.environment import engines
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,7 +90,7 @@ def _installed_branch():
 def tiny():
     _installed_branch()
     from eagle3_conformance.contract import load_contract
-    from eagle3_conformance.pairs import resolve_pair
+    from eagle3_conformance.suite.pairs import resolve_pair
 
     c = load_contract(ROOT / "contracts" / "tiny-llama.yaml")
     return c, resolve_pair(c)
@@ -111,9 +111,9 @@ def _shifted_draft(pair, tmp_path: Path) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize("path", ["sglang-extend", "sglang-decode"])
 def test_installed_release_conforms_and_catches_shifted_ids(tiny, tmp_path, path):
-    from eagle3_conformance.pairs import LocalPair
     from eagle3_conformance.paths import get
-    from eagle3_conformance.session import run_path
+    from eagle3_conformance.suite.pairs import LocalPair
+    from eagle3_conformance.suite.session import run_path
 
     version = _installed_branch()
     c, pair = tiny

@@ -163,7 +163,7 @@ def test_bad_files_are_findings_naming_the_file_never_executed(tmp_path, sf_data
 
 
 def test_an_empty_directory_is_a_data_error(tmp_path):
-    from eagle3_conformance.errors import DataError
+    from eagle3_conformance.core.errors import DataError
 
     with pytest.raises(DataError, match="no \\*.ckpt"):
         sl.SpecForgeLoader(tmp_path, 64)
@@ -171,7 +171,7 @@ def test_an_empty_directory_is_a_data_error(tmp_path):
 
 def test_paths_skip_contracts_of_the_other_trainer(tiny, sf_contract, tiny_contract):
     from eagle3_conformance import paths
-    from eagle3_conformance.pairs import resolve_pair
+    from eagle3_conformance.suite.pairs import resolve_pair
 
     pair = resolve_pair(tiny_contract)
     assert isinstance(paths.get("training").prepare(sf_contract, pair), paths.Skipped)
@@ -239,7 +239,7 @@ def test_specforges_flash_attn_warning_is_silenced_only_around_its_import():
     import subprocess
     import sys
 
-    prelude = ("import warnings, torch; warnings.simplefilter('always'); from eagle3_conformance import torch_env; "
+    prelude = ("import warnings, torch; warnings.simplefilter('always'); from eagle3_conformance.environment import torch_env; "
                "torch_env.prepare(); ")
     sites = ("from eagle3_conformance.engine_ids.dflash import _specforge_dflash; _specforge_dflash(); "
              "from eagle3_conformance.tools.specforge_loader import SpecForgeLoader as L; "

@@ -44,7 +44,7 @@ EXCHANGES = [
 
 @pytest.fixture(scope="module")
 def target_dir() -> Path:
-    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
 
     return Path(ensure_trained_draft(RECIPE).target_dir)
 

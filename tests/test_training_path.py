@@ -6,9 +6,9 @@ slot) against a contract that says aux [B_a, B_b, B_c] + verifier B_L."""
 
 from __future__ import annotations
 
-from eagle3_conformance import runner
-from eagle3_conformance.datagen import write_speculators_dataset
-from eagle3_conformance.fixtures import sample_token_ids
+from eagle3_conformance.suite import runner
+from eagle3_conformance.testbed.datagen import write_speculators_dataset
+from eagle3_conformance.testbed.fixtures import sample_token_ids
 
 
 def _data(tmp_path, tiny, tiny_ref, slots, name="data", n=5, **kw):
@@ -85,7 +85,7 @@ def test_hypothesis_batches_keep_samples_apart(tiny_contract, tiny_loader, tiny_
     from hypothesis import given, settings
 
     from eagle3_conformance.checks import check_feature_alignment, check_slot_identity
-    from eagle3_conformance.strategies import sample_batches
+    from eagle3_conformance.suite.strategies import sample_batches
 
     n = len(tiny_loader)
 

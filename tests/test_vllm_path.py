@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_conformance.torch_env import prepare
+from eagle3_conformance.environment.torch_env import prepare
 
 prepare()
 
@@ -32,7 +32,7 @@ SGLANG_CONTRACT = REPO / "contracts" / "tiny-llama.yaml"
 def sglang_pair():
     """The tiny-llama fixture: a draft written for SGLang (ids [1, 3, 4] nested, SGLang's +1)."""
     from eagle3_conformance.contract import load_contract
-    from eagle3_conformance.pairs import resolve_pair
+    from eagle3_conformance.suite.pairs import resolve_pair
 
     c = load_contract(SGLANG_CONTRACT)
     return c, resolve_pair(c)
@@ -42,7 +42,7 @@ def sglang_pair():
 def vllm_pair():
     """The tiny-llama-vllm fixture: the same target, a draft written for vLLM (top-level [1, 3, 6])."""
     from eagle3_conformance.contract import load_contract
-    from eagle3_conformance.pairs import resolve_pair
+    from eagle3_conformance.suite.pairs import resolve_pair
 
     c = load_contract(VLLM_CONTRACT)
     return c, resolve_pair(c)
@@ -103,7 +103,7 @@ def _write_connector_files(out: Path, c, ref_dir, planes, dtype=torch.bfloat16, 
     ``save_file`` of the stacked captured states), with the planes taken from the reference forward."""
     from safetensors.torch import save_file
 
-    from eagle3_conformance.notation import Boundary
+    from eagle3_conformance.core.notation import Boundary
     from eagle3_conformance.reference import load_reference_model
 
     ref = load_reference_model(ref_dir, c.target)
@@ -116,7 +116,7 @@ def _write_connector_files(out: Path, c, ref_dir, planes, dtype=torch.bfloat16, 
 
 
 def _offline(c, files, ref_dir):
-    from eagle3_conformance.runner import offline_findings
+    from eagle3_conformance.suite.runner import offline_findings
 
     return offline_findings(c, files, ref_dir)
 
@@ -292,13 +292,13 @@ def test_real_smollm2_on_vllm_runners():
     contract's boundaries, so its rows conform by fingerprint; V1 reads the nested ids as boundary ids
     and every slot is one boundary shallower, caught by slot identity and engine mapping."""
     from eagle3_conformance.contract import load_contract
-    from eagle3_conformance.pairs import resolve_pair
+    from eagle3_conformance.suite.pairs import resolve_pair
     from eagle3_conformance.tools.vllm_cpu.harness import shared_harness
 
     c = load_contract(REPO / "contracts" / "smollm2-135m.yaml")
     pair = resolve_pair(c)
     h = shared_harness(pair.target_dir, pair.draft_dir)
-    from eagle3_conformance.corpus import prompt_pool
+    from eagle3_conformance.testbed.corpus import prompt_pool
 
     pool = prompt_pool(pair.target_dir)
     batch = [list(p)[:24] for p in pool[:2]] if pool else [[1, 504, 3125, 282, 253, 1789, 30]]
@@ -327,7 +327,7 @@ def test_init_vllm_without_a_version_refuses_a_draft_the_runners_read_differentl
 
 def test_init_vllm_without_vllm_installed_warns_on_nested_only_ids(sglang_pair, tmp_path, monkeypatch):
     """With no vLLM to ask, the unpinned reading is written with a warning that it is unchecked."""
-    import eagle3_conformance.installed as inst
+    import eagle3_conformance.environment.installed as inst
     from eagle3_conformance.cli import main
 
     real = inst.installed_version

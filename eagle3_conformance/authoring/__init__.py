@@ -10,5 +10,5 @@
 
 ``eagle3-conformance translate`` needs no authoring code: :func:`eagle3_conformance.engine_ids.boundaries_to_tool`
 does the work. Heavy imports (torch, SGLang, speculators, matplotlib) happen inside functions;
-bad input raises :class:`eagle3_conformance.errors.UsageError` or :class:`eagle3_conformance.errors.DataError`.
+bad input raises :class:`eagle3_conformance.core.errors.UsageError` or :class:`eagle3_conformance.core.errors.DataError`.
 """

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from eagle3_conformance.authoring.yaml_doc import contract_yaml, render
-from eagle3_conformance.errors import DataError
+from eagle3_conformance.core.errors import DataError
 
 
 def band_from(values, kappa: float) -> tuple[float, float]:
@@ -65,8 +65,8 @@ def _open_loader(c, data_dir: Path):
         DataError: not a dataset the loader can open (its own message); vLLM extraction output (one
             line naming its first file: the loader's own message would be the datasets library's).
     """
-    from eagle3_conformance.pairs import torch_dtype
     from eagle3_conformance.scan.formats import VLLM_EXTRACTION, detect_format, extraction_files
+    from eagle3_conformance.suite.pairs import torch_dtype
     from eagle3_conformance.tools.speculators_loader import TrainingDataError, TrainingLoader
 
     try:
@@ -102,8 +102,8 @@ def collect_data_rms(c, data_dir: Path) -> tuple[dict, list[list[int]], int]:
     """
     import torch
 
-    from eagle3_conformance.batches import every_sample
     from eagle3_conformance.checks import band_rows
+    from eagle3_conformance.core.batches import every_sample
     from eagle3_conformance.reference import rms
 
     loader = _open_loader(c, data_dir)
@@ -157,7 +157,7 @@ def _refuse_non_finite(c, data_dir: Path, cap, d: int) -> None:
 def default_prompts(vocab_size: int, bos: int = 1, n: int = 8, length: int = 48, seed: int = 0) -> list[list[int]]:
     """``n`` deterministic prompts of ``length`` tokens: ``bos`` then ids drawn from [3, vocab)
     with a seeded torch generator (the fixture builder's own sampler)."""
-    from eagle3_conformance.fixtures import sample_token_ids
+    from eagle3_conformance.testbed.fixtures import sample_token_ids
 
     spec = {"target": {"vocab_size": vocab_size, "bos_token_id": bos}}
     return sample_token_ids(spec, n, length, length, seed)
@@ -173,7 +173,7 @@ def reference_profile(c, ref_model, prompts: list[list[int]]) -> dict:
     import torch
 
     from eagle3_conformance.checks import band_rows
-    from eagle3_conformance.notation import all_boundaries
+    from eagle3_conformance.core.notation import all_boundaries
     from eagle3_conformance.reference import rms
 
     L = ref_model.num_layers
@@ -237,7 +237,7 @@ IDENTITY_SAMPLE = 32
 
 def identity_problems(c, data_dir: Path, ref_model, sample: int = IDENTITY_SAMPLE) -> list[tuple[str, str]]:
     """Slot-identity and verifier-identity failures of a seeded sample of ``data_dir`` against
-    ``ref_model`` (the checks of :func:`eagle3_conformance.runner.training_findings`), one
+    ``ref_model`` (the checks of :func:`eagle3_conformance.suite.runner.training_findings`), one
     ``(line, gate)`` per wrong slot and deciding gate: ``"DATA: sample 0: slot 0 is B_0 (embedding
     output); contract says B_2 (...) (wrong in 12 of 12 samples checked)"`` and the contract key
     whose value decided it (``gates.identity_noise_deg``, ``gates.slot_identity_min_cosine``, or
@@ -247,9 +247,9 @@ def identity_problems(c, data_dir: Path, ref_model, sample: int = IDENTITY_SAMPL
     Raises:
         DataError: not a dataset.
     """
-    from eagle3_conformance.batches import in_batches
-    from eagle3_conformance.runner import training_findings
+    from eagle3_conformance.core.batches import in_batches
     from eagle3_conformance.scan import fingerprint_sample
+    from eagle3_conformance.suite.runner import training_findings
 
     loader = _open_loader(c, data_dir)
     n = len(loader)

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 # the contract's rule (the reference applies it too), re-exported where it was first written
 from eagle3_conformance.contract.validation import TARGET_KEYS, target_mismatches  # noqa: F401
-from eagle3_conformance.errors import DataError
+from eagle3_conformance.core.errors import DataError
 
 DTYPES = {"float32", "bfloat16", "float16"}
 """Config dtypes a contract can name as they are."""

@@ -26,7 +26,7 @@ from eagle3_conformance.authoring.configs import (
     read_config,
 )
 from eagle3_conformance.authoring.yaml_doc import eol
-from eagle3_conformance.errors import DataError, UsageError
+from eagle3_conformance.core.errors import DataError, UsageError
 
 ENGINES = ("sglang", "vllm", "speculators", "specforge")
 
@@ -309,7 +309,7 @@ def _vllm_unpinned_nested(engine: str, t: TargetFacts, dr: DraftFacts) -> None:
     """
     import warnings
 
-    from eagle3_conformance.installed import installed_version
+    from eagle3_conformance.environment.installed import installed_version
 
     inst = installed_version("vllm")
     if inst is not None:
@@ -329,8 +329,8 @@ def _vllm_capture(engine: str, version: str, inferred: str, t: TargetFacts, dr: 
             or vLLM's config loader rejects the draft config.
         UsageError: vLLM ``version`` is not the installed release (or none is installed).
     """
+    from eagle3_conformance.core.notation import Boundary
     from eagle3_conformance.engine_ids import SGLANG_KEY, TOP_KEY
-    from eagle3_conformance.notation import Boundary
     from eagle3_conformance.tools.vllm_cpu.ids import READERS, RUNNERS
 
     rd = _vllm_readings(engine, version, t, dr)
@@ -580,7 +580,7 @@ def _gates(training: str, serving: str):
     docs/gates.md), each commented with the value it resolves to, so that a user sees what can be tuned."""
     from ruamel.yaml.comments import CommentedMap
 
-    from eagle3_conformance import gates as g
+    from eagle3_conformance.core import gates as g
 
     dts = [d if d in g.IDENTITY_NOISE_DEG else "bfloat16" for d in (training, serving)]
 

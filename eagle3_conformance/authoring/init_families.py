@@ -23,7 +23,7 @@ from eagle3_conformance.authoring.init import (
     target_facts,
 )
 from eagle3_conformance.authoring.yaml_doc import eol
-from eagle3_conformance.errors import DataError, UsageError
+from eagle3_conformance.core.errors import DataError, UsageError
 
 #: what SGLang 0.5.23 hands an MTP / NextN head: ``spec_info.hidden_states`` = the target's
 #: stored hidden states, i.e. the tensor the LM head reads (F) unless the model body returns a
@@ -126,7 +126,7 @@ def _dflash(t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], engine: Optio
 def _mtp(t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], engine: Optional[str], name, out_dir):
     from ruamel.yaml.comments import CommentedMap
 
-    from eagle3_conformance.notation import Boundary
+    from eagle3_conformance.core.notation import Boundary
 
     engine, tool, inferred = _engine(engine, "mtp", None)
     n = cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") or 1

@@ -4,7 +4,7 @@ A float32 checkpoint is not served in float32: both engines downcast it by defau
 training pipeline writes through them carries that precision's noise against the float32 reference.
 ``eagle3-conformance init`` writes the result into the contract's ``precision`` block (apart from the
 checkpoint's ``target.dtype``), and every precision-dependent gate follows it
-(:mod:`eagle3_conformance.gates`).
+(:mod:`eagle3_conformance.core.gates`).
 
 - **SGLang**: the installed SGLang's own rule is called,
   ``sglang.srt.configs.model_config._get_and_verify_dtype(config, "auto")`` (SGLang 0.5.23,
@@ -92,7 +92,7 @@ def sglang_auto_dtype(cfg: dict) -> str:
     Raises:
         ImportError: SGLang is not installed or cannot be imported.
     """
-    from eagle3_conformance import torch_env
+    from eagle3_conformance.environment import torch_env
 
     torch_env.prepare()
     from sglang.srt.configs.model_config import _get_and_verify_dtype
@@ -189,7 +189,7 @@ def _specforge(cfg: dict, generation_dtype: str) -> Produced:
 def sglang_dtype(cfg: dict, dtype: str) -> str:
     """The installed SGLang's ``_get_and_verify_dtype(config, torch.<dtype>)`` (a torch dtype given, as SpecForge
     passes it) as a dtype name. Raises ImportError without SGLang."""
-    from eagle3_conformance import torch_env
+    from eagle3_conformance.environment import torch_env
 
     torch_env.prepare()
     import torch

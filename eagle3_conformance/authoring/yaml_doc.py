@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from eagle3_conformance.errors import DataError, UsageError
+from eagle3_conformance.core.errors import DataError, UsageError
 
 SCHEMA_HEADER = "yaml-language-server: $schema="
 

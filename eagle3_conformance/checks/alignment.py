@@ -7,13 +7,13 @@ from typing import Optional
 
 import torch
 
-from eagle3_conformance import gates
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks.common import GATE_NOISE, finding, keep_rows
 from eagle3_conformance.checks.registry import CAPTURE, REFERENCE, TENSORS, check
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
-from eagle3_conformance.notation import Boundary
+from eagle3_conformance.core import gates
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.core.findings import Finding
+from eagle3_conformance.core.notation import Boundary
 from eagle3_conformance.reference import Reference
 
 

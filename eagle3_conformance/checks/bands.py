@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks.common import finding, slot_label, verifier_rows
 from eagle3_conformance.checks.registry import CAPTURE, SLOT_RMS, check
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
-from eagle3_conformance.notation import Boundary
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.core.findings import Finding
+from eagle3_conformance.core.notation import Boundary
 from eagle3_conformance.reference import rms
 
 

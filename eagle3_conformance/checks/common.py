@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
-from eagle3_conformance.torch_env import dtype_name  # noqa: F401  (the checks' import of it)
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.core.findings import Finding
+from eagle3_conformance.environment.torch_env import dtype_name  # noqa: F401  (the checks' import of it)
 
 
 def finding(check, status, cap: Capture, slot, expected, observed, message, fault, gate: str = "") -> Finding:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from eagle3_conformance import gates
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks.common import GATE_CROSS_PATH
 from eagle3_conformance.checks.registry import PAIR, check
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
+from eagle3_conformance.core import gates
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.core.findings import Finding
 
 
 @check(PAIR, ("K13", "K9", "K5"), gates=(GATE_CROSS_PATH,))

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks.common import finding
 from eagle3_conformance.checks.registry import CAPTURE, TENSORS, check
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.core.findings import Finding
 
 
 def _blocks(c: Contract, cap: Capture) -> list[tuple[str, str, torch.Tensor]]:

@@ -3,11 +3,11 @@ boundaries, fc ran on the aux input, fc is sized from the target width."""
 
 from __future__ import annotations
 
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks.common import finding
 from eagle3_conformance.checks.registry import CAPTURE, TENSORS, check
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.core.findings import Finding
 
 
 @check(CAPTURE, ("K1", "K2"), stored=TENSORS)

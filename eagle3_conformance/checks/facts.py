@@ -7,7 +7,7 @@ from typing import Optional
 
 from eagle3_conformance.checks.registry import FACT, check
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
+from eagle3_conformance.core.findings import Finding
 
 
 @check(FACT, ("K1", "K2"), fact="sglang_version")
@@ -54,7 +54,7 @@ def check_accept_length(c: Contract, avg_accept_length: Optional[float], path: s
         avg_accept_length: the measured mean (>= 1), None when nothing was measured, or a mapping
             with ``spec_accept_length``, ``spec_correct_drafts_histogram`` and
             ``per_position_acceptance`` (sglang-engine: ``captures.accept_figures``, SGLang's counters;
-            cpu-accept: the loop's, :mod:`eagle3_conformance.acceptance_stats`): per-position
+            cpu-accept: the loop's, :mod:`eagle3_conformance.acceptance.stats`): per-position
             acceptance in the locator.
         path: the path that measured it: ``sglang-engine`` (a real engine's server info, GPU) or
             ``cpu-accept`` (the greedy speculative loop on the SGLang CPU harness).
@@ -134,7 +134,7 @@ def check_reference(c: Contract, ref: dict, path: str = "sglang-engine") -> list
     Args:
         ref: ``{"kind": "transformers" | "engine", "source": words, "needed": [boundaries], "recorded":
             [boundaries], "rows": int, "bytes": int, "missing": [...], "errors": [...], "dropped": [...]}``
-            (engine: :attr:`eagle3_conformance.engine_reference.EngineReference.stats`).
+            (engine: :attr:`eagle3_conformance.reference.engine.EngineReference.stats`).
 
     The transformers forward: pass (the independent oracle). The engine's own records: pass when
     every needed boundary was recorded on some row; fail when it recorded nothing (its hooks did not

@@ -10,8 +10,6 @@ from typing import Any, Optional
 
 import torch
 
-from eagle3_conformance import gates
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks.common import (
     GATE_NOISE,
     GATE_ROW_FLOOR,
@@ -24,15 +22,17 @@ from eagle3_conformance.checks.common import (
 )
 from eagle3_conformance.checks.registry import REFERENCE, check
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
-from eagle3_conformance.notation import Boundary
+from eagle3_conformance.core import gates
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.core.findings import Finding
+from eagle3_conformance.core.notation import Boundary
 from eagle3_conformance.reference import Reference
 
 
 def similarity_profile(slot: torch.Tensor, rows: torch.Tensor, ref: Reference, keep: torch.Tensor) -> torch.Tensor:
     """Mean per-token cosine of ``slot`` ([N, d]) with every reference boundary at ``rows``.
 
-    Returns [L+2] float32 ordered B_0..B_L, F (see :func:`eagle3_conformance.notation.all_boundaries`).
+    Returns [L+2] float32 ordered B_0..B_L, F (see :func:`eagle3_conformance.core.notation.all_boundaries`).
     """
     x = torch.nn.functional.normalize(slot.float()[keep], dim=-1, eps=1e-8)  # [n, d]
     r = ref.unit[:, rows[keep]]  # [L+2, n, d], unit rows
@@ -107,7 +107,7 @@ def judge(declared: Boundary, slot: torch.Tensor, rows: torch.Tensor, ref: Refer
 
 
 def profile_record(prof, tokens: int, over: str, names=None) -> dict[str, Any]:
-    """The JSON record of a cosine profile (:attr:`eagle3_conformance.findings.Finding.profile`):
+    """The JSON record of a cosine profile (:attr:`eagle3_conformance.core.findings.Finding.profile`):
     ``{"cosine": [floats, 4 decimals, one per boundary: B_0..B_L, F], "tokens": tokens, "over": over}``,
     plus ``"boundaries"`` (the names of the columns) when ``names`` is given by a partial reference (the
     engine's own records hold only the boundaries the checks need, docs/engine-reference.md)."""
@@ -199,7 +199,7 @@ def identity_finding(check: str, c: Contract, cap: Capture, label: str, declared
                      any_profile: Optional[dict[str, Any]] = None) -> Finding:
     """The finding of one identity verdict ``v`` (None: no resolvable token), carrying the
     profile it rested on (``v.profile`` over the resolvable tokens, else ``any_profile`` over
-    all kept tokens) as :attr:`eagle3_conformance.findings.Finding.profile`."""
+    all kept tokens) as :attr:`eagle3_conformance.core.findings.Finding.profile`."""
     f = _identity_finding(check, c, cap, label, declared, v, any_cos, any_best, fault)
     if v is not None and v.profile:
         return replace(f, profile=profile_record(v.profile, v.used, "resolvable tokens", v.names or None))

@@ -7,13 +7,13 @@ from typing import Optional
 
 import torch
 
-from eagle3_conformance import gates
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks.common import GATE_ROW_FLOOR, finding, keep_rows, slot_label, usable, verifier_rows
 from eagle3_conformance.checks.registry import CAPTURE, REFERENCE, TENSORS, check
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
-from eagle3_conformance.notation import Boundary
+from eagle3_conformance.core import gates
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.core.findings import Finding
+from eagle3_conformance.core.notation import Boundary
 from eagle3_conformance.reference import Reference, rms
 
 
@@ -40,7 +40,7 @@ def check_magnitude(c: Contract, cap: Capture, ref: Reference, max_ratio: Option
     """K4/K12: a slot that points the way of its declared boundary (mean cosine >=
     ``gates.slot_identity_min_cosine``) also has its magnitude: the median over tokens of
     ``rms(slot_t) / rms(B_t)`` lies in ``[1/max_ratio, max_ratio]`` (default by serving dtype:
-    :func:`eagle3_conformance.gates.magnitude_max_ratio`, 1.1 float32, 3.0 bf16; docs/gates.md).
+    :func:`eagle3_conformance.core.gates.magnitude_max_ratio`, 1.1 float32, 3.0 bf16; docs/gates.md).
 
     Compares with the reference itself, so it needs no calibrated norm bands: it catches a slot
     normalized without its norm weights (per-token RMS 1) and a rescaled slot (FP8 read without

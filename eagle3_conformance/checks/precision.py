@@ -2,7 +2,7 @@
 contract says it was produced in (``precision.training`` / ``precision.serving``, else ``target.dtype``)?
 
 Why: the identity, row, cross-path, magnitude and FP8 gates are set by the declared production
-precision (:mod:`eagle3_conformance.gates`). Correct data produced in bfloat16 from a float32
+precision (:mod:`eagle3_conformance.core.gates`). Correct data produced in bfloat16 from a float32
 checkpoint (vLLM's and SGLang's ``dtype="auto"`` serve float32 checkpoints in half precision) fails
 the float32 gates on the few tokens where activations jump, and those failures look like faults
 (K13 rows of other tokens, K12 FP8 scaling). This check measures the noise itself, so that the
@@ -42,15 +42,15 @@ from typing import Optional
 
 import torch
 
-from eagle3_conformance import gates
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks.common import finding, keep_rows, usable, verifier_rows
 from eagle3_conformance.checks.identity import identify, resolvable
 from eagle3_conformance.checks.registry import REFERENCE, check
 from eagle3_conformance.checks.transport import FP8_DTYPES
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
-from eagle3_conformance.notation import Boundary
+from eagle3_conformance.core import gates
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.core.findings import Finding
+from eagle3_conformance.core.notation import Boundary
 from eagle3_conformance.reference import Reference
 
 #: median per-row angle (degrees) above which data is not float32-produced (see the module docstring)
@@ -93,7 +93,7 @@ def fp8_reference(c: Contract, cap: Capture, ref: Reference, handed: str) -> tor
     fp8_hidden_states_connector.py:49-56; FP8Transfer._dequantize, transfer.py:226-233)."""
     from hs_connectors.fp8_utils import dequantize_fp8_tensor, quantize_tensor_to_fp8
 
-    from eagle3_conformance.torch_env import torch_dtype
+    from eagle3_conformance.environment.torch_env import torch_dtype
 
     shape = (cap.provenance.get("payload") or {}).get("shape") or []
     planes = list(c.aux) + ([Boundary.parse(c.verifier_last.tensor)] if len(shape) == 3 and shape[1] > len(c.aux) else [])

@@ -4,7 +4,7 @@ names it emits and the contract keys (gates) that can decide its failures.
 
 Everything that runs checks reads this registry instead of keeping its own list:
 :func:`eagle3_conformance.checks.suite.run_checks` (capture and reference checks, in registry order),
-:mod:`eagle3_conformance.assess` (fact checks, pair checks), the all-rows pass of
+:mod:`eagle3_conformance.suite.assess` (fact checks, pair checks), the all-rows pass of
 ``check-data`` (:mod:`eagle3_conformance.scan`: ``stored`` says which view of a stored sample a
 check reads), the kill matrix (an operator's catching checks must be registered finding names) and
 the diagnosis. Registry order is definition order: the modules of :mod:`eagle3_conformance.checks`

@@ -7,7 +7,7 @@ capture, fault-kinds.md). The identity checks see a tensor that matches no bound
 once looks like another checkpoint as reference; this check names it from the reference itself:
 mean per-row cosine of ``x`` with the update ``B_k - B_{k-1}`` at the capture's row floor, and closer to
 it than to ``B_k``
-(:func:`eagle3_conformance.gates.row_min_cosine`). It judges only a slot that is not its declared
+(:func:`eagle3_conformance.core.gates.row_min_cosine`). It judges only a slot that is not its declared
 boundary (another best match, or below the row floor: a slot that is B_k is the residual stream), so it
 returns nothing on correct data.
 """
@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import torch
 
-from eagle3_conformance import gates
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks.common import finding, keep_rows, usable, verifier_rows
 from eagle3_conformance.checks.identity import identify
 from eagle3_conformance.checks.registry import REFERENCE, check
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
-from eagle3_conformance.notation import Boundary
+from eagle3_conformance.core import gates
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.core.findings import Finding
+from eagle3_conformance.core.notation import Boundary
 from eagle3_conformance.reference import Reference
 
 RESIDUAL_CHECK = "residual_missing"

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from eagle3_conformance import gates
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks.common import GATE_ROW_FLOOR, finding, keep_rows, no_rows, usable
 from eagle3_conformance.checks.identity import resolvable
 from eagle3_conformance.checks.registry import REFERENCE, check
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
+from eagle3_conformance.core import gates
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.reference import Reference
 
 

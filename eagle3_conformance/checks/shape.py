@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks.common import dtype_name, finding
 from eagle3_conformance.checks.registry import CAPTURE, DTYPES, ROW_RMS, TENSORS, check
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.core.findings import Finding
 
 
 @check(CAPTURE, ("K8", "K11", "K13"), stored=TENSORS, always=True)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks.common import finding
 from eagle3_conformance.checks.registry import CAPTURE, REFERENCE, of
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.reference import Reference
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks.common import dtype_name, finding
 from eagle3_conformance.checks.registry import CAPTURE, DTYPES, check
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.core.findings import Finding
 
 
 @check(CAPTURE, ("K12",), emits=("tensor_dtype",), stored=DTYPES)

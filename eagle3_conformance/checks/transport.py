@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from eagle3_conformance import gates
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks.common import finding, keep_rows, slot_label, usable, verifier_rows
 from eagle3_conformance.checks.identity import identify
 from eagle3_conformance.checks.registry import CAPTURE, REFERENCE, TENSORS, check
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
+from eagle3_conformance.core import gates
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.reference import Reference
 
 GATE_FP8 = "gates.fp8_max_relative_error"
@@ -90,7 +90,7 @@ def check_transfer_backend(c: Contract, cap: Capture) -> list[Finding]:
     - plain hidden states where the contract says ``training.transfer: fp8`` (the contract does
       not describe the data);
     - a scale that is zero, negative or not finite (``payload["bad_scale"]``, set from the scales'
-      values by :func:`eagle3_conformance.fp8_payload.bad_scale`: ``{"token", "value", "count"}``), naming
+      values by :func:`eagle3_conformance.tools.shared.fp8_payload.bad_scale`: ``{"token", "value", "count"}``), naming
       the first token.
 
     A failure's ``observed["problems"]`` lists the kinds found (``fp8-read-as-file``,
@@ -121,7 +121,7 @@ def check_transfer_backend(c: Contract, cap: Capture) -> list[Finding]:
 def check_fp8_scale_error(c: Contract, cap: Capture, ref: Reference) -> list[Finding]:
     """K12: per token and slot, the relative error ``||x_t - B_t|| / ||B_t||`` of what the trainer
     receives (FP8 dequantised by ``FP8Transfer``, or plain) against the float32 reference boundary
-    must not exceed ``gates.fp8_max_relative_error`` (:func:`eagle3_conformance.gates.fp8_max_relative_error`).
+    must not exceed ``gates.fp8_max_relative_error`` (:func:`eagle3_conformance.core.gates.fp8_max_relative_error`).
 
     hs-connectors' fp8 backend quantises the whole [T, N, H] stack of a sample with one scale per
     token shared by all N slots (``amax / 448``, hs_connectors/fp8_utils.py:29-51): a large value in

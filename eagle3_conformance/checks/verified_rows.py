@@ -8,12 +8,12 @@ from collections import Counter
 
 import torch
 
-from eagle3_conformance import gates
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks.common import GATE_ROW_FLOOR, finding, usable
 from eagle3_conformance.checks.registry import REFERENCE, check
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
+from eagle3_conformance.core import gates
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.reference import Reference
 
 

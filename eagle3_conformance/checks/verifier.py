@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks.common import GATE_NOISE, GATE_ROW_FLOOR, finding, keep_rows, no_rows, verifier_rows
 from eagle3_conformance.checks.identity import identify, identity_finding, judge, profile_record
 from eagle3_conformance.checks.registry import CAPTURE, REFERENCE, TENSORS, check
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
-from eagle3_conformance.notation import Boundary
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.core.findings import Finding
+from eagle3_conformance.core.notation import Boundary
 from eagle3_conformance.reference import Reference, rms
 
 

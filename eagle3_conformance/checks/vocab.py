@@ -9,7 +9,7 @@ import torch
 
 from eagle3_conformance.checks.registry import MAPPING, TOKENIZER, check
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
+from eagle3_conformance.core.findings import Finding
 
 
 def mapping_sha256(target_ids: torch.Tensor) -> str:

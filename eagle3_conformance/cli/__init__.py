@@ -34,7 +34,7 @@ from eagle3_conformance.cli import (
     validate,
 )
 from eagle3_conformance.cli.common import EXIT_BAD_INPUT, error
-from eagle3_conformance.errors import InputError
+from eagle3_conformance.core.errors import InputError
 
 VERBS = (validate, check_data, schema, init, calibrate, translate, faults, merge_reports, check_offline, upgrade_check,
          accept_estimate, accept, serve_hooks, captures, render)
@@ -74,7 +74,7 @@ def _stdout_closed() -> int:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from eagle3_conformance.torch_env import threads_from_env
+    from eagle3_conformance.environment.torch_env import threads_from_env
 
     try:
         threads_from_env()  # a bad value is ignored at import (1 thread); here it is bad input
@@ -95,7 +95,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except Exception as e:  # a bug or an unforeseen input problem: one line, exit 2
         if args.debug:
             raise
-        from eagle3_conformance.engines import missing_dependency
+        from eagle3_conformance.environment.engines import missing_dependency
 
         why = missing_dependency(e) if isinstance(e, ModuleNotFoundError) else None
         if why:  # an optional dependency this command needs (the core needs none): say which extra

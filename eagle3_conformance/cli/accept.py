@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from eagle3_conformance.cli.common import add_html_option, check_output, exit_code, load_contract, write_html
-from eagle3_conformance.errors import UsageError
+from eagle3_conformance.core.errors import UsageError
 
 UNCHECKED = ("accept measures acceptance only; what reaches the draft is checked by pytest -m conformance, "
              "sglang-engine path")
@@ -84,8 +84,8 @@ def run(args) -> int:
 
 def _report(args, c, o) -> None:
     from eagle3_conformance import __version__, report
+    from eagle3_conformance.environment.validated import contract_hash
     from eagle3_conformance.server_accept import baseline, prompts, render
-    from eagle3_conformance.validated import contract_hash
 
     info, res, fig, rows, findings, changes, plist = o.info, o.res, o.fig, o.rows, o.findings, o.changes, o.prompts
     title = f"{c.name}: {info.kind} {info.version} at {info.url}"

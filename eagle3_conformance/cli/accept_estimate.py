@@ -1,5 +1,5 @@
 """``eagle3-conformance accept-estimate --draft DIR --target DIR --data DIR [-k 3] [--json OUT]``: an
-acceptance estimate with no engine and no target forward (:mod:`eagle3_conformance.acceptance_estimate`):
+acceptance estimate with no engine and no target forward (:mod:`eagle3_conformance.acceptance.estimate`):
 the draft alone, teacher-forced on a speculators dataset, against the target's own next tokens.
 Prints per-position acceptance and the mean accept length. Exit 0, or 2 for bad input (a draft
 whose vocabulary, width or slot count does not fit the data is named, never a shape traceback; so is a
@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from eagle3_conformance.cli.common import EXIT_OK, check_data_dir, check_output
-from eagle3_conformance.errors import DataError, UsageError
+from eagle3_conformance.core.errors import DataError, UsageError
 
 
 def add_parser(sub) -> None:
@@ -36,7 +36,7 @@ def run(args) -> int:
             raise DataError(f"{flag} {d}: not a directory")
     if args.json:
         check_output(args.json, "--json", input_dirs=(args.draft, args.target, str(data)))
-    from eagle3_conformance import torch_env
+    from eagle3_conformance.environment import torch_env
 
     torch_env.prepare()
     try:
@@ -45,7 +45,7 @@ def run(args) -> int:
         logger.disable("speculators")  # its loader logs every file it opens
     except ImportError:
         pass
-    from eagle3_conformance.acceptance_estimate import estimate_acceptance, load_speculators_draft
+    from eagle3_conformance.acceptance.estimate import estimate_acceptance, load_speculators_draft
 
     model = load_speculators_draft(Path(args.draft), Path(args.target), ttt_steps=args.k)
     e = estimate_acceptance(model, data, args.k)

@@ -19,7 +19,7 @@ from eagle3_conformance.cli.common import (
     load_contract,
     resolve_reference,
 )
-from eagle3_conformance.errors import UsageError
+from eagle3_conformance.core.errors import UsageError
 
 
 def add_parser(sub) -> None:
@@ -104,7 +104,7 @@ def _show(con, c, cal, ref_model, ref_origin, args) -> None:
 
 def _gate_line(c, gate: str) -> str:
     """Which identity gate refused, its value in force, and the contract key that changes it."""
-    from eagle3_conformance import gates
+    from eagle3_conformance.core import gates
 
     if gate == "gates.identity_noise_deg":
         return (f"gate that failed: slot identity, rank rule (another boundary matches better by more than the "

@@ -1,7 +1,7 @@
 """``eagle3-conformance check-captures DIR --contract C`` (this module: the verb's): judge what a user's own
 SGLang server recorded (``serve-hooks``' ``--forward-hooks`` value) while it served.
 
-Rows are attributed from the records themselves (:mod:`eagle3_conformance.server_captures`); every
+Rows are attributed from the records themselves (:mod:`eagle3_conformance.serving.captures`); every
 capture check judges them against the reference forward of the contract's target (``target.path`` /
 the fixture, or ``--reference``). The report lists the forward modes seen: with CUDA graphs on, decode
 forwards run no hooks and only prefill/extend rows are observed (a skipped ``decode_observed``
@@ -22,7 +22,7 @@ from eagle3_conformance.cli.common import (
     resolve_reference,
     write_html,
 )
-from eagle3_conformance.errors import UsageError
+from eagle3_conformance.core.errors import UsageError
 
 
 def add_parser(sub) -> None:
@@ -52,10 +52,10 @@ def run(args) -> int:
     from pathlib import Path
 
     from eagle3_conformance import report
-    from eagle3_conformance.assess import reference_loader
     from eagle3_conformance.diagnose import diagnose
     from eagle3_conformance.reference import ReferenceError, load_reference_model
-    from eagle3_conformance.server_captures import judge, read_dir
+    from eagle3_conformance.serving.captures import judge, read_dir
+    from eagle3_conformance.suite.assess import reference_loader
 
     c = load_contract(args.contract)
     if args.max_captures < -1 or args.max_captures == 0:
@@ -68,7 +68,7 @@ def run(args) -> int:
     kind = args.conformance_reference or c.reference
     sd = read_dir(d, c, engine_reference=kind == "engine")
     if kind == "engine":
-        from eagle3_conformance.engine_reference import final_norm_weight
+        from eagle3_conformance.reference.engine import final_norm_weight
 
         try:  # only the final norm's gamma is read from the target, when it is here (verifier checks)
             ref_dir = resolve_reference(c, args)

@@ -26,7 +26,7 @@ from eagle3_conformance.cli.common import (
     resolve_reference,
     write_html,
 )
-from eagle3_conformance.errors import UsageError
+from eagle3_conformance.core.errors import UsageError
 
 
 def add_parser(sub) -> None:
@@ -96,8 +96,8 @@ def _options(args) -> tuple[tuple[int, int], int, int]:
         raise UsageError(f"--workers {workers}: must be >= 1")
     cpus = getattr(args, "cpus_per_worker", None)
     if cpus is not None:
-        from eagle3_conformance.ray_tasks import available_cpus, cpu_share
-        from eagle3_conformance.torch_env import MAX_THREADS
+        from eagle3_conformance.environment.torch_env import MAX_THREADS
+        from eagle3_conformance.scan.ray_tasks import available_cpus, cpu_share
 
         if cpus < 1:
             raise UsageError(f"--cpus-per-worker {cpus}: must be >= 1")
@@ -214,7 +214,7 @@ def run(args) -> int:
     diagnoses = diagnose(c, findings)
     _print(args, c, res, diagnoses)
     if args.json or getattr(args, "html", None):
-        from eagle3_conformance.validated import tool_versions
+        from eagle3_conformance.environment.validated import tool_versions
 
         doc = report.report_doc(args.contract, findings, {**res.meta, "tool_versions": tool_versions()},
                                 passes=getattr(args, "json_passes", "all"), diagnoses=diagnoses)

@@ -36,7 +36,7 @@ from eagle3_conformance.cli.common import (
     resolve_reference,
     write_html,
 )
-from eagle3_conformance.errors import DataError
+from eagle3_conformance.core.errors import DataError
 
 
 def add_parser(sub) -> None:
@@ -89,7 +89,7 @@ def _report(args, c, findings, extra: dict) -> None:
     for d in diagnoses:
         print(f"  {d.label}: {d.title}")
     if args.json or getattr(args, "html", None):
-        from eagle3_conformance.validated import tool_versions
+        from eagle3_conformance.environment.validated import tool_versions
 
         doc = report.report_doc(args.contract, findings, {**extra, "tool_versions": tool_versions()},
                                 diagnoses=diagnoses)
@@ -99,9 +99,9 @@ def _report(args, c, findings, extra: dict) -> None:
 
 
 def run(args) -> int:
-    from eagle3_conformance.findings import Finding
+    from eagle3_conformance.core.findings import Finding
     from eagle3_conformance.reference import ReferenceError, load_reference_model
-    from eagle3_conformance.runner import offline_findings
+    from eagle3_conformance.suite.runner import offline_findings
     from eagle3_conformance.tools.offline_files import OfflineFilesError, find_files
     from eagle3_conformance.tools.vllm_hidden_states import find_files as find_vllm_files
 
@@ -144,7 +144,7 @@ def run(args) -> int:
             ref_dir = None
     loader = "torch.load(weights_only=True)"
     if _specforge_dir(c, args.files):
-        from eagle3_conformance.runner import specforge_findings
+        from eagle3_conformance.suite.runner import specforge_findings
         from eagle3_conformance.tools.specforge_layout import layout_finding
         from eagle3_conformance.tools.specforge_loader import LOADER
 

@@ -6,7 +6,7 @@ This is the only module that knows exit codes; verbs return one of them, and
 - **0** conforms (nothing failed);
 - **1** violations: some finding on data that was read failed (printed "VIOLATIONS"), including
   samples of a data set that cannot be read while others can (``sample_available`` failures);
-- **2** bad input or usage: :class:`eagle3_conformance.errors.InputError` (and a contract that does not
+- **2** bad input or usage: :class:`eagle3_conformance.core.errors.InputError` (and a contract that does not
   load), reported in one line; argparse's own usage errors also exit 2; and a run whose input
   could not be checked at all (no sample readable, the reference unusable), printed "INPUT ERROR",
   never "VIOLATIONS" (:func:`eagle3_conformance.report.input_error`).
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
-from eagle3_conformance.errors import UsageError
+from eagle3_conformance.core.errors import UsageError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -176,7 +176,7 @@ def resolve_reference(c: Contract, args: argparse.Namespace) -> Optional[Path]:
         UsageError: both flags given, or the contract names a fixture / target.path that cannot
             be resolved (bad input, never a silent run without slot identity).
     """
-    from eagle3_conformance import pairs
+    from eagle3_conformance.suite import pairs
 
     ref = getattr(args, "reference", None)
     no_ref = bool(getattr(args, "no_reference", False))

@@ -51,7 +51,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from eagle3_conformance.errors import DataError, UsageError
+    from eagle3_conformance.core.errors import DataError, UsageError
     from eagle3_conformance.faults.families import PATHS as FAMILY_PATHS
     from eagle3_conformance.faults.families import render_families, run_families_matrix
     from eagle3_conformance.faults.matrix import run_matrix

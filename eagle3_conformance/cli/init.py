@@ -55,7 +55,7 @@ def _norm_notes(draft) -> None:
     """Issue 37: where the tools read the draft config's Eagle3.1 norms differently (R53, R71)."""
     import json
 
-    from eagle3_conformance.draft_norms import norm_notes
+    from eagle3_conformance.draft_config.draft_norms import norm_notes
 
     f = Path(draft) / "config.json" if Path(draft).is_dir() else Path(draft)
     try:
@@ -71,7 +71,7 @@ def _norm_notes(draft) -> None:
 def _final_notes(out) -> None:
     """Issue 37: when an aux slot is B_L (id = L), what each engine does with that id (R53, R55)."""
     from eagle3_conformance.contract import ContractError, load_contract
-    from eagle3_conformance.final_boundary import final_boundary_notes
+    from eagle3_conformance.engine_ids.final_boundary import final_boundary_notes
 
     try:
         c = load_contract(out)

@@ -1,5 +1,5 @@
 """``eagle3-conformance merge-reports OUT.json IN1.json IN2.json ...``: one report from sharded runs
-(:func:`eagle3_conformance.merge.merge_reports`). Exit 0 if no finding failed, 1 if one did (a missing
+(:func:`eagle3_conformance.report.merge.merge_reports`). Exit 0 if no finding failed, 1 if one did (a missing
 shard included), 2 bad input (an existing OUT included, unless ``--force``: forgetting OUT makes
 the first part the output, and overwriting it would destroy that part)."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from eagle3_conformance.cli.common import check_output, exit_code, load_contract
-from eagle3_conformance.errors import UsageError
+from eagle3_conformance.core.errors import UsageError
 
 
 def add_parser(sub) -> None:
@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from eagle3_conformance.merge import merge_reports, parts_contract
+    from eagle3_conformance.report.merge import merge_reports, parts_contract
 
     check_output(args.out, "OUT", inputs=tuple(args.inputs))
     if Path(args.out).exists() and not getattr(args, "force", False):

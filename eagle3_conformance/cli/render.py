@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from eagle3_conformance.cli.common import EXIT_BAD_INPUT, EXIT_OK, check_output, error
-from eagle3_conformance.errors import UsageError
+from eagle3_conformance.core.errors import UsageError
 
 
 def add_parser(sub) -> None:

@@ -18,8 +18,8 @@ def run(args) -> int:
 
     text = schema_text()
     if args.write:
-        from eagle3_conformance.errors import UsageError
-        from eagle3_conformance.shipped import in_checkout
+        from eagle3_conformance.core.errors import UsageError
+        from eagle3_conformance.environment.shipped import in_checkout
 
         if not in_checkout():
             raise UsageError("schema --write: writes the checkout's contracts/schema/contract.schema.json; this is an "

@@ -4,7 +4,7 @@ own ``python -m sglang.launch_server ...`` (any of their flags), recording into 
 Writes ``DIR/manifest.json`` (the contract's sha256, this tool's version, the SGLang release the hooks
 know) so that ``check-captures`` refuses a directory recorded for another contract, and prints the
 JSON value on stdout (with ``--command``: a ready ``--forward-hooks '<value>'`` argument). See
-:mod:`eagle3_conformance.server_captures` and docs/own-server.md. Exit 0, or 2 on bad input.
+:mod:`eagle3_conformance.serving.captures` and docs/own-server.md. Exit 0, or 2 on bad input.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     import sys
 
-    from eagle3_conformance.server_captures import hooks_value, write_manifest
+    from eagle3_conformance.serving.captures import hooks_value, write_manifest
 
     c = load_contract(args.contract)
     doc = write_manifest(args.out, args.contract, c, args.conformance_reference or c.reference)

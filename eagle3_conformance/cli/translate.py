@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from eagle3_conformance.cli.common import EXIT_OK, load_contract
-from eagle3_conformance.errors import UsageError
+from eagle3_conformance.core.errors import UsageError
 
 
 def add_parser(sub) -> None:

@@ -1,7 +1,7 @@
 """``eagle3-conformance validate CONTRACT...``: schema and semantic validation, and the ``fixture`` a
 contract names must exist (:func:`eagle3_conformance.contract.fixture_problems`), and the contract must agree with the
 ``config.json`` at its ``target.path`` / ``draft.path`` where those are on this machine
-(:func:`eagle3_conformance.local_configs.config_problems`); exit 2 if any is invalid."""
+(:func:`eagle3_conformance.authoring.local_configs.config_problems`); exit 2 if any is invalid."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from eagle3_conformance.authoring.local_configs import config_problems
     from eagle3_conformance.contract import ContractError, load_contract
-    from eagle3_conformance.final_boundary import final_boundary_notes, final_boundary_problems
-    from eagle3_conformance.local_configs import config_problems
-    from eagle3_conformance.shipped import checkout_fixture_note
-    from eagle3_conformance.validated import installed_versions, never_validated_warning
+    from eagle3_conformance.engine_ids.final_boundary import final_boundary_notes, final_boundary_problems
+    from eagle3_conformance.environment.shipped import checkout_fixture_note
+    from eagle3_conformance.environment.validated import installed_versions, never_validated_warning
 
     con = console()
     installed = installed_versions()
@@ -33,7 +33,7 @@ def run(args) -> int:
             bad += 1
             for prob in e.problems:
                 con.print(f"[red]{prob.format(e.file)}[/red]")
-            from eagle3_conformance.dflash_fallback import absent_ids_note
+            from eagle3_conformance.draft_config.dflash_fallback import absent_ids_note
 
             note = absent_ids_note(p, e.problems)  # R58: what each engine's DFlash fallback resolves to
             if note:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from eagle3_conformance.contract.sections import KeyPath
-from eagle3_conformance.notation import Boundary
+from eagle3_conformance.core.notation import Boundary
 
 if TYPE_CHECKING:  # pragma: no cover
     from eagle3_conformance.contract.models import Contract

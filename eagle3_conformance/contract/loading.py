@@ -175,7 +175,7 @@ def parse_contract(text: str, file: str = "<string>", *, known_fixture: bool = F
             explicit ``--reference`` / ``--no-reference`` still runs one whose fixture is absent).
         checks: further checks, run once the contract is consistent in itself, each returning
             ``(key path, message)`` pairs reported at their lines (``validate`` passes
-            :func:`eagle3_conformance.local_configs.config_problems`).
+            :func:`eagle3_conformance.authoring.local_configs.config_problems`).
         source: the file the text came from; relative ``target.path`` / ``draft.path`` are taken
             relative to it (:func:`load_contract` passes it).
 

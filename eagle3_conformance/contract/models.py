@@ -2,7 +2,7 @@
 and the vocab, tokenizer, dtype and position sections.
 
 A contract states, for one target/draft pair, what every tensor at the draft boundary means.
-Boundaries are written in canonical notation (``B_k``, ``F``; see :mod:`eagle3_conformance.notation`).
+Boundaries are written in canonical notation (``B_k``, ``F``; see :mod:`eagle3_conformance.core.notation`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from eagle3_conformance.contract.sections import (
     _not_bool,
     _Strict,
 )
-from eagle3_conformance.notation import Boundary
+from eagle3_conformance.core.notation import Boundary
 
 # --- draft method: DFlash and MTP / NextN (issue 14) -------------------------------------------
 

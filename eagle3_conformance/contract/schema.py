@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from eagle3_conformance import shipped
 from eagle3_conformance.contract.models import Contract
+from eagle3_conformance.environment import shipped
 
 SCHEMA_PATH = shipped.SCHEMA_PATH
 """The contract JSON Schema file: ``contracts/schema/contract.schema.json`` in a checkout, its copy in the wheel."""

@@ -11,7 +11,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from eagle3_conformance.notation import Boundary
+from eagle3_conformance.core.notation import Boundary
 
 SCHEMA_VERSION = 1
 
@@ -238,7 +238,7 @@ DTypeName = Literal["float32", "bfloat16", "float16"]
 class Precision(_Strict):
     """The dtype the target ran in when it *produced* the hidden states, per path, apart from the
     checkpoint's dtype (``target.dtype``). Every precision-dependent gate (identity noise, row floor,
-    cross-path, magnitude, FP8 tolerance; :mod:`eagle3_conformance.gates`) follows it: a float32
+    cross-path, magnitude, FP8 tolerance; :mod:`eagle3_conformance.core.gates`) follows it: a float32
     checkpoint served with vLLM's or SGLang's ``dtype="auto"`` produces bf16/fp16 hidden states,
     whose noise against the float32 reference the float32 gates would call a fault.
     ``eagle3-conformance init`` derives both from the named engine's own ``auto`` rule."""
@@ -317,7 +317,7 @@ class VLLMServing(_Strict):
 
 class ValidatedOn(_Strict):
     """What a passing conformance run ran against (written by the run into its JSON report's
-    ``meta.validated_on[].engines_update.validated``: :mod:`eagle3_conformance.validated`)."""
+    ``meta.validated_on[].engines_update.validated``: :mod:`eagle3_conformance.environment.validated`)."""
 
     tool: Literal["sglang", "vllm"] = Field(description="The engine whose own classes the passing paths ran.")
     version: str = Field(description="Its installed release.")

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from eagle3_conformance import shipped
 from eagle3_conformance.contract.families import method_problems
 from eagle3_conformance.contract.models import Contract
 from eagle3_conformance.contract.sections import KeyPath
-from eagle3_conformance.notation import Boundary
+from eagle3_conformance.core.notation import Boundary
+from eagle3_conformance.environment import shipped
 
 
 def semantic_problems(c: Contract) -> list[tuple[KeyPath, str]]:
@@ -218,19 +218,19 @@ def _gate_vocab_position_problems(c: Contract) -> list[tuple[KeyPath, str]]:
 
 
 def fixture_problems(c: Contract) -> list[tuple[KeyPath, str]]:
-    """``fixture`` names a fixture :func:`eagle3_conformance.fixtures.build_fixture` can find: a folder of
+    """``fixture`` names a fixture :func:`eagle3_conformance.testbed.fixtures.build_fixture` can find: a folder of
     ``fixtures/`` holding ``fixture.json``, or a folder path holding one (resolved as
-    :func:`eagle3_conformance.fixture_base.fixture_spec` resolves it), whose ``fixture.json`` is JSON.
+    :func:`eagle3_conformance.testbed.fixture_base.fixture_spec` resolves it), whose ``fixture.json`` is JSON.
     Returns (key path, message) pairs naming the known fixtures; empty when it resolves or is unset.
 
     Not part of :func:`semantic_problems` (it reads the file system); ``eagle3-conformance validate``
     runs it, commands that run a contract report an absent fixture when they need it. From an
-    installed package (no ``fixtures/``) a name of :data:`eagle3_conformance.shipped.EMBEDDED_FIXTURES`
-    is no problem: ``validate`` prints :func:`~eagle3_conformance.shipped.checkout_fixture_note`."""
+    installed package (no ``fixtures/``) a name of :data:`eagle3_conformance.environment.shipped.EMBEDDED_FIXTURES`
+    is no problem: ``validate`` prints :func:`~eagle3_conformance.environment.shipped.checkout_fixture_note`."""
     if not c.fixture:
         return []
-    from eagle3_conformance.fixture_base import FixtureError, fixture_spec, known_fixtures
-    from eagle3_conformance.shipped import checkout_fixture_note
+    from eagle3_conformance.environment.shipped import checkout_fixture_note
+    from eagle3_conformance.testbed.fixture_base import FixtureError, fixture_spec, known_fixtures
 
     if checkout_fixture_note(c.fixture):  # installed package: a checkout fixture, not a misspelling
         return []
@@ -251,8 +251,8 @@ def fixture_problems(c: Contract) -> list[tuple[KeyPath, str]]:
 
 def _measured_on_cpu(c: Contract) -> bool:
     """The pair has a trained draft whose acceptance the ``cpu-accept`` path measures on CPU
-    (:data:`eagle3_conformance.shipped.TRAINED_FIXTURES`, the fixtures of
-    :data:`eagle3_conformance.trained_draft.TRAINED`): its accept-length floor is judged on a measured
+    (:data:`eagle3_conformance.environment.shipped.TRAINED_FIXTURES`, the fixtures of
+    :data:`eagle3_conformance.testbed.trained_draft.TRAINED`): its accept-length floor is judged on a measured
     acceptance with every decode row identity-checked by the SGLang paths, so it does not rest on
     norm bands."""
     return c.fixture in shipped.TRAINED_FIXTURES
@@ -267,7 +267,7 @@ def target_mismatches(got: dict[str, int], archs: list[str], target: Any) -> lis
     :data:`TARGET_KEYS`) that differs from the contract's ``target`` section, and ``architecture``
     when the model lists architectures and none is the contract's. Empty when the model is the
     contract's target. Applied by :func:`eagle3_conformance.reference.load_reference_model` and by
-    ``validate`` (:func:`eagle3_conformance.local_configs.config_problems`)."""
+    ``validate`` (:func:`eagle3_conformance.authoring.local_configs.config_problems`)."""
     out: list[tuple[str, Any, Any]] = [(k, v, getattr(target, k)) for k, v in got.items() if v != getattr(target, k)]
     if archs and target.architecture not in archs:
         out.append(("architecture", archs[0], target.architecture))

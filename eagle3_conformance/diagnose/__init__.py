@@ -76,6 +76,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Optional, Sequence
 
 from eagle3_conformance.contract import Contract
+from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.diagnose.base import KINDS, Diagnosis, _expand, _PathView
 from eagle3_conformance.diagnose.draft_fc import _pre_fc_norm
 from eagle3_conformance.diagnose.fixes import Translate, _Fixer, translate_ids
@@ -105,7 +106,6 @@ from eagle3_conformance.diagnose.shape import (
 from eagle3_conformance.diagnose.transport import _fp8_transport
 from eagle3_conformance.diagnose.verified_rows import _decode_rows
 from eagle3_conformance.diagnose.verifier import _verifier_other, _verifier_state
-from eagle3_conformance.findings import Finding
 
 __all__ = ["KINDS", "Diagnosis", "Translate", "diagnose", "explained_by", "merge_diagnoses", "path_diagnoses",
            "translate_ids", "used_precision", "_Fixer"]
@@ -127,7 +127,7 @@ def diagnose(contract: Contract, findings: Iterable[Any], *, translate: Optional
 
     Args:
         contract: the contract the findings were judged against.
-        findings: :class:`eagle3_conformance.findings.Finding` objects or their JSON dicts (a report file);
+        findings: :class:`eagle3_conformance.core.findings.Finding` objects or their JSON dicts (a report file);
             a dict with ``count`` (a pass entry folded by ``--json-passes counts``,
             :func:`eagle3_conformance.report._pass_counts`) weighs as ``count`` findings.
         translate: ``(tool, boundaries, contract) -> ToolIds`` for the ids to write (default

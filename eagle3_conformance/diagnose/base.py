@@ -7,9 +7,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
+from eagle3_conformance.core.findings import Finding, as_finding, stored_path
+from eagle3_conformance.core.notation import Boundary
 from eagle3_conformance.engine_ids import engine_default_aux_ids
-from eagle3_conformance.findings import Finding, as_finding, stored_path
-from eagle3_conformance.notation import Boundary
 
 #: kind -> (fault-kinds.md kind, one line); the catalogue of diagnoses (docs and tests use it)
 KINDS: dict[str, tuple[str, str]] = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import stored_path
+from eagle3_conformance.core.findings import stored_path
 
 Translate = Callable[[str, Sequence[str], Contract], Any]
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Optional
 
 from eagle3_conformance.contract import Contract
+from eagle3_conformance.core.findings import stored_path
+from eagle3_conformance.core.notation import Boundary
 from eagle3_conformance.diagnose.base import (
     _IDENTITY_CHECKS,
     _VERIFIER_CHECKS,
@@ -18,8 +20,6 @@ from eagle3_conformance.diagnose.base import (
     _PathView,
 )
 from eagle3_conformance.diagnose.fixes import _Fixer, _fmt_b
-from eagle3_conformance.findings import stored_path
-from eagle3_conformance.notation import Boundary
 
 
 def _mtp_input_side(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:

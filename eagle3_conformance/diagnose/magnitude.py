@@ -4,10 +4,10 @@ magnitude (normalized without its weights, rescaled)."""
 from __future__ import annotations
 
 from eagle3_conformance.contract import Contract
+from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.diagnose.base import Diagnosis, _PathView, _slot_index
 from eagle3_conformance.diagnose.fixes import _Fixer
 from eagle3_conformance.diagnose.precision import used_precision
-from eagle3_conformance.findings import Finding
 
 
 def _magnitude(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:

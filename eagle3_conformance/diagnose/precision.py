@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections import Counter
 
 from eagle3_conformance.contract import Contract
+from eagle3_conformance.core.findings import Finding, stored_path
 from eagle3_conformance.diagnose.base import Diagnosis, _PathView
 from eagle3_conformance.diagnose.fixes import _Fixer
-from eagle3_conformance.findings import Finding, stored_path
 
 _PRECISION_CHECKS = ("row_fingerprint", "fp8_scale_error", "cross_path", "magnitude")
 _PRECISION_GATES = ("gates.slot_identity_min_cosine", "gates.cross_path_min_cosine", "gates.fp8_max_relative_error")

@@ -7,9 +7,9 @@ import re
 from collections import Counter
 
 from eagle3_conformance.contract import Contract
+from eagle3_conformance.core.findings import stored_path
 from eagle3_conformance.diagnose.base import _IDENTITY_CHECKS, Diagnosis, _explained, _PathView
 from eagle3_conformance.diagnose.fixes import _Fixer, _fmt_b
-from eagle3_conformance.findings import stored_path
 
 
 def _one_slot_input(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:

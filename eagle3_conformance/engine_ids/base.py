@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from eagle3_conformance.notation import Boundary
+from eagle3_conformance.core.notation import Boundary
 
 TOOLS = ("sglang", "vllm", "speculators", "specforge")
 

@@ -29,9 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+from eagle3_conformance.core.notation import Boundary
 from eagle3_conformance.engine_ids.base import TranslationError
 from eagle3_conformance.engine_ids.sglang import installed_sglang_version, registry_class, setter_stub
-from eagle3_conformance.notation import Boundary
 
 DFLASH_TOOLS = ("sglang", "vllm", "speculators", "specforge")
 DFLASH_KEY = "dflash_config.target_layer_ids"
@@ -49,7 +49,7 @@ class DFlashIds:
 
 
 def _sglang_resolve(cfg: dict, L: int, num_draft_layers: int) -> list[int]:
-    from eagle3_conformance import torch_env
+    from eagle3_conformance.environment import torch_env
 
     torch_env.prepare()
     from sglang.srt.speculative.dflash_utils import parse_dflash_draft_config
@@ -85,7 +85,7 @@ def _sglang_apply(architecture: str, L: int, ids: list[int]) -> list[int]:
 
 
 def _specforge_dflash():
-    from eagle3_conformance import torch_env
+    from eagle3_conformance.environment import torch_env
 
     torch_env.prepare()  # specforge imports torchvision through transformers; prepare() makes that import work
     with torch_env.quiet_specforge_import():  # its draft package warns that flash_attn (unused here) is absent

@@ -28,6 +28,7 @@ from functools import lru_cache
 from types import MethodType, SimpleNamespace
 from typing import Callable, Optional, Sequence
 
+from eagle3_conformance.core.notation import Boundary
 from eagle3_conformance.engine_ids.base import (
     SGLANG_KEY,
     ToolIds,
@@ -35,7 +36,6 @@ from eagle3_conformance.engine_ids.base import (
     engine_default_aux_ids,
     version_key,
 )
-from eagle3_conformance.notation import Boundary
 
 # Wrappers whose setter delegates to an inner language model (attribute, inner class name).
 # kimi_k25.py:691-694 builds `self.language_model = DeepseekV3ForCausalLM(config.text_config)`,
@@ -54,7 +54,7 @@ _FINAL_CAPTURE_RE = re.compile(r"(end_layer|len\(self\.layers\))\s+in\s+self\.la
 
 def installed_sglang_version() -> Optional[str]:
     """The installed SGLang version (from package metadata, no import), or None."""
-    from eagle3_conformance.installed import installed_version
+    from eagle3_conformance.environment.installed import installed_version
 
     return installed_version("sglang")
 
@@ -62,7 +62,7 @@ def installed_sglang_version() -> Optional[str]:
 @lru_cache(maxsize=None)
 def registry_class(architecture: str):
     """The SGLang model class registered for ``architecture`` (None when unknown)."""
-    from eagle3_conformance import torch_env
+    from eagle3_conformance.environment import torch_env
 
     torch_env.prepare()
     import logging

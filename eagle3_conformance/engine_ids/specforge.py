@@ -11,10 +11,10 @@ from importlib import metadata
 from types import SimpleNamespace
 from typing import Optional, Sequence
 
+from eagle3_conformance.core.notation import Boundary
 from eagle3_conformance.engine_ids.base import SGLANG_KEY, ToolIds, TranslationError, read_listed_ids, version_key
 from eagle3_conformance.engine_ids.sglang import sglang_rule
-from eagle3_conformance.installed import installed_version
-from eagle3_conformance.notation import Boundary
+from eagle3_conformance.environment.installed import installed_version
 
 
 def to_tool_ids(bs: list[Boundary], L: int, *, architecture: str, version: Optional[str], verifier,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from eagle3_conformance.core.notation import Boundary
 from eagle3_conformance.engine_ids.base import (
     TOP_KEY,
     ToolIds,
@@ -16,7 +17,6 @@ from eagle3_conformance.engine_ids.base import (
     read_listed_ids,
     version_key,
 )
-from eagle3_conformance.notation import Boundary
 
 
 def to_tool_ids(bs: list[Boundary], L: int, *, architecture: str, version: Optional[str], verifier,

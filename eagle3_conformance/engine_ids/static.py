@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
 
+from eagle3_conformance.core.notation import Boundary
 from eagle3_conformance.engine_ids.sglang import PLUS_ONE_FILES
-from eagle3_conformance.notation import Boundary
 
 #: SGLang model files whose capture also reaches B_L (they capture at the final norm; see
 #: :mod:`eagle3_conformance.engine_ids.sglang`); everywhere else an SGLang capture stops at B_{L-1}

@@ -11,8 +11,8 @@ import eagle3_conformance.engine_ids.sglang as sglang
 import eagle3_conformance.engine_ids.specforge as specforge
 import eagle3_conformance.engine_ids.speculators as speculators
 import eagle3_conformance.engine_ids.vllm as vllm
+from eagle3_conformance.core.notation import Boundary
 from eagle3_conformance.engine_ids.base import TOOLS, ToolIds, TranslationError, version_key
-from eagle3_conformance.notation import Boundary
 
 _MODULES = {"sglang": sglang, "vllm": vllm, "speculators": speculators, "specforge": specforge}
 

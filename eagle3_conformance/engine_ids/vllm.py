@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from eagle3_conformance.core.notation import Boundary
 from eagle3_conformance.engine_ids.base import (
     TOP_KEY,
     ToolIds,
@@ -15,7 +16,6 @@ from eagle3_conformance.engine_ids.base import (
     engine_default_aux_ids,
     read_listed_ids,
 )
-from eagle3_conformance.notation import Boundary
 
 
 def _vllm_asked(bs: list[Boundary], L: int, architecture: str, version: str, allow_embedding: bool) -> ToolIds:

@@ -19,7 +19,7 @@ VERSION = "0.1.0"
 
 
 def _model():
-    from eagle3_conformance import torch_env
+    from eagle3_conformance.environment import torch_env
 
     torch_env.prepare()  # transformers imports torchvision; prepare() makes that import work on CPU
     try:

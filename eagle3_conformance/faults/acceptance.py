@@ -2,7 +2,7 @@
 correctly and with each kill-matrix fault injected where it lives in serving.
 
 The pair is SmolLM2-135M (float32) and the EAGLE-3 draft trained for it
-(:mod:`eagle3_conformance.trained_draft`: aux B_2, B_15, B_27, SGLang ids ``[1, 14, 26]``). The loop is
+(:mod:`eagle3_conformance.testbed.trained_draft`: aux B_2, B_15, B_27, SGLang ids ``[1, 14, 26]``). The loop is
 :func:`eagle3_conformance.tools.sglang_cpu.spec_loop.speculative_decode` (every forward is SGLang's
 real classes). Each :class:`AcceptFault` names the kill-matrix operator it is
 (:data:`eagle3_conformance.faults.operators.OPERATORS_BY_NAME`: its fault-kinds.md kind and the checks that
@@ -24,12 +24,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from eagle3_conformance import torch_env
+from eagle3_conformance.environment import torch_env
 
 torch_env.prepare()
 import torch  # noqa: E402
 
-from eagle3_conformance.acceptance_stats import per_position  # noqa: E402
+from eagle3_conformance.acceptance.stats import per_position  # noqa: E402
 from eagle3_conformance.tools.sglang_cpu.spec_loop import LoopKnobs  # noqa: E402
 
 D = 576  # SmolLM2-135M hidden size; slots are D-wide blocks of the aux concat
@@ -254,7 +254,7 @@ def add_intervals(rows: list[Row], *, seed: int = 0) -> None:
     """Each row's 95% bootstrap interval over prompts (its accept length) and, for a fault, the
     paired interval of ``correct - fault`` (same prompts resampled in both); a row where the
     interval cannot be formed says why in ``interval_note`` (too few prompts, a crash)."""
-    from eagle3_conformance.acceptance_stats import TooFewPrompts, bootstrap_accept_length, bootstrap_difference
+    from eagle3_conformance.acceptance.stats import TooFewPrompts, bootstrap_accept_length, bootstrap_difference
 
     good = rows[0]
     for r in rows:
@@ -293,8 +293,8 @@ def run_table(*, prompts_n: int = 8, prompt_tokens: int = 48, max_new: int = 32,
     Returns ``{"rows": [Row...], "not_measured": {...}, "setup": {...}}``.
     """
     from eagle3_conformance.reference import load_reference_model
+    from eagle3_conformance.testbed.trained_draft import ensure_trained_draft, eval_prompts
     from eagle3_conformance.tools.sglang_cpu import SGLangCPUHarness
-    from eagle3_conformance.trained_draft import ensure_trained_draft, eval_prompts
 
     td = ensure_trained_draft(log=log)
     prompts = eval_prompts(td.target_dir, prompts_n, prompt_tokens)
@@ -326,9 +326,9 @@ def run_estimate(*, prompts_n: int = 8, prompt_tokens: int = 48, max_new: int = 
                  log=lambda s: None) -> dict[str, Any]:
     """The engine-free estimate against the loop on the held-out prompts, then the same with
     :data:`ATTRIBUTION_FAULT` on the decode path: ``{"correct": compare(...), "fault": compare(...),
-    "fault_name": ...}`` (:func:`eagle3_conformance.acceptance_attribution.compare`)."""
-    from eagle3_conformance.acceptance_attribution import compare
-    from eagle3_conformance.trained_draft import ensure_trained_draft, eval_prompts
+    "fault_name": ...}`` (:func:`eagle3_conformance.acceptance.attribution.compare`)."""
+    from eagle3_conformance.acceptance.attribution import compare
+    from eagle3_conformance.testbed.trained_draft import ensure_trained_draft, eval_prompts
 
     td = ensure_trained_draft(log=log)
     prompts = eval_prompts(td.target_dir, prompts_n, prompt_tokens)

@@ -96,8 +96,8 @@ def fault_draft_dir(base: Path, fault: EngineFault, workdir: Path, target_dir: P
 
 
 def _findings(c, obs):
-    from eagle3_conformance.assess import assess, reference_loader
     from eagle3_conformance.paths.base import Observation
+    from eagle3_conformance.suite.assess import assess, reference_loader
 
     o = Observation(captures=obs.extend + obs.decode, facts={"engine_lossless": obs.lossless})
     return assess(c, o, reference_loader(c, obs.run.spec["target_dir"]), path="sglang-engine")
@@ -105,9 +105,9 @@ def _findings(c, obs):
 
 def _engine_findings(c, obs):
     """The same observation judged against the engine's own records (no transformers forward)."""
-    from eagle3_conformance.assess import assess
-    from eagle3_conformance.engine_reference import judged_rows
     from eagle3_conformance.paths.base import Observation
+    from eagle3_conformance.reference.engine import judged_rows
+    from eagle3_conformance.suite.assess import assess
 
     eref = obs.engine_reference
     caps = [j for j in (judged_rows(cap, eref) for cap in obs.extend + obs.decode) if j is not None]
@@ -124,7 +124,7 @@ def numeric_agreement(c, obs) -> dict:
     tokens: ``{boundary: {"min_cos": x, "max_rel_err": y, "rows": n}}``."""
     import torch
 
-    from eagle3_conformance.assess import reference_loader
+    from eagle3_conformance.suite.assess import reference_loader
 
     model, eref = reference_loader(c, obs.run.spec["target_dir"])(), obs.engine_reference
     out: dict = {}

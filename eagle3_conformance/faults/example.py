@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from eagle3_conformance import torch_env
+from eagle3_conformance.environment import torch_env
 
 torch_env.prepare()
 import torch  # noqa: E402
 
-from eagle3_conformance.capture import Capture  # noqa: E402
+from eagle3_conformance.core.capture import Capture  # noqa: E402
 from eagle3_conformance.faults.scenario import Scenario  # noqa: E402
 
 

@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from eagle3_conformance.findings import Finding
+from eagle3_conformance.core.findings import Finding
 
 REPO = Path(__file__).resolve().parent.parent.parent
 DFLASH_CONTRACT = REPO / "contracts" / "tiny-llama-dflash.yaml"
@@ -241,8 +241,8 @@ def run_families_matrix(log: Callable[[str], None] = lambda s: None,
     w = World(_load_doc(DFLASH_CONTRACT), _load_doc(MTP_CONTRACT))
     sglang = importlib.util.find_spec("sglang") is not None and any(p != "contract" for p in columns)
     if sglang:
-        from eagle3_conformance.fixtures import build_fixture
         from eagle3_conformance.reference import load_reference_model
+        from eagle3_conformance.testbed.fixtures import build_fixture
         from eagle3_conformance.tools.sglang_cpu.families import runtime_harness
 
         b = build_fixture(w.dflash_doc["fixture"])

@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import shutil
 
-from eagle3_conformance import torch_env
+from eagle3_conformance.environment import torch_env
 
 torch_env.prepare()
 import torch  # noqa: E402
 
 from eagle3_conformance.contract import Contract  # noqa: E402
+from eagle3_conformance.core.findings import Finding  # noqa: E402
+from eagle3_conformance.core.notation import Boundary  # noqa: E402
 from eagle3_conformance.faults.example import Example, Knobs, NoOp, apply_capture  # noqa: E402
 from eagle3_conformance.faults.scenario import Scenario, _bands  # noqa: E402
 from eagle3_conformance.faults.tokens import GOOD_TEMPLATE, render_ids  # noqa: E402
-from eagle3_conformance.findings import Finding  # noqa: E402
-from eagle3_conformance.notation import Boundary  # noqa: E402
 
 LOSS_MASK_REASON = ("SpecForge 0.2.0 TargetHead.preprocess shifts input_ids and target but not loss_mask "
                     "(sgl-project/SpecForge#885)")
@@ -55,8 +55,8 @@ def _same_file(a, b) -> bool:
 def write_specforge(scn: Scenario, contract: Contract, k: Knobs):
     """The scenario's samples as SpecForge files with ``k``'s data faults; raises :class:`NoOp`
     when the faults change no stored row."""
+    from eagle3_conformance.environment.torch_env import torch_dtype
     from eagle3_conformance.tools.specforge_loader import write_dataset
-    from eagle3_conformance.torch_env import torch_dtype
 
     slots = k.slots or [str(b) for b in contract.aux] + [contract.verifier_last.tensor]
     dtype = torch_dtype(k.disk_dtype or contract.data_dtype)

@@ -10,16 +10,16 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from eagle3_conformance import torch_env
+from eagle3_conformance.environment import torch_env
 
 torch_env.prepare()
 import torch  # noqa: E402
 
 from eagle3_conformance.contract import Contract  # noqa: E402
+from eagle3_conformance.core.findings import Finding  # noqa: E402
 from eagle3_conformance.faults.example import Example, Knobs, NoOp, apply_capture  # noqa: E402
 from eagle3_conformance.faults.scenario import Scenario  # noqa: E402
 from eagle3_conformance.faults.tokens import GOOD_TEMPLATE, render_ids  # noqa: E402
-from eagle3_conformance.findings import Finding  # noqa: E402
 
 _FEATURES = None
 
@@ -47,8 +47,8 @@ def write_dataset(out: Path, scn: Scenario, contract: Contract, k: Knobs) -> Pat
     from datasets import Dataset
     from safetensors.torch import save_file
 
-    from eagle3_conformance.datagen import hs_payload
-    from eagle3_conformance.torch_env import torch_dtype
+    from eagle3_conformance.environment.torch_env import torch_dtype
+    from eagle3_conformance.testbed.datagen import hs_payload
 
     out.mkdir(parents=True)
     samples, masks = scn.samples, scn.masks

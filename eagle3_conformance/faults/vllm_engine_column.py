@@ -66,7 +66,7 @@ def _ids(cfg: dict) -> list[int]:
 def _wrong_target(target: Path, workdir: Path) -> Path:
     """The tiny-llama fixture's target (8 layers, d = 64, vocab 512): a draft served with a target it
     was not trained for (``LLM(model=...)`` names another model)."""
-    from eagle3_conformance.fixtures import build_fixture
+    from eagle3_conformance.testbed.fixtures import build_fixture
 
     return build_fixture("tiny-llama").target_dir
 
@@ -108,8 +108,8 @@ def fault_draft_dir(vllm_form: Path, shipped_cfg: dict, fault: VLLMFault, workdi
 
 def findings(c, obs) -> list:
     """Every check of the path on one engine observation (all verify steps judged)."""
-    from eagle3_conformance.assess import assess, reference_loader
     from eagle3_conformance.paths.vllm_engine import observation
+    from eagle3_conformance.suite.assess import assess, reference_loader
 
     return assess(c, observation(obs, all_decode=False), reference_loader(c, obs.run.spec["target_dir"]),
                   path="vllm-engine")

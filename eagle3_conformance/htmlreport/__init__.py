@@ -132,10 +132,10 @@ def render_suite(out: str | Path, runs: list[tuple[Any, ...]], versions: dict[st
 
     Args:
         runs: ``(file, name, contract, findings, errors, diagnoses)`` per contract file.
-        versions: the tool versions of the run (:func:`eagle3_conformance.validated.tool_versions`).
+        versions: the tool versions of the run (:func:`eagle3_conformance.environment.validated.tool_versions`).
     """
+    from eagle3_conformance.environment.validated import record
     from eagle3_conformance.report import report_doc
-    from eagle3_conformance.validated import record
 
     parts = []
     for file, name, contract, findings, errors, diagnoses in runs:

@@ -84,7 +84,7 @@ def header(doc: dict[str, Any], missing: list[str]) -> dict[str, Any]:
         missing.append("diagnoses: not in this report (merge-reports without a contract writes none)")
     groups = []
     try:
-        from eagle3_conformance.findings import as_finding
+        from eagle3_conformance.core.findings import as_finding
 
         for g in report.summarize(as_finding(f) for f in findings):
             if g["status"] == "fail":
@@ -136,7 +136,7 @@ def _slot_key(label: str) -> tuple:
 def heatmaps(findings: list[dict[str, Any]], missing: list[str]) -> list[dict[str, Any]]:
     """One heatmap per path: a row per slot label (``slot k``, then ``verifier``), a column per
     boundary; each cell the mean over the samples of the identity check's own cosine profile
-    (:attr:`eagle3_conformance.findings.Finding.profile`), the expected boundary (the finding's
+    (:attr:`eagle3_conformance.core.findings.Finding.profile`), the expected boundary (the finding's
     ``expected``), and the matched one (the boundary most samples' profiles peak at)."""
     rows: "OrderedDict[tuple, list]" = OrderedDict()
     judged = 0

@@ -3,11 +3,11 @@
 A *path* is one way hidden states reach a draft: speculators' training loader, SGLang's extend
 or decode, the same tokens on two paths, a real engine on a GPU, later SpecForge, vLLM, an
 acceptance loop. A path runs the tool's real code (:mod:`eagle3_conformance.tools`) on inputs
-hypothesis draws (:mod:`eagle3_conformance.strategies`, called by name) and returns an
-:class:`Observation`: what reached the draft. It never judges: :mod:`eagle3_conformance.assess` turns
-observations into findings, and :mod:`eagle3_conformance.session` runs a path under hypothesis.
+hypothesis draws (:mod:`eagle3_conformance.suite.strategies`, called by name) and returns an
+:class:`Observation`: what reached the draft. It never judges: :mod:`eagle3_conformance.suite.assess` turns
+observations into findings, and :mod:`eagle3_conformance.suite.session` runs a path under hypothesis.
 
-Running one path on one contract (``eagle3_conformance.session.run_path``)::
+Running one path on one contract (``eagle3_conformance.suite.session.run_path``)::
 
     skipped = path.needs.unmet(pair)              # None, or why it cannot run here
     state = path.prepare(contract, pair)          # load the tool once; or Skipped(reason)
@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Pr
 if TYPE_CHECKING:  # annotations only: the registry must import without torch
     from hypothesis.strategies import SearchStrategy
 
-    from eagle3_conformance.capture import Capture
     from eagle3_conformance.contract import Contract
-    from eagle3_conformance.pairs import LocalPair
+    from eagle3_conformance.core.capture import Capture
+    from eagle3_conformance.suite.pairs import LocalPair
 
 T = TypeVar("T")
 
@@ -54,8 +54,8 @@ class Needs:
 
     Attributes:
         modules: importable modules the path runs (``("sglang",)``); missing, or a release other
-            than the tested one (:data:`eagle3_conformance.engines.TESTED`) -> skipped. Every path
-            also needs :data:`eagle3_conformance.engines.BASE` (torch, transformers, hypothesis).
+            than the tested one (:data:`eagle3_conformance.environment.engines.TESTED`) -> skipped. Every path
+            also needs :data:`eagle3_conformance.environment.engines.BASE` (torch, transformers, hypothesis).
         draft: the draft's ``config.json`` in ``pair.draft_dir``.
         data: a stored dataset in ``pair.data_dir`` (the embedded fixtures have one).
         gpu: a CUDA device. The plugin marks the path ``gpu``; the path probes the device in
@@ -64,8 +64,8 @@ class Needs:
             contract is skipped with the reason (an EAGLE-3 path says nothing about a DFlash or
             MTP draft, and the reverse).
         also_on: module -> further releases the path is tested on besides
-            :data:`~eagle3_conformance.engines.TESTED` (the SGLang extend/decode paths:
-            :data:`~eagle3_conformance.engines.HARNESS_RELEASES`).
+            :data:`~eagle3_conformance.environment.engines.TESTED` (the SGLang extend/decode paths:
+            :data:`~eagle3_conformance.environment.engines.HARNESS_RELEASES`).
     """
 
     modules: tuple[str, ...] = ()
@@ -77,7 +77,7 @@ class Needs:
 
     def _module_problem(self, modules: Iterable[str]) -> Optional[str]:
         """The first of ``modules`` that is missing or not a tested release here (with :attr:`also_on`)."""
-        from eagle3_conformance import engines
+        from eagle3_conformance.environment import engines
 
         for m in modules:
             why = engines.problem(m, tuple(self.also_on.get(m, ())))
@@ -89,7 +89,7 @@ class Needs:
         """Why the path cannot run with ``pair`` (for ``contract``) here (the first unmet need), or None."""
         if contract is not None and contract.method not in self.methods:
             return f"this path runs {'/'.join(self.methods)} drafts; the contract's method is {contract.method}"
-        from eagle3_conformance import engines
+        from eagle3_conformance.environment import engines
 
         why = self._module_problem(engines.BASE)
         if why:
@@ -113,7 +113,7 @@ class Observation:
     """What reached the draft on one run of a path (one drawn example, or the fixed inputs).
 
     Attributes:
-        captures: what entered the draft, one :class:`~eagle3_conformance.capture.Capture` per
+        captures: what entered the draft, one :class:`~eagle3_conformance.core.capture.Capture` per
             sequence (``feature`` [N, K*d], ``rows`` [N] token indices, ...); each is judged by
             every capture check against the reference forward on its own ``token_ids``.
         stored: the captures were read from stored data (a dataset on disk): a bad sample (no
@@ -130,7 +130,7 @@ class Observation:
             observation fails, no examples are drawn (they would repeat the failure).
         reference: a reference the path observed itself, used for ``captures`` instead of the
             transformers forward (the engine as its own reference:
-            :class:`eagle3_conformance.engine_reference.EngineReference`); None: the transformers one.
+            :class:`eagle3_conformance.reference.engine.EngineReference`); None: the transformers one.
     """
 
     captures: Sequence["Capture"] = ()
@@ -152,7 +152,7 @@ once, the engine version), run before any drawn example."""
 
 Observe = Callable[[Any, Draw], Observation]
 """``observe(state, draw) -> Observation``: one example; inputs drawn with ``draw(strategy,
-label)`` from :mod:`eagle3_conformance.strategies`."""
+label)`` from :mod:`eagle3_conformance.suite.strategies`."""
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ def start_token(contract: "Contract") -> Optional[int]:
 class StoredData:
     """The state of a path that reads stored training data through a tool's own loader (the
     ``training`` and ``specforge`` paths): ``loader.batch([sample index, ...])`` returns one
-    :class:`~eagle3_conformance.capture.Capture` per sample, ``n`` samples in all."""
+    :class:`~eagle3_conformance.core.capture.Capture` per sample, ``n`` samples in all."""
 
     loader: Any
     n: int
@@ -193,7 +193,7 @@ class StoredData:
 
 def stored_first(s: StoredData) -> Observation:
     """Every sample once, in consecutive batches of 4; a failure here ends the run."""
-    from eagle3_conformance.batches import every_sample
+    from eagle3_conformance.core.batches import every_sample
 
     caps = [cap for batch in every_sample(s.n) for cap in s.loader.batch(batch)]
     return Observation(captures=caps, stored=True, stop_on_failure=True)
@@ -201,7 +201,7 @@ def stored_first(s: StoredData) -> Observation:
 
 def stored_observe(s: StoredData, draw: Draw) -> Observation:
     """One drawn batch: ``[sample index, ...]`` (repeats allowed, any order)."""
-    from eagle3_conformance import strategies
+    from eagle3_conformance.suite import strategies
 
     batch = draw(strategies.sample_batches(s.n), label="batch")
     return Observation(captures=s.loader.batch(list(batch)), stored=True)

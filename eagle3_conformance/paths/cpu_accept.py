@@ -1,8 +1,8 @@
 """``cpu-accept``: the accept length of a pair with a trained draft, measured on CPU.
 
-For a contract whose fixture has a trained draft (:data:`eagle3_conformance.trained_draft.TRAINED`;
+For a contract whose fixture has a trained draft (:data:`eagle3_conformance.testbed.trained_draft.TRAINED`;
 today the float32 SmolLM2-135M pair), the draft is the shipped one (trained with speculators' trainer
-on CPU, checked against its recipe, :func:`eagle3_conformance.trained_draft.ensure_trained_draft`) and
+on CPU, checked against its recipe, :func:`eagle3_conformance.testbed.trained_draft.ensure_trained_draft`) and
 the greedy speculative loop
 (:func:`eagle3_conformance.tools.sglang_cpu.spec_loop.speculative_decode`: the installed SGLang's
 real target and draft classes, 0.5.23 or 0.5.14 through the harness's release branches) runs over
@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from eagle3_conformance.engines import HARNESS_RELEASES
+from eagle3_conformance.environment.engines import HARNESS_RELEASES
 from eagle3_conformance.paths.base import Needs, Observation, Path, Skipped
 
 PROMPT_TOKENS = 48
@@ -38,11 +38,11 @@ NUM_DRAFT_TOKENS = 3
 @dataclass
 class _State:
     contract: Any
-    trained: Any  # eagle3_conformance.trained_draft.TrainedDraft
+    trained: Any  # eagle3_conformance.testbed.trained_draft.TrainedDraft
 
 
 def prepare(c, pair):
-    from eagle3_conformance.trained_draft import TRAINED, ensure_trained_draft
+    from eagle3_conformance.testbed.trained_draft import TRAINED, ensure_trained_draft
 
     if c.fixture not in TRAINED:
         return Skipped(f"cpu-accept: no trained draft for this pair (fixtures with one: {', '.join(TRAINED)})")
@@ -53,14 +53,14 @@ def prepare(c, pair):
 
 
 def first(s: _State) -> Observation:
-    from eagle3_conformance import torch_env
+    from eagle3_conformance.environment import torch_env
 
     torch_env.prepare()
     import torch
 
+    from eagle3_conformance.testbed.trained_draft import eval_prompts
     from eagle3_conformance.tools.sglang_cpu import SGLangCPUHarness
     from eagle3_conformance.tools.sglang_cpu.spec_loop import speculative_decode
-    from eagle3_conformance.trained_draft import eval_prompts
 
     n = int(os.environ.get("CONFORMANCE_ACCEPT_PROMPTS", str(DEFAULT_PROMPTS)))
     new = int(os.environ.get("CONFORMANCE_ACCEPT_TOKENS", str(DEFAULT_TOKENS)))
@@ -70,7 +70,7 @@ def first(s: _State) -> Observation:
         res = speculative_decode(h, prompts, num_draft_tokens=NUM_DRAFT_TOKENS, max_new_tokens=new)
     finally:
         h.close()
-    from eagle3_conformance.acceptance_stats import per_position
+    from eagle3_conformance.acceptance.stats import per_position
 
     hist = res.correct_drafts_histogram if res.verify_steps else []
     fact = {"spec_accept_length": res.mean_accept_length, "spec_correct_drafts_histogram": hist,

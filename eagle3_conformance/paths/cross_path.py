@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from eagle3_conformance.engines import HARNESS_RELEASES
+from eagle3_conformance.environment.engines import HARNESS_RELEASES
 from eagle3_conformance.paths.base import Needs, Observation, Path, start_token
 
 
@@ -22,12 +22,12 @@ class _State:
     contract: Any
     harness: Any  # SGLangCPUHarness
     loader: Optional[Any]  # TrainingLoader over the pair's stored data, or None
-    pool: Any = None  # tokenized corpus (eagle3_conformance.corpus.prompt_pool) or None
+    pool: Any = None  # tokenized corpus (eagle3_conformance.testbed.corpus.prompt_pool) or None
 
 
 def prepare(c, pair) -> _State:
-    from eagle3_conformance.corpus import prompt_pool
-    from eagle3_conformance.pairs import torch_dtype
+    from eagle3_conformance.suite.pairs import torch_dtype
+    from eagle3_conformance.testbed.corpus import prompt_pool
     from eagle3_conformance.tools.sglang_cpu import shared_harness
 
     h = shared_harness(pair.target_dir, pair.draft_dir, torch_dtype(c.serving_dtype))
@@ -54,7 +54,7 @@ def observe(s: _State, draw) -> Observation:
     """Drawn prompts (at least 3 tokens) and a draft-token count: extend vs verify."""
     from hypothesis import strategies as st
 
-    from eagle3_conformance import strategies
+    from eagle3_conformance.suite import strategies
 
     c = s.contract
     batch = draw(strategies.prompt_batches(c.target.vocab_size, start_token=start_token(c), min_len=3, pool=s.pool), label="batch")

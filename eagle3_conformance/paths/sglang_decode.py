@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from eagle3_conformance.engines import HARNESS_RELEASES
+from eagle3_conformance.environment.engines import HARNESS_RELEASES
 from eagle3_conformance.paths.base import Needs, Observation, Path
 
 
@@ -34,13 +34,13 @@ class _State:
     contract: Any
     harness: Any  # SGLangCPUHarness
     ref_model: Any  # ReferenceModel: the target's greedy continuation
-    pool: Any = None  # tokenized corpus (eagle3_conformance.corpus.prompt_pool) or None
+    pool: Any = None  # tokenized corpus (eagle3_conformance.testbed.corpus.prompt_pool) or None
 
 
 def prepare(c, pair) -> _State:
-    from eagle3_conformance.corpus import prompt_pool
-    from eagle3_conformance.pairs import torch_dtype
     from eagle3_conformance.reference import load_reference_model
+    from eagle3_conformance.suite.pairs import torch_dtype
+    from eagle3_conformance.testbed.corpus import prompt_pool
     from eagle3_conformance.tools.sglang_cpu import shared_harness
 
     h = shared_harness(pair.target_dir, pair.draft_dir, torch_dtype(c.serving_dtype))
@@ -50,7 +50,7 @@ def prepare(c, pair) -> _State:
 def observe(s: _State, draw) -> Observation:
     """One drawn verify step: prefixes, draft tokens made consistent with the target, accepted
     counts; the captures are what the draft extend after verify received."""
-    from eagle3_conformance import strategies
+    from eagle3_conformance.suite import strategies
 
     prefixes, fillers, accepted = draw(strategies.verify_layouts(s.contract.target.vocab_size, pool=s.pool), label="verify")
     n = len(fillers[0])

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from eagle3_conformance.engines import HARNESS_RELEASES
+from eagle3_conformance.environment.engines import HARNESS_RELEASES
 from eagle3_conformance.paths.base import Needs, Observation, Path, Skipped, start_token
 
 
@@ -27,8 +27,8 @@ class _State:
 
 
 def prepare(c, pair):
-    from eagle3_conformance.corpus import prompt_pool
-    from eagle3_conformance.pairs import torch_dtype
+    from eagle3_conformance.suite.pairs import torch_dtype
+    from eagle3_conformance.testbed.corpus import prompt_pool
     from eagle3_conformance.tools.sglang_cpu.families import DFlashConfigError, DFlashCPU, runtime_harness
 
     cfg = json.loads((pair.draft_dir / "config.json").read_text())
@@ -49,7 +49,7 @@ def first(s: _State) -> Observation:
 
 def observe(s: _State, draw) -> Observation:
     """One drawn extend batch and one drawn verify step through SGLang's DFlash capture."""
-    from eagle3_conformance import strategies
+    from eagle3_conformance.suite import strategies
 
     c = s.contract
     batch = draw(strategies.prompt_batches(c.target.vocab_size, start_token=start_token(c), pool=s.pool), label="batch")

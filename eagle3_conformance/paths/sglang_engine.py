@@ -12,7 +12,7 @@ spec_verify_ct``, gated on ``gates.min_accept_length``; per-position acceptance 
 greedy decode (float32).
 
 On CPU it runs config B of docs/REFERENCE.md section 4.1 (stand-ins, no GPU) for the pair with a
-trained draft (:data:`eagle3_conformance.trained_draft.TRAINED`, float32), and for a user's pair
+trained draft (:data:`eagle3_conformance.testbed.trained_draft.TRAINED`, float32), and for a user's pair
 (a contract whose ``target.path`` and ``draft.path`` are local, the draft with safetensors weights). With CUDA it runs the
 pair twice: eager with hooks (every check) and with CUDA graphs (acceptance only: hooks never fire on
 graph replay), and fails when graphed acceptance falls below eager beyond noise (the R42 class).
@@ -51,11 +51,11 @@ class _State:
 
 def _unservable(c, pair):
     """Why the engine has no pair to serve here (a :class:`Skipped`), or None. It serves the
-    project's fixture pair with a trained draft (:data:`eagle3_conformance.trained_draft.TRAINED`)
+    project's fixture pair with a trained draft (:data:`eagle3_conformance.testbed.trained_draft.TRAINED`)
     or a user's pair: a contract naming no fixture whose ``draft.path`` is a local directory with
     safetensors weights (the draft is the user's to judge; its acceptance is gated only when the
     contract sets ``gates.min_accept_length``)."""
-    from eagle3_conformance.trained_draft import TRAINED
+    from eagle3_conformance.testbed.trained_draft import TRAINED
 
     if c.fixture in TRAINED:
         return None
@@ -72,8 +72,8 @@ def prepare(c, pair):
     """Start the engine once and run the batch (an engine that does not start is a skip with
     SGLang's reason and log tail)."""
     from eagle3_conformance.contract import pipeline_refusal
+    from eagle3_conformance.testbed.trained_draft import TRAINED, ensure_trained_draft, eval_prompts
     from eagle3_conformance.tools.sglang_engine import EngineStartError, observe_engine
-    from eagle3_conformance.trained_draft import TRAINED, ensure_trained_draft, eval_prompts
 
     why = _unservable(c, pair)
     if why is not None:
@@ -123,7 +123,7 @@ def reference_config(c, target_dir) -> "dict | None":
     ``CONFORMANCE_ENGINE_REF_BYTES`` (default 256 MiB per engine process)."""
     if c.reference != "engine":
         return None
-    from eagle3_conformance.engine_reference import needed_boundaries
+    from eagle3_conformance.reference.engine import needed_boundaries
     from eagle3_conformance.tools.sglang_engine.boundaries import family
 
     arch = list((_config(target_dir).get("architectures") or []))
@@ -135,8 +135,8 @@ def reference_config(c, target_dir) -> "dict | None":
 
 def reference_builder(ref: dict, target_dir):
     """``(records, prompts, outputs) -> EngineReference`` from the hooks' records of the target's
-    boundaries (:func:`eagle3_conformance.engine_reference.build_engine_reference`)."""
-    from eagle3_conformance.engine_reference import build_engine_reference, final_norm_weight
+    boundaries (:func:`eagle3_conformance.reference.engine.build_engine_reference`)."""
+    from eagle3_conformance.reference.engine import build_engine_reference, final_norm_weight
 
     def build(records, prompts, outs):
         return build_engine_reference(records, prompts, outs, num_layers=int(ref["num_layers"]),
@@ -155,7 +155,7 @@ def _config(target_dir) -> dict:
 
 
 def _default_device() -> str:
-    from eagle3_conformance import torch_env
+    from eagle3_conformance.environment import torch_env
 
     torch_env.prepare()
     import torch
@@ -195,14 +195,14 @@ def first(s: _State) -> Observation:
 
 
 def judged_rows(cap, eref):
-    from eagle3_conformance.engine_reference import judged_rows as rows
+    from eagle3_conformance.reference.engine import judged_rows as rows
 
     return rows(cap, eref)
 
 
 def reference_fact(c, eref, dropped_captures: int) -> dict:
     """The ``reference`` fact of an engine-reference run (:func:`eagle3_conformance.checks.facts.check_reference`)."""
-    from eagle3_conformance.engine_reference import needed_boundaries
+    from eagle3_conformance.reference.engine import needed_boundaries
 
     st = eref.stats
     return {"kind": "engine", "source": eref.source, "needed": needed_boundaries(c.aux, c.L),

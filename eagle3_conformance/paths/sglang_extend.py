@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from eagle3_conformance.engines import HARNESS_RELEASES
+from eagle3_conformance.environment.engines import HARNESS_RELEASES
 from eagle3_conformance.paths.base import Needs, Observation, Path, start_token
 
 
@@ -19,12 +19,12 @@ from eagle3_conformance.paths.base import Needs, Observation, Path, start_token
 class _State:
     contract: Any
     harness: Any  # SGLangCPUHarness
-    pool: Any = None  # tokenized corpus (eagle3_conformance.corpus.prompt_pool) or None
+    pool: Any = None  # tokenized corpus (eagle3_conformance.testbed.corpus.prompt_pool) or None
 
 
 def prepare(c, pair) -> _State:
-    from eagle3_conformance.corpus import prompt_pool
-    from eagle3_conformance.pairs import torch_dtype
+    from eagle3_conformance.suite.pairs import torch_dtype
+    from eagle3_conformance.testbed.corpus import prompt_pool
     from eagle3_conformance.tools.sglang_cpu import shared_harness
 
     return _State(c, shared_harness(pair.target_dir, pair.draft_dir, torch_dtype(c.serving_dtype)), prompt_pool(pair.target_dir))
@@ -37,7 +37,7 @@ def first(s: _State) -> Observation:
 
 def observe(s: _State, draw) -> Observation:
     """One drawn batch of prompts ``[[token id, ...], ...]`` through extend."""
-    from eagle3_conformance import strategies
+    from eagle3_conformance.suite import strategies
 
     c = s.contract
     batch = draw(strategies.prompt_batches(c.target.vocab_size, start_token=start_token(c), pool=s.pool), label="batch")

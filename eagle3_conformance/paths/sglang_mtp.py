@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from eagle3_conformance.engines import HARNESS_RELEASES
+from eagle3_conformance.environment.engines import HARNESS_RELEASES
 from eagle3_conformance.paths.base import Needs, Observation, Path, start_token
 
 
@@ -25,8 +25,8 @@ class _State:
 
 
 def prepare(c, pair) -> _State:
-    from eagle3_conformance.corpus import prompt_pool
-    from eagle3_conformance.pairs import torch_dtype
+    from eagle3_conformance.suite.pairs import torch_dtype
+    from eagle3_conformance.testbed.corpus import prompt_pool
     from eagle3_conformance.tools.sglang_cpu.families import runtime_harness
 
     return _State(c, runtime_harness(pair.target_dir, torch_dtype(c.serving_dtype)), prompt_pool(pair.target_dir))
@@ -37,7 +37,7 @@ def first(s: _State) -> Observation:
 
 
 def observe(s: _State, draw) -> Observation:
-    from eagle3_conformance import strategies
+    from eagle3_conformance.suite import strategies
     from eagle3_conformance.tools.sglang_cpu.families import mtp_source_extend
 
     c = s.contract

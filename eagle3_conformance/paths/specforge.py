@@ -30,14 +30,14 @@ real SmolLM2 pair's longest samples are 320 tokens)."""
 def data_dir(c, pair) -> FsPath:
     """The pair's samples in SpecForge's offline layout, written once (atomically) beside the
     pair's own dataset: ``<data_dir>/../specforge-<version>-<K slots>/``."""
-    from eagle3_conformance import torch_env
+    from eagle3_conformance.environment import torch_env
 
     torch_env.prepare()
     import datasets
     import torch
 
-    from eagle3_conformance.fixture_base import build_once
     from eagle3_conformance.reference import ReferenceModel
+    from eagle3_conformance.testbed.fixture_base import build_once
     from eagle3_conformance.tools import specforge_loader as sl
 
     dt = str(sl.capture_dtype(pair.target_dir)).replace("torch.", "")  # SpecForge captures in the checkpoint's dtype

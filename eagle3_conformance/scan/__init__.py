@@ -17,7 +17,7 @@ module         job
 ``driver``     :func:`scan`: resolve the options, run the parts, merge
 =============  ========================================================================================
 
-CPU accounting of the parts (CPUs per worker, torch threads) is :mod:`eagle3_conformance.ray_tasks`'.
+CPU accounting of the parts (CPUs per worker, torch threads) is :mod:`eagle3_conformance.scan.ray_tasks`'.
 
 Two layouts (:data:`FORMATS`, told apart by :func:`detect_format` or forced) share one scan loop
 through a per-sample source (:func:`open_source`: sample ``i``'s file, its ids, its fingerprint
@@ -38,7 +38,7 @@ For every sample ``i`` of its shard of a speculators dataset the scanner
 - memory-maps ``hidden_states/hs_{i}.safetensors`` with ``safetensors.safe_open`` (framework
   "pt"; nothing is read until touched) and reads the Arrow ``input_ids`` row (``datasets
   .load_from_disk``, zero-copy from the Arrow table);
-- builds a :class:`eagle3_conformance.capture.Capture` of *views* of the on-disk tensors (path
+- builds a :class:`eagle3_conformance.core.capture.Capture` of *views* of the on-disk tensors (path
   :data:`DISK_PATH`, ``stored=True``; ``feature = hs[:, :-1].flatten(1)``, ``verifier_last = hs[:, -1]``,
   exactly speculators' routing; ``rows = arange(len(token_ids))``, the on-disk bookkeeping "row t is
   token t") and runs the capture checks of the registry that declare a ``stored`` view on it
@@ -65,8 +65,8 @@ checks ran on every row and which on the sample.
 
 Sharding is by sample index modulo the shard count: shard ``i/N`` owns the samples ``s`` with
 ``s % N == i``. ``workers=W`` splits a shard ``i/N`` into sub-shards ``i + w*N`` of ``N*W``
-(w = 0..W-1), one Ray task each (:mod:`eagle3_conformance.ray_tasks`: a local Ray started on demand, or
-the cluster at ``ray_address``); their results (:class:`eagle3_conformance.findings.Finding` objects,
+(w = 0..W-1), one Ray task each (:mod:`eagle3_conformance.scan.ray_tasks`: a local Ray started on demand, or
+the cluster at ``ray_address``); their results (:class:`eagle3_conformance.core.findings.Finding` objects,
 pickled by Ray) stream back and are merged in sample order. With a reference, the driver first
 computes the boundaries of every sampled sample once into the reference's disk cache
 (:class:`eagle3_conformance.reference.ReferenceModel`), so the tasks read them instead of each
@@ -75,7 +75,7 @@ batches of ``batch_size`` consecutive sampled indices; a batch belongs to the sh
 first index. So shards ``0/N .. N-1/N`` together produce exactly the findings of one unsharded run.
 """
 
-from eagle3_conformance import torch_env
+from eagle3_conformance.environment import torch_env
 
 torch_env.prepare()  # before torch is imported: the package's thread settings
 

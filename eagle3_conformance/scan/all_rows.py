@@ -18,12 +18,12 @@ from typing import Any, Optional
 import torch
 
 import eagle3_conformance.scan.rms as rms
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.checks import registry
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
-from eagle3_conformance.fp8_payload import SCALES_KEY  # hs-connectors' FP8 scales key
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.scan.options import DISK_PATH
+from eagle3_conformance.tools.shared.fp8_payload import SCALES_KEY  # hs-connectors' FP8 scales key
 
 
 @dataclass
@@ -108,8 +108,8 @@ def _read(c: Contract, hs_path: Path, name: str) -> tuple[Optional[_Stored], Opt
     """(the sample's tensors, None, bytes) or (None, why it cannot be judged, bytes)."""
     from safetensors import safe_open
 
-    from eagle3_conformance import fp8_payload
     from eagle3_conformance.checks.transport import FP8_DTYPES
+    from eagle3_conformance.tools.shared import fp8_payload
 
     if not hs_path.is_file():
         return None, f"hidden_states/{hs_path.name} is missing", 0
@@ -162,8 +162,8 @@ def _reduce(st: PassState, s: _Stored, last: bool) -> torch.Tensor:
 
 def _judge(st: PassState, cap: Capture, reduced: Capture, s: _Stored, last: bool) -> list[Finding]:
     """The registry's capture checks that run on stored data, each on the view it declares."""
-    from eagle3_conformance import datacheck
-    from eagle3_conformance.pairs import torch_dtype
+    from eagle3_conformance.checks import dataset as datacheck
+    from eagle3_conformance.suite.pairs import torch_dtype
 
     c = st.c
     planes_are_slots = s.hs.shape[2] == c.draft.target_hidden_size

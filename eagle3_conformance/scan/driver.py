@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.ray_tasks import default_cpus_per_worker, torch_threads
 from eagle3_conformance.scan.formats import detect_format
 from eagle3_conformance.scan.options import Part, ScanError, ScanOptions
 from eagle3_conformance.scan.parts import describe, prefill_reference, scan_part
+from eagle3_conformance.scan.ray_tasks import default_cpus_per_worker, torch_threads
 from eagle3_conformance.scan.results import ScanResult, merge_parts, scan_meta
 
 
@@ -68,7 +68,7 @@ def scan(c: Contract, data_dir: str | Path, options: Optional[ScanOptions] = Non
     if not o.use_ray:
         parts = [scan_part(base, on_progress)]
     else:
-        from eagle3_conformance.ray_tasks import TaskFailed, run_tasks
+        from eagle3_conformance.scan.ray_tasks import TaskFailed, run_tasks
 
         if o.reference_dir and o.ref_cache and o.sample != 0:
             with torch_threads(o.cpus_per_worker):  # the forwards the tasks would have run, with their threads

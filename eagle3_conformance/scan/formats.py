@@ -7,7 +7,7 @@ import hashlib
 from pathlib import Path
 from typing import Optional
 
-from eagle3_conformance.errors import DataError
+from eagle3_conformance.core.errors import DataError
 from eagle3_conformance.scan.options import DISK_PATH, LOADER_PATH, ScanError
 from eagle3_conformance.tools.vllm_hidden_states import PATH as VLLM_PATH
 
@@ -119,7 +119,7 @@ def detect_format(data_dir: str | Path, requested: str = "auto") -> str:
 
 def dataset_identity(data_dir: str | Path, fmt: str, samples: int) -> str:
     """A cheap identity of the dataset at ``data_dir`` (no sample is read), recorded as
-    ``meta.dataset_identity`` so that :mod:`eagle3_conformance.merge` refuses parts of two datasets of one
+    ``meta.dataset_identity`` so that :mod:`eagle3_conformance.report.merge` refuses parts of two datasets of one
     size. It never includes the absolute path: the same dataset mounted elsewhere has the same identity.
 
     - :data:`SPECULATORS`: ``"arrow:<fingerprints>:<samples>"``, the ``_fingerprint`` field(s) of

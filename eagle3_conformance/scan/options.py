@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.errors import DataError
+from eagle3_conformance.core.errors import DataError
 
 DISK_PATH = "training-disk"
 """Finding path of the all-rows scan (tensors as stored on disk for training)."""
@@ -48,7 +48,7 @@ class ScanOptions:
         data_format: ``"auto"`` (:func:`eagle3_conformance.scan.formats.detect_format`),
             ``"speculators"`` or ``"vllm-extraction"``.
         cpus_per_worker: CPUs (torch intra-op threads, and Ray ``num_cpus`` of each task) per
-            worker; None: :func:`eagle3_conformance.ray_tasks.default_cpus_per_worker`.
+            worker; None: :func:`eagle3_conformance.scan.ray_tasks.default_cpus_per_worker`.
 
     Raises:
         ValueError: ``workers < 1`` or ``cpus_per_worker < 1``.

@@ -10,11 +10,11 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from eagle3_conformance.findings import Finding
-from eagle3_conformance.ray_tasks import torch_threads
+from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.scan.all_rows import PassState
 from eagle3_conformance.scan.options import Part, ScanError
 from eagle3_conformance.scan.prefetch import Prefetcher
+from eagle3_conformance.scan.ray_tasks import torch_threads
 from eagle3_conformance.scan.shards import fingerprint_sample, loader_batches, shard_indices
 from eagle3_conformance.scan.sources import open_source
 
@@ -59,7 +59,7 @@ def scan_part(part: Part, on_progress: Optional[Callable[[int, int], None]] = No
 
 def _scan_loop(part: Part, src, mine: list[int], batches: dict[int, list[int]], pre: Prefetcher,
                on_progress) -> dict[str, Any]:
-    from eagle3_conformance.assess import sample_findings
+    from eagle3_conformance.suite.assess import sample_findings
 
     c = part.contract
     st = PassState(c, part.options.block_elems)

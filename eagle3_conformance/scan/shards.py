@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from eagle3_conformance.batches import in_batches
+from eagle3_conformance.core.batches import in_batches
 
 SHARDING = "modulo: shard i/N owns the samples s with s % N == i"
 

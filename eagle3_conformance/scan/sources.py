@@ -11,9 +11,9 @@ from typing import Optional
 import torch
 
 import eagle3_conformance.scan.all_rows as all_rows
-from eagle3_conformance.capture import Capture
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.findings import Finding
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.scan.formats import SPECULATORS, VLLM_EXTRACTION, extraction_files, names
 from eagle3_conformance.scan.options import ScanError
 from eagle3_conformance.scan.shards import shard_indices
@@ -74,7 +74,7 @@ class _SpeculatorsSource:
 
     def captures(self, c: Contract, batch: list[int]) -> list[Capture]:
         if self._loader is None:
-            from eagle3_conformance.pairs import torch_dtype
+            from eagle3_conformance.suite.pairs import torch_dtype
             from eagle3_conformance.tools.speculators_loader import TrainingLoader
 
             self._loader = TrainingLoader(self.data, c.draft.target_hidden_size, c.num_slots,
@@ -82,7 +82,7 @@ class _SpeculatorsSource:
         return self._loader.batch(batch)
 
     def dataset_findings(self) -> list[Finding]:
-        from eagle3_conformance import datacheck
+        from eagle3_conformance.checks import dataset as datacheck
 
         return datacheck.dataset_findings(self.data, self.n)
 

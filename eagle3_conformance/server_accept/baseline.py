@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from eagle3_conformance.errors import DataError
+from eagle3_conformance.core.errors import DataError
 from eagle3_conformance.server_accept.result import PromptResult, ServerInfo
 
 FORMAT = 1

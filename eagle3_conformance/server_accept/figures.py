@@ -1,7 +1,7 @@
 """Per-prompt counters -> the run's figures, with percentile-bootstrap intervals over prompts.
 
 Every ratio is pooled over prompts (total numerator / total verify steps, as the server's own
-aggregate would be), and its interval resamples prompts (:mod:`eagle3_conformance.acceptance_stats`,
+aggregate would be), and its interval resamples prompts (:mod:`eagle3_conformance.acceptance.stats`,
 whose ``bootstrap_accept_length`` / ``bootstrap_difference`` take per-prompt ``(numerator, steps)``
 pairs: the accept length's ``(committed, steps)``, position ``i``'s ``(c_i, steps)``).
 """
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from eagle3_conformance.acceptance_stats import (
+from eagle3_conformance.acceptance.stats import (
     TooFewPrompts,
     bootstrap_accept_length,
     bootstrap_difference,
     merge_histograms,
 )
-from eagle3_conformance.errors import UsageError
+from eagle3_conformance.core.errors import UsageError
 from eagle3_conformance.server_accept.result import PromptResult
 
 LEVEL = 0.95

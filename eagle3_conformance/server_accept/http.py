@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Optional
 
-from eagle3_conformance.errors import DataError
+from eagle3_conformance.core.errors import DataError
 
 BODY_CHARS = 300
 """Characters of an error response's body quoted in the message."""

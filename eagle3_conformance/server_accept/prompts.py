@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from eagle3_conformance.errors import UsageError
+from eagle3_conformance.core.errors import UsageError
 
 PROMPT_FILE = Path(__file__).resolve().parent / "prompts_v1.json"
 PROMPT_SET_VERSION = "1"

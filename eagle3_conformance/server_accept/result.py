@@ -81,7 +81,7 @@ class PromptResult:
 
 def per_pos_from_histogram(hist: list[int], k: int) -> list[int]:
     """``[c_1..c_k]`` with ``c_i = sum_{j >= i} h[j]`` (the chain rule of
-    :mod:`eagle3_conformance.acceptance_stats`: position ``i`` is accepted only if ``1..i-1`` were).
+    :mod:`eagle3_conformance.acceptance.stats`: position ``i`` is accepted only if ``1..i-1`` were).
 
     Raises:
         ValueError: a count of more than ``k`` accepted drafts, or a negative count.

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from eagle3_conformance.errors import UsageError
+from eagle3_conformance.core.errors import UsageError
 
 DEFAULT_MAX_TOKENS = 64
 
@@ -50,8 +50,8 @@ def plan(opts: Options, c):
         UsageError: ``prompts`` / ``max_tokens`` contradict the baseline's.
     """
     from eagle3_conformance import __version__
+    from eagle3_conformance.environment.validated import contract_hash
     from eagle3_conformance.server_accept import baseline, prompts
-    from eagle3_conformance.validated import contract_hash
 
     if not opts.baseline:
         return prompts.select(opts.prompts), opts.max_tokens or DEFAULT_MAX_TOKENS, None

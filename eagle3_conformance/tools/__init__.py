@@ -1,5 +1,5 @@
 """The tools whose real code runs in-process, one module (or package) per tool, each returning
-:class:`eagle3_conformance.capture.Capture` objects: what the tool hands the draft. No checks, no
+:class:`eagle3_conformance.core.capture.Capture` objects: what the tool hands the draft. No checks, no
 hypothesis, no knowledge of paths; heavy imports (torch, SGLang, speculators) happen here, when
 a tool module is imported, never when :mod:`conformance` is.
 
@@ -11,4 +11,7 @@ a tool module is imported, never when :mod:`conformance` is.
   (``OfflineManifestReader`` -> ``FeatureDataLoader`` -> ``TargetHead.preprocess``) and its layout;
 - :mod:`~eagle3_conformance.tools.offline_files`: legacy speculators ``.pt`` and SpecForge ``.ckpt``
   files through ``torch.load(weights_only=True)``, for files SpecForge's chain cannot read here.
+
+:mod:`~eagle3_conformance.tools.shared` is not a tool: what the tools share (the CPU harnesses'
+lifecycle, the FP8 payload of hs-connectors' files); a tool imports no other tool, only it.
 """

@@ -10,7 +10,7 @@ Both formats are pickles written by ``torch.save``. They are read ONLY through
 ``torch.load(path, map_location="cpu", weights_only=True)``: tensors and plain containers load,
 and a pickle that would import or call anything else (``os.system``, any class) is refused by
 torch's restricted unpickler before anything runs. A refused file becomes an unavailable
-:class:`eagle3_conformance.capture.Capture` (reported as a failed ``sample_available`` finding); it is
+:class:`eagle3_conformance.core.capture.Capture` (reported as a failed ``sample_available`` finding); it is
 never retried with ``weights_only=False``. Files are opened read-only and never written.
 
 Formats (docs/REFERENCE.md sections 5.1 and 6):
@@ -43,8 +43,8 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from eagle3_conformance import torch_env
-from eagle3_conformance.errors import DataError
+from eagle3_conformance.core.errors import DataError
+from eagle3_conformance.environment import torch_env
 
 torch_env.prepare()
 import torch  # noqa: E402
@@ -169,7 +169,7 @@ def _structure(obj: Any, name: str) -> tuple[Optional[str], Optional[str], dict]
 def load_capture(path: str | Path, contract, index: Optional[int] = None):
     """Read one offline file into a :class:`Capture` (unavailable, with the reason, when it cannot be
     read or is not a sample of either format). Never raises for a bad file."""
-    from eagle3_conformance.capture import Capture
+    from eagle3_conformance.core.capture import Capture
 
     path = Path(path)
     where = f"{path.name}" if index is None else f"sample {index} ({path.name})"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eagle3_conformance.findings import Finding
+from eagle3_conformance.core.findings import Finding
 
 SAMPLE_SUFFIXES = (".ckpt", ".ckpt.gz")
 

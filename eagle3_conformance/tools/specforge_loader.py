@@ -50,9 +50,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Optional, Sequence
 
-from eagle3_conformance import torch_env
-from eagle3_conformance.batches import every_sample
-from eagle3_conformance.errors import DataError
+from eagle3_conformance.core.batches import every_sample
+from eagle3_conformance.core.errors import DataError
+from eagle3_conformance.environment import torch_env
 
 torch_env.prepare()
 import torch  # noqa: E402
@@ -76,7 +76,7 @@ class SpecForgeDataError(DataError):
 
 def installed_version() -> Optional[str]:
     """The installed ``specforge`` distribution's version, or None."""
-    from eagle3_conformance import installed
+    from eagle3_conformance.environment import installed
 
     return installed.installed_version("specforge")
 
@@ -246,7 +246,7 @@ class SpecForgeLoader:
             ``draft_input_ids`` / ``loss_mask`` / ``position_ids`` [T-1] as the draft receives
             them; unreadable or malformed samples carry ``unavailable`` naming the file.
         """
-        from eagle3_conformance.capture import Capture
+        from eagle3_conformance.core.capture import Capture
 
         bad = {}
         for i in dict.fromkeys(indices):
@@ -298,7 +298,7 @@ class SpecForgeLoader:
         return {"input_ids": ids, "target": target, "loss_mask": mask[..., 0], "position_ids": pos[0]}
 
     def _capture(self, i: int, b: int, t: dict, s: dict, raw: dict):
-        from eagle3_conformance.capture import Capture
+        from eagle3_conformance.core.capture import Capture
 
         T = int(t["attention_mask"][b].sum())  # normalize_offline_sample: ones over the sample; the collator pads 0
         n = T - 1

@@ -20,7 +20,7 @@ def target_layer_ids_flag() -> Optional[str]:
     """The option string of ``target_layer_ids`` in the installed speculators' training parser
     (``"--target-layer-ids"`` in 0.9.0); None when speculators is not importable or has no such option."""
     try:
-        from eagle3_conformance import torch_env
+        from eagle3_conformance.environment import torch_env
 
         torch_env.prepare()
         from speculators.train.config.resolution import build_parser

@@ -7,7 +7,7 @@ Runs the real loader stack on a dataset directory in the speculators 0.9.0 on-di
 ``speculators.train.data.CollateFn`` with ``speculators.models.eagle3.data.shift_batch`` as its
 preprocess step (src/speculators/models/eagle3/data.py:8-44), exactly as the trainer does. The
 packed batch is split back into documents with its ``document_ids``; each document becomes one
-:class:`eagle3_conformance.capture.Capture`.
+:class:`eagle3_conformance.core.capture.Capture`.
 
 The hidden-states files are read with the hs-connectors 0.9.0 backend the contract names
 (``training.transfer``): ``file`` -> ``hs_connectors.transfer.FileTransfer`` (the tensors as
@@ -28,12 +28,12 @@ import warnings
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
-from eagle3_conformance import torch_env
+from eagle3_conformance.environment import torch_env
 
 torch_env.prepare()
 import torch  # noqa: E402
 
-from eagle3_conformance.fp8_payload import SCALES_KEY  # noqa: E402  (hs-connectors' FP8 scales key)
+from eagle3_conformance.tools.shared.fp8_payload import SCALES_KEY  # noqa: E402  (hs-connectors' FP8 scales key)
 
 PATH = "training"
 """The ``Capture.path`` of what this loader hands the draft."""
@@ -41,8 +41,8 @@ PATH = "training"
 
 def default_batches(n: int, batch_size: int = 4) -> list[list[int]]:
     """Consecutive batches covering every sample once (``[[0, 1, 2, 3], [4, ...], ...]``;
-    :func:`eagle3_conformance.batches.every_sample`)."""
-    from eagle3_conformance.batches import every_sample
+    :func:`eagle3_conformance.core.batches.every_sample`)."""
+    from eagle3_conformance.core.batches import every_sample
 
     return every_sample(n, batch_size)
 
@@ -76,14 +76,14 @@ def read_payload(path: Path) -> Optional[dict]:
     """What a ``hs_{i}.safetensors`` file holds, from its header (and the T scale values only):
     ``{"file", "dtype"`` (of ``hidden_states``, e.g. ``"float8_e4m3fn"``), ``"shape"``,
     ``"scales"`` (shape of ``hidden_states_scales``, None when absent), ``"scales_dtype"``,
-    ``"bad_scale"`` (the first token whose scale is not > 0: :func:`eagle3_conformance.fp8_payload.bad_scale`;
+    ``"bad_scale"`` (the first token whose scale is not > 0: :func:`eagle3_conformance.tools.shared.fp8_payload.bad_scale`;
     the scales' T values are the only tensor data read), ``"scale_values"`` (those T values:
-    :func:`eagle3_conformance.fp8_payload.scale_values`)``}``. None when the file cannot be read (the
+    :func:`eagle3_conformance.tools.shared.fp8_payload.scale_values`)``}``. None when the file cannot be read (the
     loader reports why)."""
     try:
         from safetensors import safe_open
 
-        from eagle3_conformance import fp8_payload
+        from eagle3_conformance.tools.shared import fp8_payload
 
         with safe_open(str(path), framework="pt") as f:
             keys = set(f.keys())
@@ -210,7 +210,7 @@ class TrainingLoader:
         Returns:
             One :class:`Capture` per index, in order; unavailable samples carry ``unavailable``.
         """
-        from eagle3_conformance.capture import Capture
+        from eagle3_conformance.core.capture import Capture
 
         raw = [self._item(i) for i in indices]
         items = [it for it, _ in raw]

@@ -18,7 +18,7 @@ a file holds the contract's K aux slots, then B_L when N = K + 1.
 Read with ``safetensors.safe_open`` only (no pickle, nothing executed); files are opened
 read-only and never written. A bad file (not safetensors, truncated, keys missing, wrong rank,
 lengths that disagree, non-integer ids) becomes an unavailable
-:class:`eagle3_conformance.capture.Capture` naming the file, reported as a failed ``sample_available``
+:class:`eagle3_conformance.core.capture.Capture` naming the file, reported as a failed ``sample_available``
 finding; it never raises.
 """
 
@@ -29,14 +29,14 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from eagle3_conformance import torch_env
-from eagle3_conformance.errors import DataError
-from eagle3_conformance.torch_env import torch_dtype
+from eagle3_conformance.core.errors import DataError
+from eagle3_conformance.environment import torch_env
+from eagle3_conformance.environment.torch_env import torch_dtype
 
 torch_env.prepare()
 import torch  # noqa: E402
 
-from eagle3_conformance.fp8_payload import SCALES_KEY  # noqa: E402  (hs-connectors' FP8 scales key)
+from eagle3_conformance.tools.shared.fp8_payload import SCALES_KEY  # noqa: E402  (hs-connectors' FP8 scales key)
 
 PATH = "training-vllm"  # "training*": judged as training data (dtype, positions), stored
 SUFFIX = ".safetensors"
@@ -100,7 +100,7 @@ def _name(t: torch.Tensor) -> str:
 
 
 def load_capture(path: str | Path, contract, index: Optional[int] = None, name: Optional[str] = None):
-    """One connector file as a :class:`~eagle3_conformance.capture.Capture` against ``contract``.
+    """One connector file as a :class:`~eagle3_conformance.core.capture.Capture` against ``contract``.
 
     ``name``: how findings name the file (default its file name; check-data passes the path
     relative to the data directory).
@@ -111,7 +111,7 @@ def load_capture(path: str | Path, contract, index: Optional[int] = None, name: 
     ``FP8Transfer(dequantize_dtype=...)`` does, hs_connectors/transfer.py:212-248); ``file`` keeps the
     stored values (``FileTransfer``). Provenance ``transfer`` (the backend) and ``payload`` (the file's
     ``dtype``, ``shape``, ``scales`` shape, ``scales_dtype``, ``bad_scale``: the first token whose scale is
-    not > 0, :func:`eagle3_conformance.fp8_payload.bad_scale`) let ``transfer_backend`` and ``fp8_scale_error``
+    not > 0, :func:`eagle3_conformance.tools.shared.fp8_payload.bad_scale`) let ``transfer_backend`` and ``fp8_scale_error``
     judge the file as they judge speculators' training data. Scales that are not [T, 1, 1] floats under
     ``transfer: fp8`` -> an unavailable capture naming the file (``FP8Transfer`` cannot apply them).
 
@@ -122,7 +122,7 @@ def load_capture(path: str | Path, contract, index: Optional[int] = None, name: 
     (``verifier_last`` [R, H]), else None. No loss mask (the connector writes none). N not K or
     K + 1 -> an unavailable capture naming both counts.
     """
-    from eagle3_conformance.capture import Capture
+    from eagle3_conformance.core.capture import Capture
 
     path = Path(path)
     where = f"{path.name}" if index is None else f"sample {index} ({path.name})"
@@ -136,7 +136,7 @@ def load_capture(path: str | Path, contract, index: Optional[int] = None, name: 
     t, why = read(path)
     if why:
         return unavailable(why)
-    from eagle3_conformance import fp8_payload
+    from eagle3_conformance.tools.shared import fp8_payload
 
     hs, ids, scales = t["hidden_states"], t["token_ids"], t[SCALES_KEY]
     T, N, H = (int(x) for x in hs.shape)

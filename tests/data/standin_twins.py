@@ -10,7 +10,7 @@ import sys
 assert os.environ.get("TRITON_INTERPRET") == "1", "run with TRITON_INTERPRET=1"
 assert os.environ.get("SGLANG_USE_CPU_ENGINE") != "1", "the twins run on SGLang's generic (Triton) path"
 
-from eagle3_conformance import torch_env  # noqa: E402
+from eagle3_conformance.environment import torch_env  # noqa: E402
 
 torch_env.prepare()
 import torch  # noqa: E402

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from eagle3_conformance import torch_env
+from eagle3_conformance.environment import torch_env
 
 torch_env.prepare()
 import torch  # noqa: E402

@@ -5,7 +5,7 @@ last, L + 1, never captured)."""
 
 from __future__ import annotations
 
-from eagle3_conformance import torch_env
+from eagle3_conformance.environment import torch_env
 
 torch_env.prepare()
 import torch  # noqa: E402

@@ -3,14 +3,14 @@ and the final-norm output F handed over instead of the aux concat."""
 
 from __future__ import annotations
 
-from eagle3_conformance import torch_env
+from eagle3_conformance.environment import torch_env
 
 torch_env.prepare()
 import torch  # noqa: E402
 
+from eagle3_conformance.core.notation import Boundary  # noqa: E402
 from eagle3_conformance.faults.example import Knobs  # noqa: E402
 from eagle3_conformance.faults.operators.base import Apply, Operator, both, slot_map, with_eagle  # noqa: E402
-from eagle3_conformance.notation import Boundary  # noqa: E402
 
 KINDS = {
     "K4": "norm / residual state",

@@ -38,7 +38,7 @@ from typing import Any, Optional
 
 import torch
 
-from eagle3_conformance.capture import Capture
+from eagle3_conformance.core.capture import Capture
 
 
 class DFlashConfigError(ValueError):

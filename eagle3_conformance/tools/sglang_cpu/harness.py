@@ -62,9 +62,9 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from eagle3_conformance.capture import Capture
-from eagle3_conformance.cpu_harness import CPUHarnessLifecycle
-from eagle3_conformance.torch_env import prepare
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.environment.torch_env import prepare
+from eagle3_conformance.tools.shared.cpu_harness import CPUHarnessLifecycle
 
 prepare()
 
@@ -138,7 +138,7 @@ def greedy_accepted(predict: list[int], drafts: list[int], wanted: int) -> int:
 
 class SGLangCPUHarness(CPUHarnessLifecycle):
     """SGLang target + EAGLE-3 draft on CPU; :meth:`extend` / :meth:`verify` return
-    :class:`~eagle3_conformance.capture.Capture` objects describing what entered the draft.
+    :class:`~eagle3_conformance.core.capture.Capture` objects describing what entered the draft.
 
     Args:
         target_dir: HF-format dir (``config.json`` + ``model.safetensors``) of the target

@@ -1,5 +1,5 @@
 """The aux rows each SGLang path hands the draft for the same tokens, recorded from the speculative
-loop: what the acceptance estimate (:mod:`eagle3_conformance.acceptance_estimate`) reruns the draft on
+loop: what the acceptance estimate (:mod:`eagle3_conformance.acceptance.estimate`) reruns the draft on
 to attribute an acceptance loss to a path.
 
 For one prompt the loop (:func:`.spec_loop.speculative_decode`, SGLang 0.5.23's classes) runs with

@@ -10,7 +10,7 @@ import os
 import socket
 from typing import Any
 
-from eagle3_conformance.torch_env import prepare
+from eagle3_conformance.environment.torch_env import prepare
 
 prepare()
 

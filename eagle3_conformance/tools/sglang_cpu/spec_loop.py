@@ -135,8 +135,8 @@ class SpecResult:
     def correct_drafts_histogram(self) -> list[int]:
         """``k + 1`` counts: verify steps with ``j`` drafts accepted (SGLang's
         ``spec_correct_drafts_histogram``, summed over prompts;
-        :mod:`eagle3_conformance.acceptance_stats`)."""
-        from eagle3_conformance.acceptance_stats import correct_drafts_histogram
+        :mod:`eagle3_conformance.acceptance.stats`)."""
+        from eagle3_conformance.acceptance.stats import correct_drafts_histogram
 
         return correct_drafts_histogram([a for r in self.runs for a in r.accept_lengths], self.num_draft_tokens)
 

@@ -43,12 +43,12 @@ class EngineObservation:
     acceptance: dict[str, Any]
     lossless: dict[str, Any]
     extra_facts: dict[str, Any] = field(default_factory=dict)
-    engine_reference: Any = None  # eagle3_conformance.engine_reference.EngineReference, when recorded
+    engine_reference: Any = None  # eagle3_conformance.reference.engine.EngineReference, when recorded
 
 
 def reference_greedy(target_dir, prompts: list[list[int]], max_new_tokens: int, dtype: str) -> list[list[int]]:
     """The target's own greedy decode (transformers, KV cache, EOS ignored) of each prompt."""
-    from eagle3_conformance import torch_env
+    from eagle3_conformance.environment import torch_env
 
     torch_env.prepare()
     import torch
@@ -75,7 +75,7 @@ def observe_engine(target_dir, draft_dir, prompts: list[list[int]], *, dtype: st
 
     ``reference=`` (a dict: the hooks' ``reference`` config) also records the target's boundaries;
     ``reference_builder=`` (``(records, prompts, outputs) -> reference``, the caller's: the engine tools
-    judge nothing, e.g. :func:`eagle3_conformance.engine_reference.build_engine_reference`) turns them
+    judge nothing, e.g. :func:`eagle3_conformance.reference.engine.build_engine_reference`) turns them
     into ``engine_reference``. ``lossless=False``: no transformers greedy decode (a target that does not
     fit twice).
 

@@ -1,6 +1,6 @@
 """Process start-up for the engine tool's processes (called from ``site/sitecustomize.py``).
 
-In every process: :func:`eagle3_conformance.torch_env.prepare` (the torchvision schema shim; a
+In every process: :func:`eagle3_conformance.environment.torch_env.prepare` (the torchvision schema shim; a
 CUDA torchvision wheel beside a CPU torch fails ``import sglang`` otherwise,
 docs/REFERENCE.md section 4). With ``EAGLE3_CONFORMANCE_SGLANG_STANDINS=1`` (CPU only, set
 by :mod:`.launch`): the version and source guards, then the ``sgl_kernel`` stand-in and the two
@@ -30,7 +30,7 @@ def install_standins() -> None:
 
 
 def process_start() -> None:
-    from eagle3_conformance import torch_env
+    from eagle3_conformance.environment import torch_env
 
     torch_env.prepare()
     if os.environ.get(STANDINS_ENV) == "1":

@@ -1,6 +1,6 @@
 """The target's residual stream B_k read from what SGLang 0.5.23's own modules hand on, per family.
 
-These rules let the engine be its own reference (:mod:`eagle3_conformance.engine_reference`): the
+These rules let the engine be its own reference (:mod:`eagle3_conformance.reference.engine`): the
 ``forward_hooks`` recorder (:mod:`.hooks`) applies them to the target's embedding, decoder layers and
 final norm in the same forward that feeds the draft. They never read the engine's aux capture
 (``layers_to_capture``, ``AuxHiddenStateList``): that is what is judged.

@@ -1,4 +1,4 @@
-"""Hook records of one engine run (:mod:`.hooks`) -> :class:`~eagle3_conformance.capture.Capture` objects.
+"""Hook records of one engine run (:mod:`.hooks`) -> :class:`~eagle3_conformance.core.capture.Capture` objects.
 
 Rows are attributed to requests by SGLang's own bookkeeping, never guessed: a draft EXTEND record
 is split by ``extend_seq_lens`` and each segment belongs to the request whose ``req_pool_indices``
@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 import torch
 
-from eagle3_conformance.capture import Capture
+from eagle3_conformance.core.capture import Capture
 
 PATH = "sglang-engine"
 
@@ -78,7 +78,7 @@ class Attribution:
         requests: request number -> its first extend's tokens (the prompt, or its first chunk).
         row_tokens: ``(target record, {row: the token prefix that row was computed on})`` for each
             target record carrying the engine's own boundaries (``ref_states``, :mod:`.hooks`), to
-            key them (:func:`eagle3_conformance.engine_reference.EngineReference.add`).
+            key them (:func:`eagle3_conformance.reference.engine.EngineReference.add`).
     """
 
     extend: list = field(default_factory=list)
@@ -285,7 +285,7 @@ def accept_figures(outputs: list[dict]) -> dict[str, Any]:
     """
     comp = sum(int(o["meta_info"].get("completion_tokens", 0)) for o in outputs)
     verify = sum(int(o["meta_info"].get("spec_verify_ct", 0)) for o in outputs)
-    from eagle3_conformance.acceptance_stats import merge_histograms, per_position
+    from eagle3_conformance.acceptance.stats import merge_histograms, per_position
 
     hist = merge_histograms([o["meta_info"].get("spec_correct_drafts_histogram") or [] for o in outputs])
     # SGLang grows the histogram on demand: positions up to the largest count seen (the same function

@@ -167,7 +167,7 @@ def _cpu(t):
 
 def kv_fields(fb, mode: str, pool=None) -> dict[str, Any]:
     """Where a target forward's tokens live in SGLang's KV cache, so rows can be attributed to a
-    request's tokens without knowing the prompts (a server's records, :mod:`eagle3_conformance.server_captures`):
+    request's tokens without knowing the prompts (a server's records, :mod:`eagle3_conformance.serving.captures`):
     ``out_cache_loc`` [N] (the KV slot each row's token is written to, ``ForwardBatch.out_cache_loc``)
     and, on EXTEND, ``extend_prefix_lens`` [bs] (each segment's first position) and ``prefix_locs`` [sum(prefix)] (the slots of each
     request's cached prefix, ``req_to_token_pool.req_to_token[req_pool_idx, :prefix_len]`` in

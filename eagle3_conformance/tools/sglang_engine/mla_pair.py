@@ -4,7 +4,7 @@ expert, a dense first layer, YaRN RoPE) and a random-weight EAGLE-3 draft, for t
 structure").
 
 Built on first use into the model cache (``<cache>/models/tiny-deepseek-v3-mla-<digest>-float32-b1``,
-:func:`eagle3_conformance.model_cache.model_cache_root`; never into the repository), deterministic
+:func:`eagle3_conformance.testbed.model_cache.model_cache_root`; never into the repository), deterministic
 (seeded weights; the digest covers :data:`SPEC` and the builder version):
 
 * ``target/``: ``DeepseekV3ForCausalLM`` written by transformers' own DeepseekV3 classes
@@ -94,7 +94,7 @@ class MlaPair:
 
 def pair_dir(spec: dict[str, Any] = SPEC) -> Path:
     """Where :func:`ensure_mla_pair` builds ``spec`` (it may not exist yet)."""
-    from eagle3_conformance.model_cache import model_cache_root
+    from eagle3_conformance.testbed.model_cache import model_cache_root
 
     blob = json.dumps({"spec": spec, "builder": BUILDER_VERSION}, sort_keys=True).encode()
     return model_cache_root() / "models" / f"tiny-deepseek-v3-mla-{hashlib.sha256(blob).hexdigest()[:12]}-float32-b1"
@@ -107,7 +107,7 @@ def ensure_mla_pair(spec: dict[str, Any] = SPEC) -> MlaPair:
     Raises:
         FixtureError: the SmolLM2 model the tokenizer comes from cannot be built.
     """
-    from eagle3_conformance.fixture_base import build_once
+    from eagle3_conformance.testbed.fixture_base import build_once
 
     root = pair_dir(spec)
 
@@ -125,9 +125,9 @@ def ensure_mla_pair(spec: dict[str, Any] = SPEC) -> MlaPair:
 
 def _tokenizer_dir() -> Path:
     """SmolLM2-135M's converted directory (fixtures/smollm2-135m's model spec), for its tokenizer."""
-    from eagle3_conformance.fixture_base import fixture_spec
-    from eagle3_conformance.fixtures_real import resolve_spec
-    from eagle3_conformance.model_cache import ensure_model
+    from eagle3_conformance.testbed.fixture_base import fixture_spec
+    from eagle3_conformance.testbed.fixtures_real import resolve_spec
+    from eagle3_conformance.testbed.model_cache import ensure_model
 
     name, raw = fixture_spec("smollm2-135m")
     return ensure_model(resolve_spec(name, raw)["model"], "float32")
@@ -140,7 +140,7 @@ def write_target(spec: dict[str, Any], out: Path, tokenizer_dir: Path) -> Path:
     the routing bias ``e_score_correction_bias`` N(0, 0.1^2) (so SGLang's noaux_tc routing correction
     is exercised), from one ``torch.Generator`` seeded with ``spec["seed"]``.
     """
-    from eagle3_conformance import torch_env
+    from eagle3_conformance.environment import torch_env
 
     torch_env.prepare()
     import torch

@@ -58,9 +58,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
 
-from eagle3_conformance.capture import Capture
-from eagle3_conformance.cpu_harness import CPUHarnessLifecycle
-from eagle3_conformance.torch_env import prepare
+from eagle3_conformance.core.capture import Capture
+from eagle3_conformance.environment.torch_env import prepare
+from eagle3_conformance.tools.shared.cpu_harness import CPUHarnessLifecycle
 
 prepare()
 # vLLM inspects model classes in a subprocess (model_executor/models/registry.py:1123); the

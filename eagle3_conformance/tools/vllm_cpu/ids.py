@@ -84,7 +84,7 @@ def _prepare() -> None:
     import logging
     import os
 
-    from eagle3_conformance.torch_env import prepare
+    from eagle3_conformance.environment.torch_env import prepare
 
     prepare()
     os.environ["CONFORMANCE_TORCH_PREPARE"] = "1"  # vLLM's subprocess model inspection (registry.py:1123)

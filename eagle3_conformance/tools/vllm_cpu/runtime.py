@@ -24,7 +24,7 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from eagle3_conformance.installed import installed_version
+from eagle3_conformance.environment.installed import installed_version
 
 # model modules whose ``Attention`` attribute is replaced (each does ``from ... import Attention``)
 STANDIN_MODULES = ("vllm.model_executor.models.llama", "vllm.model_executor.models.llama_eagle3")

@@ -69,7 +69,7 @@ def _boundaries(applied: dict) -> list[str]:
 
 
 def _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, lossless, kw) -> EngineObservation:
-    from eagle3_conformance.greedy import target_greedy as reference_greedy
+    from eagle3_conformance.reference.greedy import target_greedy as reference_greedy
     from eagle3_conformance.tools.vllm_engine.captures import (
         accept_figures,
         build_captures,

@@ -1,4 +1,4 @@
-"""Hook records of one vLLM engine run (:mod:`.hooks`) -> :class:`~eagle3_conformance.capture.Capture`
+"""Hook records of one vLLM engine run (:mod:`.hooks`) -> :class:`~eagle3_conformance.core.capture.Capture`
 objects, vLLM's own acceptance counters, and the engine as its own reference.
 
 Rows are attributed to requests by vLLM's own batch layout, never guessed: each target forward
@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 import torch
 
-from eagle3_conformance.capture import Capture
+from eagle3_conformance.core.capture import Capture
 
 PATH = "vllm-engine"
 

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from eagle3_conformance.procgroup import kill_group as _kill_group
-from eagle3_conformance.procgroup import last_error as _last_error
-from eagle3_conformance.procgroup import log_tail as _tail
+from eagle3_conformance.environment.procgroup import kill_group as _kill_group
+from eagle3_conformance.environment.procgroup import last_error as _last_error
+from eagle3_conformance.environment.procgroup import log_tail as _tail
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 SHM = Path("/dev/shm")

@@ -24,9 +24,9 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
-from eagle3_conformance.procgroup import kill_group as _kill_group
-from eagle3_conformance.procgroup import last_error as _last_error
-from eagle3_conformance.procgroup import log_tail as _tail
+from eagle3_conformance.environment.procgroup import kill_group as _kill_group
+from eagle3_conformance.environment.procgroup import last_error as _last_error
+from eagle3_conformance.environment.procgroup import log_tail as _tail
 from eagle3_conformance.tools.vllm_engine.launch import (
     EngineStartError,
     child_env,

@@ -20,7 +20,7 @@ Source lines quoted in what the harness records are read from the installed rele
 
 Each branch module names the releases it serves (``SERVES``) and refuses any other
 (:func:`branch`). Which releases the SGLang paths are tested on is
-:data:`eagle3_conformance.engines.HARNESS_RELEASES` (kept equal to :data:`SERVED` by the tests).
+:data:`eagle3_conformance.environment.engines.HARNESS_RELEASES` (kept equal to :data:`SERVED` by the tests).
 """
 
 from __future__ import annotations

@@ -1,0 +1,86 @@
+"""Run one registered path on one contract under hypothesis and collect every finding.
+
+The pytest plugin calls :func:`run_path` once per (contract, path) item; it can also be called
+directly. The steps are the path protocol's (:mod:`eagle3_conformance.paths.base`): the path's needs,
+``prepare`` once, ``first`` (inputs not drawn), then ``observe`` on every example the active
+hypothesis profile draws; each observation is judged by :func:`eagle3_conformance.suite.assess.assess`.
+The first drawn example with a failing finding stops the search (its findings hold what failed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Optional, Union
+
+from eagle3_conformance.contract import Contract
+from eagle3_conformance.core.findings import Finding
+from eagle3_conformance.paths.base import Path, Skipped
+from eagle3_conformance.suite.assess import assess, reference_loader
+from eagle3_conformance.suite.pairs import LocalPair
+
+
+class _Violations(AssertionError):
+    pass
+
+
+def drive(body: Callable, profile: Optional[str] = None) -> list[Finding]:
+    """Run ``body(data) -> findings`` under hypothesis profile ``profile`` (a name of
+    :mod:`eagle3_conformance.suite.profiles`; None: hypothesis' active default); collect every finding.
+
+    The first failing example stops the search (the findings already hold what failed). No
+    shrinking: the findings count the distinct examples drawn, and the failing example reported
+    is the one really drawn (a shrink replays simplified inputs that were never real traffic);
+    the final replay of the failing example is not counted twice. A derandomized profile draws
+    the same inputs whatever local source is loaded (:func:`profiles.source_independent_draws`)."""
+    from hypothesis import Phase, given, settings
+    from hypothesis import strategies as st
+
+    from eagle3_conformance.suite import profiles
+
+    collected: list[Finding] = []
+    seen: set[str] = set()
+
+    chosen = profiles.get(profile) if profile else settings.default
+
+    @settings(chosen, phases=[Phase.explicit, Phase.reuse, Phase.generate], database=None)
+    @given(st.data())
+    def prop(data):
+        fs = body(data)
+        key = repr(fs)
+        if key not in seen:
+            seen.add(key)
+            collected.extend(fs)
+        if any(f.status == "fail" for f in fs):
+            raise _Violations()
+
+    fixed = profiles.source_independent_draws() if chosen.derandomize else contextlib.nullcontext()
+    try:
+        with fixed:
+            prop()
+    except _Violations:
+        pass
+    return collected
+
+
+def run_path(path: Path, c: Contract, pair: LocalPair, profile: Optional[str] = None) -> Union[list[Finding], Skipped]:
+    """Every finding of ``path`` on contract ``c`` with its local ``pair``, or :class:`Skipped`
+    (with the reason) when the path cannot run here. ``profile``: the hypothesis profile of the
+    drawn examples (:func:`drive`)."""
+    why = path.needs.unmet(pair, c)
+    if why:
+        return Skipped(why)
+    state = path.prepare(c, pair)
+    if isinstance(state, Skipped):
+        return state
+    reference = reference_loader(c, pair.target_dir)
+    findings: list[Finding] = []
+    if path.first is not None:
+        obs = path.first(state)
+        if obs is not None:
+            findings += assess(c, obs, reference, path.name)
+            if obs.stop_on_failure and any(f.status == "fail" for f in findings):
+                return findings
+    if path.observe is not None:
+        observe = path.observe
+        findings += drive(lambda data: assess(c, observe(state, data.draw), reference, path.name), profile)
+    return findings

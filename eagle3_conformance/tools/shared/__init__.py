@@ -1,0 +1,3 @@
+"""What the tools share without being a tool: the CPU harnesses' lifecycle (``cpu_harness``) and
+the FP8 payload of hs-connectors' hidden states (``fp8_payload``). A tool may import this package;
+it imports no tool (tests/test_structure.py)."""

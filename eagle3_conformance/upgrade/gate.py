@@ -1,0 +1,188 @@
+"""The upgrade gate: what each version of a tool captures for each contract, side by side.
+
+For every contract and every requested tool version (``sglang==0.5.12``, ``vllm==0.33.0:v2``),
+the version's *own* code is fetched (:mod:`eagle3_conformance.released.fetch`) and run in isolation
+(:mod:`eagle3_conformance.released.sglang`, :mod:`eagle3_conformance.released.vllm`) on the draft
+config the contract describes: its reader finds the ids, its target class's setter stores them, and
+the capture loop's meaning turns them into boundaries (B_k), per step where a version differs
+between steps (SGLang <= 0.5.10.post1 captured its CUDA graphs, which serve target verify and
+decode, with the default ids). No rule is written down here.
+
+Then each candidate (``--to``) is compared with the baseline (``--from``), slot by slot: a slot
+whose boundary differs is a :class:`SlotChange` naming both boundaries and the source line of
+each version's rule; a version whose own code refuses the contract (no setter for the architecture,
+its setter raises) against one that accepts it is a difference too. Statuses per contract and
+candidate: ``same tensors``, ``different tensors``, ``refused by both``,
+``cannot run`` (a version's rule could not be run in isolation or could not be fetched: the
+caller exits 2), ``not compared`` (the method reads no layer ids in that tool: MTP).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from eagle3_conformance.core.errors import UsageError
+from eagle3_conformance.released.result import (
+    BOTH_REFUSE,
+    CANNOT,
+    DIFFERENT,
+    NOT_COMPARED,
+    SAME,
+    SHORT,
+    STEPS,
+    Capture,
+    Source,
+    Spec,
+    parse_spec,
+)
+
+__all__ = ["check", "compare", "parse_spec", "Report", "ContractResult", "Verdict", "SlotChange"]
+
+@dataclass
+class SlotChange:
+    """A slot whose tensor differs between the baseline and a candidate."""
+
+    step: str
+    slot: int
+    from_boundary: Optional[str]
+    to_boundary: Optional[str]
+    from_id: Optional[int]
+    to_id: Optional[int]
+    from_rule: str
+    to_rule: str
+
+
+@dataclass
+class Verdict:
+    """The baseline ``base`` against one candidate ``to``: ``status`` and the changed slots."""
+
+    base: str
+    to: str
+    status: str
+    changes: list[SlotChange] = field(default_factory=list)
+    reason: str = ""
+
+
+@dataclass
+class ContractResult:
+    """One contract: every column's capture and a verdict per candidate."""
+
+    contract: str
+    name: str
+    method: str
+    architecture: str
+    num_hidden_layers: int
+    captures: list[Capture]
+    verdicts: list[Verdict]
+    error: str = ""
+
+
+@dataclass
+class Report:
+    """Everything upgrade-check found; ``exit_code``: 2 when anything could not be run or
+    fetched, else 1 when any draft would receive different tensors, else 0."""
+
+    baseline: str
+    candidates: list[str]
+    sources: list[Source]
+    contracts: list[ContractResult]
+    seconds: float
+
+    @property
+    def exit_code(self) -> int:
+        if any(s.error for s in self.sources) or any(r.error for r in self.contracts) or any(
+                v.status == CANNOT for r in self.contracts for v in r.verdicts):
+            return 2
+        return 1 if any(v.status in (DIFFERENT, SHORT) for r in self.contracts for v in r.verdicts) else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"baseline": self.baseline, "candidates": self.candidates, "exit_code": self.exit_code,
+                "seconds": round(self.seconds, 2), "sources": [asdict(s) for s in self.sources],
+                "contracts": [asdict(c) for c in self.contracts]}
+
+
+def compare(base: Capture, cand: Capture, declared: Sequence[str] = ()) -> Verdict:
+    """Slot-by-slot comparison of two captures of one contract; ``declared``: the contract's aux
+    boundaries (see :func:`_against_contract`)."""
+    return _against_contract(_compare(base, cand), declared, (base, cand))
+
+
+def _compare(base: Capture, cand: Capture) -> Verdict:
+    if cand.status == NOT_COMPARED or base.status == NOT_COMPARED:
+        return Verdict(base.column, cand.column, NOT_COMPARED, reason=cand.error or base.error)
+    if CANNOT in (base.status, cand.status):
+        return Verdict(base.column, cand.column, CANNOT, reason=" | ".join(e for e in (base.error, cand.error) if e))
+    if base.status == "refused" or cand.status == "refused":
+        same = base.status == cand.status
+        reason = " | ".join(c.error for c in (base, cand) if c.error)
+        return Verdict(base.column, cand.column, BOTH_REFUSE if same else DIFFERENT, reason=reason)
+    changes = []
+    for step in STEPS:
+        a, b = base.steps[step], cand.steps[step]
+        for j in range(max(len(a.boundaries), len(b.boundaries))):
+            fa = a.boundaries[j] if j < len(a.boundaries) else None
+            fb = b.boundaries[j] if j < len(b.boundaries) else None
+            if fa != fb:
+                changes.append(SlotChange(step, j, fa, fb, a.slot_ids[j] if fa else None,
+                                          b.slot_ids[j] if fb else None, a.rule, b.rule))
+    return Verdict(base.column, cand.column, DIFFERENT if changes else SAME, changes)
+
+
+def check(contracts: list[str], baseline: list[Spec], candidates: list[Spec]) -> Report:
+    """Run every contract through every version (see the module docstring).
+
+    Raises:
+        UsageError: no contracts or no specs (a contract that does not load or a version that
+            cannot be fetched is reported in the result instead, with exit code 2).
+    """
+    from eagle3_conformance.released.capture import capture, load_sources
+
+    if not contracts:
+        raise UsageError("no contracts given")
+    t0 = time.perf_counter()
+    specs = list(dict.fromkeys(baseline + candidates))
+    sources, trees = load_sources(specs)
+    why = {s.column: s.error for s in sources if s.error}
+    results = []
+    for path in contracts:
+        results.append(_one(path, specs, trees, baseline, candidates,
+                            lambda c, s, tree: capture(c, s, tree, why.get(s.label, ""))))
+    return Report(" + ".join(s.label for s in baseline), [s.label for s in candidates], sources, results,
+                  time.perf_counter() - t0)
+
+
+def _one(path: str, specs: list[Spec], trees: dict, baseline: list[Spec], candidates: list[Spec],
+         capture) -> ContractResult:
+    from eagle3_conformance.contract import ContractError, load_contract
+
+    try:
+        c = load_contract(path)
+    except (ContractError, OSError) as e:
+        first = " ".join(str(e).split())[:400]
+        return ContractResult(path, Path(path).stem, "?", "?", 0, [], [], error=f"does not load: {first}")
+    caps = {s: capture(c, s, trees.get(s)) for s in specs}
+    declared = [str(b) for b in c.capture.boundaries]
+    verdicts = [compare(caps[b], caps[t], declared) for b in baseline for t in candidates if t != b]
+    return ContractResult(path, c.name, c.method, c.target.architecture, c.L, list(caps.values()), verdicts)
+
+
+def _against_contract(v: Verdict, declared: Sequence[str], caps: tuple[Capture, Capture]) -> Verdict:
+    """``v``, or ``slots not captured`` when a version captures fewer slots than the contract
+    declares (SGLang drops an out-of-range id silently): two versions dropping the same slot
+    capture the same tensors, but not the contract's."""
+    short = []
+    for cap in caps:
+        steps = {} if cap.status != "ok" else {s: cap.steps[s].boundaries for s in STEPS}
+        alike = len({tuple(b) for b in steps.values()}) == 1
+        for step, got in (list(steps.items())[:1] if alike else steps.items()):
+            if len(got) < len(declared):
+                lost = [f"slot {k} ({b})" for k, b in enumerate(declared) if b not in got]
+                short.append(f"{cap.column}{'' if alike else ' ' + step} captures {len(got)} slots {' '.join(got)}, "
+                             f"the contract declares {len(declared)}: contract {', '.join(lost) or 'slots'} not captured")
+    if not short or v.status not in (SAME, DIFFERENT):
+        return v
+    return Verdict(v.base, v.to, SHORT if v.status == SAME else DIFFERENT, v.changes,
+                   "; ".join(dict.fromkeys(short)) + (f" | {v.reason}" if v.reason else ""))
