@@ -89,8 +89,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     from eagle3_conformance.contract import load_contract
-    from eagle3_conformance.tools.sglang_engine.mla_pair import ensure_mla_pair
     from eagle3_conformance.testbed.trained_draft import eval_prompts
+    from eagle3_conformance.tools.sglang_engine.mla_pair import ensure_mla_pair
 
     c, pair = load_contract(CONTRACT), ensure_mla_pair()
     prompts = eval_prompts(pair.target_dir, 2, 48)

@@ -132,9 +132,9 @@ def test_deepseek_v3_mla_moe_through_the_real_engine_judged_by_its_own_records(t
         numeric_agreement,
     )
     from eagle3_conformance.paths.sglang_engine import reference_builder, reference_config, reference_fact
+    from eagle3_conformance.testbed.trained_draft import eval_prompts
     from eagle3_conformance.tools.sglang_engine import observe_engine
     from eagle3_conformance.tools.sglang_engine.mla_pair import ensure_mla_pair
-    from eagle3_conformance.testbed.trained_draft import eval_prompts
 
     pair = ensure_mla_pair()
     c = load_contract(CONTRACT)
