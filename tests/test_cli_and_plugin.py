@@ -43,6 +43,24 @@ def test_validate_ok_and_bad(tmp_path, capsys):
     assert f"{bad}:" in out and "feature_width" in out
 
 
+def test_validate_warns_when_a_named_path_holds_no_config(tmp_path, capsys):
+    """A typo in target.path / draft.path silently turned the config cross-check off ("ok", no word):
+    validate still passes (a contract may be written on another machine) but says which path it could not
+    check, on stderr (found by a new user)."""
+    import yaml
+
+    doc = yaml.safe_load(TINY.read_text())
+    doc["target"]["path"] = "/nonexistent/model"
+    doc["draft"]["path"] = str(tmp_path)  # a directory without config.json
+    c = tmp_path / "c.yaml"
+    c.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert main(["validate", str(c)]) == 0
+    err = capsys.readouterr().err
+    assert "target.path /nonexistent/model: no such directory" in err and "not checked against its config" in err
+    assert f"draft.path {tmp_path}: no config.json in it" in err
+    assert main(["validate", str(TINY)]) == 0 and "not checked against" not in capsys.readouterr().err
+
+
 def test_check_data_conforming(tiny, tmp_path, capsys):
     before = _tree_hash(tiny.data_dir)
     out = tmp_path / "r.json"

@@ -33,6 +33,20 @@ def _local_dir(c: Any, p: Optional[str]) -> Optional[Path]:
     return q if (q / "config.json").is_file() else None
 
 
+def unchecked_paths(c: Any) -> list[str]:
+    """``target.path`` / ``draft.path`` values the contract names that hold no ``config.json`` on this
+    machine (a typo, or a contract written on another machine): :func:`config_problems` could not
+    cross-check them. One line each, naming the key and the directory it resolved to."""
+    out = []
+    src = contract_source(c)
+    for key, p in (("target.path", c.target.path), ("draft.path", c.draft.path)):
+        if p and _local_dir(c, p) is None:
+            q = Path(p) if Path(p).is_absolute() else (src.parent if src else Path.cwd()) / p
+            why = "no such directory" if not q.is_dir() else "no config.json in it"
+            out.append(f"{key} {p}: {why} ({os.path.normpath(q)}); the contract was not checked against its config")
+    return out
+
+
 def config_problems(c: Any) -> list[tuple[tuple, str]]:
     """Where the contract disagrees with the target's and the draft's ``config.json`` (found at
     ``target.path`` / ``draft.path``, relative to the contract file). Returns ``(contract key

@@ -17,7 +17,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from eagle3_conformance.authoring.local_configs import config_problems
+    from eagle3_conformance.authoring.local_configs import config_problems, unchecked_paths
     from eagle3_conformance.contract import ContractError, load_contract
     from eagle3_conformance.engine_ids.final_boundary import final_boundary_notes, final_boundary_problems
     from eagle3_conformance.environment.shipped import checkout_fixture_note
@@ -47,6 +47,8 @@ def run(args) -> int:
         note = checkout_fixture_note(c.fixture)
         if note:
             con.print(f"  note: {note}", markup=False)
+        for line in unchecked_paths(c):  # a typo in a path must not silently turn the cross-check off
+            print(f"warning: {p}: {line}", file=sys.stderr)
         warn = never_validated_warning(c, installed)
         if warn:
             print(f"warning: {p}: {warn} (a passing `pytest -m conformance --conformance-json` run writes the "
