@@ -47,25 +47,10 @@ class EngineObservation:
 
 
 def reference_greedy(target_dir, prompts: list[list[int]], max_new_tokens: int, dtype: str) -> list[list[int]]:
-    """The target's own greedy decode (transformers, KV cache, EOS ignored) of each prompt."""
-    from eagle3_conformance.environment import torch_env
+    """The target's own greedy decode of each prompt (:func:`eagle3_conformance.reference.greedy.target_greedy`)."""
+    from eagle3_conformance.reference.greedy import target_greedy
 
-    torch_env.prepare()
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=getattr(torch, dtype)).eval()
-    out = []
-    with torch.no_grad():
-        for p in prompts:
-            ids, past, got = torch.tensor([p]), None, []
-            for _ in range(max_new_tokens):
-                o = model(input_ids=ids, past_key_values=past, use_cache=True)
-                past, nxt = o.past_key_values, int(o.logits[0, -1].argmax())
-                got.append(nxt)
-                ids = torch.tensor([[nxt]])
-            out.append(got)
-    return out
+    return target_greedy(target_dir, prompts, max_new_tokens, dtype)
 
 
 def observe_engine(target_dir, draft_dir, prompts: list[list[int]], *, dtype: str = "float32",

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
+
+from eagle3_conformance.environment.procgroup import kill_group, last_error, log_tail
 
 SITE_DIR = Path(__file__).resolve().parent / "site"
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
@@ -105,44 +106,8 @@ def child_env(device: str, tp_size: int = 1) -> dict[str, str]:
     return env
 
 
-def _tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join(lines[-n:])
-
-
-def _last_error(tail: str) -> str:
-    """The last ``SomeError: message`` line of SGLang's log (a scheduler that fails kills the
-    engine's main process with SIGQUIT before it can report)."""
-    import re
-
-    hits = [ln.strip() for ln in tail.splitlines() if re.match(r"^\s*[\w.]+(Error|Exception|Interrupt): ", ln)]
-    return hits[-1] if hits else ""
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM then SIGKILL to the driver's whole process group (the scheduler and detokenizer
-    SGLang spawned are in it); never raises."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        if sig == signal.SIGTERM:
-            time.sleep(1.0)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
-    deadline = time.monotonic() + 20  # killed members linger until their new parent (init) reaps them
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(proc.pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return
-        time.sleep(0.2)
+# the engine process's group and log: the helpers every launcher shares (environment/procgroup.py)
+_tail, _last_error, _kill_group = log_tail, last_error, kill_group
 
 
 def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str = "cpu", dtype: str = "float32",
