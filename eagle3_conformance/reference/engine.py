@@ -24,6 +24,7 @@ import torch
 
 from eagle3_conformance.core.notation import Boundary
 from eagle3_conformance.reference import Reference, ReferenceError
+from eagle3_conformance.tools.sglang_engine.captures import segments
 
 SOURCE = "engine"
 
@@ -129,15 +130,6 @@ class EngineReference:
                          present=present, source=self.source)
 
 
-def _segments(rec: dict, n_per_req: Optional[int] = None) -> list[tuple[int, slice]]:
-    lens = [n_per_req] * len(rec["req_pool_indices"]) if n_per_req else rec["extend_seq_lens"].tolist()
-    out, start = [], 0
-    for rp, n in zip(rec["req_pool_indices"].tolist(), lens):
-        out.append((int(rp), slice(start, start + int(n))))
-        start += int(n)
-    return out
-
-
 def _match(ids: list[int], pos: list[int], full: list[list[int]]) -> Optional[int]:
     """The request whose sequence has ids[j] at pos[j] (the target's own, unshifted ids)."""
     for r, seq in enumerate(full):
@@ -151,7 +143,7 @@ def _row_tokens(rec: dict, full: list[list[int]], owner: dict[int, int]) -> dict
     out: dict[int, list[int]] = {}
     ids, pos = rec["input_ids"].tolist(), rec["positions"].tolist()
     if rec["mode"] == "EXTEND":
-        for rp, sl in _segments(rec):
+        for rp, sl in segments(rec):
             r = _match(ids[sl], pos[sl], full)
             if r is None:
                 continue
@@ -161,7 +153,7 @@ def _row_tokens(rec: dict, full: list[list[int]], owner: dict[int, int]) -> dict
     elif rec["mode"] == "TARGET_VERIFY":
         bs = len(rec["req_pool_indices"])
         n = len(ids) // bs if bs else 0
-        for rp, sl in _segments(rec, n):
+        for rp, sl in segments(rec, n):
             if rp not in owner:
                 continue
             start = pos[sl.start]

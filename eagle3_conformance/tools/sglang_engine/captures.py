@@ -40,7 +40,9 @@ def record_files(records_dir: Path) -> list[Path]:
     return sorted(Path(records_dir).glob("*.pt"), key=key)
 
 
-def _segments(rec: dict, n_per_req: Optional[int] = None) -> list[tuple[int, slice]]:
+def segments(rec: dict, n_per_req: Optional[int] = None) -> list[tuple[int, slice]]:
+    """``(req_pool_index, row slice)`` per request of one forward record: ``n_per_req`` rows each
+    (target verify: the draft tokens per request), else the record's ``extend_seq_lens``."""
     lens = [n_per_req] * len(rec["req_pool_indices"]) if n_per_req else rec["extend_seq_lens"].tolist()
     out, start = [], 0
     for rp, n in zip(rec["req_pool_indices"].tolist(), lens):
@@ -116,7 +118,7 @@ class _Attributor:
         prefix_lens = rec.get("extend_prefix_lens")
         plocs = rec.get("prefix_locs")
         off, rows = 0, {}
-        for b, (rp, sl) in enumerate(_segments(rec)):
+        for b, (rp, sl) in enumerate(segments(rec)):
             pos = rec["positions"][sl].tolist()
             p = int(prefix_lens[b]) if prefix_lens is not None else (pos[0] if pos else 0)
             prefix: Optional[list] = []
@@ -150,7 +152,7 @@ class _Attributor:
             return
         bs = len(rec["req_pool_indices"])
         ids, pos, rows = rec["input_ids"].tolist(), rec["positions"].tolist(), {}
-        for rp, sl in _segments(rec, len(ids) // bs if bs else 0):
+        for rp, sl in segments(rec, len(ids) // bs if bs else 0):
             seq = self.live.get(rp)
             if seq is None or len(seq.tokens) < pos[sl.start]:
                 continue
@@ -162,7 +164,7 @@ class _Attributor:
         if self.last_extend is None:
             self.out.unattributed.append((rec, "a draft EXTEND with no target EXTEND before it"))
             return
-        for rp, sl in _segments(rec):
+        for rp, sl in segments(rec):
             seq = self.live.get(rp)
             ids, pos = rec["input_ids"][sl].tolist(), rec["positions"][sl].tolist()
             if seq is None:
@@ -188,8 +190,8 @@ class _Attributor:
             return
         bs = len(rec["req_pool_indices"])
         n = rec["hidden"].shape[0] // bs
-        vsegs = dict(_segments(verify, n))
-        for b, (rp, sl) in enumerate(_segments(rec, n)):
+        vsegs = dict(segments(verify, n))
+        for b, (rp, sl) in enumerate(segments(rec, n)):
             seq = self.live.get(rp)
             if seq is None or rp not in vsegs:
                 self.out.unattributed.append((rec, f"req_pool_idx {rp}: no attributed extend or no verify rows"))
