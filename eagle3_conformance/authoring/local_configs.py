@@ -27,10 +27,15 @@ def _local_dir(c: Any, p: Optional[str]) -> Optional[Path]:
     directory holding a ``config.json``; else None (absent, or not on this machine)."""
     if not p:
         return None
+    q = _resolved(c, p)
+    return q if (q / "config.json").is_file() else None
+
+
+def _resolved(c: Any, p: str) -> Path:
+    """``p`` relative to the contract file (absolute paths as they are), normalised."""
     src = contract_source(c)
     q = Path(p)
-    q = Path(os.path.normpath(q if q.is_absolute() else (src.parent if src else Path.cwd()) / q))
-    return q if (q / "config.json").is_file() else None
+    return Path(os.path.normpath(q if q.is_absolute() else (src.parent if src else Path.cwd()) / q))
 
 
 def unchecked_paths(c: Any) -> list[str]:
@@ -38,12 +43,11 @@ def unchecked_paths(c: Any) -> list[str]:
     machine (a typo, or a contract written on another machine): :func:`config_problems` could not
     cross-check them. One line each, naming the key and the directory it resolved to."""
     out = []
-    src = contract_source(c)
     for key, p in (("target.path", c.target.path), ("draft.path", c.draft.path)):
         if p and _local_dir(c, p) is None:
-            q = Path(p) if Path(p).is_absolute() else (src.parent if src else Path.cwd()) / p
+            q = _resolved(c, p)
             why = "no such directory" if not q.is_dir() else "no config.json in it"
-            out.append(f"{key} {p}: {why} ({os.path.normpath(q)}); the contract was not checked against its config")
+            out.append(f"{key} {p}: {why} ({q}); the contract was not checked against its config")
     return out
 
 
