@@ -85,9 +85,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         code = proc.wait()
     finally:
-        from eagle3_conformance.tools.sglang_engine.launch import _kill_group
+        from eagle3_conformance.environment.procgroup import kill_group
 
-        _kill_group(proc)
+        kill_group(proc)
     return code if code >= 0 else 128 - code
 
 

@@ -106,10 +106,6 @@ def child_env(device: str, tp_size: int = 1) -> dict[str, str]:
     return env
 
 
-# the engine process's group and log: the helpers every launcher shares (environment/procgroup.py)
-_tail, _last_error, _kill_group = log_tail, last_error, kill_group
-
-
 def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str = "cpu", dtype: str = "float32",
                max_new_tokens: int = 32, num_steps: int = 3, num_draft_tokens: int = 4, observe: bool = True,
                cuda_graph: bool = False, start_timeout: float = 300, generate_timeout: float = 300,
@@ -154,15 +150,15 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
         except subprocess.TimeoutExpired:
             code = None
         finally:
-            _kill_group(proc)
+            kill_group(proc)
     wall = time.perf_counter() - t0
     res = json.loads((work / "result.json").read_text()) if (work / "result.json").is_file() else {}
-    tail = _tail(log)
+    tail = log_tail(log)
     if code is None:
         raise EngineRunError(f"the engine process ran past {start_timeout + generate_timeout + 60:.0f} s "
                              "and was killed", tail, proc.pid)
     if code != 0 or "outputs" not in res:
-        reason = res.get("error") or _last_error(tail) or f"the engine process exited with status {code}"
+        reason = res.get("error") or last_error(tail) or f"the engine process exited with status {code}"
         if res.get("phase", "start") == "start":
             raise EngineStartError(f"sglang.Engine did not start: {reason}", tail, proc.pid)
         raise EngineRunError(f"sglang.Engine generation failed: {reason}", tail, proc.pid)
