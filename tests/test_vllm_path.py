@@ -232,7 +232,11 @@ def test_kill_matrix_vllm_column_catches_every_applicable_fault():
     assert not m["false_positives"], m["false_positives"]
     statuses = {c.kind: c.status for c in m["cells"]}
     assert set(statuses.values()) <= {"caught", "n/a"}, statuses
-    assert {k for k, s in statuses.items() if s == "n/a"} == {"K3", "K7", "K9"}
+    # K7: the side-path buffer operator (decode-buffer-sized-d) has no vLLM extend buffer to resize, but
+    # the degenerate-slot operators (slot-all-zero, slot-row-repeated; issue 37, R66) apply and are caught
+    assert {k for k, s in statuses.items() if s == "n/a"} == {"K3", "K9"}
+    k7 = {name: v.status for c in m["cells"] if c.kind == "K7" for name, v in c.operators}
+    assert k7["slot-all-zero"] == k7["slot-row-repeated"] == "caught", k7
     for c in m["cells"]:
         if c.status == "caught":
             assert c.checks, c
