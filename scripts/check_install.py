@@ -183,6 +183,8 @@ def authoring(bin_: Path, user: Path) -> None:
         raise Failed("init's schema line does not point at the installed schema")
     run([cli, "init", "--target", "models/target", "--draft", "models/draft", "--engine", "sglang",
          "-o", "other.yaml"], user, expect=2, words=("sglang is not installed",))
+    run([cli, "init", "--target", "models/target", "--draft", "models/draft", "--engine", "vllm==0.33.0",
+         "-o", "other.yaml"], user, expect=2, words=("vLLM==0.33.0 is not installed",))
     examples = run([bin_ / "python", "-c", "from eagle3_conformance.environment import shipped; "
                     "print('\\n'.join(map(str, shipped.example_contracts())))"], user).splitlines()
     run([cli, "validate", "my-pair.yaml", *examples], user, words=("ok my-pair.yaml",))

@@ -260,11 +260,15 @@ def test_calibrate_refuses_a_broken_sample_naming_it(mutate, words, data, tmp_pa
     (lambda d: _truncate(d / "data-00000-of-00001.arrow"), "not a speculators Arrow dataset"),
     (lambda d: (d / "data-00000-of-00001.arrow").write_bytes(b"\0" * 64), "not a speculators Arrow dataset"),
     (lambda d: (d / "state.json").unlink(), "not a speculators Arrow dataset"),
-], ids=["arrow_truncated", "arrow_zeroed", "no_state"])
+    # datasets names no file for a malformed JSON marker: the message names it, with the line
+    (lambda d: (d / "dataset_info.json").write_text('{"citation": "",\n  "features": {'),
+     "dataset_info.json:2: not JSON"),
+    (lambda d: (d / "state.json").write_text("{,}"), "state.json:1: not JSON"),
+], ids=["arrow_truncated", "arrow_zeroed", "no_state", "info_not_json", "state_not_json"])
 def test_unreadable_dataset_exit_2_one_line(mutate, words, data, tiny, tmp_path, capsys):
     mutate(data)
     rc, _, err = _check(data, tiny, tmp_path, capsys)
-    assert rc == 2 and words in err and str(data) in err
+    assert rc == 2 and words in err and str(data) in err, err
     assert len(err.strip().splitlines()) == 1
 
 

@@ -151,6 +151,17 @@ def test_usage_error_exit_2():
     assert e.value.code == 2
 
 
+def test_an_abbreviated_option_is_a_usage_error_not_another_option(capsys):
+    """``--dat`` must not silently mean ``--data`` (argparse's prefix matching is off, on every verb)."""
+    contract = str(Path(__file__).resolve().parent.parent / "contracts" / "tiny-llama.yaml")
+    with pytest.raises(SystemExit) as e:
+        main(["check-data", contract, "--dat", "somewhere"])
+    assert e.value.code == 2 and "required: --data" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["--deb", "validate", contract])
+    assert e.value.code == 2
+
+
 def test_reference_dir_without_weights_exit_2(tiny, tmp_path, capsys):
     empty = tmp_path / "model"
     empty.mkdir()

@@ -103,6 +103,28 @@ def test_legacy_pt_seed_incident_names_the_embedding(tmp_path, tiny, tiny_ref, s
     assert any(f["check"] == "slot_identity" and f["slot"] == "slot 0" and f["observed"] == "B_0" for f in fs)
 
 
+def test_the_report_is_check_datas_with_the_fix_verbose_and_markdown(tmp_path, tiny, tiny_ref, samples, capsys):
+    """New-user report: check-offline printed a table and one line per diagnosis, its fix only in
+    --json, and had no -v / --markdown. Now check-data's report: the diagnosis with evidence and fix,
+    -v listing the passing checks, the same report as Markdown."""
+    d = tmp_path / "seed"
+    d.mkdir()
+    torch.save(_legacy(tiny_ref, samples[0], ["B_0", "B_2", "B_4", "B_5"]), d / "s.pt")
+    md = tmp_path / "r.md"
+    args = ["check-offline", str(TINY), "--files", str(d), "--reference", str(tiny.target_dir)]
+    assert main([*args, "--markdown", str(md)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("VIOLATIONS: ") and "DIAGNOSIS 1/" in out, out
+    assert "  evidence: " in out and "  fix:      " in out, out
+    assert "passed: " in out and "(-v lists them)" in out
+    text = md.read_text()
+    assert text.startswith("## ❌ VIOLATIONS") and "Fix:" in text, text
+    assert main([*args, "-v"]) == 1
+    verbose = capsys.readouterr().out
+    assert "(-v lists them)" not in verbose and len(verbose.splitlines()) > len(out.splitlines())
+    assert main([*args, "--markdown", str(tmp_path / "j.json"), "--json", str(tmp_path / "j.json")]) == 2
+
+
 def test_specforge_ckpt_feature_is_aux_and_verifier_is_F(tmp_path, tiny, tiny_ref, samples, specforge_contract,
                                                          capsys):
     d = tmp_path / "rows_0-3"

@@ -79,6 +79,19 @@ def test_rows_are_attributed_from_the_records_alone():
     assert att.modes == {"target EXTEND": 2, "draft EXTEND": 2, "target TARGET_VERIFY": 2, "draft DRAFT_EXTEND_V2": 2}
 
 
+def test_engine_mapping_on_records_says_the_ids_were_not_recorded_never_its_defaults():
+    """The records carry the target's layers_to_capture, not the ids the engine read from the draft
+    config: engine_mapping must not claim the engine used its defaults (it did not say so)."""
+    from eagle3_conformance.checks.draft_fc import check_engine_mapping
+    from eagle3_conformance.contract import load_contract
+
+    c = load_contract(CONTRACT)
+    cap = attribute(_session()).extend[0]
+    (f,) = check_engine_mapping(c, cap)
+    assert f.status == "pass" and "its defaults" not in f.message and "not recorded" in f.message, f.message
+    assert "layers_to_capture" in f.message and "['B_2', 'B_15', 'B_27']" in f.message, f.message
+
+
 def test_a_prefix_no_record_wrote_is_named_never_guessed():
     recs = _session()
     recs[6]["prefix_locs"] = _t([100, 999])  # slot 999: written by no record read here
@@ -131,8 +144,20 @@ def test_serve_hooks_prints_the_value_sglang_parses(tmp_path, capsys):
     assert spec["config"]["out_dir"] == str(d.resolve()) and spec["target_modules"] == ["model", "model.fc"]
     m = json.loads((d / "manifest.json").read_text())
     assert m["sglang_expected"] == "0.5.23" and len(m["contract_sha256"]) == 64
+    assert main(["serve-hooks", "--contract", str(CONTRACT), "--out", str(d)]) == 0  # rerun before serving: fine
     _factory(d)
     assert main(["serve-hooks", "--contract", str(CONTRACT), "--out", str(d)]) == 2  # holds records: refused
+
+
+def test_serve_hooks_refuses_a_directory_holding_anything_else(tmp_path, capsys):
+    """The server writes its records into --out and check-captures reads it whole: a directory of
+    the user's own files (a typo'd --out ~) is refused, naming what it holds, and left as it was."""
+    d = tmp_path / "mine"
+    d.mkdir()
+    (d / "notes.txt").write_text("mine")
+    assert main(["serve-hooks", "--contract", str(CONTRACT), "--out", str(d)]) == 2
+    assert "not empty (holds notes.txt)" in capsys.readouterr().err
+    assert sorted(p.name for p in d.iterdir()) == ["notes.txt"]
 
 
 def test_a_server_that_never_ran_the_hooks(tmp_path, capsys):

@@ -274,11 +274,29 @@ def test_shapes_only_verdict_names_why_from_the_findings():
     from eagle3_conformance.report import verdict
 
     accept = Finding("accept_length", "pass", "cpu-accept", None, 1.1, 1.18, "3 prompts", "accept length 1.18")
-    kind, text = verdict([accept])
+    contract = Finding("layer_ids", "pass", "contract", None, None, None, "contract", "ids in range")
+    kind, text = verdict([contract, accept])
     assert kind == "conforms on shapes only"
     assert "do not judge slot identity: cpu-accept" in text and "no reference model" not in text
     skip = Finding("slot_identity", "skip", "training", None, None, None, "sample 0",
                    "no reference model: slot identity, order and alignment not checked")
     text = verdict([accept, skip])[1]
     assert text.endswith("were not checked (no reference model)") and text.count("not checked") == 1, text
-    assert verdict([accept], "custom reason")[1].endswith("(custom reason)")
+    assert verdict([contract, accept], "custom reason")[1].endswith("(custom reason)")
+
+
+def test_an_acceptance_only_run_is_judged_on_acceptance_never_on_shapes():
+    """Only acceptance findings (``accept``, or cpu-accept alone): no tensor was read, so the verdict
+    speaks of acceptance: met (a floor or a baseline passed), not gated (nothing judged it), or
+    violations (one failed)."""
+    from eagle3_conformance.core.findings import Finding
+    from eagle3_conformance.report import render_markdown, render_text, verdict
+
+    met = Finding("accept_length", "pass", "server", None, 1.22, 1.5, "server", "accept length 1.5 (floor 1.22)")
+    none = Finding("accept_length", "skip", "server", None, None, 1.5, "server", "no floor")
+    drop = Finding("accept_regression", "fail", "server", "position 1", ">= 0.3", 0.01, "server", "dropped")
+    assert verdict([met]) == ("acceptance met", "ACCEPTANCE MET")
+    assert verdict([none])[0] == "not gated" and "gates.min_accept_length" in verdict([none])[1]
+    assert verdict([met, drop])[0] == "violations"
+    assert render_text([met]).splitlines()[-1].startswith("ACCEPTANCE MET: 1 findings")
+    assert render_markdown([met]).startswith("## ✅ ACCEPTANCE MET") and "SHAPES" not in render_markdown([none])

@@ -486,3 +486,19 @@ def test_the_command_exits_at_the_run_timeout_without_waiting_for_requests_in_fl
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "did not finish within --run-timeout 1 s" in r.stderr, r.stderr
     assert time.perf_counter() - t0 < 15
+
+
+def test_the_verdict_speaks_of_acceptance_met_or_not_gated_never_of_shapes(capsys, serve, tmp_path):
+    """``accept`` reads no tensor: its verdict is ACCEPTANCE MET when a floor or a baseline judged the
+    figures, NOT GATED (exit 0, saying why) when nothing did; never 'CONFORMS ON SHAPES ONLY'."""
+    f = serve()
+    rc, out, err = accept(capsys, "--server", f.url, "--contract", CONTRACT, "--prompts", "5")
+    assert rc == 0 and out.rstrip().splitlines()[-1].startswith("ACCEPTANCE MET"), out + err
+    no_floor = tmp_path / "no-floor.yaml"
+    text = Path(CONTRACT).read_text()
+    no_floor.write_text("\n".join("  min_accept_length:" if ln.startswith("  min_accept_length:") else ln
+                                  for ln in text.splitlines()) + "\n")
+    md = tmp_path / "r.md"
+    rc, out, err = accept(capsys, "--server", f.url, "--contract", str(no_floor), "--prompts", "5", "--markdown", str(md))
+    assert rc == 0 and "NOT GATED" in out and "gates.min_accept_length" in out, out + err
+    assert "SHAPES" not in out and "NOT GATED" in md.read_text()

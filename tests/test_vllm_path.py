@@ -95,6 +95,26 @@ def test_pinned_vllm_translation_is_refused_without_vllm(capsys):
     assert "not installed" in err and "tox -e vllm" in err and "Traceback" not in err
 
 
+def test_reading_vllms_ids_asks_for_vllm_before_torch(tmp_path):
+    """A core-only install (no torch, no vLLM; scripts/check_install.py runs the real one): ``init
+    --engine vllm==X`` names vLLM as what is missing, not torch (the id reader used to import the
+    in-process runtime, which needs torch, before asking whether vLLM is there at all)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfor m in ('torch', 'vllm'): sys.modules[m] = None\n"
+            "from eagle3_conformance.tools.vllm_cpu.ids import VLLMNotAsked, read_draft\n"
+            "from eagle3_conformance.environment.installed import installed_version\n"
+            "try:\n    read_draft({}, 30, 'LlamaForCausalLM', '0.33.0')\n"
+            "except VLLMNotAsked as e:\n    print('REFUSED', e)\n"
+            "except ModuleNotFoundError as e:\n    print('MISSING', e.name)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    if HAS_VLLM:  # installed vLLM, torch blocked: the readers get as far as importing vLLM
+        assert out.startswith(("MISSING", "REFUSED")), out
+    else:
+        assert out.startswith("REFUSED vLLM==0.33.0 is not installed"), out
+
+
 # --- vLLM's extraction files (ExampleHiddenStatesConnector: {hidden_states [T,N,H], token_ids [T]})
 
 

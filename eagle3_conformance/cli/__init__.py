@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 from eagle3_conformance.cli import (
     accept,
@@ -41,8 +41,18 @@ VERBS = (validate, check_data, schema, init, calibrate, translate, faults, merge
 """The verb modules, in the order ``conformance --help`` lists them."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse without prefix matching of long options: ``--dat`` is an error, not ``--data`` (a
+    misspelt option must not silently become another one; the verbs' subparsers are made of this
+    class too, argparse's default ``parser_class`` being the parent's)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="eagle3-conformance", description="EAGLE-3 draft-boundary conformance.",
         epilog="exit codes: 0 conforms; 1 VIOLATIONS (failed checks on data that was read, including some "
                "unreadable samples among readable ones); 2 bad input or usage (INPUT ERROR: nothing could "

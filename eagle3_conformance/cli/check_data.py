@@ -23,6 +23,7 @@ from eagle3_conformance.cli.common import (
     error,
     exit_code,
     load_contract,
+    report_width,
     resolve_reference,
     write_html,
 )
@@ -117,17 +118,6 @@ def _options(args) -> tuple[tuple[int, int], int, int]:
     return shard, workers, sample
 
 
-def _report_width() -> int:
-    """100 columns, or the terminal's width when it is narrower."""
-    import shutil
-    import sys
-
-    from eagle3_conformance import report
-
-    cols = shutil.get_terminal_size((report.WIDTH, 24)).columns if sys.stdout.isatty() else report.WIDTH
-    return max(60, min(report.WIDTH, cols))
-
-
 def _print(args, c, res, diagnoses) -> None:
     """The report (verdict and diagnoses first), or with ``--quiet`` the verdict line and one line
     per diagnosis; ``--markdown`` writes the same report as Markdown."""
@@ -148,7 +138,7 @@ def _print(args, c, res, diagnoses) -> None:
     reason = m["slot_identity"]["reason"]
     if not args.quiet:
         print(report.render_text(findings, diagnoses, title=title, extra=extra, unchecked_reason=reason,
-                                 verbose=verbose, width=_report_width()))
+                                 verbose=verbose, width=report_width()))
     else:  # --quiet: no report, but still the one-line verdict (and what the diagnoses name)
         print(report.quiet_verdict(findings, reason))
         for d in diagnoses:

@@ -11,9 +11,10 @@ Pickled files are read only through ``torch.load(weights_only=True)`` (see
 vLLM's ``{req_id}.safetensors`` files are read with safetensors (see
 :mod:`eagle3_conformance.tools.vllm_hidden_states`); a directory is searched for both kinds, and every
 file found is read (a folder of extraction files with one stray pickle is read whole).
-Failing findings are diagnosed as ``check-data``'s are (:func:`eagle3_conformance.diagnose.diagnose`): one line
-per diagnosis after the table (with ``--quiet``: after the one-line verdict, no table), and ``diagnoses``
-in the JSON report.
+The report is ``check-data``'s (:func:`eagle3_conformance.report.render_text`): the verdict, each
+diagnosis (:func:`eagle3_conformance.diagnose.diagnose`) with its evidence and fix, the failing checks
+one line each, passes folded (``-v`` lists them); ``--quiet`` prints the verdict and one line per
+diagnosis; ``--markdown`` writes the same report for CI job summaries; ``diagnoses`` are in the JSON.
 Exit codes as everywhere: 0 conforms, 1 violations, 2 bad input (no file matched, no file could
 be read, or the reference could not be loaded).
 """
@@ -29,14 +30,14 @@ from eagle3_conformance.cli.common import (
     add_reference_options,
     check_html,
     check_output,
-    console,
     error,
     exit_code,
     load_contract,
+    report_width,
     resolve_reference,
     write_html,
 )
-from eagle3_conformance.core.errors import DataError
+from eagle3_conformance.core.errors import DataError, UsageError
 
 
 def add_parser(sub) -> None:
@@ -50,7 +51,9 @@ def add_parser(sub) -> None:
     add_reference_options(p)
     p.add_argument("--json", metavar="OUT", help="write findings as JSON")
     add_html_option(p)
-    p.add_argument("--quiet", action="store_true", help="no table: the verdict and diagnoses only")
+    p.add_argument("--quiet", action="store_true", help="no report: the verdict and diagnoses only")
+    p.add_argument("-v", "--verbose", action="store_true", help="list passing and skipped checks one line each")
+    p.add_argument("--markdown", metavar="FILE", help="write the report as Markdown (for CI job summaries)")
     p.set_defaults(func=run)
 
 
@@ -76,18 +79,23 @@ def _specforge_dir(c, spec: str) -> bool:
 
 
 def _report(args, c, findings, extra: dict) -> None:
-    """The table (unless ``--quiet``), one line per diagnosis (the same diagnoses as check-data's: a fault
-    kind, or the production precision the data shows), and the JSON report with its ``diagnoses``."""
+    """The report as check-data prints it (verdict, diagnoses with evidence and fix, failing checks;
+    with ``--quiet`` the verdict line and one line per diagnosis), ``--markdown`` and the JSON report
+    with its ``diagnoses``."""
     from eagle3_conformance import report
     from eagle3_conformance.diagnose import diagnose
 
     diagnoses = diagnose(c, findings)
+    title = f"{c.name}: offline files ({args.contract})"
     if not args.quiet:
-        report.render_table(findings, f"{c.name}: offline files ({args.contract})", console(), extra)
-    else:  # --quiet: no table, but still the one-line verdict, as check-data --quiet prints it
+        print(report.render_text(findings, diagnoses, title=title, extra=extra, verbose=args.verbose,
+                                 width=report_width()))
+    else:
         print(report.quiet_verdict(findings))
-    for d in diagnoses:
-        print(f"  {d.label}: {d.title}")
+        for d in diagnoses:
+            print(f"  {d.label}: {d.title}")
+    if args.markdown:
+        report.write_markdown(args.markdown, report.render_markdown(findings, diagnoses, title=title, extra=extra))
     if args.json or getattr(args, "html", None):
         from eagle3_conformance.environment.validated import tool_versions
 
@@ -96,6 +104,19 @@ def _report(args, c, findings, extra: dict) -> None:
         if args.json:
             report.write_document(args.json, doc)
         write_html(args, doc)
+
+
+def _check_outputs(args, files: list, ref_dir: Optional[Path]) -> None:
+    """Refuse, before any work, an output (``--json``, ``--markdown``, ``--html``) that is an input,
+    lies inside an input directory, or is another output's file."""
+    inputs, dirs = (args.contract, *files), (ref_dir, *_file_roots(args.files))
+    if args.json:
+        check_output(args.json, "--json", inputs=inputs, input_dirs=dirs)
+    if args.markdown:
+        if args.json and Path(args.markdown).resolve() == Path(args.json).resolve():
+            raise UsageError(f"--markdown {args.markdown}: is also the --json output; give two files")
+        check_output(args.markdown, "--markdown", inputs=inputs, input_dirs=dirs)
+    check_html(args, inputs=inputs, input_dirs=dirs, others=("json", "markdown"))
 
 
 def run(args) -> int:
@@ -127,10 +148,7 @@ def run(args) -> int:
         if not files:
             raise errs[0]
     ref_dir: Optional[Path] = resolve_reference(c, args)
-    if args.json:
-        check_output(args.json, "--json", inputs=(args.contract, *files),
-                     input_dirs=(ref_dir, *_file_roots(args.files)))
-    check_html(args, inputs=(args.contract, *files), input_dirs=(ref_dir, *_file_roots(args.files)), others=("json",))
+    _check_outputs(args, files, ref_dir)
     findings: list[Finding] = []
     bad_reference = None
     if ref_dir is not None:

@@ -144,6 +144,16 @@ def write_html(args: argparse.Namespace, doc: Any) -> None:
         render_html(doc, out, name=Path(str(getattr(args, "contract", "") or "")).name)
 
 
+def report_width() -> int:
+    """Columns of the text report: 100 (``report.WIDTH``), or the terminal's width when it is narrower."""
+    import shutil
+
+    from eagle3_conformance import report
+
+    cols = shutil.get_terminal_size((report.WIDTH, 24)).columns if sys.stdout.isatty() else report.WIDTH
+    return max(60, min(report.WIDTH, cols))
+
+
 def check_data_dir(data: str | Path, flag: str = "--data") -> Path:
     """``data`` as an existing directory.
 

@@ -65,13 +65,21 @@ def input_error(findings: Iterable) -> Optional[str]:
     return None
 
 
+ACCEPTANCE_CHECKS = frozenset({"accept_length", "accept_regression"})
+"""The checks of an acceptance-only run (``accept``): a floor and a baseline, no tensor at the draft
+boundary, so its verdict speaks of acceptance, never of shapes."""
+
+
 def verdict(findings: list, unchecked_reason: Optional[str] = None, errors: Sequence[str] = ()) -> tuple[str, str]:
     """The final verdict: ``(kind, text)``, kind one of ``"input error"`` (:func:`input_error`:
     the data could not be checked at all), ``"violations"``, ``"not judged"`` (nothing failed, but
     ``errors`` lists paths that stopped on bad input: "path: why"), ``"conforms"``,
     ``"conforms on shapes only"`` (nothing failed, but no slot identity was judged; the text
     names ``unchecked_reason``, by default the reason read from the findings: a skipped
-    slot-identity finding's message, or the paths run when none of them judges identity)."""
+    slot-identity finding's message, or the paths run when none of them judges identity), and for
+    an acceptance-only run (every finding one of :data:`ACCEPTANCE_CHECKS`, the ``accept`` verb)
+    ``"acceptance met"`` (a floor or a baseline passed) or ``"not gated"`` (nothing judged the
+    figures: no floor in the contract, no baseline)."""
     why = input_error(findings)
     if why:
         return "input error", f"INPUT ERROR: {why}"
@@ -82,6 +90,11 @@ def verdict(findings: list, unchecked_reason: Optional[str] = None, errors: Sequ
         return "not judged", f"NOT JUDGED: bad input stopped {len(errors)} path(s): {paths}"
     if slot_identity_checked(findings):
         return "conforms", "CONFORMS"
+    if findings and all(_get(f, "check") in ACCEPTANCE_CHECKS for f in findings):  # `accept`: no tensor was read
+        if any(_get(f, "status") == "pass" for f in findings):
+            return "acceptance met", "ACCEPTANCE MET"
+        return "not gated", ("NOT GATED: acceptance was measured, nothing judged it (the contract sets no "
+                             "gates.min_accept_length and no --baseline was given)")
     return ("conforms on shapes only", "CONFORMS ON SHAPES ONLY: slot identity, order and alignment were not "
             f"checked ({unchecked_reason or _unchecked_why(findings)})")
 
@@ -137,7 +150,8 @@ def render_table(findings: list[Finding], title: str, console=None, extra: Optio
     nf = sum(1 for f in findings if f.status == "fail")
     ns = sum(1 for f in findings if f.status == "skip")
     kind, text = verdict(findings, unchecked_reason)
-    style = {"violations": "bold red", "input error": "bold red", "conforms": "bold green"}.get(kind, "bold yellow")
+    style = {"violations": "bold red", "input error": "bold red", "conforms": "bold green",
+             "acceptance met": "bold green"}.get(kind, "bold yellow")
     sep = ": " if kind != "conforms on shapes only" else ". "
     console.print(f"[{style}]{text}[/]{sep}{len(findings)} findings, {nf} failed, {ns} skipped "
                   "(n = pass/fail/skip across samples)")
@@ -368,7 +382,7 @@ def render_text(findings: list, diagnoses: Optional[Iterable] = None, *, title: 
     if extra:
         for k, v in extra.items():
             lines.append(_clip(f"{k}: {v}", width))
-    sep = ": " if kind in ("violations", "conforms") else ". "
+    sep = ": " if kind in ("violations", "conforms", "acceptance met") else ". "
     lines.append(f"{text}{sep}{len(findings)} findings, {nfail} failed, {nskip} skipped")
     return "\n".join(lines)
 
@@ -417,7 +431,7 @@ def render_markdown(findings: list, diagnoses: Optional[Iterable] = None, *, tit
     diags = _diag_dicts(diagnoses)
     kind, text = verdict(findings, unchecked_reason)
     npass, nfail, nskip = _counts(findings)
-    icon = {"violations": "❌", "input error": "❌", "conforms": "✅"}.get(kind, "⚠️")
+    icon = {"violations": "❌", "input error": "❌", "conforms": "✅", "acceptance met": "✅"}.get(kind, "⚠️")
     out = [f"## {icon} {_md(text)}" + (f": {_md(title)}" if title else ""), "",
            f"{len(findings)} findings: **{nfail} failed**, {nskip} skipped, {npass} passed", ""]
     for i, d in enumerate(diags, 1):

@@ -9,6 +9,7 @@ from typing import Optional
 
 from eagle3_conformance.core.errors import DataError
 from eagle3_conformance.scan.options import DISK_PATH, LOADER_PATH, ScanError
+from eagle3_conformance.tools.shared.arrow_dir import ARROW_MARKERS as _ARROW_MARKERS
 from eagle3_conformance.tools.vllm_hidden_states import PATH as VLLM_PATH
 
 SPECULATORS = "speculators"
@@ -28,12 +29,6 @@ READERS = {
                                  "rows paired at the contract's alignment offsets, no loss mask)"},
 }
 """What read each path of a scan, per layout (the report's ``meta.reader``)."""
-
-_ARROW_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")
-"""Files ``datasets.load_from_disk`` looks for (datasets 5.1.0 ``load.py:1742-1746``: DATASET_INFO_FILENAME
-+ DATASET_STATE_JSON_FILENAME, or DATASETDICT_JSON_FILENAME). Any one of them, or a top-level
-``*.arrow`` file, makes a directory a speculators dataset for detection, so that a dataset whose
-table is damaged (say ``state.json`` lost) is reported as such rather than read as bare files."""
 
 _VLLM_KEYS = ("hidden_states", "token_ids")
 

@@ -57,7 +57,9 @@ class _SpeculatorsSource:
         try:
             self.ds = load_from_disk(str(data))
         except Exception as e:  # datasets raises FileNotFoundError / ValueError / pyarrow errors
-            raise ScanError(f"{data}: not a speculators Arrow dataset: {e}") from None
+            from eagle3_conformance.tools.shared.arrow_dir import arrow_load_error
+
+            raise ScanError(arrow_load_error(Path(data), e)) from None
         self.data = data
         self.n = len(self.ds)
         self.ids = _ArrowIds(self.ds)

@@ -65,7 +65,8 @@ def write_manifest(out_dir: Path, contract_path: str, c, reference: str = "trans
     records the target's boundaries, so ``check-captures --judge-with engine`` needs no copy of the target).
 
     Raises:
-        UsageError: ``out_dir`` is a file, or already holds a server's records.
+        UsageError: ``out_dir`` is a file, already holds a server's records, or holds anything but an
+            earlier manifest (a rerun before serving replaces it).
     """
     from eagle3_conformance import __version__
     from eagle3_conformance.environment.validated import contract_hash
@@ -75,6 +76,10 @@ def write_manifest(out_dir: Path, contract_path: str, c, reference: str = "trans
         raise UsageError(f"--out {d}: is a file; give a directory")
     if d.is_dir() and (any(d.glob("*.pt")) or any(d.glob("factory-*.json"))):
         raise UsageError(f"--out {d}: already holds a server's records; give an empty or new directory")
+    other = sorted(e.name for e in d.iterdir() if e.name != MANIFEST) if d.is_dir() else []
+    if other:  # the server writes records here and check-captures reads every file: keep it to its own
+        raise UsageError(f"--out {d}: not empty (holds {', '.join(other[:3])}{', ...' if len(other) > 3 else ''}); "
+                         "give an empty or new directory")
     d.mkdir(parents=True, exist_ok=True)
     ref = engine_reference_config(c) if reference == "engine" else None
     doc = {"tool": "eagle3-conformance", "tool_version": __version__, "contract": str(Path(contract_path).resolve()),

@@ -145,7 +145,9 @@ class TrainingLoader:
             self.dataset = ArrowDataset(max_len=1 << 30, datapath=str(self.data_dir), on_missing="warn",
                                         transfer=reader)
         except Exception as e:  # datasets raises FileNotFoundError / ValueError / pyarrow errors
-            raise TrainingDataError(f"{self.data_dir}: not a speculators Arrow dataset: {e}") from None
+            from eagle3_conformance.tools.shared.arrow_dir import arrow_load_error
+
+            raise TrainingDataError(arrow_load_error(self.data_dir, e)) from None
         self.d = target_hidden_size
         self.K = num_aux
         self.dtype = dtype

@@ -95,7 +95,9 @@ class _Attributor:
     """The walk of :func:`attribute`: SGLang's own bookkeeping, record by record."""
 
     def __init__(self, provenance: dict) -> None:
-        self.prov, self.out = provenance, Attribution()
+        # the records carry the target's layers_to_capture (what is captured), not the ids the engine read
+        self.prov = {**provenance, "engine_ids": "not recorded (boundaries from the target's layers_to_capture)"}
+        self.out = Attribution()
         self.kv: dict[int, int] = {}  # KV slot -> the token last written there by a target forward
         self.live: dict[int, _Seq] = {}  # req_pool_idx -> the request holding it
         self.boundaries: list[str] = []

@@ -35,7 +35,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Optional
 
-from eagle3_conformance.tools.vllm_cpu.runtime import vllm_version
+from eagle3_conformance.environment.installed import installed_version  # not runtime's: that imports torch
 
 RUNNERS = ("v1", "v2")
 READERS = {
@@ -70,7 +70,7 @@ class RunnerReading:
 
 
 def _require(version: Optional[str]) -> str:
-    inst = vllm_version()
+    inst = installed_version("vllm")
     if inst is None:
         raise VLLMNotAsked(f"vLLM{'==' + version if version else ''} is not installed in this environment; its "
                            "id readers are asked in the vLLM environment (tox -e vllm, .tox/vllm-lock)")
@@ -105,7 +105,7 @@ def target_class(architecture: str):
 
     cls = ModelRegistry._try_load_model_cls(architecture)
     if cls is None:
-        raise VLLMNotAsked(f"vLLM {vllm_version()} has no model class for {architecture}")
+        raise VLLMNotAsked(f"vLLM {installed_version('vllm')} has no model class for {architecture}")
     if not supports_eagle3(cls):
         raise VLLMNotAsked(f"vLLM's {cls.__name__} does not support EAGLE-3 (no SupportsEagle3)")
     mod = inspect.getmodule(cls)
