@@ -492,8 +492,11 @@ def test_the_verdict_speaks_of_acceptance_met_or_not_gated_never_of_shapes(capsy
     """``accept`` reads no tensor: its verdict is ACCEPTANCE MET when a floor or a baseline judged the
     figures, NOT GATED (exit 0, saying why) when nothing did; never 'CONFORMS ON SHAPES ONLY'."""
     f = serve()
-    rc, out, err = accept(capsys, "--server", f.url, "--contract", CONTRACT, "--prompts", "5")
+    page = tmp_path / "met.html"
+    rc, out, err = accept(capsys, "--server", f.url, "--contract", CONTRACT, "--prompts", "5", "--html", str(page))
     assert rc == 0 and out.rstrip().splitlines()[-1].startswith("ACCEPTANCE MET"), out + err
+    html = page.read_text()
+    assert 'data-verdict="acceptance met"' in html and 'class="verdict v-good">ACCEPTANCE MET' in html
     no_floor = tmp_path / "no-floor.yaml"
     text = Path(CONTRACT).read_text()
     no_floor.write_text("\n".join("  min_accept_length:" if ln.startswith("  min_accept_length:") else ln
@@ -501,4 +504,4 @@ def test_the_verdict_speaks_of_acceptance_met_or_not_gated_never_of_shapes(capsy
     md = tmp_path / "r.md"
     rc, out, err = accept(capsys, "--server", f.url, "--contract", str(no_floor), "--prompts", "5", "--markdown", str(md))
     assert rc == 0 and "NOT GATED" in out and "gates.min_accept_length" in out, out + err
-    assert "SHAPES" not in out and "NOT GATED" in md.read_text()
+    assert "SHAPES" not in out and "NOT GATED" in md.read_text() and md.read_text().startswith("## ⚠️ NOT GATED")

@@ -18,8 +18,7 @@ from eagle3_conformance.cli.common import (
     add_html_option,
     add_reference_options,
     check_data_dir,
-    check_html,
-    check_output,
+    check_report_outputs,
     error,
     exit_code,
     load_contract,
@@ -165,13 +164,7 @@ def run(args) -> int:
     except ScanError as e:
         raise UsageError(str(e)) from None
     ref_dir = resolve_reference(c, args)
-    if args.json:
-        check_output(args.json, "--json", inputs=(args.contract,), input_dirs=(data, ref_dir))
-    if getattr(args, "markdown", None):
-        if args.json and Path(args.markdown).resolve() == Path(args.json).resolve():
-            raise UsageError(f"--markdown {args.markdown}: is also the --json output; give two files")
-        check_output(args.markdown, "--markdown", inputs=(args.contract,), input_dirs=(data, ref_dir))
-    check_html(args, inputs=(args.contract,), input_dirs=(data, ref_dir))
+    check_report_outputs(args, inputs=(args.contract,), input_dirs=(data, ref_dir))
     cache = getattr(args, "reference_cache", None)
     if cache is not None and cache != "none":
         if Path(cache).exists() and not Path(cache).is_dir():

@@ -28,8 +28,7 @@ from eagle3_conformance.cli.common import (
     EXIT_BAD_INPUT,
     add_html_option,
     add_reference_options,
-    check_html,
-    check_output,
+    check_report_outputs,
     error,
     exit_code,
     load_contract,
@@ -37,7 +36,7 @@ from eagle3_conformance.cli.common import (
     resolve_reference,
     write_html,
 )
-from eagle3_conformance.core.errors import DataError, UsageError
+from eagle3_conformance.core.errors import DataError
 
 
 def add_parser(sub) -> None:
@@ -106,19 +105,6 @@ def _report(args, c, findings, extra: dict) -> None:
         write_html(args, doc)
 
 
-def _check_outputs(args, files: list, ref_dir: Optional[Path]) -> None:
-    """Refuse, before any work, an output (``--json``, ``--markdown``, ``--html``) that is an input,
-    lies inside an input directory, or is another output's file."""
-    inputs, dirs = (args.contract, *files), (ref_dir, *_file_roots(args.files))
-    if args.json:
-        check_output(args.json, "--json", inputs=inputs, input_dirs=dirs)
-    if args.markdown:
-        if args.json and Path(args.markdown).resolve() == Path(args.json).resolve():
-            raise UsageError(f"--markdown {args.markdown}: is also the --json output; give two files")
-        check_output(args.markdown, "--markdown", inputs=inputs, input_dirs=dirs)
-    check_html(args, inputs=inputs, input_dirs=dirs, others=("json", "markdown"))
-
-
 def run(args) -> int:
     from eagle3_conformance.core.findings import Finding
     from eagle3_conformance.reference import ReferenceError, load_reference_model
@@ -148,7 +134,7 @@ def run(args) -> int:
         if not files:
             raise errs[0]
     ref_dir: Optional[Path] = resolve_reference(c, args)
-    _check_outputs(args, files, ref_dir)
+    check_report_outputs(args, inputs=(args.contract, *files), input_dirs=(ref_dir, *_file_roots(args.files)))
     findings: list[Finding] = []
     bad_reference = None
     if ref_dir is not None:

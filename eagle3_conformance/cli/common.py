@@ -134,6 +134,24 @@ def check_html(args: argparse.Namespace, *, inputs: tuple[Any, ...] = (), input_
             raise UsageError(f"--html {out}: is also the --{name} output; give two files")
 
 
+def check_report_outputs(args: argparse.Namespace, *, inputs: tuple[Any, ...] = (),
+                         input_dirs: tuple[Any, ...] = ()) -> None:
+    """Refuse, before any work, a report output (``--json``, ``--markdown``, ``--html``, those the
+    verb has) that is an input, lies inside an input directory, or is another output's file.
+
+    Raises:
+        UsageError: as :func:`check_output`, or two outputs name one file.
+    """
+    js, md = getattr(args, "json", None), getattr(args, "markdown", None)
+    if js:
+        check_output(js, "--json", inputs=inputs, input_dirs=input_dirs)
+    if md:
+        if js and Path(md).resolve() == Path(js).resolve():
+            raise UsageError(f"--markdown {md}: is also the --json output; give two files")
+        check_output(md, "--markdown", inputs=inputs, input_dirs=input_dirs)
+    check_html(args, inputs=inputs, input_dirs=input_dirs)
+
+
 def write_html(args: argparse.Namespace, doc: Any) -> None:
     """Write ``--html OUT`` (when given) from the report document ``doc`` the verb writes as JSON
     (:func:`eagle3_conformance.htmlreport.render_html`)."""

@@ -100,6 +100,7 @@ def header(doc: dict[str, Any], missing: list[str]) -> dict[str, Any]:
             "contract": doc.get("contract") or "(not recorded)", "contract_sha256": sha or "",
             "paths": paths, "tool_versions": versions or {}, "reference": meta.get("reference") or
             _validated_reference(meta), "verdict_kind": kind, "verdict": text,
+            "verdict_tone": report.VERDICT_TONE.get(kind, "caveat"),
             "counts": {s: counts.get(s, 0) for s in ("fail", "skip", "pass")}, "n": len(findings),
             "diagnoses": [_diagnosis(d) for d in diags], "failing": groups, "errors": errors,
             "data": meta.get("data") or meta.get("files") or ""}

@@ -65,6 +65,12 @@ def input_error(findings: Iterable) -> Optional[str]:
     return None
 
 
+VERDICT_TONE = {"conforms": "good", "acceptance met": "good", "violations": "bad", "input error": "bad"}
+"""How a verdict kind (:func:`verdict`) reads: ``good``, ``bad``, any other kind a caveat (shapes only,
+not judged, not gated). The renderers draw the tone: the table's colour, the Markdown icon, the HTML
+page's class."""
+
+
 ACCEPTANCE_CHECKS = frozenset({"accept_length", "accept_regression"})
 """The checks of an acceptance-only run (``accept``): a floor and a baseline, no tensor at the draft
 boundary, so its verdict speaks of acceptance, never of shapes."""
@@ -150,8 +156,7 @@ def render_table(findings: list[Finding], title: str, console=None, extra: Optio
     nf = sum(1 for f in findings if f.status == "fail")
     ns = sum(1 for f in findings if f.status == "skip")
     kind, text = verdict(findings, unchecked_reason)
-    style = {"violations": "bold red", "input error": "bold red", "conforms": "bold green",
-             "acceptance met": "bold green"}.get(kind, "bold yellow")
+    style = {"good": "bold green", "bad": "bold red"}.get(VERDICT_TONE.get(kind, ""), "bold yellow")
     sep = ": " if kind != "conforms on shapes only" else ". "
     console.print(f"[{style}]{text}[/]{sep}{len(findings)} findings, {nf} failed, {ns} skipped "
                   "(n = pass/fail/skip across samples)")
@@ -431,7 +436,7 @@ def render_markdown(findings: list, diagnoses: Optional[Iterable] = None, *, tit
     diags = _diag_dicts(diagnoses)
     kind, text = verdict(findings, unchecked_reason)
     npass, nfail, nskip = _counts(findings)
-    icon = {"violations": "❌", "input error": "❌", "conforms": "✅", "acceptance met": "✅"}.get(kind, "⚠️")
+    icon = {"good": "✅", "bad": "❌"}.get(VERDICT_TONE.get(kind, ""), "⚠️")
     out = [f"## {icon} {_md(text)}" + (f": {_md(title)}" if title else ""), "",
            f"{len(findings)} findings: **{nfail} failed**, {nskip} skipped, {npass} passed", ""]
     for i, d in enumerate(diags, 1):
