@@ -1,6 +1,6 @@
 """What every verb shares: exit codes, the console, loading a contract, checking arguments.
 
-This is the only module that knows exit codes; verbs return one of them, and
+The codes are the public :class:`eagle3_conformance.core.exit_codes.ExitCode`; verbs return one of them, and
 :func:`eagle3_conformance.cli.main` maps errors raised by the library to exit 2:
 
 - **0** conforms (nothing failed);
@@ -20,13 +20,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from eagle3_conformance.core.errors import UsageError
+from eagle3_conformance.core.exit_codes import ExitCode
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from eagle3_conformance.contract import Contract
 
-EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT = 0, 1, 2
+# The verbs' historical names for the public enum's members (core/exit_codes.py).
+EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT = ExitCode.CONFORMS, ExitCode.VIOLATIONS, ExitCode.INPUT_ERROR
+EXIT_INCONCLUSIVE = ExitCode.INCONCLUSIVE
 
 
 def exit_code(findings: Iterable[Any]) -> int:
