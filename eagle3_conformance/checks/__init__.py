@@ -27,6 +27,7 @@ module                    checks
 ``residual``              a slot that is the layer's update without its residual (issue 23)
 ``verified_rows``         after a partial accept, the draft's rows are the accepted tokens' own verify rows
 ``degenerate``            a slot whose rows are all zero or one constant (R66)
+``invariance``            the engine against itself: a prompt under a variation vs its plain run (issue 45)
 ``suite``                 :func:`run_checks`: every check on one capture, in registry order
 ========================  ===================================================================
 
@@ -61,4 +62,5 @@ from eagle3_conformance.checks.precision import check_production_precision  # no
 from eagle3_conformance.checks.residual import check_residual_missing  # noqa: F401
 from eagle3_conformance.checks.verified_rows import check_verified_rows  # noqa: F401
 from eagle3_conformance.checks.degenerate import check_slot_degenerate, degenerate  # noqa: F401
+from eagle3_conformance.checks.invariance import check_engine_invariance  # noqa: F401
 from eagle3_conformance.checks.suite import run_checks  # noqa: F401

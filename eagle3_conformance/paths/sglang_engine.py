@@ -35,7 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path as _FsPath
 from typing import Any
 
-from eagle3_conformance.paths.base import Needs, Observation, Path, Skipped
+from eagle3_conformance.paths.base import Needs, Observation, Path, Skipped, engine_device, engine_pair, run_dtype
+
+__all__ = ["PATH", "run_dtype", "reference_config", "reference_builder", "judged_decode"]
 
 PROMPT_TOKENS = 48
 
@@ -49,45 +51,22 @@ class _State:
     run_dtype: str = ""
 
 
-def _unservable(c, pair):
-    """Why the engine has no pair to serve here (a :class:`Skipped`), or None. It serves the
-    project's fixture pair with a trained draft (:data:`eagle3_conformance.testbed.trained_draft.TRAINED`)
-    or a user's pair: a contract naming no fixture whose ``draft.path`` is a local directory with
-    safetensors weights (the draft is the user's to judge; its acceptance is gated only when the
-    contract sets ``gates.min_accept_length``)."""
-    from eagle3_conformance.testbed.trained_draft import TRAINED
-
-    if c.fixture in TRAINED:
-        return None
-    if c.fixture or pair is None or pair.draft_dir is None:
-        return Skipped(f"sglang-engine: no trained draft for this pair (fixtures with one: {', '.join(TRAINED)}; "
-                       "your own pair: a contract with target.path and draft.path); an untrained draft accepts "
-                       "nothing and its weights may not exist")
-    if not any(_FsPath(pair.draft_dir).glob("*.safetensors")):
-        return Skipped(f"sglang-engine: {pair.draft_dir}: no *.safetensors weights for the draft")
-    return None
-
-
 def prepare(c, pair):
     """Start the engine once and run the batch (an engine that does not start is a skip with
     SGLang's reason and log tail)."""
     from eagle3_conformance.contract import pipeline_refusal
-    from eagle3_conformance.testbed.trained_draft import TRAINED, ensure_trained_draft, eval_prompts
+    from eagle3_conformance.testbed.trained_draft import eval_prompts
     from eagle3_conformance.tools.sglang_engine import EngineStartError, observe_engine
 
-    why = _unservable(c, pair)
-    if why is not None:
-        return why
+    got = engine_pair(c, pair, "sglang-engine")
+    if isinstance(got, Skipped):
+        return got
     refused = pipeline_refusal(c.engines.sglang_pp_size, c.method)
     if refused:
         return Skipped(f"sglang-engine: {refused}")
-    device = os.environ.get("CONFORMANCE_ENGINE_DEVICE") or _default_device()
+    device = engine_device()
     dtype, note = run_dtype(c, device)
-    if c.fixture in TRAINED:
-        t = ensure_trained_draft(TRAINED[c.fixture])
-        target_dir, draft_dir = t.target_dir, t.draft_dir
-    else:
-        target_dir, draft_dir = _FsPath(pair.target_dir), _FsPath(pair.draft_dir)
+    target_dir, draft_dir = got
     n = int(os.environ.get("CONFORMANCE_ENGINE_PROMPTS", "4"))
     new = int(os.environ.get("CONFORMANCE_ENGINE_TOKENS", "32"))
     prompts = eval_prompts(target_dir, n, PROMPT_TOKENS)
@@ -101,20 +80,6 @@ def prepare(c, pair):
     if note and "skip" not in obs.lossless:
         obs.lossless["note"] = note
     return _State(c, obs, c.reference, note, dtype if note else "")
-
-
-def run_dtype(c, device: str) -> tuple[str, str]:
-    """(dtype the engine runs the target in, a note saying why when it is not the contract's).
-
-    On CPU a float16/bfloat16 contract runs at float32: SGLang's ``dtype=auto`` serves a float32
-    checkpoint at float16 on GPU (``init`` writes that), but on CPU only float32 keeps the
-    losslessness oracle (half-precision greedy decodes flip at near-ties), and float32 rows meet the
-    contract's looser half-precision gates. Never a skip."""
-    want = c.serving_dtype
-    if device != "cpu" or want == "float32":
-        return want, ""
-    return "float32", (f"served at float32 on CPU: the contract serves {want} (SGLang's dtype=auto on GPU); "
-                       f"float32 keeps the losslessness oracle, and the capture gates are {want}'s")
 
 
 def reference_config(c, target_dir) -> "dict | None":
@@ -152,15 +117,6 @@ def _config(target_dir) -> dict:
         return json.loads((_FsPath(target_dir) / "config.json").read_text())
     except (OSError, ValueError):
         return {}
-
-
-def _default_device() -> str:
-    from eagle3_conformance.environment import torch_env
-
-    torch_env.prepare()
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def judged_decode(decode: list) -> list:
