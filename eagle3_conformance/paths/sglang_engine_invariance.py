@@ -72,12 +72,17 @@ def prepare(c, pair):
     return _State(c, obs, names, note)
 
 
+def observation(vobs, names: list, note: str = "") -> Observation:
+    """The observation of a :class:`~eagle3_conformance.tools.sglang_engine.variations.VariationObservation`:
+    its (plain, variant) pairs, and the ``engine_variations`` fact (what ran, its cost, what failed or
+    could not run)."""
+    fact = {"engine": f"sglang.Engine {vobs.version}", "asked": list(names), "cost": vobs.cost, "failed": vobs.failed,
+            "unavailable": vobs.unavailable, "notes": vobs.paired.notes, "counts": vobs.paired.counts, "note": note}
+    return Observation(variants=vobs.paired.pairs, facts={"engine_variations": fact})
+
+
 def first(s: _State) -> Observation:
-    obs = s.observation
-    fact = {"engine": f"sglang.Engine {obs.version}", "asked": s.names,
-            "cost": obs.cost, "failed": obs.failed, "unavailable": obs.unavailable, "notes": obs.paired.notes, "counts": obs.paired.counts,
-            "note": s.note}
-    return Observation(variants=obs.paired.pairs, facts={"engine_variations": fact})
+    return observation(s.observation, s.names, s.note)
 
 
 PATH = Path(

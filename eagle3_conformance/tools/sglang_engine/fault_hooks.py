@@ -26,13 +26,13 @@ fault                      report  what it does
 =========================  ======  ================================================================
 
 ``chunk-end-target-guess`` is not an aux change: the draft's input ids are built by the worker before
-any hook runs (``speculative/eagle_worker_v2.py`` ``_draft_extend_for_prefill``). Its factory, which
-SGLang calls inside the scheduler process, puts back the rule SGLang had before
-sgl-project/sglang#26329 (the fix of R84): the tail token of every request is ``next_token_ids[i]``,
-ignoring ``batch.chunked_req_next_prompt_token`` (``speculative/eagle_utils.py::_eagle_prefill_tail_tokens``).
-It is guarded like the stand-ins: SGLang 0.5.23 exactly, and the function it replaces must be the
-one that reads ``chunked_req_next_prompt_token`` (else the factory raises and the engine does not
-start, naming why).
+any hook runs (``speculative/eagle_worker_v2.py`` ``_draft_extend_for_prefill``; since
+sgl-project/sglang#26329, the fix of R84, a chunk's tail token is the prompt's next token,
+``batch.chunked_req_next_prompt_token``). Its hook, on the target's ``model`` and ``logits_processor``
+and the draft's ``model.embed_tokens`` (:func:`_chunk_end_target_guess`), does what SGLang did before
+#26329: at a chunk end inside the prompt the draft embeds the target's guess (the greedy next token of
+that chunk's last row), written into the draft's input ids in place, so the draft's ``model`` and the
+recorder see the token the draft embedded. No SGLang function is replaced.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ from typing import Any
 FACTORY = "eagle3_conformance.tools.sglang_engine.fault_hooks:fault"
 FAULTS = ("logprob-aux-stale", "logprob-aux-missing", "cache-hit-normed-state", "batch-neighbour-rows",
           "tp-partial-sum", "chunk-end-target-guess")
-SGLANG = "0.5.23"
 
 
 def spec(name: str) -> dict[str, Any]:
@@ -52,7 +51,8 @@ def spec(name: str) -> dict[str, Any]:
         ValueError: an unknown fault."""
     if name not in FAULTS:
         raise ValueError(f"unknown in-engine fault {name!r}; known: {', '.join(FAULTS)}")
-    return {"name": f"eagle3-conformance-fault-{name}", "target_modules": ["model"], "hook_factory": FACTORY,
+    mods = ["model", "model.embed_tokens", "logits_processor"] if name == "chunk-end-target-guess" else ["model"]
+    return {"name": f"eagle3-conformance-fault-{name}", "target_modules": mods, "hook_factory": FACTORY,
             "config": {"fault": name}}
 
 
@@ -119,37 +119,54 @@ def _neighbour(fb, out):
 
 
 def _tp_sum(fb, out):
-    from sglang.srt.distributed import get_tensor_model_parallel_world_size
+    from sglang.srt.distributed.parallel_state import get_tensor_model_parallel_world_size
 
     tp = get_tensor_model_parallel_world_size()
     if tp > 1:
         _apply(out[1], lambda t: t.mul_(tp))
 
 
-def revert_26329() -> None:
-    """Put back SGLang's tail-token rule from before sgl-project/sglang#26329 (module docstring).
+def _chunk_end_target_guess():
+    """The hook of ``chunk-end-target-guess`` (module docstring): one per process, shared by the
+    target's and the draft's modules (SGLang calls the factory once per model), a stage machine over
+    one prefill: the target's ``model`` (an EXTEND: the requests' row counts) -> the target's
+    ``logits_processor`` (its guess per request: the greedy next token) -> the draft's
+    ``model.embed_tokens`` (the draft's input ids of that prefill: the tail row of a request whose
+    tail token is not the target's guess is a chunk end inside the prompt; it gets the guess)."""
+    st = _CHUNK_STATE
 
-    Raises:
-        RuntimeError: another SGLang release, or a function that is not the one this replaces."""
-    import inspect
+    def hook(module, args, output):
+        kind = type(module).__name__
+        if kind == "LogitsProcessor":
+            if st.get("stage") == "model" and getattr(output, "next_token_logits", None) is not None:
+                st.update(stage="logits", guess=output.next_token_logits.argmax(-1).tolist())
+            return None
+        if "Embedding" in kind:
+            if st.get("stage") != "logits" or not args:
+                return None
+            st["stage"] = None  # the call below re-enters this hook: it must do nothing
+            ids, lens, guess = args[0], st.pop("lens"), st.pop("guess")
+            if int(ids.shape[0]) != sum(lens) or len(guess) != len(lens):
+                return None
+            end, changed = 0, False
+            for n, g in zip(lens, guess):
+                end += n
+                if n and int(ids[end - 1]) != g:
+                    ids[end - 1] = g  # in place: the draft's model (and the recorder) reads these ids
+                    changed = True
+            return module(ids) if changed else None
+        fb = args[2] if len(args) > 2 else None
+        mode = getattr(getattr(fb, "forward_mode", None), "name", "")
+        if not hasattr(module, "fc") and hasattr(module, "embed_tokens"):
+            st.clear()
+            if mode == "EXTEND":
+                st.update(stage="model", lens=[n for _, n, _ in _segments(fb)])
+        return None
 
-    import sglang
-    from sglang.srt.speculative import eagle_utils, eagle_worker_v2
+    return hook
 
-    if sglang.__version__ != SGLANG:
-        raise RuntimeError(f"fault chunk-end-target-guess is written for SGLang {SGLANG}, not {sglang.__version__}")
-    fn = eagle_worker_v2._eagle_prefill_tail_tokens
-    if getattr(fn, "__eagle3_conformance_fault__", False):
-        return
-    if fn is not eagle_utils._eagle_prefill_tail_tokens or "chunked_req_next_prompt_token" not in inspect.getsource(fn):
-        raise RuntimeError("fault chunk-end-target-guess: eagle_worker_v2._eagle_prefill_tail_tokens is not the "
-                           "#26329 rule this fault replaces")
 
-    def before_26329(batch, next_token_ids):
-        return next_token_ids.to(batch.input_ids.dtype)
-
-    before_26329.__eagle3_conformance_fault__ = True  # type: ignore[attr-defined]
-    eagle_worker_v2._eagle_prefill_tail_tokens = before_26329
+_CHUNK_STATE: dict[str, Any] = {}
 
 
 def fault(config: dict):
@@ -157,8 +174,7 @@ def fault(config: dict):
     name = str(config["fault"])
     state: dict[str, Any] = {}
     if name == "chunk-end-target-guess":
-        revert_26329()
-        return lambda module, args, output: None
+        return _chunk_end_target_guess()
     change = {"cache-hit-normed-state": _cache_hit, "batch-neighbour-rows": _neighbour,
               "tp-partial-sum": _tp_sum}.get(name) or _logprob(name, state)
 
