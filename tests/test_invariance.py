@@ -130,8 +130,9 @@ def test_variations_fact(tiny_contract):
            "cost": {"batch": {"engine_starts": 0, "seconds": 3.0}},
            "counts": {"batch": {"extend": 2, "verify": 5}, "chunked-prefill": {"extend": 0}},
            "failed": {"input-logprobs": "IndexError in logits processor"}, "unavailable": {"tp2": "one core"},
-           "notes": ["chunked-prefill: no request of this variation was captured"]}
+           "notes": ["chunked-prefill: no request of this variation was captured"], "not_asked": {"prefix-cache-repeat": "why"}}
     by = {f.where.split(": ")[1]: f for f in check_engine_variations(tiny_contract, fig)}
+    assert by["prefix-cache-repeat"].status == "skip" and "not asked for (why)" in by["prefix-cache-repeat"].message
     assert by["batch"].status == "pass" and "3 s" in by["batch"].message
     assert by["input-logprobs"].status == "fail" and "IndexError" in by["input-logprobs"].message  # R102 crashed
     assert by["tp2"].status == "skip"
@@ -193,3 +194,63 @@ def test_in_engine_faults_are_forward_hooks_entries():
         assert s["hook_factory"] == fault_hooks.FACTORY and s["config"] == {"fault": name}
     with pytest.raises(ValueError, match="unknown in-engine fault"):
         fault_hooks.spec("nope")
+
+
+def test_chunk_end_fault_hands_the_draft_the_targets_guess_at_a_chunk_end_only():
+    """R84 through forward hooks alone, on stand-in modules of the names SGLang's hook sees (the
+    target's ``model`` with ``embed_tokens``, ``LogitsProcessor``, the draft's embedding): after a
+    target EXTEND of two requests, the draft's input id at the end of the request whose tail token is
+    not the target's guess (a chunk end inside the prompt) becomes the guess, and the draft embeds it;
+    the final chunk (tail = guess), a verify forward and the draft's later forwards are untouched."""
+    from types import SimpleNamespace
+
+    from eagle3_conformance.tools.sglang_engine import fault_hooks
+
+    class LogitsProcessor(torch.nn.Module):
+        def forward(self, logits):
+            return SimpleNamespace(next_token_logits=logits)
+
+    class Target(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = torch.nn.Embedding(50, 4)
+
+        def forward(self, ids, positions, fb):
+            return self.embed_tokens(ids)
+
+    fault_hooks._CHUNK_STATE.clear()
+    hook = fault_hooks.fault({"fault": "chunk-end-target-guess"})
+    target, lp, draft_embed = Target(), LogitsProcessor(), torch.nn.Embedding(50, 4)
+    for m in (target, lp, draft_embed, target.embed_tokens):
+        m.register_forward_hook(hook)
+
+    def prefill(mode="EXTEND"):
+        fb = SimpleNamespace(forward_mode=SimpleNamespace(name=mode), extend_seq_lens_cpu=[4, 3],
+                             positions=torch.tensor([0, 1, 2, 3, 0, 1, 2]))
+        target(torch.arange(7), fb.positions, fb)
+        logits = torch.zeros(2, 50)
+        logits[0, 11], logits[1, 22] = 1.0, 1.0  # the target's guesses: 11 (request 0), 22 (request 1)
+        lp(logits)
+        ids = torch.tensor([5, 6, 7, 30, 8, 9, 22])  # request 0: a chunk end (tail 30 = the prompt's next token)
+        return ids, draft_embed(ids)
+
+    ids, emb = prefill()
+    assert ids.tolist() == [5, 6, 7, 11, 8, 9, 22]
+    assert torch.equal(emb, draft_embed.weight[ids])
+    again = torch.tensor([5, 6, 7, 30])  # a draft decode step after it: no target EXTEND before it
+    draft_embed(again)
+    assert again.tolist() == [5, 6, 7, 30]
+    ids, _ = prefill("TARGET_VERIFY")
+    assert ids.tolist() == [5, 6, 7, 30, 8, 9, 22]
+
+
+@pytest.mark.parametrize("var,value,says", [("CONFORMANCE_ENGINE_VARIATIONS", "chunky", "unknown variation"),
+                                            ("CONFORMANCE_INVARIANCE_PROMPTS", "two", "CONFORMANCE_INVARIANCE_PROMPTS='two'")])
+def test_a_bad_variations_setting_is_a_usage_error_naming_it(tiny_contract, monkeypatch, var, value, says):
+    from eagle3_conformance.core.errors import UsageError
+    from eagle3_conformance.paths import sglang_engine_invariance as P
+
+    monkeypatch.setattr(P, "engine_pair", lambda c, pair, name: ("target", "draft"))
+    monkeypatch.setenv(var, value)
+    with pytest.raises(UsageError, match=says):
+        P.prepare(tiny_contract, None)

@@ -3,8 +3,8 @@ each variation's rows equal the plain run's within the contract's noise (no fals
 variation's fault, caused inside the engine through SGLang's ``forward_hooks`` the way its field report
 describes (:mod:`eagle3_conformance.faults.invariance_column`), is caught.
 
-Times on the shared 2-core machine (``pytest --durations``): the no-false-positive run about 2 minutes
-(3 engine starts: base, chunked, TP 2), the kill-matrix column about 5 minutes (7 engine starts).
+Times on the shared 2-core machine (``pytest --durations``): the no-false-positive run about 2.5 minutes
+(3 engine starts: base, chunked, TP 2), the kill-matrix column about 4 minutes (7 engine starts).
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ def test_every_variation_equals_the_plain_run_on_the_real_pair(tmp_path):
         raise AssertionError("the invariance checks need no reference model")
 
     found = assess(c, observation(vobs, names), no_reference, path=NAME)
+    worst = {n: max(f.observed["max_relative_difference"] for f in found if f.where.startswith(f"{n}: ")
+                    and isinstance(f.observed, dict) and "max_relative_difference" in f.observed) for n in names}
+    print(f"{len(found)} findings; largest relative difference per variation: {worst}")
     assert [f for f in found if f.status != "pass"] == []
     for name in names:
         mine = [f for f in found if f.check == "engine_invariance" and f.where.startswith(f"{name}: ")]
@@ -72,6 +75,8 @@ def test_the_invariance_column_catches_every_variations_fault(tmp_path):
     c, t, prompts = _pair()
     res = run_invariance_column(c, t.target_dir, t.draft_dir, prompts, tmp_path, grouped=True, log=print)
     print(res["runs"])
+    for name, v in res["verdicts"].items():
+        print(f"{name}: {v.status} {v.check}: {v.detail}")
     assert res["baseline_failures"] == []
     assert {f.name: (res["verdicts"][f.name].status, res["verdicts"][f.name].check) for f in FAULTS} == \
         {f.name: ("caught", "engine_invariance") for f in FAULTS}

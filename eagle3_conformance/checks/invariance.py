@@ -175,12 +175,14 @@ def check_engine_variations(c: Contract, fig: dict, path: str = "engine") -> lis
     """What the invariance run did, one finding per variation asked for: ``fail`` when generation
     broke under it where the plain run did not (``failed``: R102 crashed this way) or when none of its
     requests could be compared (``notes``); ``skip`` when it could not run here (``unavailable``);
-    ``pass`` with its counts and cost (engine starts, seconds) otherwise.
+    ``pass`` with its counts and cost (engine starts, seconds) otherwise; ``skip`` for each variation the
+    engine offers that was not asked for (``not_asked``: name -> why).
 
     ``fig``: ``{"engine", "asked": [names], "cost": {name: {"engine_starts", "seconds"}}, "failed":
     {name: why}, "unavailable": {name: why}, "notes": [str], "counts": {name: {"extend", "verify",
-    "verify_unpaired"}}, "note": str}``."""
-    out = []
+    "verify_unpaired"}}, "note": str, "not_asked": {name: why}}``."""
+    out = [Finding("engine_variations", "skip", path, None, None, why, f"{fig.get('engine', 'engine')}: {name}",
+                   f"{name}: not asked for ({why})", "K13") for name, why in (fig.get("not_asked") or {}).items()]
     for name in fig.get("asked", []):
         cost, n = (fig.get("cost") or {}).get(name, {}), (fig.get("counts") or {}).get(name, {})
         where = f"{fig.get('engine', 'engine')}: {name}"

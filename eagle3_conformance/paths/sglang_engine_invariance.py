@@ -42,6 +42,7 @@ class _State:
 def prepare(c, pair):
     """Run the plain run and the variations (an engine that does not start is a skip with SGLang's reason)."""
     from eagle3_conformance.contract import pipeline_refusal
+    from eagle3_conformance.core.errors import UsageError
     from eagle3_conformance.testbed.trained_draft import eval_prompts
     from eagle3_conformance.tools.sglang_engine import EngineStartError
     from eagle3_conformance.tools.sglang_engine.variations import OFFERED, run_variations
@@ -53,14 +54,16 @@ def prepare(c, pair):
     refused = pipeline_refusal(c.engines.sglang_pp_size, c.method)
     if refused:
         return Skipped(f"{NAME}: {refused}")
-    names = requested(os.environ.get(ENV), OFFERED)
+    try:
+        names = requested(os.environ.get(ENV), OFFERED)
+        n, new = _count("CONFORMANCE_INVARIANCE_PROMPTS", 2), _count("CONFORMANCE_INVARIANCE_TOKENS", 8)
+    except ValueError as e:  # a one-line usage error naming the variable, never a traceback
+        raise UsageError(f"{NAME}: {e}") from None
     if not names:
         return Skipped(f"{NAME}: {ENV}=none")
     target_dir, draft_dir = got
     device = engine_device()
     dtype, note = run_dtype(c, device)
-    n = int(os.environ.get("CONFORMANCE_INVARIANCE_PROMPTS", "2"))
-    new = int(os.environ.get("CONFORMANCE_INVARIANCE_TOKENS", "8"))
     work = _FsPath(tempfile.mkdtemp(prefix="sglang-invariance-"))
     try:
         obs = run_variations(target_dir, draft_dir, eval_prompts(_FsPath(target_dir), n, PROMPT_TOKENS), names=names,
@@ -72,12 +75,23 @@ def prepare(c, pair):
     return _State(c, obs, names, note)
 
 
+def _count(var: str, default: int) -> int:
+    value = os.environ.get(var, str(default))
+    if not value.strip().isdigit() or int(value) < 1:
+        raise ValueError(f"{var}={value!r}: a whole number of 1 or more")
+    return int(value)
+
+
 def observation(vobs, names: list, note: str = "") -> Observation:
     """The observation of a :class:`~eagle3_conformance.tools.sglang_engine.variations.VariationObservation`:
     its (plain, variant) pairs, and the ``engine_variations`` fact (what ran, its cost, what failed or
-    could not run)."""
+    could not run, what was not asked for and why)."""
+    from eagle3_conformance.tools.sglang_engine.variations import OFFERED
+    from eagle3_conformance.tools.shared.variations import ENV, NOT_BY_DEFAULT
+
     fact = {"engine": f"sglang.Engine {vobs.version}", "asked": list(names), "cost": vobs.cost, "failed": vobs.failed,
-            "unavailable": vobs.unavailable, "notes": vobs.paired.notes, "counts": vobs.paired.counts, "note": note}
+            "unavailable": vobs.unavailable, "notes": vobs.paired.notes, "counts": vobs.paired.counts, "note": note,
+            "not_asked": {n: f"{NOT_BY_DEFAULT.get(n, 'not in')} {ENV}" for n in OFFERED if n not in names}}
     return Observation(variants=vobs.paired.pairs, facts={"engine_variations": fact})
 
 

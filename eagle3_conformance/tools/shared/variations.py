@@ -191,6 +191,8 @@ def pair_captures(extend: list[Capture], decode: list[Capture], wanted: list[Var
 #: a second core per rank and doubles the engine's memory
 DEFAULT = tuple(v.name for v in VARIATIONS if v.name != "tp2")
 ENV = "CONFORMANCE_ENGINE_VARIATIONS"
+#: why a variation is left out unless asked for (the ``engine_variations`` fact says it)
+NOT_BY_DEFAULT = {"tp2": "one more engine start of 2 ranks (a core each, twice the memory): only with all or tp2 in"}
 
 
 def requested(value: Optional[str], offered: tuple[str, ...]) -> list[str]:
