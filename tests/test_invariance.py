@@ -254,3 +254,13 @@ def test_a_bad_variations_setting_is_a_usage_error_naming_it(tiny_contract, monk
     monkeypatch.setenv(var, value)
     with pytest.raises(UsageError, match=says):
         P.prepare(tiny_contract, None)
+
+
+def test_tp_size_is_read_off_the_ranks_that_wrote_records():
+    from eagle3_conformance.tools.sglang_engine.variations import first_stream
+
+    recs = [{"_file": "101-000000.pt", "x": 1}, {"_file": "100-000000.pt", "x": 2}, {"_file": "100-000001.pt", "x": 3}]
+    one, ranks = first_stream(recs)
+    assert ranks == 2 and [r["x"] for r in one] == [2, 3]
+    assert first_stream(recs[1:]) == (recs[1:], 1)
+    assert not V.BY_NAME["tp2"].shows({"tp_size": 1}) and V.BY_NAME["tp2"].shows({"tp_size": 2})

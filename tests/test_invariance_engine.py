@@ -3,8 +3,9 @@ each variation's rows equal the plain run's within the contract's noise (no fals
 variation's fault, caused inside the engine through SGLang's ``forward_hooks`` the way its field report
 describes (:mod:`eagle3_conformance.faults.invariance_column`), is caught.
 
-Times on the shared 2-core machine (``pytest --durations``): the no-false-positive run about 2.5 minutes
-(3 engine starts: base, chunked, TP 2), the kill-matrix column about 4 minutes (7 engine starts).
+Times on the shared 2-core machine (``pytest --durations``): the no-false-positive runs 128-176 s
+(SmolLM2) and 106-125 s (the MLA + MoE pair), 3 engine starts each (base, chunked, TP 2); the kill-matrix
+column 235-360 s (7 engine starts; the spread is the machine's load).
 """
 
 from __future__ import annotations
@@ -17,26 +18,37 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 
-def _pair():
+def _pair(which: str = "smollm2"):
+    """(contract, pair with ``target_dir`` / ``draft_dir``, 2 held-out prompts of 48 tokens): the real
+    SmolLM2-135M pair with its trained draft, or the tiny DeepSeek-V3-structured pair (MLA attention +
+    MoE, tools/sglang_engine/mla_pair.py, tests/test_engine_mla.py)."""
     from eagle3_conformance.contract import load_contract
     from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft, eval_prompts
 
     pytest.importorskip("sglang")
+    if which == "mla":
+        from eagle3_conformance.tools.sglang_engine.mla_pair import ensure_mla_pair
+
+        m = ensure_mla_pair()
+        c = load_contract(ROOT / "tests" / "data" / "engine" / "tiny-deepseek-v3-mla.yaml")
+        return c, m, eval_prompts(m.target_dir, 2, 48)
     t = ensure_trained_draft(RECIPE)
     return load_contract(ROOT / "contracts" / "smollm2-135m.yaml"), t, eval_prompts(t.target_dir, 2, 48)
 
 
-def test_every_variation_equals_the_plain_run_on_the_real_pair(tmp_path):
-    """All six variations (TP 2 included: gloo, one core per rank) on the conforming pair: every
-    variation happened (the engine's records show a chunked prefill in 3 chunks, a cache hit, a batch,
-    logprobs, TP 2), every row of every extend and verify capture is within the float32 noise, and the
-    ``engine_variations`` fact passes with each variation's cost."""
+@pytest.mark.parametrize("which", ["smollm2", "mla"])
+def test_every_variation_equals_the_plain_run_on_the_real_pair(tmp_path, which):
+    """All six variations (TP 2 included: gloo, one core per rank) on a conforming pair (the real
+    SmolLM2 pair, 128-176 s; the MLA + MoE pair, 106-125 s): every variation happened (the engine's
+    records show a chunked prefill in 3 chunks, a cache hit, a batch, logprobs, TP 2), every row of
+    every extend and verify capture is within the float32 noise, and the ``engine_variations`` fact
+    passes with each variation's cost."""
     from eagle3_conformance.paths.sglang_engine_invariance import NAME, observation
     from eagle3_conformance.suite.assess import assess
     from eagle3_conformance.tools.sglang_engine.variations import run_variations
     from eagle3_conformance.tools.shared.variations import VARIATIONS
 
-    c, t, prompts = _pair()
+    c, t, prompts = _pair(which)
     names = [v.name for v in VARIATIONS]
     vobs = run_variations(t.target_dir, t.draft_dir, prompts, names=names, path=NAME, workdir=tmp_path, log=print)
     print(vobs.cost)

@@ -43,7 +43,6 @@ CHUNK = 16
 LOGPROB_OPTIONS = {"return_logprob": True, "logprob_start_len": 0, "top_logprobs_num": 2}
 RUN_EXTRA: dict[str, dict[str, Any]] = {"base": {}, "chunked": {"engine_extra": {"chunked_prefill_size": CHUNK}},
                                         "tp2": {"tp_size": 2}}
-RUN_CONDITIONS = {"tp2": {"tp_size": 2}}
 #: the variations SGLang offers here (all of :data:`~eagle3_conformance.tools.shared.variations.VARIATIONS`)
 OFFERED = ("batch", "input-logprobs", "prefix-cache-repeat", "prefix-cache-shared", "chunked-prefill", "tp2")
 
@@ -115,12 +114,14 @@ def _cost(run: str, timings: dict, wanted: list[Variation]) -> dict[str, dict[st
     return out
 
 
-def first_stream(records: list[dict]) -> list[dict]:
-    """The records of one scheduler process (the lowest pid): under TP every rank's recorder writes
-    the same batch (no engine reference asked, so no rank is singled out, :mod:`.hooks`); one stream
-    is the run."""
+def first_stream(records: list[dict]) -> tuple[list[dict], int]:
+    """The records of one scheduler process (the lowest pid), and how many processes wrote records:
+    under TP every rank's recorder writes the same batch (no engine reference asked, so no rank is
+    singled out, :mod:`.hooks`); one stream is the run, and the number of streams is the TP size the
+    records show (the ``tp2`` variation's condition, read off the run, not assumed from its options)."""
     pids = sorted({str(r.get("_file", "")).split("-")[0] for r in records})
-    return [r for r in records if str(r.get("_file", "")).split("-")[0] == pids[0]] if len(pids) > 1 else records
+    one = [r for r in records if str(r.get("_file", "")).split("-")[0] == pids[0]] if len(pids) > 1 else records
+    return one, len(pids)
 
 
 def run_variations(target_dir, draft_dir, prompts: list[list[int]], *, names: Optional[list[str]] = None,
@@ -144,6 +145,7 @@ def run_variations(target_dir, draft_dir, prompts: list[list[int]], *, names: Op
     hooks = [fault_hooks.spec(f) for f in faults]
     obs = VariationObservation(Paired())
     extend, decode = [], []
+    shown: dict[str, dict[str, Any]] = {}
     for run in ["base"] + sorted({v.run for v in wanted} - {"base"}):
         t0 = time.perf_counter()
         try:
@@ -159,8 +161,10 @@ def run_variations(target_dir, draft_dir, prompts: list[list[int]], *, names: Op
             log(f"{run}: {why} ({time.perf_counter() - t0:.0f} s)")
             continue
         assert er.records_dir is not None  # observed: run_engine's default
-        att = attribute(first_stream(load_records(er.records_dir)),
-                        {"engine": "sglang.Engine", "sglang": er.sglang_version, "device": device, "engine_run": run})
+        stream, ranks = first_stream(load_records(er.records_dir))
+        att = attribute(stream, {"engine": "sglang.Engine", "sglang": er.sglang_version, "device": device,
+                                 "engine_run": run})
+        shown.update({v.name: {"tp_size": ranks} for v in wanted if v.run == run})
         if att.unattributed:
             rec, why = att.unattributed[0]
             raise ValueError(f"{run} run, record {rec.get('_file', '?')}: {why}")
@@ -173,7 +177,7 @@ def run_variations(target_dir, draft_dir, prompts: list[list[int]], *, names: Op
         shutil.rmtree(workdir / run / "records", ignore_errors=True)
         log(f"{run}: {len(att.extend)} extend / {len(att.decode)} verify captures ({er.timings.get('wall_s', 0):.0f} s)")
     ran = [v for v in wanted if v.name not in obs.failed and v.name not in obs.unavailable]
-    obs.paired = pair_captures(extend, decode, ran, path, RUN_CONDITIONS)
+    obs.paired = pair_captures(extend, decode, ran, path, shown)
     for _plain, variant in obs.paired.pairs:
         r = variant.provenance.get("rid")
         if r in obs.meta and "cached_tokens" in obs.meta[r]:

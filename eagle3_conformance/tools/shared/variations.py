@@ -150,7 +150,8 @@ def _tag(cap: Capture, v: Variation, extra: dict[str, Any], path: str) -> None:
 def pair_captures(extend: list[Capture], decode: list[Capture], wanted: list[Variation], path: str,
                   conditions: Optional[dict[str, dict[str, Any]]] = None) -> Paired:
     """Pair each variation's captures with the plain run's (module docstring). ``conditions``:
-    phase -> conditions the records cannot show (``{"tp2": {"tp_size": 2}}``); ``path``: the path name
+    phase -> conditions read off its engine run, not its records (``{"tp2": {"tp_size": 2}}``: the ranks
+    that wrote records); ``path``: the path name
     the captures' findings carry."""
     out = Paired()
     ext = {r: join_rows(sorted(cs, key=lambda c: int(c.rows[0]) if len(c.rows) else 0))
