@@ -110,7 +110,9 @@ def _build(a, c):
                                                         concurrency=opts.canary_concurrency))
     diag = None if not a.captures else (lambda: judge_recent(a.captures, c, reference=ref, max_captures=a.max_captures,
                                                              reference_dir=opts.reference_dir))
-    scrape = (lambda: metrics.scrape(opts.server, info.kind, info.k, opts.scrape_timeout))
+
+    def scrape():
+        return metrics.scrape(opts.server, info.kind, info.k, opts.scrape_timeout)
     return opts, info, doc, scrape, canary, diag, identity
 
 

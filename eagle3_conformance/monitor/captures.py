@@ -20,19 +20,25 @@ from typing import Any, Optional
 
 from eagle3_conformance.core.errors import InputError
 
+RECENT_RECORDS = 600
+"""Records of the newest server process read on an alarm (its last ones): a few hundred forwards hold
+whole requests (their extend and their decode steps) at the traffic of a busy minute on this CPU, and
+reading every record of a server that ran for days would take as long as the days were busy."""
 
-def _newest_pid(sd) -> Optional[str]:
-    """The pid of the newest server process that wrote records (its factory marker is the newest)."""
-    marks = sorted(Path(sd.path).glob("factory-*.json"), key=lambda p: p.stat().st_mtime)
-    pids = [p.stem.split("-")[1] for p in marks]
-    for pid in reversed(pids):
-        if pid in sd.streams:
+
+def newest_pid(directory: Path) -> Optional[str]:
+    """The pid of the newest server process that called the hook factory (its marker is the newest)
+    and wrote a record; None when none did."""
+    marks = sorted(Path(directory).glob("factory-*.json"), key=lambda p: p.stat().st_mtime)
+    for m in reversed(marks):
+        pid = m.stem.split("-")[1]
+        if any(Path(directory).glob(f"{pid}-*.pt")):
             return pid
     return None
 
 
-def judge_recent(directory: str, c, *, reference: str, max_captures: int,
-                 reference_dir: Optional[Path]) -> dict[str, Any]:
+def judge_recent(directory: str, c, *, reference: str, max_captures: int, reference_dir: Optional[Path],
+                 last: int = RECENT_RECORDS) -> dict[str, Any]:
     """The newest server process's records in ``directory``, judged for contract ``c``.
 
     Args:
@@ -50,11 +56,11 @@ def judge_recent(directory: str, c, *, reference: str, max_captures: int,
 
     t0 = time.time()
     try:
-        sd = read_dir(Path(directory), c, engine_reference=reference == "engine")
-        pid = _newest_pid(sd)
+        pid = newest_pid(Path(directory))
         if pid is None:
-            return {"error": f"{directory}: no records of the server processes that called the hook factory"}
-        recs = [r for r in sd.streams[pid] if "broken" not in r]
+            return {"error": f"{directory}: no server process that called the hook factory wrote a record"}
+        sd = read_dir(Path(directory), c, engine_reference=reference == "engine", pid=pid, last=last)
+        recs = [r for r in sd.streams.get(pid, []) if "broken" not in r]
         sd.streams = {pid: recs}
         unreadable = sum(1 for n, _ in sd.broken if n.startswith(f"{pid}-"))
         sd.broken = []

@@ -78,7 +78,8 @@ def baseline_figures(doc: dict, figures: list[str]) -> tuple[list[float], list[O
     from eagle3_conformance.monitor.drift import variance_from_pairs
 
     fig = doc.get("figures") or {}
-    values, sig = [], []
+    values: list[float] = []
+    sig: list[Optional[float]] = []
     for i, name in enumerate(figures):
         if i == 0:
             v = (fig.get("accept_length") or {}).get("value")
@@ -283,8 +284,8 @@ class Monitor:
             e.set_figures(e.threshold, [d.figure], [d.h])
         rate = steps_per_second(self.win.closed)
         e.rate.set(rate)
-        for d in self.judge.expected_detection(rate):
-            e.set_figures(e.detect, [d["figure"]], [d["detect_s"]])
+        for det in self.judge.expected_detection(rate):
+            e.set_figures(e.detect, [det["figure"]], [det["detect_s"]])
 
     def _export_alarm(self, a: Alarm) -> None:
         e = self.expo
