@@ -184,7 +184,8 @@ def steady(a) -> dict:
         base = record_baseline(url, out)
         model = served_model(url)
         print(f"server ready in {ready:.0f} s; baseline recorded; load {load()}", flush=True)
-        res["overhead"] = overhead(url, base, out, model, a.segments, a.segment_s)
+        if a.segments:
+            res["overhead"] = overhead(url, base, out, model, a.segments, a.segment_s)
         t = Traffic(url, model, "mixed", concurrency=4, seed=11).start()
         res["load_run_start"] = load()
         mon = start_monitor(url, base, out, "steady-monitor", "--duration", str(a.minutes * 60))
@@ -263,7 +264,8 @@ def main() -> int:
     p.add_argument("scenario", choices=("steady", "fault", "mix"))
     p.add_argument("--out", default="/tmp/bench-monitor")
     p.add_argument("--minutes", type=float, default=60.0, help="the monitor's --duration (steady: the false-alarm run)")
-    p.add_argument("--segments", type=int, default=6, help="steady: overhead segments (alternating off / on)")
+    p.add_argument("--segments", type=int, default=6, help="steady: overhead segments (alternating off / on; 0: "
+                                                            "no overhead measurement)")
     p.add_argument("--segment-s", type=float, default=90.0)
     p.add_argument("--correct-s", type=float, default=360.0, help="fault / mix: seconds before the change")
     p.add_argument("--warmup", type=int, default=10)

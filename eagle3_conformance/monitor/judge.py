@@ -8,8 +8,10 @@ Phases:
   the baseline's prompts are a fixed set, the traffic's windows see its mix, and an underestimated
   variance is what raises the false-alarm rate above the stated one. The level found is compared
   with the baseline's: a warm-up whose level lies below ``baseline - tolerance`` beyond its own
-  noise (upper end of the 95% interval) raises a ``level`` alarm at once (a server that was already
-  broken when the monitor started; or traffic unlike the baseline's prompts, which the canary tells).
+  noise (upper end of the 95% interval) is a ``level`` finding: a server already broken when the
+  monitor started, or traffic unlike the baseline's prompts (a deployment's traffic is not the
+  canary's prompt set). It is not an alarm by itself: the session asks the canary, which raises it
+  (:meth:`Judge.latch`) only when the held-out prompts drop too.
 - ``watching``: each judged window updates one CUSUM per figure (:class:`~.drift.Cusum`); the first
   figure to cross ``h`` raises a ``drift`` alarm, dated from the CUSUM's onset estimate.
 - ``alarm``: latched until :meth:`Judge.clear` (the canary found the server meets its baseline: a
@@ -97,7 +99,8 @@ class Judge:
         return self.alarms[-1] if self.alarms and self.phase == "alarm" else None
 
     def on_window(self, w: Window) -> Optional[Alarm]:
-        """Judge closed window ``w`` (fills its ``values``, ``stats``, ``phase``); a new alarm, or None."""
+        """Judge closed window ``w`` (fills its ``values``, ``stats``, ``phase``): a new drift alarm (raised),
+        a ``level`` finding at the end of calibration (not raised: see the module docstring), or None."""
         w.phase = self.phase
         if w.status != "judged":
             w.stats = [c.stat for c in self.cusums]
@@ -159,7 +162,11 @@ class Judge:
         msg = (f"{fig} at start {mu0:.3f} (95% upper {upper:.3f}) lies below the baseline {b:.3f} - {delta:.3f} "
                "(tolerance): the server accepted less than its baseline from the first windows on, or its traffic "
                "is unlike the baseline's prompts")
-        return self._raise(Alarm("level", w.index, w.end, fig, ws[0].index, ws[0].start, msg))
+        return Alarm("level", w.index, w.end, fig, ws[0].index, ws[0].start, msg)
+
+    def latch(self, a: Alarm) -> Alarm:
+        """Raise ``a`` (a ``level`` finding the canary confirmed)."""
+        return self._raise(a)
 
     def raise_canary(self, w_index: int, t: float, message: str) -> Alarm:
         """An alarm raised by a periodic canary that found a drop while the drift test had not."""

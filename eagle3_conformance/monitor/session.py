@@ -224,10 +224,34 @@ class Monitor:
         alarm = self.judge.on_window(w)
         self._export(w)
         self.log(_window_line(w, self.figures))
-        if alarm is not None:
+        if alarm is not None and alarm.kind == "level":
+            self._level(alarm, w)
+        elif alarm is not None:
             w.events.append(f"ALARM ({alarm.kind}): {alarm.message}")
             self.log(f"ALARM ({alarm.kind}): {alarm.message}")
             self._confirm(alarm)
+
+    def _level(self, finding: Alarm, w: Window) -> None:
+        """The traffic accepts less than the baseline from the start: the canary decides whether the
+        server does too (then it is an alarm); without a canary it is said, not raised."""
+        note = f"level: {finding.message}"
+        if self.canary is None:
+            self.events.append(f"{note}; not an alarm without a canary to tell (give --contract)")
+            w.events.append(note)
+            return
+        res = self._run_canary("on the level at calibration")
+        finding.canary = res.to_json()
+        if res.verdict != DROPPED:
+            self.events.append(f"{note}; the canary says {res.verdict}: the traffic, not the server")
+            w.events.append(note)
+            return
+        finding.state = "fault"
+        self.judge.latch(finding)
+        w.events.append(f"ALARM (level): {finding.message}")
+        self.log(f"ALARM (level): {finding.message}")
+        if self.diagnose is not None:
+            finding.diagnosis = [self.diagnose()]
+        self._export_alarm(finding)
 
     def _confirm(self, alarm: Alarm) -> None:
         """Run the canary (when there is one) to tell a fault from a traffic-mix shift, then the captures."""
