@@ -59,46 +59,19 @@ def pair():
     return Path(t.target_dir), Path(t.draft_dir)
 
 
-def seed_draft(out: Path) -> Path:
-    """The shipped draft with the seed incident in its config: ids [-1, 1, 14] -> B_0, B_2, B_15."""
-    _, src = pair()
-    d = out / "seed-draft"
-    d.mkdir(exist_ok=True)
-    if not (d / "model.safetensors").exists():
-        (d / "model.safetensors").symlink_to(src / "model.safetensors")
-    cfg = json.loads((src / "config.json").read_text())
-    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [-1, 1, 14]
-    (d / "config.json").write_text(json.dumps(cfg))
-    return d
-
-
 @contextmanager
 def server(out: Path, draft: Path, port: int, *extra: str, name: str = "server"):
-    """SGLang's real server (``--enable-metrics``) on ``port``; yields (url, seconds to ready)."""
-    from eagle3_conformance.testbed.traffic import wait_ready
+    """SGLang's real server (:func:`eagle3_conformance.testbed.http_server.sglang_server`); yields (url, seconds)."""
+    from eagle3_conformance.testbed.http_server import sglang_server
 
-    target, _ = pair()
-    args = ["--model-path", str(target), "--dtype", "float32", "--port", str(port), "--host", "127.0.0.1",
-            "--mem-fraction-static", "0.3", "--max-total-tokens", "4096", "--random-seed", "0", "--enable-metrics",
-            "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft),
-            "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
-            *extra]
-    log = open(out / f"{name}.log", "w")
-    proc = subprocess.Popen([PY, "-m", "eagle3_conformance.serving.serve", "--", *args], cwd=ROOT, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        yield url, wait_ready(url, 900, proc)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=60)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
+    with sglang_server(out / f"{name}.log", draft, port, *extra) as ready:
+        yield ready
+
+
+def seed_draft(out: Path) -> Path:
+    from eagle3_conformance.testbed.http_server import seed_draft as make
+
+    return make(out, pair()[1])
 
 
 def cli(*argv: str, timeout: float = 900) -> subprocess.CompletedProcess:

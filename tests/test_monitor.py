@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -299,38 +297,23 @@ SERVER_INFO = {"version": "0.5.23", "model_path": "/models/smollm2", "served_mod
                "speculative_num_steps": 3}
 
 
-class Fake:
-    """``/server_info`` and ``/metrics`` of a scripted SGLang server (``metrics`` None: HTTP 404)."""
+def sglang_fake(info=SERVER_INFO, metrics_text=None):
+    """``/server_info`` and ``/metrics`` of a scripted SGLang server (``metrics_text`` None: HTTP 404), on
+    test_server_accept's local HTTP server."""
+    from test_server_accept import Fake
 
-    def __init__(self, info=SERVER_INFO, metrics_text=None):
-        outer = self
-        self.info, self.metrics_text = info, metrics_text
-
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_GET(self):
-                if self.path == "/server_info":
-                    body, ctype, code = json.dumps(outer.info).encode(), "application/json", 200
-                elif self.path == "/metrics" and outer.metrics_text is not None:
-                    body, ctype, code = outer.metrics_text().encode(), "text/plain", 200
-                else:
-                    body, ctype, code = b'{"detail": "Not Found"}', "application/json", 404
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.srv.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
-        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.srv.shutdown()
-        self.srv.server_close()
+    def behaviour(h, path, body):
+        if path == "/server_info":
+            return h._send(200, info)
+        if path == "/metrics" and metrics_text is not None:
+            raw = metrics_text().encode()
+            h.send_response(200)
+            h.send_header("Content-Type", "text/plain; version=0.0.4")
+            h.send_header("Content-Length", str(len(raw)))
+            h.end_headers()
+            return h.wfile.write(raw)
+        h._send(404, {"detail": "Not Found"})
+    return Fake(behaviour)
 
 
 @pytest.fixture
@@ -338,7 +321,7 @@ def fake():
     made = []
 
     def start(**kw):
-        f = Fake(**kw)
+        f = sglang_fake(**kw)
         made.append(f)
         return f
     yield start

@@ -16,7 +16,6 @@ them all the same (the threshold follows the window length)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -44,39 +43,18 @@ def _port() -> int:
 
 @contextmanager
 def server(tmp: Path, draft: Path, port: int, hooks: str, name: str):
-    from eagle3_conformance.testbed.traffic import wait_ready
-    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
-
     import importlib.util
+
+    from eagle3_conformance.testbed.http_server import sglang_server
 
     missing = [m for m in ("soundfile", "multipart", "prometheus_client") if importlib.util.find_spec(m) is None]
     if missing:
         pytest.skip(f"SGLang's HTTP server with --enable-metrics imports {missing} (requirements/cpu-lock.txt)")
-    args = ["--model-path", str(ensure_trained_draft(RECIPE).target_dir), "--dtype", "float32", "--port", str(port),
-            "--host", "127.0.0.1", "--mem-fraction-static", "0.3", "--max-total-tokens", "4096", "--random-seed", "0",
-            "--enable-metrics", "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft),
-            "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
-            "--forward-hooks", hooks]
-    log = open(tmp / f"{name}.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "eagle3_conformance.serving.serve", "--", *args], cwd=ROOT,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
     try:
-        try:
-            wait_ready(url, 600, proc)
-        except (TimeoutError, RuntimeError) as e:
-            pytest.fail(f"{e}:\n" + (tmp / f"{name}.log").read_text()[-3000:])
-        yield url
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=60)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
+        with sglang_server(tmp / f"{name}.log", draft, port, "--forward-hooks", hooks, ready_timeout=600) as (url, _):
+            yield url
+    except (TimeoutError, RuntimeError) as e:
+        pytest.fail(f"{e}:\n" + (tmp / f"{name}.log").read_text()[-3000:])
 
 
 def cli(*argv, timeout=900):
@@ -101,18 +79,9 @@ def _wait_for(path: Path, pattern: str, timeout: float, proc: subprocess.Popen) 
     pytest.fail(f"no {pattern!r} within {timeout:g} s:\n{path.read_text()[-3000:]}")
 
 
-def _seed_draft(tmp: Path, src: Path) -> Path:
-    d = tmp / "seed-draft"
-    d.mkdir()
-    (d / "model.safetensors").symlink_to(src / "model.safetensors")
-    cfg = json.loads((src / "config.json").read_text())
-    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [-1, 1, 14]  # B_0 (the embedding), B_2, B_15
-    (d / "config.json").write_text(json.dumps(cfg))
-    return d
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    from eagle3_conformance.testbed.http_server import seed_draft
     from eagle3_conformance.testbed.traffic import Traffic, served_model
     from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
 
@@ -135,7 +104,7 @@ def runs(tmp_path_factory):
                         "--captures", str(caps), "--max-captures", "8", *FAST)
         _wait_for(tmp / "watch.out", "(watching)", 300, watch)
     out["restart_at"] = time.time()
-    with server(tmp, _seed_draft(tmp, draft), port, hooks, "seed"):
+    with server(tmp, seed_draft(tmp, draft), port, hooks, "seed"):
         out["seed_ready_at"] = time.time()
         _wait_for(tmp / "watch.out", "ALARM", 300, watch)
         _wait_for(tmp / "watch.out", "canary", 300, watch)

@@ -5,7 +5,7 @@ What each engine exports (read from the releases this project runs):
 
 - **SGLang 0.5.23** with ``--enable-metrics`` (``srt/observability/metrics_collector.py``):
   the tokenizer manager's counters, incremented once per *finished request*
-  (``observe_one_finished_request``, lines 2094-2112): ``sglang:spec_verify_calls_total`` (+= the
+  (``observe_one_finished_request``, lines 2092-2112): ``sglang:spec_verify_calls_total`` (+= the
   request's ``spec_verify_ct``), ``sglang:generation_tokens_total`` (+= its completion tokens; label
   ``is_streaming``), ``sglang:num_requests_total``. Their ratio over a window is SGLang's own
   ``spec_accept_length`` definition (``completion_tokens / spec_verify_ct``,
