@@ -212,6 +212,27 @@ def test_a_restart_onto_a_broken_draft_raises_the_alarm_within_the_stated_time()
     assert any(e.startswith("counter reset") for w in o.windows for e in w.events)
 
 
+def test_a_restart_onto_another_pair_ends_the_session_and_an_unreadable_identity_is_said():
+    from eagle3_conformance.core.errors import DataError
+    from eagle3_conformance.server_accept.http import ServerError
+
+    def other():
+        raise DataError("--baseline b.json: field server.model is '/models/a', the server at http://x says '/models/b'")
+
+    def flaky():
+        raise ServerError("GET http://x/server_info: cannot connect")
+    for identity, raises in ((other, True), (flaky, False)):
+        s = Script(lambda t: 1.53, restart=600)
+        opts = Options("http://x", "b.json", duration=900, window_s=30, interval_s=5, warmup=5)
+        m = Monitor(opts, INFO, baseline_doc(), scrape=s.scrape, clock=s.clock, sleep=s.sleep, identity=identity)
+        if raises:
+            with pytest.raises(DataError, match="server.model"):
+                m.run()
+        else:
+            o = m.run()
+            assert any("identity could not be read" in e for w in o.windows for e in w.events)
+
+
 def _canary(verdict):
     calls = []
 

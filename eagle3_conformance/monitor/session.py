@@ -213,7 +213,16 @@ class Monitor:
         another draft, release or flag is said in the window's events."""
         if self.identity is None:
             return
-        info, changes = self.identity()
+        from eagle3_conformance.server_accept.http import ServerError
+        from eagle3_conformance.server_accept.result import NoSpeculation
+
+        try:
+            info, changes = self.identity()
+        except ServerError as e:  # the server answers /metrics but not yet its identity: said, not fatal
+            if isinstance(e, NoSpeculation):
+                raise  # restarted without speculative decoding: nothing to judge any more (exit 2)
+            self.win.events.append(f"the server's identity could not be read after the restart: {e}")
+            return
         self.info = info
         if changes:
             said = "; ".join(f"{k}: {a} -> {b}" for k, a, b in ((k, *v) for k, v in changes.items()))
@@ -221,9 +230,16 @@ class Monitor:
 
     def _close(self, now: float) -> None:
         w = self.win.close(now)
+        was = self.judge.phase
         alarm = self.judge.on_window(w)
         self._export(w)
         self.log(_window_line(w, self.figures))
+        if was == "calibrating" and self.judge.designs:
+            rate = steps_per_second(self.win.closed)
+            for d, det in zip(self.judge.designs, self.judge.expected_detection(rate)):
+                self.log(f"calibrated {d.figure}: reference {d.mu0:.3f}, per-step variance {d.sigma2:.3f}, "
+                         f"threshold {d.h:.2f}; a drop of {d.delta:.3f} is detected in {det['detect_s']:.0f} s on "
+                         f"average at {rate:.1f} verify steps/s")
         if alarm is not None and alarm.kind == "level":
             self._level(alarm, w)
         elif alarm is not None:
