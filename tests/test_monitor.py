@@ -210,6 +210,9 @@ def test_a_restart_onto_a_broken_draft_raises_the_alarm_within_the_stated_time()
     stated = max(d["detect_s"] for d in o.detection)  # for a drop of the tolerance; this one is 6x larger
     assert a.time - 1850 <= stated
     assert any(e.startswith("counter reset") for w in o.windows for e in w.events)
+    doc = render.document(o, "b.json", baseline_doc())
+    assert doc["restarts"] == [1850.0] and 0 < doc["alarms"][0]["after_restart_s"] <= stated
+    assert "s after the restart seen" in render.text(doc)
 
 
 def test_a_restart_onto_another_pair_ends_the_session_and_an_unreadable_identity_is_said():

@@ -38,18 +38,24 @@ def summary(o: Outcome) -> dict[str, Any]:
 
 def document(o: Outcome, baseline_path: str, baseline_doc: dict) -> dict[str, Any]:
     """The JSON document of a session (see the module docstring)."""
-    return {"kind": KIND, "verdict": verdict(o), "exit_code": o.exit_code, "server": o.info.to_json(),
+    doc = {"kind": KIND, "verdict": verdict(o), "exit_code": o.exit_code, "server": o.info.to_json(),
             "baseline": {"path": baseline_path, "recorded_at": baseline_doc.get("recorded_at"),
                          "server": baseline_doc.get("server"), "contract": baseline_doc.get("contract")},
             "settings": o.settings, "started": o.started, "ended": o.ended,
-            "windows": [w.to_json() for w in o.windows], "alarms": [_alarm_json(a) for a in o.alarms],
+            "windows": [w.to_json() for w in o.windows], "alarms": [],
             "calibrations": o.calibrations, "canaries": o.canaries, "events": o.events,
-            "detection": [_finite(d) for d in o.detection], "steps_per_s": o.steps_per_s, "summary": summary(o)}
+            "detection": [_finite(d) for d in o.detection], "steps_per_s": o.steps_per_s, "summary": summary(o),
+            "restarts": o.restarts}
+    doc["alarms"] = [_alarm_json(a, o.restarts) for a in o.alarms]
+    return doc
 
 
-def _alarm_json(a) -> dict:
+def _alarm_json(a, restarts: list) -> dict:
+    """The alarm, its cause and fix in words, and the seconds from the last restart seen before it."""
     d = a.to_json()
     d["diagnosis_line"], d["fix_line"] = diagnosis_line(a)
+    before = [t for t in restarts if t <= a.time]
+    d["after_restart_s"] = round(a.time - before[-1], 1) if before else None
     return d
 
 
@@ -71,7 +77,9 @@ def text(doc: dict) -> str:
     lines = [f"monitor: {srv['kind']} {srv['version']} at {srv['url']} ({srv['model']}, draft {srv.get('draft')}, "
              f"k={srv['k']}) against {doc['baseline']['path']}", f"verdict: {doc['verdict']}"]
     for i, a in enumerate(doc["alarms"], 1):
-        lines.append(f"ALARM {i}/{len(doc['alarms'])} ({a['kind']}, {a['state']}) at {hms(a['time'])}: {a['message']}")
+        after = f", {a['after_restart_s']:.0f} s after the restart seen" if a.get("after_restart_s") is not None else ""
+        lines.append(f"ALARM {i}/{len(doc['alarms'])} ({a['kind']}, {a['state']}) at {hms(a['time'])}{after}: "
+                     f"{a['message']}")
         if a.get("canary"):
             c = a["canary"]
             lines.append(f"  canary: {c['verdict']}" + (f" ({c['error']})" if c.get("error") else "") +

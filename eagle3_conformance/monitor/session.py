@@ -56,6 +56,7 @@ class Outcome:
     started: float
     ended: float
     settings: dict = field(default_factory=dict)
+    restarts: list = field(default_factory=list)
 
     @property
     def raised(self) -> list[Alarm]:
@@ -181,7 +182,8 @@ class Monitor:
             self._close(end)
         rate = steps_per_second(self.win.closed)
         return Outcome(self.info, self.win.closed, self.judge.alarms, self.judge.calibrations, self.canaries,
-                       self.events, self.judge.expected_detection(rate), rate, t0, end, self._settings_json())
+                       self.events, self.judge.expected_detection(rate), rate, t0, end, self._settings_json(),
+                       list(self.win.reset_times))
 
     def _settings_json(self) -> dict:
         o = self.o

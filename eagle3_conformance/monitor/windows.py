@@ -75,6 +75,7 @@ class Windows:
         self.excluded_in_window = False
         self.closed: list[Window] = []
         self.resets = 0
+        self.reset_times: list[float] = []
         self.scrape_failures = 0
 
     def add(self, snap: Optional[Snapshot], error: str = "", now: float = 0.0) -> None:
@@ -95,6 +96,7 @@ class Windows:
         d_nums = [a - b for a, b in zip(snap.nums, prev.nums)]
         if d_steps < 0 or d_req < 0 or any(x < 0 for x in d_nums):
             self.resets += 1
+            self.reset_times.append(snap.t)
             self.events.append(f"counter reset at {hms(snap.t)}: the server restarted (verify steps "
                                f"{prev.steps:g} -> {snap.steps:g}); counted from its start, what it did after the "
                                "scrape before was lost")
