@@ -432,3 +432,24 @@ def test_the_verb_runs_against_a_scripted_server_and_serves_its_verdict(fake, tm
     assert "verdict metrics at http://127.0.0.1:" in o
     html = (tmp_path / "m.html").read_text()
     assert 'id="monitor-verdict"' in html and "<svg" in html
+
+
+# --- the captures on an alarm: the newest server process's records --------------------------------------
+
+
+def test_the_captures_judged_are_the_newest_server_processes(tmp_path):
+    import os
+    import time as _time
+
+    from eagle3_conformance.monitor.captures import judge_recent, newest_pid
+
+    for i, pid in enumerate(("111", "222", "333")):  # 333 called the factory last but wrote no record
+        f = tmp_path / f"factory-{pid}-0.json"
+        f.write_text("{}")
+        os.utime(f, (_time.time() + i, _time.time() + i))
+    for name in ("111-000000.pt", "222-000000.pt", "222-000001.pt"):
+        (tmp_path / name).write_bytes(b"")
+    assert newest_pid(tmp_path) == "222"
+    assert newest_pid(tmp_path / "nothing") is None
+    out = judge_recent(str(tmp_path), object(), reference="engine", max_captures=4, reference_dir=None)
+    assert "error" in out and "manifest" in out["error"]  # not a serve-hooks directory: said, never raised
