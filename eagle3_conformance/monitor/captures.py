@@ -2,7 +2,9 @@
 
 Where the server was started with ``serve-hooks``' ``--forward-hooks`` value (docs/own-server.md), the
 directory holds what its draft was handed. On an alarm the monitor judges the records of the newest
-server process (the one serving now: after a restart onto a new draft the old process's records
+server process (all of them: a request's rows are attributed through its cached prefix, whose KV slots
+were written by earlier forwards of the same process, so a slice of the latest records attributes
+nothing; measured on the real server, docs/monitor.md) (the one serving now: after a restart onto a new draft the old process's records
 describe the old draft) with the same functions ``check-captures`` calls
 (:func:`eagle3_conformance.serving.captures.read_dir` / ``judge``, then
 :func:`eagle3_conformance.diagnose.diagnose`), so the alarm carries the same diagnosis and fix
@@ -20,12 +22,6 @@ from typing import Any, Optional
 
 from eagle3_conformance.core.errors import InputError
 
-RECENT_RECORDS = 600
-"""Records of the newest server process read on an alarm (its last ones): a few hundred forwards hold
-whole requests (their extend and their decode steps) at the traffic of a busy minute on this CPU, and
-reading every record of a server that ran for days would take as long as the days were busy."""
-
-
 def newest_pid(directory: Path) -> Optional[str]:
     """The pid of the newest server process that called the hook factory (its marker is the newest)
     and wrote a record; None when none did."""
@@ -38,7 +34,7 @@ def newest_pid(directory: Path) -> Optional[str]:
 
 
 def judge_recent(directory: str, c, *, reference: str, max_captures: int, reference_dir: Optional[Path],
-                 last: int = RECENT_RECORDS) -> dict[str, Any]:
+                 last: Optional[int] = None) -> dict[str, Any]:
     """The newest server process's records in ``directory``, judged for contract ``c``.
 
     Args:
@@ -46,6 +42,7 @@ def judge_recent(directory: str, c, *, reference: str, max_captures: int, refere
             boundaries the server recorded: ``serve-hooks --conformance-reference engine``).
 
     Returns:
+        ``last``: only that process's last records (None: all; a slice loses the cached prefixes).
         ``{"verdict", "pid", "records", "unreadable", "judged", "diagnoses": [{"kind", "title", "evidence",
         "fix"}], "failing": [messages], "seconds"}``, or ``{"error": why}`` when the directory cannot be
         judged (never raises on its content).
