@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 from eagle3_conformance.core.errors import InputError
 
+
 def newest_pid(directory: Path) -> Optional[str]:
     """The pid of the newest server process that called the hook factory (its marker is the newest)
     and wrote a record; None when none did."""
