@@ -16,7 +16,8 @@ P = "eagle3_conformance"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # what everything may use: names, errors, findings, what is installed, small pure helpers
-    ("foundation", (P, f"{P}.core", f"{P}.environment", f"{P}.acceptance.stats", f"{P}.testbed.fixture_base",
+    ("foundation", (P, f"{P}.core", f"{P}.environment", f"{P}.acceptance.stats", f"{P}.acceptance.decision",
+                    f"{P}.testbed.fixture_base",
                     f"{P}.testbed.model_cache", f"{P}.reference.greedy")),
     # the engines as the project observes them, their id rules, what they read from a draft config
     ("engines", (f"{P}.tools", f"{P}.engine_ids", f"{P}.released", f"{P}.draft_config")),
