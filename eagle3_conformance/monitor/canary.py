@@ -16,12 +16,13 @@ from typing import Any, Optional
 
 from eagle3_conformance.core.errors import InputError
 
-MET, DROPPED, ERROR = "ACCEPTANCE MET", "DROPPED", "ERROR"
+MET, DROPPED, INCONCLUSIVE, ERROR = "ACCEPTANCE MET", "DROPPED", "INCONCLUSIVE", "ERROR"
 
 
 @dataclass
 class CanaryResult:
-    """One canary run: ``verdict`` (``ACCEPTANCE MET``, ``DROPPED``, ``ERROR``), when it started and
+    """One canary run: ``verdict`` (``ACCEPTANCE MET``, ``DROPPED``, ``INCONCLUSIVE``: issue 41's decision,
+    :func:`eagle3_conformance.acceptance.decision.decide`, on each figure's paired interval; ``ERROR``), when it started and
     how long it took, the figures' comparison rows (``accept``'s), the failing findings' messages,
     and the error in words when it could not run."""
 
@@ -57,6 +58,11 @@ def run_canary(server: str, baseline: str, contract, *, tolerance: float, concur
         o = measure(opts, contract)
     except InputError as e:
         return CanaryResult(ERROR, t0, time.time() - t0, error=str(e))
+    from eagle3_conformance.acceptance.decision import decide
+
     failed = [f.message for f in o.findings if f.status == "fail"]
-    return CanaryResult(DROPPED if failed else MET, t0, time.time() - t0, rows=o.rows, failed=failed,
+    n = len(o.res.results)
+    verdicts = [decide(r["difference"], r["now"] - r["baseline"], r["tolerance"], n).verdict for r in o.rows or []]
+    verdict = DROPPED if failed or "DROPPED" in verdicts else INCONCLUSIVE if "INCONCLUSIVE" in verdicts else MET
+    return CanaryResult(verdict, t0, time.time() - t0, rows=o.rows, failed=failed,
                         accept_length=o.fig["accept_length"]["value"])

@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 STATES = ("calibrating", "watching", "alarm")
 ALARM_STATES = ("none", "unconfirmed", "fault", "mix shift")
-CANARY_VERDICTS = ("none", "met", "dropped", "error")
+CANARY_VERDICTS = ("none", "met", "dropped", "inconclusive", "error")
 
 
 def figure_label(figure: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 
 from eagle3_conformance.core.errors import DataError
 from eagle3_conformance.monitor import metrics
-from eagle3_conformance.monitor.canary import DROPPED, MET, CanaryResult
+from eagle3_conformance.monitor.canary import DROPPED, INCONCLUSIVE, MET, CanaryResult
 from eagle3_conformance.monitor.judge import Alarm, Judge, Settings, steps_per_second
 from eagle3_conformance.monitor.windows import Window, Windows, hms
 
@@ -296,7 +296,8 @@ class Monitor:
         self.canaries.append({"why": why, **res.to_json()})
         self.log(res.line())
         if self.expo is not None:
-            self.expo.canary.state({MET: "met", DROPPED: "dropped"}.get(res.verdict, "error"))
+            self.expo.canary.state({MET: "met", DROPPED: "dropped", INCONCLUSIVE: "inconclusive"}.get(res.verdict,
+                                                                                                     "error"))
             self.expo.canary_time.set(res.started)
         return res
 
