@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                  f"{P}.htmlreport")),
     # running contracts: pairs, paths, sessions, data scans, merging, acceptance measurements, servers
     ("running", (f"{P}.suite", f"{P}.paths", f"{P}.scan", f"{P}.report.merge", f"{P}.acceptance",
-                 f"{P}.server_accept", f"{P}.serving")),
+                 f"{P}.server_accept", f"{P}.serving", f"{P}.monitor")),
     # what the commands do: authoring, validate's local configs, upgrade-check, the kill matrix
     ("commands", (f"{P}.authoring", f"{P}.upgrade", f"{P}.faults")),
     # the front doors: the command line, the pytest plugin, the server launcher

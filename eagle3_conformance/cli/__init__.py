@@ -26,6 +26,7 @@ from eagle3_conformance.cli import (
     faults,
     init,
     merge_reports,
+    monitor,
     render,
     schema,
     serve_hooks,
@@ -37,7 +38,7 @@ from eagle3_conformance.cli.common import EXIT_BAD_INPUT, error
 from eagle3_conformance.core.errors import InputError
 
 VERBS = (validate, check_data, schema, init, calibrate, translate, faults, merge_reports, check_offline, upgrade_check,
-         accept_estimate, accept, serve_hooks, captures, render)
+         accept_estimate, accept, monitor, serve_hooks, captures, render)
 """The verb modules, in the order ``conformance --help`` lists them."""
 
 
