@@ -7,10 +7,10 @@ Options, markers, collection and the report only; the work is in :mod:`eagle3_co
   test file with one item per registered path (:data:`eagle3_conformance.paths.REGISTRY`: ``training``,
   ``sglang-extend``, ``sglang-decode``, ``cross-path``, ``sglang-engine``). Items are marked
   ``conformance`` (and ``gpu`` for paths that need one); contracts whose pair is not available
-  locally are skipped with the reason. A contract is loaded with the checks of ``eagle3-conformance
-  validate``, the ``config.json`` files at its ``target.path`` / ``draft.path`` included
-  (:func:`eagle3_conformance.authoring.local_configs.config_problems`): one that fails them yields a single
-  ``contract`` item that fails with every problem at its line, and the report says INPUT ERROR.
+  locally are skipped with the reason. A contract passes the contract gate every verb applies
+  (:func:`eagle3_conformance.authoring.gate.gated_contract`: ``validate``'s checks, the configs at its
+  ``target.path`` / ``draft.path`` included): one it refuses yields a single ``contract`` item that fails
+  with ``validate``'s lines (each problem at its line), and the report says INPUT ERROR.
 - Inert until asked: loading it imports nothing heavy (no hypothesis, no torch) and a session
   that does not ask for the suite (no ``-m`` expression selecting ``conformance``, no
   ``--contract``) collects nothing from it and keeps its warning filters and hypothesis settings.
@@ -219,11 +219,11 @@ class ConformanceFailure(Exception):
 
 class ContractFile(pytest.File):
     def collect(self):
-        from eagle3_conformance.authoring.local_configs import config_problems
-        from eagle3_conformance.contract import ContractError, load_contract
+        from eagle3_conformance.authoring.gate import gated_contract
+        from eagle3_conformance.contract import ContractError
 
-        try:  # the checks `eagle3-conformance validate` makes, the local config.json files included
-            contract = load_contract(self.path, checks=(config_problems,))
+        try:  # the contract gate of every verb: `eagle3-conformance validate`'s checks
+            contract = gated_contract(self.path)
         except ContractError as e:
             self.config.stash[_INVALID][str(self.path)] = e
             yield ContractErrorItem.from_parent(self, name="contract", error=e)
@@ -252,7 +252,9 @@ class ContractErrorItem(pytest.Item):
         raise self.error
 
     def repr_failure(self, excinfo):
-        return str(self.error)
+        from eagle3_conformance.authoring.gate import refusal_lines
+
+        return "\n".join(refusal_lines(self.error, self.path))
 
     def reportinfo(self):
         return self.path, None, f"{self.path.name}::contract"
@@ -448,12 +450,20 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 @pytest.fixture(scope="session")
 def conformance_contracts(pytestconfig):
-    """The contracts named by ``--contract`` (default: every contract under ./contracts)."""
-    from eagle3_conformance.contract import load_contract
+    """The contracts named by ``--contract`` (default: every contract under ./contracts), each through the
+    contract gate every verb applies; a refused one fails the test with ``validate``'s lines."""
+    from eagle3_conformance.authoring.gate import gated_contract, refusal_lines
+    from eagle3_conformance.contract import ContractError
 
     paths = pytestconfig.getoption("--contract") or sorted(
         str(p) for p in (Path(pytestconfig.rootpath) / "contracts").glob("*.yaml"))
-    return [load_contract(p) for p in paths]
+    out = []
+    for p in paths:
+        try:
+            out.append(gated_contract(p))
+        except ContractError as e:
+            pytest.fail("\n".join(refusal_lines(e, p)), pytrace=False)
+    return out
 
 
 @pytest.fixture(scope="session")
