@@ -54,6 +54,19 @@ def test_install_writes_the_start_up_file_whose_line_installs_the_finder(tmp_pat
     assert isinstance(meta_path[0], TorchvisionSchemaFinder)
 
 
+def test_the_start_up_line_is_silent_where_another_copy_of_the_package_has_no_hook(tmp_path):
+    """A user's older checkout on PYTHONPATH shadows the installed package: the line must not print a
+    traceback at every interpreter start (it did before it caught ImportError)."""
+    (tmp_path / "eagle3_conformance" / "environment").mkdir(parents=True)
+    for f in ("__init__.py", "environment/__init__.py"):  # a checkout from before the hook
+        (tmp_path / "eagle3_conformance" / f).write_text("")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", "import sys; print(any(type(f).__name__ == "
+                           "'TorchvisionSchemaFinder' for f in sys.meta_path))"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "False" and done.stderr == "", done.stderr
+
+
 def test_this_environment_is_the_case_the_hook_exists_for():
     import importlib.util
 

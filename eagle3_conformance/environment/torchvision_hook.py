@@ -60,7 +60,8 @@ PTH_NAME = "eagle3-conformance-torchvision.pth"
 """The start-up file ``requirements/install.py`` writes into site-packages (sorted after the editable
 install's ``__editable__.*.pth``, so the package is importable when it runs)."""
 
-PTH_LINE = ("import importlib.util as _u; _u.find_spec('eagle3_conformance') is not None and "
-            "__import__('eagle3_conformance.environment.torchvision_hook', fromlist=['install']).install()\n")
-"""Its one line: installs the finder when the package is importable, and does nothing otherwise (an
-uninstalled project leaves no error at every interpreter start)."""
+PTH_LINE = ("import sys; exec('try:\\n from eagle3_conformance.environment.torchvision_hook import install\\n"
+            "except ImportError:\\n pass\\nelse:\\n install()')\n")
+"""Its one line (``site`` runs a ``.pth`` line that starts with ``import``): installs the finder when this
+module is importable, and does nothing otherwise, so an uninstalled project, or another copy of the package
+on ``PYTHONPATH`` that has no such module, leaves no error at every interpreter start."""
