@@ -51,8 +51,9 @@ def run(args) -> int:
     if Path(args.out).exists() and not getattr(args, "force", False):
         raise UsageError(f"OUT {args.out}: exists; refusing to overwrite it (the merged report is the FIRST "
                          "argument: did you forget it? give a new file name, or --force to replace it)")
-    cpath, why = parts_contract(args.inputs, getattr(args, "contract", None))
-    contract = load_contract(str(cpath)) if cpath is not None else None
+    given = load_contract(args.contract) if args.contract else None  # the contract gate, before any part is read
+    cpath, why = parts_contract(args.inputs, args.contract)
+    contract = given if given is not None else (load_contract(str(cpath)) if cpath is not None else None)
     merged = merge_reports(args.out, args.inputs, allow_missing=args.allow_missing, contract=contract)
     nf = sum(1 for f in merged.findings if f.status == "fail")
     if not args.quiet:

@@ -3,9 +3,9 @@
 Options, markers, collection and the report only; the work is in :mod:`eagle3_conformance.suite.session`
 (one path on one contract under hypothesis) and the paths themselves (:mod:`eagle3_conformance.paths`).
 
-- Collects every contract YAML under a ``contracts/`` directory (or each ``--contract PATH``) as a
-  test file with one item per registered path (:data:`eagle3_conformance.paths.REGISTRY`: ``training``,
-  ``sglang-extend``, ``sglang-decode``, ``cross-path``, ``sglang-engine``). Items are marked
+- Collects every contract YAML under a ``contracts/`` directory (or each named: ``--contract PATH`` or
+  positional) as a test file with one item per registered path (:data:`eagle3_conformance.paths.REGISTRY`:
+  ``training``, ``sglang-extend``, ``sglang-decode``, ``cross-path``, ``sglang-engine``). Items are marked
   ``conformance`` (and ``gpu`` for paths that need one); contracts whose pair is not available
   locally are skipped with the reason. A contract passes the contract gate every verb applies
   (:func:`eagle3_conformance.authoring.gate.gated_contract`: ``validate``'s checks, the configs at its
@@ -176,7 +176,8 @@ def _check_paths(value: str) -> None:
 def pytest_collect_file(file_path: Path, parent):
     if file_path.suffix not in (".yaml", ".yml") or not parent.config.stash.get(_ASKED, False):
         return None
-    explicit = {Path(p).resolve() for p in parent.config.getoption("--contract")}
+    named = (x.split("::")[0] for x in parent.config.args)  # --contract PATHs are added to the args
+    explicit = {Path(a).resolve() for a in named if a.endswith((".yaml", ".yml"))}
     if explicit:
         if file_path.resolve() not in explicit:
             return None
@@ -457,13 +458,10 @@ def conformance_contracts(pytestconfig):
 
     paths = pytestconfig.getoption("--contract") or sorted(
         str(p) for p in (Path(pytestconfig.rootpath) / "contracts").glob("*.yaml"))
-    out = []
-    for p in paths:
-        try:
-            out.append(gated_contract(p))
-        except ContractError as e:
-            pytest.fail("\n".join(refusal_lines(e, p)), pytrace=False)
-    return out
+    try:
+        return [gated_contract(p) for p in paths]
+    except ContractError as e:
+        pytest.fail("\n".join(refusal_lines(e, e.file)), pytrace=False)
 
 
 @pytest.fixture(scope="session")
