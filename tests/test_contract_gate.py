@@ -213,8 +213,8 @@ def test_init_refuses_a_draft_config_with_two_id_lists_that_differ(pair, tmp_pat
     cfg = d / "config.json"
     assert re.search(rf"{re.escape(str(cfg))}:\d+: eagle_config.eagle_aux_hidden_state_layer_ids = \[1, 14, 26\] and "
                      rf"{re.escape(str(cfg))}:\d+: eagle_aux_hidden_state_layer_ids = \[2, 15, 27\] differ", err), err
-    assert "SGLang 0.5.23 and SpecForge 0.2.0 read only the nested key" in err
-    assert "vLLM 0.33.0 and speculators 0.9.0 the top-level one" in err
+    assert "SGLang reads only the nested key (0.5.23 spec_aux_hidden_state.py:185-196), as SpecForge 0.2.0 does" in err
+    assert "vLLM 0.33.0 and speculators 0.9.0 read the top-level one" in err
     assert f"--engine {engine} reads {reads}" in err and "Keep one list, the ids the draft was trained on" in err
 
 

@@ -130,9 +130,9 @@ def id_problems(config_file: str | Path, L: int, num_slots: int, *, allow_b0: bo
     return out
 
 
-READERS = ("SGLang 0.5.23 and SpecForge 0.2.0 read only the nested key (SGLang: spec_aux_hidden_state.py:185-196), "
-           "vLLM 0.33.0 and speculators 0.9.0 the top-level one (vLLM falls back to the nested key only when there "
-           "is no top-level one)")
+READERS = ("SGLang reads only the nested key (0.5.23 spec_aux_hidden_state.py:185-196), as SpecForge 0.2.0 does; "
+           "vLLM 0.33.0 and speculators 0.9.0 read the top-level one (vLLM falls back to the nested key only when "
+           "there is no top-level one)")
 """Which engine reads which id key of an EAGLE-3 draft config (REFERENCE.md 3.2, 5.3, 6; fault-kinds.md R40)."""
 
 
