@@ -34,9 +34,9 @@ EXIT_INCONCLUSIVE = ExitCode.INCONCLUSIVE
 
 def exit_code(findings: Iterable[Any]) -> int:
     """The exit code of a run's findings (objects or JSON dicts), matching the verdict word
-    (:func:`eagle3_conformance.report.verdict`): ``EXIT_BAD_INPUT`` on an input error (nothing could
-    be read, or the reference could not be used: "INPUT ERROR"), else ``EXIT_VIOLATIONS`` when any
-    finding failed ("VIOLATIONS"), else ``EXIT_OK``."""
+    (:func:`eagle3_conformance.report.verdict`): ``ExitCode.INPUT_ERROR`` on an input error (nothing
+    could be read, or the reference could not be used: "INPUT ERROR"), else ``ExitCode.VIOLATIONS`` when
+    any finding failed ("VIOLATIONS"), else ``ExitCode.CONFORMS``."""
     from eagle3_conformance.report import input_error
 
     def status(f: Any) -> Any:
@@ -77,8 +77,10 @@ def load_contract(path: str | Path) -> Contract:
         c = gated_contract(path)
     except ContractError as e:
         lines = refusal_lines(e, path)
-        raise UsageError("\n".join(lines) + f"\n{path}: refused by the contract checks every verb applies "
-                         f"(`eagle3-conformance validate {path}` says the same); nothing was run") from None
+        if Path(path).is_file():  # a contract that was read and refused (a missing file says so itself)
+            lines.append(f"{path}: refused by the contract checks every verb applies (`eagle3-conformance validate "
+                         f"{path}` says the same); nothing was run")
+        raise UsageError("\n".join(lines)) from None
     for line in gate_warnings(c):
         print(f"warning: {path}: {line}", file=sys.stderr)
     return c
