@@ -242,7 +242,6 @@ def test_pytest_failure_is_short_and_junitxml_names_contract_path_check(pytester
     assert any(n == "diagnosis" and v.startswith("K2 slot-off") for n, v in props)
 
 
-@pytest.mark.skipif(__import__("importlib").util.find_spec("sglang") is None, reason="SGLang is not installed")
 def _wrapped_failure_text(lines: list[str]) -> list[str]:
     """The continuation lines of failure text wrapped whole: a failing check's message (8 spaces), a short
     failure text's diagnosis or first failure (6), the failing checks named after its header (2)."""
@@ -256,6 +255,7 @@ def _wrapped_failure_text(lines: list[str]) -> list[str]:
     return out
 
 
+@pytest.mark.skipif(__import__("importlib").util.find_spec("sglang") is None, reason="SGLang is not installed")
 def test_failing_run_on_every_path_fits_a_screen_per_contract(pytester, tmp_path, monkeypatch):
     monkeypatch.setenv("COLUMNS", "100")
     c = _wrong_contract(tmp_path)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from eagle3_conformance.environment import torchvision_hook
-from eagle3_conformance.environment.torchvision_hook import PTH_LINE, PTH_NAME, TorchvisionSchemaFinder
+from eagle3_conformance.environment.torchvision_hook import MARK, PTH_LINE, PTH_NAME, TorchvisionSchemaFinder, is_finder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def meta_path(monkeypatch):
     """A private copy of sys.meta_path, with torchvision counted as not yet imported."""
-    monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path if not isinstance(f, TorchvisionSchemaFinder)])
+    monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path if not is_finder(f)])
     monkeypatch.delitem(sys.modules, "torchvision", raising=False)
     return sys.meta_path
 
@@ -33,11 +33,12 @@ def test_the_finder_defines_the_schemas_on_the_first_torchvision_lookup_only(met
                         lambda: calls.append(1))
     torchvision_hook.install()
     torchvision_hook.install()  # once
-    finders = [f for f in meta_path if isinstance(f, TorchvisionSchemaFinder)]
+    finders = [f for f in meta_path if is_finder(f)]
     assert len(finders) == 1 and meta_path[0] is finders[0]
     assert finders[0].find_spec("numpy") is None and calls == [] and finders[0] in meta_path
     assert finders[0].find_spec("torchvision") is None  # finds nothing: the regular finders import it
-    assert calls == [1] and not any(isinstance(f, TorchvisionSchemaFinder) for f in meta_path)
+    assert calls == [1] and not any(is_finder(f) for f in meta_path)
+    assert getattr(TorchvisionSchemaFinder, MARK) is True
 
 
 def test_install_writes_the_start_up_file_whose_line_installs_the_finder(tmp_path, meta_path):
@@ -51,7 +52,20 @@ def test_install_writes_the_start_up_file_whose_line_installs_the_finder(tmp_pat
     install.startup_hook(tmp_path)
     assert (site / PTH_NAME).read_text() == PTH_LINE and PTH_NAME > "__editable__"  # after the editable .pth
     exec(PTH_LINE, {})  # what site.addpackage does with an "import ..." line
-    assert isinstance(meta_path[0], TorchvisionSchemaFinder)
+    assert is_finder(meta_path[0]) and type(meta_path[0]).__module__ == "_eagle3_conformance_torchvision_hook"
+    torchvision_hook.install()  # the package's own copy sees the start-up line's finder: still one
+    assert sum(is_finder(f) for f in meta_path) == 1
+
+
+def test_the_start_up_line_imports_nothing_of_the_package():
+    """The line loads the hook by its file: ``eagle3_conformance`` itself is not imported at start-up, so pytest
+    imports it and rewrites its plugin. Before (the line imported the hook through the package), every pytest run
+    that marks the package for rewriting (pytester's, a checkout's ``python -m pytest`` without the project's
+    warning filters) printed ``PytestAssertRewriteWarning: Module already imported so cannot be rewritten;
+    eagle3_conformance``."""
+    done = _fresh("import sys; print(sorted(m for m in sys.modules if m.startswith('eagle3_conformance')), "
+                  "type(sys.meta_path[0]).__name__)")
+    assert done.returncode == 0 and done.stdout.split() == ["[]", "TorchvisionSchemaFinder"], done
 
 
 def test_the_start_up_line_is_silent_where_another_copy_of_the_package_has_no_hook(tmp_path):
