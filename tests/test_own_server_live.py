@@ -1,5 +1,6 @@
-"""The user's own server, for real (docs/own-server.md): ``python -m eagle3_conformance.serving.serve --
-<sglang.launch_server args> --forward-hooks <serve-hooks' value>`` starts SGLang 0.5.23's real HTTP
+"""The user's own server, for real (docs/own-server.md): ``eagle3-conformance serve -- <sglang.launch_server
+args> --forward-hooks <serve-hooks' value>`` (the correct pair; the seed incident through the module path
+``python -m eagle3_conformance.serving.serve --``, which keeps working) starts SGLang 0.5.23's real HTTP
 server (CPU recipe), a real HTTP client posts to its native ``/generate`` (greedy, short prompts), the
 server is stopped, and ``check-captures`` judges what it recorded.
 
@@ -82,9 +83,15 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
-def serve_and_record(tmp: Path, draft_dir: Path, target_dir: Path) -> dict:
+LAUNCHERS = {"verb": [sys.executable, "-m", "eagle3_conformance.cli", "serve", "--"],
+             "module": [sys.executable, "-m", "eagle3_conformance.serving.serve", "--"]}
+"""The two ways to start the server (issue 41): the ``serve`` verb, and the module path it keeps working."""
+
+
+def serve_and_record(tmp: Path, draft_dir: Path, target_dir: Path, launcher: str = "module") -> dict:
     """Prepare DIR with serve-hooks (recording the target's boundaries too, so both references can
-    judge the same records), serve the pair, post the prompts, stop; timings in seconds."""
+    judge the same records), serve the pair (``launcher``: a key of :data:`LAUNCHERS`), post the
+    prompts, stop; timings in seconds."""
     out = tmp / "records"
     hooks = subprocess.run([sys.executable, "-m", "eagle3_conformance.cli", "serve-hooks", "--contract", str(CONTRACT),
                             "--out", str(out), "--conformance-reference", "engine"],
@@ -97,7 +104,7 @@ def serve_and_record(tmp: Path, draft_dir: Path, target_dir: Path) -> dict:
             "--mem-fraction-static", "0.3", "--max-total-tokens", "4096", "--forward-hooks", hooks.stdout.strip()]
     t0 = time.monotonic()
     with open(log, "wb") as lf:
-        proc = subprocess.Popen([sys.executable, "-m", "eagle3_conformance.serving.serve", "--", *args], stdout=lf,
+        proc = subprocess.Popen([*LAUNCHERS[launcher], *args], stdout=lf,
                                 stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
                                 env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
@@ -129,7 +136,7 @@ def pair():
 
 @pytest.fixture(scope="module")
 def correct(pair, tmp_path_factory):
-    return serve_and_record(tmp_path_factory.mktemp("correct"), pair.draft_dir, pair.target_dir)
+    return serve_and_record(tmp_path_factory.mktemp("correct"), pair.draft_dir, pair.target_dir, launcher="verb")
 
 
 @pytest.fixture(scope="module")
@@ -213,3 +220,41 @@ def test_without_decode_records_the_report_says_decode_was_not_checked(correct, 
     skip = [f for f in doc["findings"] if f["check"] == "decode_observed"]
     assert [f["status"] for f in skip] == ["skip"] and "decode NOT checked" in skip[0]["message"]
     assert not [f for f in doc["findings"] if f["check"] == "decode_observed" and f["status"] == "pass"]
+
+
+def test_records_made_for_a_contract_validate_refuses_are_refused_too(correct, tmp_path, capsys):
+    """Issue 41's seam, on the records of the real server: a contract validate refuses (the trained draft's
+    config carrying a second, different id list at the top level; SGLang reads the nested one, so the server
+    captured exactly what the correct pair's did). Before the gate, serve-hooks prepared a directory for it
+    (exit 0) and check-captures judged the records CONFORMS (exit 0, measured on SGLang's real server).
+    Here the correct pair's records stand in for that run's (the same server, draft weights and nested ids),
+    under a manifest written for the refused contract as serve-hooks wrote it."""
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.serving.captures import MANIFEST, write_manifest
+
+    draft = tmp_path / "draft"
+    shutil.copytree(_trained_draft(), draft)
+    cfg = json.loads((draft / "config.json").read_text())
+    cfg["eagle_aux_hidden_state_layer_ids"] = [2, 15, 27]
+    (draft / "config.json").write_text(json.dumps(cfg, indent=2))
+    text = CONTRACT.read_text().replace("  name: fixtures/smollm2-135m/draft\n",
+                                        "  name: fixtures/smollm2-135m/draft\n  path: draft\n")
+    refused = tmp_path / "pair.yaml"
+    refused.write_text(text.replace("draft_vocab_size: 8192", "draft_vocab_size: 4096"))
+    d = tmp_path / "records"
+    write_manifest(d, str(refused), load_contract(refused), "engine")  # the library loader: no gate
+    for f in correct["dir"].iterdir():
+        if f.name != MANIFEST:
+            shutil.copy(f, d / f.name)
+    capsys.readouterr()
+    assert main(["serve-hooks", str(refused), "--out", str(tmp_path / "again")]) == 2
+    assert main(["check-captures", str(refused), str(d), "--conformance-reference", "engine"]) == 2
+    out, err = capsys.readouterr()
+    assert "CONFORMS" not in out and f"{refused}:" in err and "draft.layer_ids.values" in err
+    assert "eagle_aux_hidden_state_layer_ids = [2, 15, 27] differ" in err and not (tmp_path / "again").exists()
+
+
+def _trained_draft() -> Path:
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
+
+    return ensure_trained_draft(RECIPE).draft_dir

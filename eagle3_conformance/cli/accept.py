@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eagle3_conformance.cli.common import add_html_option, check_output, exit_code, load_contract, write_html
+from eagle3_conformance.cli.common import (
+    add_contract_arguments,
+    add_html_option,
+    check_output,
+    exit_code,
+    load_contract,
+    write_html,
+)
 from eagle3_conformance.core.errors import UsageError
 
 UNCHECKED = ("accept measures acceptance only; what reaches the draft is checked by pytest -m conformance, "
@@ -24,7 +31,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("accept", help="acceptance of a running SGLang / vLLM server per request and per position, "
                                       "against the contract's floor and a recorded baseline")
     p.add_argument("--server", required=True, metavar="URL", help="base URL of the running server (http://host:port)")
-    p.add_argument("--contract", required=True, metavar="PATH", help="the pair's contract (gates.min_accept_length)")
+    add_contract_arguments(p, what="the pair's contract (gates.min_accept_length)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--record", metavar="OUT", help="write this run as a baseline (figures, per-prompt counters, "
                                                    "server version and flags, model and draft)")

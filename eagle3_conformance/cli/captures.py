@@ -1,4 +1,4 @@
-"""``eagle3-conformance check-captures DIR --contract C`` (this module: the verb's): judge what a user's own
+"""``eagle3-conformance check-captures CONTRACT DIR`` (or ``DIR --contract CONTRACT``; this module: the verb's): judge what a user's own
 SGLang server recorded (``serve-hooks``' ``--forward-hooks`` value) while it served.
 
 Rows are attributed from the records themselves (:mod:`eagle3_conformance.serving.captures`); every
@@ -13,6 +13,7 @@ version; a server that never ran the hooks; nothing readable).
 from __future__ import annotations
 
 from eagle3_conformance.cli.common import (
+    add_contract_arguments,
     add_html_option,
     check_html,
     check_output,
@@ -28,8 +29,8 @@ from eagle3_conformance.core.errors import UsageError
 def add_parser(sub) -> None:
     p = sub.add_parser("check-captures", help="judge what your own SGLang server recorded with serve-hooks' "
                                               "--forward-hooks value")
+    add_contract_arguments(p, what="the contract given to serve-hooks")
     p.add_argument("dir", metavar="DIR", help="the directory given to serve-hooks --out")
-    p.add_argument("--contract", required=True, metavar="C")
     p.add_argument("--reference", metavar="MODEL_DIR",
                    help="HF-format target directory of the reference forward (default: the contract's fixture or "
                         "target.path)")

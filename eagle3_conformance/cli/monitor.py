@@ -13,7 +13,7 @@ import signal
 import sys
 from pathlib import Path
 
-from eagle3_conformance.cli.common import check_output, load_contract, resolve_reference
+from eagle3_conformance.cli.common import add_contract_arguments, check_output, load_contract, resolve_reference
 from eagle3_conformance.core.errors import UsageError
 
 
@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
                                        "a drift alarm against an accept baseline, with a canary and a diagnosis")
     p.add_argument("--server", required=True, metavar="URL", help="base URL of the running server (http://host:port)")
     p.add_argument("--baseline", required=True, metavar="B.json", help="an `accept --record` baseline of this pair")
-    p.add_argument("--contract", metavar="C", help="the pair's contract: enables the canary (accept --baseline on "
+    add_contract_arguments(p, required=False, what="the pair's contract: enables the canary (accept --baseline on "
                                                    "the held-out prompts) and the captures' diagnosis")
     p.add_argument("--duration", type=float, metavar="S", help="run S seconds, then exit 0 (no alarm) or 1 (alarm); "
                                                                "default: until stopped (SIGINT / SIGTERM)")

@@ -5,7 +5,9 @@ PyPI's torchvision wheels are CUDA builds; beside a CPU torch their C++ operator
 transformers does lazily, and ``sglang.srt.configs`` eagerly) fails with "operator
 torchvision::nms does not exist". Defining the two schemas through ``torch.library`` before the
 first import fixes this for the whole process (docs/REFERENCE.md section 4).
-Call :func:`prepare` once, before importing transformers, speculators or SGLang.
+The project's code calls :func:`prepare` once, before importing transformers, speculators or SGLang; any
+other process of the project's environments (a user's own script) gets the schemas from the start-up
+hook :mod:`eagle3_conformance.environment.torchvision_hook` (:func:`define_torchvision_schemas`).
 """
 
 from __future__ import annotations
@@ -104,12 +106,40 @@ def prepare() -> None:
     except ValueError:  # reported by the command line (exit 2); never raise at import
         threads = None
     torch.set_num_threads(threads or 1)
-    if importlib.util.find_spec("torchvision") is None:
+    define_torchvision_schemas()
+
+
+def _cuda_torchvision_beside_cpu_torch() -> bool:
+    """torch is a CPU build and the installed torchvision a CUDA build (its ``version.py`` says ``+cu``),
+    read without importing torchvision: its operator library cannot load here."""
+    import torch
+
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or not spec.submodule_search_locations or torch.version.cuda is not None:
+        return False
+    from pathlib import Path
+
+    try:
+        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
+    except OSError:
+        return False
+    return "+cu" in text
+
+
+def define_torchvision_schemas() -> None:
+    """Define ``torchvision::nms`` / ``torchvision::qnms`` through ``torch.library`` when torchvision is a
+    CUDA build beside a CPU torch (its ``_C.so`` cannot load, and its import raises "operator
+    torchvision::nms does not exist" without them); otherwise nothing. Idempotent; raises nothing.
+    Called by :func:`prepare` and, in any process of the project's environments, by the start-up hook
+    :mod:`eagle3_conformance.environment.torchvision_hook` on the first ``import torchvision``."""
+    if not _cuda_torchvision_beside_cpu_torch():
         return
+    import torch
+
     for op in ("nms", "qnms"):
         try:
             torch.library.define(
                 f"torchvision::{op}", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor"
             )
         except RuntimeError:
-            pass  # already defined (a real CPU torchvision, or a second call)
+            pass  # already defined (a second call, or the hook ran first)

@@ -216,10 +216,9 @@ def write_document(out: str | Path, doc: dict[str, Any]) -> None:
 
 #: the width the text report is laid out for
 WIDTH = 100
-#: failing-check lines shown before "... and N more" (-v shows all)
+#: failing-check lines shown before "... and N more" (-v shows all); a failure's own text is never cut:
+#: it wraps (issue 41), and the groups past the limit are counted, never half shown
 MAX_FAILING_LINES = 24
-#: lines one failing group's message may wrap onto before it is cut (--json has it whole)
-MAX_MESSAGE_LINES = 4
 
 
 def _one(text: Any) -> str:
@@ -296,8 +295,8 @@ def group_lines(findings: list, diags: list[dict[str, Any]], statuses: tuple[str
     """One line per (check, slot) group whose status is in ``statuses``:
     ``  N check slot  failed/judged  [path] first-sample: message`` (N: the diagnosis that accounts
     for it, "-" for none; the path is named when the groups span several paths, else once above
-    them); a failing group no diagnosis accounts for wraps its message onto up to
-    :data:`MAX_MESSAGE_LINES` lines (the cause is in it), other lines are cut to ``width``. At most ``limit`` lines, whole groups, then
+    them); a failing group's message wraps whole onto as many lines as it needs (a failure's text is
+    never cut), passing and skipped lines are cut to ``width``. At most ``limit`` lines, whole groups, then
     "... and K more"."""
     groups = _groups(findings, statuses)
     paths = list(OrderedDict.fromkeys(p for g in groups for p in g["paths"]))
@@ -318,10 +317,8 @@ def group_lines(findings: list, diags: list[dict[str, Any]], statuses: tuple[str
             cnt, tag = (f"{g['pass']}/{n} ok" if g["status"] == "pass" else f"{g['skip']}/{n} skip"), " "
             lead = f"{ex.path}: " if len(paths) > 1 else ""
         head = f"  {tag} {g['check']:<{cw}} {g['slot'] or '':<{sw}} {cnt:>5}  "
-        if g["status"] == "fail" and tag == "-":  # no diagnosis explains it: its message is the cause, wrapped
+        if g["status"] == "fail":  # a failure's text is never cut: wrapped whole
             rows = _wrap(lead + ex.message, width, head, "        ")
-            if len(rows) > MAX_MESSAGE_LINES:
-                rows = rows[:MAX_MESSAGE_LINES - 1] + [_clip(" ".join(rows[MAX_MESSAGE_LINES - 1:]), width)]
         else:
             rows = [_clip(head + _one(lead + ex.message), width, collapse=False)]
         if limit is not None and len(out) + len(rows) > limit + (1 if len(paths) == 1 else 0):
@@ -376,7 +373,7 @@ def render_text(findings: list, diagnoses: Optional[Iterable] = None, *, title: 
             uncal = {_get(f, "check") for f in findings if _get(f, "status") == "skip"
                      and _get(f, "observed") == "uncalibrated"}
             skipped.sort(key=lambda t: (t[0] not in uncal, -t[1]))  # uncalibrated first, then the most skipped
-            lines.append("")
+            lines.append("")  # counts, not a failure's text: one line (-v lists every skip with its reason)
             lines.append(_clip("skipped (-v says why): " + ", ".join(
                 f"{c} {n}" + (" (uncalibrated)" if c in uncal else "") for c, n, _ in skipped), width))
         if npass:
@@ -386,7 +383,7 @@ def render_text(findings: list, diagnoses: Optional[Iterable] = None, *, title: 
             lines.append(f"passed: {npass} findings in {len(checks)} checks (-v lists them)")
     if extra:
         for k, v in extra.items():
-            lines.append(_clip(f"{k}: {v}", width))
+            lines += _wrap(f"{k}: {v}", width, "", "  ")
     sep = ": " if kind in ("violations", "conforms", "acceptance met") else ". "
     lines.append(f"{text}{sep}{len(findings)} findings, {nfail} failed, {nskip} skipped")
     return "\n".join(lines)
@@ -408,13 +405,13 @@ def summarize_counts(findings: list, status: str) -> list[tuple[str, int, str]]:
 def failure_text(name: str, path: str, findings: list, diagnoses: Optional[Iterable] = None,
                  width: int = WIDTH) -> str:
     """The short failure text of one contract on one path (pytest's failure section): a header
-    naming the failing checks and pointing at the full report (cut to ``width``), then each
-    diagnosis (or, without one, the first failing check's message), wrapped to ``width``."""
+    naming the failing checks and pointing at the full report, then each diagnosis (or, without one,
+    the first failing check's message), all wrapped to ``width``, never cut."""
     diags = _diag_dicts(diagnoses)
     bad = [f for f in findings if _get(f, "status") == "fail"]
     checks = list(OrderedDict.fromkeys(_get(f, "check") for f in bad))
-    lines = [_clip(f"{name} on {path}: VIOLATIONS (report at the end), {len(bad)} failed findings in "
-                   f"{len(checks)} checks: {', '.join(checks)}", width)]
+    lines = _wrap(f"{name} on {path}: VIOLATIONS (report at the end), {len(bad)} failed findings in "
+                  f"{len(checks)} checks: {', '.join(checks)}", width, "", "  ")
     for i, d in enumerate(diags, 1):
         lines += _wrap(f"[{i}] {d['fault'] or 'input'} {d['kind']}: {d['title']}", width, "  ", "      ")
     if not diags and bad:

@@ -195,7 +195,7 @@ def read_dir(d: Path, c, engine_reference: bool = False, pid: Optional[str] = No
             rec["_file"] = f.name
         except Exception as e:  # noqa: BLE001 - a truncated file raises whatever the unpickler meets
             why = (f"not a complete record ({f.stat().st_size} bytes; a server stopped while torch.save wrote it?): "
-                   + " ".join(f"{type(e).__name__}: {e}".split())[:200])
+                   + " ".join(f"{type(e).__name__}: {e}".split()))
             out.broken.append((f.name, why))
             rec = {"broken": f.name, "error": why}
         out.streams.setdefault(f.stem.partition("-")[0], []).append(rec)

@@ -3,14 +3,14 @@
 Options, markers, collection and the report only; the work is in :mod:`eagle3_conformance.suite.session`
 (one path on one contract under hypothesis) and the paths themselves (:mod:`eagle3_conformance.paths`).
 
-- Collects every contract YAML under a ``contracts/`` directory (or each ``--contract PATH``) as a
-  test file with one item per registered path (:data:`eagle3_conformance.paths.REGISTRY`: ``training``,
-  ``sglang-extend``, ``sglang-decode``, ``cross-path``, ``sglang-engine``). Items are marked
+- Collects every contract YAML under a ``contracts/`` directory (or each named: ``--contract PATH`` or
+  positional) as a test file with one item per registered path (:data:`eagle3_conformance.paths.REGISTRY`:
+  ``training``, ``sglang-extend``, ``sglang-decode``, ``cross-path``, ``sglang-engine``). Items are marked
   ``conformance`` (and ``gpu`` for paths that need one); contracts whose pair is not available
-  locally are skipped with the reason. A contract is loaded with the checks of ``eagle3-conformance
-  validate``, the ``config.json`` files at its ``target.path`` / ``draft.path`` included
-  (:func:`eagle3_conformance.authoring.local_configs.config_problems`): one that fails them yields a single
-  ``contract`` item that fails with every problem at its line, and the report says INPUT ERROR.
+  locally are skipped with the reason. A contract passes the contract gate every verb applies
+  (:func:`eagle3_conformance.authoring.gate.gated_contract`: ``validate``'s checks, the configs at its
+  ``target.path`` / ``draft.path`` included): one it refuses yields a single ``contract`` item that fails
+  with ``validate``'s lines (each problem at its line), and the report says INPUT ERROR.
 - Inert until asked: loading it imports nothing heavy (no hypothesis, no torch) and a session
   that does not ask for the suite (no ``-m`` expression selecting ``conformance``, no
   ``--contract``) collects nothing from it and keeps its warning filters and hypothesis settings.
@@ -176,7 +176,8 @@ def _check_paths(value: str) -> None:
 def pytest_collect_file(file_path: Path, parent):
     if file_path.suffix not in (".yaml", ".yml") or not parent.config.stash.get(_ASKED, False):
         return None
-    explicit = {Path(p).resolve() for p in parent.config.getoption("--contract")}
+    named = (x.split("::")[0] for x in parent.config.args)  # --contract PATHs are added to the args
+    explicit = {Path(a).resolve() for a in named if a.endswith((".yaml", ".yml"))}
     if explicit:
         if file_path.resolve() not in explicit:
             return None
@@ -219,11 +220,11 @@ class ConformanceFailure(Exception):
 
 class ContractFile(pytest.File):
     def collect(self):
-        from eagle3_conformance.authoring.local_configs import config_problems
-        from eagle3_conformance.contract import ContractError, load_contract
+        from eagle3_conformance.authoring.gate import gated_contract
+        from eagle3_conformance.contract import ContractError
 
-        try:  # the checks `eagle3-conformance validate` makes, the local config.json files included
-            contract = load_contract(self.path, checks=(config_problems,))
+        try:  # the contract gate of every verb: `eagle3-conformance validate`'s checks
+            contract = gated_contract(self.path)
         except ContractError as e:
             self.config.stash[_INVALID][str(self.path)] = e
             yield ContractErrorItem.from_parent(self, name="contract", error=e)
@@ -252,7 +253,9 @@ class ContractErrorItem(pytest.Item):
         raise self.error
 
     def repr_failure(self, excinfo):
-        return str(self.error)
+        from eagle3_conformance.authoring.gate import refusal_lines
+
+        return "\n".join(refusal_lines(self.error, self.path))
 
     def reportinfo(self):
         return self.path, None, f"{self.path.name}::contract"
@@ -448,12 +451,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 @pytest.fixture(scope="session")
 def conformance_contracts(pytestconfig):
-    """The contracts named by ``--contract`` (default: every contract under ./contracts)."""
-    from eagle3_conformance.contract import load_contract
+    """The contracts named by ``--contract`` (default: every contract under ./contracts), each through the
+    contract gate every verb applies; a refused one fails the test with ``validate``'s lines."""
+    from eagle3_conformance.authoring.gate import gated_contract, refusal_lines
+    from eagle3_conformance.contract import ContractError
 
     paths = pytestconfig.getoption("--contract") or sorted(
         str(p) for p in (Path(pytestconfig.rootpath) / "contracts").glob("*.yaml"))
-    return [load_contract(p) for p in paths]
+    try:
+        return [gated_contract(p) for p in paths]
+    except ContractError as e:
+        pytest.fail("\n".join(refusal_lines(e, e.file)), pytrace=False)
 
 
 @pytest.fixture(scope="session")
