@@ -9,7 +9,10 @@ The codes are the public :class:`eagle3_conformance.core.exit_codes.ExitCode`; v
 - **2** bad input or usage: :class:`eagle3_conformance.core.errors.InputError` (and a contract that does not
   load), reported in one line; argparse's own usage errors also exit 2; and a run whose input
   could not be checked at all (no sample readable, the reference unusable), printed "INPUT ERROR",
-  never "VIOLATIONS" (:func:`eagle3_conformance.report.input_error`).
+  never "VIOLATIONS" (:func:`eagle3_conformance.report.input_error`);
+- **3** inconclusive: nothing failed, but a gated acceptance figure's paired interval straddles the
+  tolerance (printed "INCONCLUSIVE", with the prompts that would decide it;
+  :func:`eagle3_conformance.report.inconclusive`).
 """
 
 from __future__ import annotations
@@ -36,15 +39,19 @@ def exit_code(findings: Iterable[Any]) -> int:
     """The exit code of a run's findings (objects or JSON dicts), matching the verdict word
     (:func:`eagle3_conformance.report.verdict`): ``EXIT_BAD_INPUT`` on an input error (nothing could
     be read, or the reference could not be used: "INPUT ERROR"), else ``EXIT_VIOLATIONS`` when any
-    finding failed ("VIOLATIONS"), else ``EXIT_OK``."""
-    from eagle3_conformance.report import input_error
+    finding failed ("VIOLATIONS"), else ``EXIT_INCONCLUSIVE`` when a gated acceptance figure could not be
+    decided ("INCONCLUSIVE", :func:`eagle3_conformance.report.inconclusive`), else ``EXIT_OK``."""
+    from eagle3_conformance.report import inconclusive, input_error
 
     def status(f: Any) -> Any:
         return f.get("status") if isinstance(f, dict) else f.status
 
+    findings = list(findings)
     if input_error(findings):
         return EXIT_BAD_INPUT
-    return EXIT_VIOLATIONS if any(status(f) == "fail" for f in findings) else EXIT_OK
+    if any(status(f) == "fail" for f in findings):
+        return EXIT_VIOLATIONS
+    return EXIT_INCONCLUSIVE if inconclusive(findings) else EXIT_OK
 
 
 def error(message: str) -> None:
