@@ -581,3 +581,35 @@ def test_an_interval_straddling_the_tolerance_is_inconclusive_exit_3_with_the_pr
     lo, hi = acc["observed"]["change"]
     assert lo < -float(acc["expected"].split(" - ")[1]) <= hi  # the interval straddles -tolerance
     assert "smallest detectable drop: accept length" in out
+
+
+def test_a_floor_is_written_from_a_good_run_and_validates_without_calibrated_bands(capsys, serve, tmp_path):
+    """Issue 41: --write-floor writes a copy of the contract whose gates.min_accept_length is the lower end of
+    the run's 95% interval (1 + accepted drafts per verify step, over prompts), its provenance in the comment;
+    a contract with uncalibrated bands carries it; a run that failed writes none."""
+    f = serve(hist_of=_by_domain(_varied))
+    no_floor = tmp_path / "no-floor.yaml"
+    no_floor.write_text("\n".join("  min_accept_length:" if ln.startswith("  min_accept_length:") else ln
+                                  for ln in Path(CONTRACT).read_text().splitlines()) + "\n")
+    out = tmp_path / "floored.yaml"
+    rc, o, err = accept(capsys, "--server", f.url, "--contract", str(no_floor), "--prompts", "8", "--write-floor",
+                        str(out))
+    assert rc == 0 and f"floor written to {out}: gates.min_accept_length: " in o, o + err
+    text = out.read_text()
+    floor = float(text.split("min_accept_length: ")[1].split()[0])
+    assert "accept --server" in text and "95% over 8 units" in text and "status: uncalibrated" in text
+    from eagle3_conformance.acceptance.decision import floor_from_runs
+
+    per = [(sum(h) + sum(j * c for j, c in enumerate(h)), sum(h)) for h in (_varied(p) for p in P.select(8))]
+    assert floor == floor_from_runs(per)["floor"] and floor < floor_from_runs(per)["value"]
+    assert main(["validate", str(out)]) == 0
+    capsys.readouterr()
+    rc, o, err = accept(capsys, "--server", f.url, "--contract", str(out), "--prompts", "8")
+    assert rc == 0 and "ACCEPTANCE MET" in o, o + err  # the run it came from meets it
+    # a run that fails writes no floor (exit 2 after its report), and never over the contract itself
+    g = serve(hist_of=lambda t: [30, 1, 0, 0])
+    rc, o, err = accept(capsys, "--server", g.url, "--contract", CONTRACT, "--prompts", "5", "--write-floor",
+                        str(tmp_path / "bad.yaml"))
+    assert rc == 2 and "not written" in err and not (tmp_path / "bad.yaml").exists(), o + err
+    rc, o, err = accept(capsys, "--server", f.url, "--contract", str(out), "--prompts", "8", "--write-floor", str(out))
+    assert rc == 2 and "refusing to overwrite" in err, err

@@ -7,13 +7,16 @@ token), from SGLang's ``num_accept_tokens`` in a server's hook records (``check-
 (``vllm-engine``, ``accept``), all turned into one correct-drafts histogram (``h[j]``: verify steps that
 accepted exactly ``j`` drafts).
 
-"Almost nothing" is :data:`USELESS_MAX_DRAFTS_PER_STEP`, measured (docs/accept.md, "A draft that accepts
-nothing": ``benchmarks/bench_accept_decision.py``): drafts that cannot predict the target (an untrained
-draft, the trained draft with its d2t scrambled or missing) accept at most 0.02 drafts per verify step on
-SGLang's real server; the project's trained SmolLM2 draft, a weak draft (acceptance rate 17%), accepts 0.53
-on the same prompts, and no prompt of the 32 below 0.27. A fail needs the whole interval below the
-threshold, a pass the whole interval at or above it; a run with fewer than :data:`MIN_STEPS` verify steps,
-or whose interval straddles the threshold, is not judged (skip, saying why).
+"Almost nothing" is :data:`USELESS_MAX_DRAFTS_PER_STEP`, measured on SGLang 0.5.23's real HTTP server with
+the SmolLM2-135M pair (docs/accept.md, "A draft that accepts nothing"; ``benchmarks/bench_accept_decision.py``):
+drafts that cannot predict the target (an untrained draft, the trained draft with its d2t scrambled)
+accept 0.000 drafts per verify step on all 32 prompts x 64 tokens; a boundary fault that leaves the draft
+its token embedding (the seed incident, B_0 in slot 0) 0.029 to 0.049; the project's trained draft, a weak
+draft (acceptance rate 17%), 0.51 [0.43, 0.61], no single prompt below 0.189 (0.145 with its ids shifted
+by one). 0.1 lies between the seed incident's highest and the trained draft's lowest prompt (their
+geometric mean is 0.084 to 0.096). A fail needs the
+whole interval below the threshold, a pass the whole interval at or above it; a run with fewer than
+:data:`MIN_STEPS` verify steps, or whose interval straddles the threshold, is not judged (skip, saying why).
 """
 
 from __future__ import annotations
