@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -33,6 +31,8 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from eagle3_conformance.environment.procgroup import kill_group
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "contracts" / "smollm2-135m.yaml"
@@ -68,19 +68,8 @@ def _start(target: Path, draft: Path, log: Path) -> tuple[subprocess.Popen, str]
         except OSError:
             pass
         time.sleep(2)
-    _stop(proc)
+    kill_group(proc)
     raise RuntimeError(f"no /health within {START_TIMEOUT} s")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
-    except ProcessLookupError:
-        pass
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def useless_draft(name: str, base: Path, out: Path) -> Path:
@@ -120,7 +109,7 @@ def variants(base: Path, target: Path, work: Path) -> dict[str, Path]:
     return out
 
 
-def run(out: Path, names: list[str]) -> None:
+def run(out: Path, names: list[str], sizes=SIZES) -> None:
     from eagle3_conformance.contract import load_contract
     from eagle3_conformance.server_accept.session import Options, measure
     from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
@@ -144,14 +133,14 @@ def run(out: Path, names: list[str]) -> None:
                 continue
             doc["start_s"] = time.time() - t0
             try:
-                for n, tok in SIZES:
+                for n, tok in sizes:
                     o = measure(Options(server=url, prompts=n, max_tokens=tok, concurrency=8), c)
                     doc["runs"][f"{n}x{tok}"] = {"wall_s": o.res.wall_s, "figures": o.fig,
                                                  "per_prompt": [r.to_json() for r in o.res.results]}
                     print(f"{name} {n}x{tok}: accept length {o.fig['accept_length']['value']:.3f} "
                           f"({o.res.wall_s:.0f} s)", flush=True)
             finally:
-                _stop(proc)
+                kill_group(proc)
             (out / f"{name}.json").write_text(json.dumps(doc, indent=1))
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -179,6 +168,8 @@ def table(d: Path, sizes: list[tuple[int, int]]) -> None:
 
     def results(doc, n, tok):
         run = doc["runs"].get(f"{n}x{tok}") or doc["runs"].get(f"32x{tok}")
+        if run is None:
+            return None
         ids = [p.id for p in select(n)]
         by = {r["id"]: r for r in run["per_prompt"]}
         return [by[i] for i in ids]
@@ -191,6 +182,8 @@ def table(d: Path, sizes: list[tuple[int, int]]) -> None:
             continue
         for n, tok in sizes:
             a, b = results(doc, n, tok), results(base, n, tok)
+            if a is None:
+                continue
             dec = decide_paired(_sglang_pairs(a), _sglang_pairs(b), 0.05)
             val = sum(x for x, _ in _sglang_pairs(a)) / sum(s for _, s in _sglang_pairs(a))
             print(f"{name} | {n}x{tok} | {val:.3f} | [{dec.change[0]:+.3f}, {dec.change[1]:+.3f}] | "
@@ -201,6 +194,8 @@ def table(d: Path, sizes: list[tuple[int, int]]) -> None:
             continue
         for n, tok in sizes:
             a = results(doc, n, tok)
+            if a is None:
+                continue
             drafts = [(sum(r["accepted_per_pos"]), r["steps"]) for r in a]
             iv = bootstrap_accept_length(drafts)
             per = [x / s for x, s in drafts if s]
@@ -215,6 +210,7 @@ def main(argv=None) -> int:
     r = sub.add_parser("run")
     r.add_argument("--out", required=True)
     r.add_argument("--variants", default="")
+    r.add_argument("--sizes", default="8x32,32x64", help="prompt-set sizes to run, NxTOKENS")
     t = sub.add_parser("table")
     t.add_argument("dir")
     t.add_argument("--sizes", default="8x32,8x64,16x64,24x64,32x64")
@@ -223,7 +219,7 @@ def main(argv=None) -> int:
         from eagle3_conformance.faults.engine_column import FAULTS
 
         names = [x for x in a.variants.split(",") if x] or ["correct", *(f.name for f in FAULTS), *USELESS]
-        run(Path(a.out), names)
+        run(Path(a.out), names, [tuple(int(x) for x in z.split("x")) for z in a.sizes.split(",")])
     else:
         table(Path(a.dir), [tuple(int(x) for x in s.split("x")) for s in a.sizes.split(",")])  # type: ignore[misc]
     return 0

@@ -188,3 +188,15 @@ def test_a_dtype_the_path_chose_is_not_served_and_says_so_in_the_same_words():
     (f,) = [x for x in check_dtype(c, cap) if x.check == "dtype"]
     assert f.status == "skip" and "float16 NOT served here" in f.message
     assert served_dtype_words("float16", "float32").title in f.message
+
+
+def test_a_floor_is_not_judged_where_no_verify_step_was_recorded():
+    """A GPU server with CUDA graphs records no decode: its records carry no acceptance, and the floor says
+    so (skip), never "no accept length was measured" as a failure."""
+    from eagle3_conformance.checks.facts import check_accept_length
+    from eagle3_conformance.serving.captures import acceptance_facts
+
+    facts = acceptance_facts(C, [])
+    (f,) = check_accept_length(C, facts["avg_accept_length"], path="sglang-server")
+    assert f.status == "skip" and "no verify step was recorded" in f.message
+    assert check_draft_acceptance(C, facts["draft_acceptance"])[0].status == "skip"

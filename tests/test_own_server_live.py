@@ -299,8 +299,8 @@ def test_a_conforming_draft_that_accepts_nothing_fails_with_the_causes_after_the
     rc, doc, _ = _check(useless["dir"], tmp_path)
     out = capsys.readouterr().out
     assert rc == 1, out
-    ident = [f for f in doc["findings"] if f["check"] == "slot_identity"]
-    assert ident and all(f["status"] == "pass" for f in ident)
+    ident = [f["status"] for f in doc["findings"] if f["check"] == "slot_identity"]
+    assert "pass" in ident and "fail" not in ident, ident
     acc = [f for f in doc["findings"] if f["check"] == "draft_acceptance"]
     assert [f["status"] for f in acc] == ["fail"] and acc[0]["observed"]["drafts_per_step"] < 0.05, acc
     vocab = [f for f in doc["findings"] if f["check"] == "draft_vocab"]

@@ -7,9 +7,11 @@ SmolLM2-135M pair and its shipped EAGLE-3 draft, launched by ``python -m eagle3_
   tolerance (issue 41): the seed incident caused through the draft config (the column's
   embedding-prepended, ids ``[-1, 1, 14]``: slot 0 is the embedding B_0) is DROPPED, naming the positions;
 - the issue's case, the ids all one too high on the CI set, is INCONCLUSIVE (exit 3), never MET;
+- a baseline recorded before the contract edit docs/own-server.md asks for (precision.serving) compares,
+  naming the edited field, instead of being refused;
 - a server launched without speculative decoding exits 2 saying so.
 
-Four server starts (about 40-90 s each here on a quiet machine) and five runs of 8 prompts x 32 tokens;
+Four server starts (about 40-90 s each here on a quiet machine) and six runs of 8 prompts x 32 tokens;
 measured times in docs/accept.md."""
 
 from __future__ import annotations
@@ -96,8 +98,8 @@ def sglang_server(tmp_path: Path, *extra: str, spec_draft=None):
         log.close()
 
 
-def accept(*argv, timeout=900):
-    r = subprocess.run([sys.executable, "-m", "eagle3_conformance.cli", "accept", "--contract", CONTRACT, *argv],
+def accept(*argv, timeout=900, contract=CONTRACT):
+    r = subprocess.run([sys.executable, "-m", "eagle3_conformance.cli", "accept", "--contract", str(contract), *argv],
                        cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     return r.returncode, r.stdout, r.stderr
 
@@ -116,6 +118,11 @@ def correct_runs(tmp_path_factory):
         for name, conc in (("c8", "8"), ("c1", "1")):
             out[name] = accept("--server", url, "--baseline", str(out["baseline"]), "--concurrency", conc,
                                "--json", str(tmp / f"{name}.json"))
+        # the edit docs/own-server.md asks for: precision.serving set to the launch's --dtype (float32)
+        edited = tmp / "edited.yaml"
+        edited.write_text(Path(CONTRACT).read_text() + "precision:\n  serving: float32\n")
+        out["edited"] = accept("--server", url, "--baseline", str(out["baseline"]), "--concurrency", "8",
+                               "--json", str(tmp / "edited.json"), contract=edited)
         out["seconds"] = time.time() - t0
     return out
 
@@ -133,6 +140,18 @@ def test_the_correct_pair_passes_its_own_baseline_twice_with_8_or_1_in_flight(co
     assert [r["steps"] for r in base["per_prompt"]] == [r["steps"] for r in per[0]]
     assert base["server"]["version"] == "0.5.23" and base["server"]["k"] == 3
     assert base["figures"]["accept_length"]["value"] >= 1.22  # the contract's floor
+
+
+def test_a_baseline_recorded_before_a_contract_edit_still_compares_and_says_what_changed(correct_runs):
+    """Issue 41: after setting precision.serving to the launch's --dtype (docs/own-server.md), --baseline used
+    to refuse every earlier baseline on the contract's hash and ask for a new one, on a possibly broken
+    draft. The prompts, tokens and sampling are the same: it compares (the same server: MET, exit 0) and
+    reports the edited field."""
+    rc, o, e = correct_runs["edited"]
+    assert rc == 0 and "ACCEPTANCE MET" in o, o + e
+    assert "changed since the baseline: contract precision.serving: None -> float32" in " ".join(o.split()), o
+    ch = json.loads((correct_runs["dir"] / "edited.json").read_text())["meta"]["changes_from_baseline"]
+    assert ch == {"contract precision.serving": [None, "float32"]}, ch  # the same draft (digest), server, flags
 
 
 COSTLY = ("embedding-prepended",)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eagle3_conformance.authoring.yaml_doc import contract_yaml, eol, render, write_new
+from eagle3_conformance.authoring.yaml_doc import contract_yaml, eol, render, section, write_new
 from eagle3_conformance.core.errors import UsageError
 
 
@@ -26,14 +26,9 @@ def with_floor(contract_text: str, floor: float, comment: str, out_file: Path) -
     Raises:
         DataError: the result does not validate.
     """
-    from ruamel.yaml.comments import CommentedMap
-
     y = contract_yaml()
     doc = y.load(contract_text)
-    g = doc.get("gates")
-    if g is None:
-        g = CommentedMap()
-        doc["gates"] = g
+    g = section(doc, "gates")
     g["min_accept_length"] = float(floor)
     g.ca.items.pop("min_accept_length", None)
     eol(g, comment, "min_accept_length")

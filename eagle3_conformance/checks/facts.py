@@ -51,7 +51,8 @@ def check_accept_length(c: Contract, avg_accept_length: Optional[float], path: s
     symptom most field reports had (fault-kinds.md); it gates, it does not diagnose.
 
     Args:
-        avg_accept_length: the measured mean (>= 1), None when nothing was measured, or a mapping
+        avg_accept_length: the measured mean (>= 1), None when nothing was measured, ``{"skip": why}``
+            when the path could not measure it (a server's records without decode: CUDA graphs), or a mapping
             with ``spec_accept_length``, ``spec_correct_drafts_histogram`` and
             ``per_position_acceptance`` (sglang-engine: ``captures.accept_figures``, SGLang's counters;
             cpu-accept: the loop's, :mod:`eagle3_conformance.acceptance.stats`): per-position
@@ -60,6 +61,9 @@ def check_accept_length(c: Contract, avg_accept_length: Optional[float], path: s
             ``cpu-accept`` (the greedy speculative loop on the SGLang CPU harness).
     """
     detail = ""
+    if isinstance(avg_accept_length, dict) and "skip" in avg_accept_length:  # nothing this path could measure
+        return [Finding("accept_length", "skip", path, None, c.gates.min_accept_length, None, f"{path}: accept length",
+                        f"acceptance not judged: {avg_accept_length['skip']}", "")]
     if isinstance(avg_accept_length, dict):  # SGLang's meta_info counters, or the cpu-accept loop's same figures
         per_pos = avg_accept_length.get("per_position_acceptance") or []
         detail = (f"; per-position acceptance {[round(x, 3) for x in per_pos]} from spec_correct_drafts_histogram "

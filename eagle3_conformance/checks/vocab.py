@@ -51,7 +51,7 @@ def mapping_problems(d2t: torch.Tensor, t2d: Optional[torch.Tensor], vocab: int,
                             f"{int(ids[bad - 1])} then {int(ids[bad])})" if convention != "absolute" else
                             "target ids (d2t[i]) are not strictly increasing")
         if int(ids.min()) < 0 or int(ids.max()) >= vocab:
-            problems.append(f"target ids outside [0, {vocab}) (range {int(ids.min())}..{int(ids.max())})")
+            problems.append(f"target ids outside [0, {vocab})")
     if t2d is None:
         if need_t2d:
             problems.append("t2d is missing")

@@ -417,8 +417,7 @@ def acceptance_facts(c, decode: list) -> dict:
 
     if not decode:
         why = f"no verify step was recorded ({GRAPH_NOTE})"
-        return {"draft_acceptance": {"skip": why}, "avg_accept_length": None if c.gates.min_accept_length is None
-                else {"spec_accept_length": None}}
+        return {"draft_acceptance": {"skip": why}, "avg_accept_length": {"skip": why}}
     h = records_histogram(decode)
     k = max(len(h) - 1, 1)
     src = "SGLang's num_accept_tokens per verify step in the server's records"
