@@ -80,8 +80,6 @@ CONTRACT_CASES = [
      "K x target_hidden_size"),
     ("uncalibrated_gate", _uncalibrated("  bands: [{slot: B_2, lo: 0.1, hi: 1.0}]\n"),
      (b"status: uncalibrated", None), "cannot gate"),
-    ("accept_floor_uncalibrated", _uncalibrated(gates_extra="  min_accept_length: 2.5\n"),
-     (b"min_accept_length", None), "accept-length floor"),
     ("impossible_noise_angle", _sub("  identity_noise_deg: ", "  identity_noise_deg: 120 "),
      (b"identity_noise_deg", None), "less than or equal to 90"),
     ("unknown_key", _sub("  final_norm: rmsnorm", "  final_norm: rmsnorm\n  colour: blue"), (b"colour", 3),
@@ -641,3 +639,12 @@ def test_validate_refuses_a_fifo_instead_of_hanging(tmp_path, capsys):
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
     assert "not a regular file" in capsys.readouterr().out
+
+
+def test_an_accept_floor_needs_no_calibrated_bands(tmp_path, capsys):
+    """Issue 41: a contract carries an acceptance floor from a recorded good run (accept / check-captures
+    --write-floor) whether or not its norm bands are calibrated: the floor gates the engine's own accept
+    counters, not a magnitude. validate used to refuse it."""
+    p = tmp_path / "floor.yaml"
+    p.write_bytes(_uncalibrated(gates_extra="  min_accept_length: 1.4\n"))
+    assert main(["validate", str(p)]) == 0, capsys.readouterr()

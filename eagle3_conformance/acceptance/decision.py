@@ -158,4 +158,28 @@ def overall(decisions: Sequence[Decision], gated: Sequence[bool]) -> Verdict:
     return MET
 
 
-__all__ = ["DROPPED", "Decision", "INCONCLUSIVE", "MET", "Verdict", "decide", "decide_paired", "overall"]
+def floor_from_runs(per_unit: Sequence[tuple[int, int]], *, resamples: int = 2000, level: float = 0.95,
+                    seed: int = 0) -> dict[str, Any]:
+    """An acceptance floor from a recorded good run: the lower end of the 95% bootstrap interval of its
+    accept length (``sum committed / sum steps`` over units: prompts or requests), rounded down to three
+    decimals, so a later run of the same pair falls below it only about once in forty.
+
+    Args:
+        per_unit: per prompt / request ``(committed tokens, verify steps)`` with committed = steps +
+            accepted drafts (no prefill token: the definition every source shares; SGLang's own
+            ``spec_accept_length`` counts one token more per request, so a floor written this way is met
+            with a margin where that figure is judged).
+
+    Returns:
+        ``{"floor", "value", "interval": [lo, hi], "units", "steps"}``.
+
+    Raises:
+        TooFewPrompts: fewer than 5 units with a verify step.
+    """
+    iv = bootstrap_accept_length(per_unit, resamples=resamples, level=level, seed=seed)
+    return {"floor": math.floor(iv.lo * 1000) / 1000, "value": _ratio(per_unit), "interval": [iv.lo, iv.hi],
+            "units": iv.prompts, "steps": sum(int(s) for _, s in per_unit)}
+
+
+__all__ = ["DROPPED", "Decision", "INCONCLUSIVE", "MET", "Verdict", "decide", "decide_paired", "floor_from_runs",
+           "overall"]

@@ -9,7 +9,10 @@ The codes are the public :class:`eagle3_conformance.core.exit_codes.ExitCode`; v
 - **2** bad input or usage: :class:`eagle3_conformance.core.errors.InputError` (and a contract that does not
   load), reported in one line; argparse's own usage errors also exit 2; and a run whose input
   could not be checked at all (no sample readable, the reference unusable), printed "INPUT ERROR",
-  never "VIOLATIONS" (:func:`eagle3_conformance.report.input_error`).
+  never "VIOLATIONS" (:func:`eagle3_conformance.report.input_error`);
+- **3** inconclusive: nothing failed, but a gated acceptance figure's paired interval straddles the
+  tolerance (printed "INCONCLUSIVE", with the prompts that would decide it;
+  :func:`eagle3_conformance.report.inconclusive`).
 """
 
 from __future__ import annotations
@@ -34,17 +37,21 @@ EXIT_INCONCLUSIVE = ExitCode.INCONCLUSIVE
 
 def exit_code(findings: Iterable[Any]) -> int:
     """The exit code of a run's findings (objects or JSON dicts), matching the verdict word
-    (:func:`eagle3_conformance.report.verdict`): ``ExitCode.INPUT_ERROR`` on an input error (nothing
-    could be read, or the reference could not be used: "INPUT ERROR"), else ``ExitCode.VIOLATIONS`` when
-    any finding failed ("VIOLATIONS"), else ``ExitCode.CONFORMS``."""
-    from eagle3_conformance.report import input_error
+    (:func:`eagle3_conformance.report.verdict`): ``ExitCode.INPUT_ERROR`` on an input error (nothing could
+    be read, or the reference could not be used: "INPUT ERROR"), else ``ExitCode.VIOLATIONS`` when any
+    finding failed ("VIOLATIONS"), else ``ExitCode.INCONCLUSIVE`` when a gated acceptance figure could not be
+    decided ("INCONCLUSIVE", :func:`eagle3_conformance.report.inconclusive`), else ``ExitCode.CONFORMS``."""
+    from eagle3_conformance.report import inconclusive, input_error
 
     def status(f: Any) -> Any:
         return f.get("status") if isinstance(f, dict) else f.status
 
+    findings = list(findings)
     if input_error(findings):
         return ExitCode.INPUT_ERROR
-    return ExitCode.VIOLATIONS if any(status(f) == "fail" for f in findings) else ExitCode.CONFORMS
+    if any(status(f) == "fail" for f in findings):
+        return ExitCode.VIOLATIONS
+    return ExitCode.INCONCLUSIVE if inconclusive(findings) else ExitCode.CONFORMS
 
 
 def error(message: str) -> None:

@@ -47,6 +47,7 @@ class _State:
     reference: str = "transformers"
     note: str = ""
     run_dtype: str = ""
+    draft_dir: Any = None
 
 
 def _unservable(c, pair):
@@ -100,17 +101,30 @@ def prepare(c, pair):
         return Skipped(f"sglang-engine: {e}")
     if note and "skip" not in obs.lossless:
         obs.lossless["note"] = note
-    return _State(c, obs, c.reference, note, dtype if note else "")
+    return _State(c, obs, c.reference, note, dtype if note else "", draft_dir)
 
 
 def run_dtype(c, device: str) -> tuple[str, str]:
-    """(dtype the engine runs the target in, a note saying why when it is not the contract's).
+    """(dtype the engine runs the target in, a note saying why when the path chose another than the contract's).
 
-    On CPU a float16/bfloat16 contract runs at float32: SGLang's ``dtype=auto`` serves a float32
-    checkpoint at float16 on GPU (``init`` writes that), but on CPU only float32 keeps the
-    losslessness oracle (half-precision greedy decodes flip at near-ties), and float32 rows meet the
-    contract's looser half-precision gates. Never a skip."""
+    ``CONFORMANCE_ENGINE_DTYPE`` (float32, bfloat16, float16) serves the dtype you deploy: a dtype other than
+    the contract's then fails ``dtype`` with the ``serving-dtype`` diagnosis, as ``check-captures`` on your
+    server would (no note: you chose it). Otherwise on CPU a float16/bfloat16 contract runs at float32:
+    SGLang's ``dtype=auto`` serves a float32 checkpoint at float16 on GPU (``init`` writes that), but on CPU
+    only float32 keeps the losslessness oracle (half-precision greedy decodes flip at near-ties); ``dtype``
+    then says the contract's dtype was not served (skip), in the same words. Never a skip of the path.
+
+    Raises:
+        UsageError: ``CONFORMANCE_ENGINE_DTYPE`` names another dtype.
+    """
     want = c.serving_dtype
+    asked = os.environ.get("CONFORMANCE_ENGINE_DTYPE")
+    if asked:
+        if asked not in ("float32", "bfloat16", "float16"):
+            from eagle3_conformance.core.errors import UsageError
+
+            raise UsageError(f"CONFORMANCE_ENGINE_DTYPE={asked}: give float32, bfloat16 or float16")
+        return asked, ""
     if device != "cpu" or want == "float32":
         return want, ""
     return "float32", (f"served at float32 on CPU: the contract serves {want} (SGLang's dtype=auto on GPU); "
@@ -184,7 +198,8 @@ def first(s: _State) -> Observation:
         for cap in caps:
             cap.provenance["run_dtype"] = s.run_dtype
     facts = {"sglang_version": obs.run.sglang_version, "avg_accept_length": obs.acceptance,
-             "engine_lossless": obs.lossless, **obs.extra_facts}
+             "engine_lossless": obs.lossless, **obs.extra_facts, **after_boundary_facts(obs.acceptance, s.draft_dir,
+                                                                                        "sglang.Engine")}
     eref = obs.engine_reference
     if eref is None:
         facts["reference"] = {"kind": "transformers"}
@@ -192,6 +207,16 @@ def first(s: _State) -> Observation:
     judged = [j for j in (judged_rows(cap, eref) for cap in caps) if j is not None]
     facts["reference"] = reference_fact(s.contract, eref, len(caps) - len(judged))
     return Observation(captures=judged, facts=facts, reference=eref)
+
+
+def after_boundary_facts(acceptance, draft_dir, engine: str) -> dict:
+    """The facts that judge what lies after the boundary: the draft's own acceptance (``draft_acceptance``,
+    from the engine's correct-drafts histogram) and its checkpoint's vocabulary (``draft_vocab``)."""
+    from eagle3_conformance.acceptance.stats import draft_acceptance_fact
+    from eagle3_conformance.draft_config.checkpoint import read_draft_vocab
+
+    vocab = read_draft_vocab(draft_dir) if draft_dir is not None else {"skip": "no draft directory"}
+    return {"draft_acceptance": draft_acceptance_fact(acceptance, f"{engine} accept counters"), "draft_vocab": vocab}
 
 
 def judged_rows(cap, eref):

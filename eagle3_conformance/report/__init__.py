@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 from eagle3_conformance.core.findings import Finding, Report, as_finding
+from eagle3_conformance.report.acceptance import inconclusive
 
 _STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
 
@@ -65,15 +66,21 @@ def input_error(findings: Iterable) -> Optional[str]:
     return None
 
 
-VERDICT_TONE = {"conforms": "good", "acceptance met": "good", "violations": "bad", "input error": "bad"}
+VERDICT_TONE = {"conforms": "good", "acceptance met": "good", "violations": "bad", "input error": "bad",
+                "inconclusive": "caveat"}
 """How a verdict kind (:func:`verdict`) reads: ``good``, ``bad``, any other kind a caveat (shapes only,
 not judged, not gated). The renderers draw the tone: the table's colour, the Markdown icon, the HTML
 page's class."""
 
 
-ACCEPTANCE_CHECKS = frozenset({"accept_length", "accept_regression"})
-"""The checks of an acceptance-only run (``accept``): a floor and a baseline, no tensor at the draft
-boundary, so its verdict speaks of acceptance, never of shapes."""
+ACCEPTANCE_CHECKS = frozenset({"accept_length", "accept_regression", "draft_acceptance", "draft_vocab"})
+"""The checks of an acceptance-only run (``accept``): a floor, a baseline, the draft's own acceptance
+(a draft that accepts almost nothing) and its checkpoint's vocabulary, no tensor at the draft boundary,
+so its verdict speaks of acceptance, never of shapes."""
+
+_GATING = ("accept_length", "accept_regression")
+"""The acceptance checks whose pass means "acceptance met" (a floor or a baseline judged the figures);
+``draft_acceptance`` passing alone says only that the draft accepts more than almost nothing."""
 
 
 def verdict(findings: list, unchecked_reason: Optional[str] = None, errors: Sequence[str] = ()) -> tuple[str, str]:
@@ -85,7 +92,8 @@ def verdict(findings: list, unchecked_reason: Optional[str] = None, errors: Sequ
     slot-identity finding's message, or the paths run when none of them judges identity), and for
     an acceptance-only run (every finding one of :data:`ACCEPTANCE_CHECKS`, the ``accept`` verb)
     ``"acceptance met"`` (a floor or a baseline passed) or ``"not gated"`` (nothing judged the
-    figures: no floor in the contract, no baseline)."""
+    figures: no floor in the contract, no baseline); ``"inconclusive"`` (nothing failed, but a gated
+    acceptance figure's baseline comparison could not decide: :func:`inconclusive`)."""
     why = input_error(findings)
     if why:
         return "input error", f"INPUT ERROR: {why}"
@@ -94,10 +102,13 @@ def verdict(findings: list, unchecked_reason: Optional[str] = None, errors: Sequ
     if errors:
         paths = ", ".join(dict.fromkeys(e.split(":", 1)[0] for e in errors))
         return "not judged", f"NOT JUDGED: bad input stopped {len(errors)} path(s): {paths}"
+    undecided = inconclusive(findings)
+    if undecided:
+        return "inconclusive", f"INCONCLUSIVE: {undecided}"
     if slot_identity_checked(findings):
         return "conforms", "CONFORMS"
     if findings and all(_get(f, "check") in ACCEPTANCE_CHECKS for f in findings):  # `accept`: no tensor was read
-        if any(_get(f, "status") == "pass" for f in findings):
+        if any(_get(f, "status") == "pass" and _get(f, "check") in _GATING for f in findings):
             return "acceptance met", "ACCEPTANCE MET"
         return "not gated", ("NOT GATED: acceptance was measured, nothing judged it (the contract sets no "
                              "gates.min_accept_length and no --baseline was given)")

@@ -345,7 +345,8 @@ class ServerAcceptItem(PathItem):
     """One contract's acceptance on the running server of ``--conformance-server``
     (:func:`eagle3_conformance.server_accept.session.measure`): its floor, and the baseline rule with
     ``--conformance-baseline``. Bad input (an unreachable server, one without speculative decoding, a
-    baseline of another contract) stops the item with its one-line reason, as a path's does."""
+    baseline of another prompt set) stops the item with its one-line reason, as a path's does; a baseline
+    comparison that cannot decide (``accept``'s exit 3) skips it with the INCONCLUSIVE line."""
 
     def runtest(self):
         from eagle3_conformance.core.errors import InputError
@@ -363,6 +364,11 @@ class ServerAcceptItem(PathItem):
         bad = [f for f in findings if f.status == "fail"]
         if bad:
             raise ConformanceFailure(bad)
+        from eagle3_conformance.report import inconclusive
+
+        undecided = inconclusive(findings)
+        if undecided:  # neither a pass nor a failure (the verb exits 3): a skip that says so, never a green item
+            pytest.skip(f"INCONCLUSIVE: {undecided}")
 
 
 @pytest.hookimpl(hookwrapper=True)
