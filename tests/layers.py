@@ -36,8 +36,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                  f"{P}.server_accept", f"{P}.serving", f"{P}.monitor")),
     # what the commands do: authoring, validate's local configs, upgrade-check, the kill matrix
     ("commands", (f"{P}.authoring", f"{P}.upgrade", f"{P}.faults")),
-    # the front doors: the command line, the pytest plugin, the server launcher
-    ("front", (f"{P}.cli", f"{P}.suite.plugin", f"{P}.serving.serve")),
+    # the front doors: the command line, the pytest plugin (and its fixtures), the server launcher
+    ("front", (f"{P}.cli", f"{P}.suite.plugin", f"{P}.suite.fixtures", f"{P}.serving.serve")),
 ]
 
 

@@ -368,8 +368,10 @@ def _baseline_file(tmp_path, model="/models/smollm2"):
     from eagle3_conformance.server_accept import baseline
 
     info = ServerInfo("sglang", "http://x", "0.5.23", model, model, "/models/draft", "EAGLE3", 3, {})
-    doc = baseline.build(tool_version="0.1.0", contract_name="smollm2-135m", contract_sha256="x",
-                         prompt_set={"version": "1", "sha256": "x", "ids": []}, max_tokens=32, concurrency=8,
+    from eagle3_conformance.contract import load_contract
+
+    doc = baseline.build(tool_version="0.1.0", contract=load_contract(ROOT / "contracts" / "smollm2-135m.yaml"),
+                         draft={"path": "/models/draft", "digest": None, "from": "server"}, prompt_set={"version": "1", "sha256": "x", "ids": []}, max_tokens=32, concurrency=8,
                          info=info, figures={"accept_length": {"value": 1.533}}, results=baseline_doc()["results"])
     p = tmp_path / "b.json"
     p.write_text(json.dumps(doc))

@@ -104,7 +104,10 @@ def _build(a, c):
 
         new = server_accept.connect(opts.server, timeout=30.0).info
         baseline.check_server(doc, opts.baseline, new)
-        return new, baseline.changes(doc, new)
+        from eagle3_conformance import __version__
+
+        return new, baseline.changes(doc, new, contract=c, draft=baseline.draft_identity(new, c),
+                                     tool_version=__version__)
 
     canary = None if c is None else (lambda: run_canary(opts.server, opts.baseline, c, tolerance=opts.tolerance,
                                                         concurrency=opts.canary_concurrency))

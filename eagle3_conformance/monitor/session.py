@@ -113,12 +113,10 @@ def connect(opts: Options, contract=None) -> tuple[Any, dict]:
 
     doc = baseline.load(opts.baseline)
     if contract is not None:
-        from eagle3_conformance import __version__
-        from eagle3_conformance.environment.validated import contract_hash
         from eagle3_conformance.server_accept import prompts
 
-        baseline.check_offline(doc, opts.baseline, tool_version=__version__, contract_sha256=contract_hash(contract),
-                               prompt_version=prompts.PROMPT_SET_VERSION, prompt_sha256=prompts.prompt_set_sha256())
+        baseline.check_offline(doc, opts.baseline, prompt_version=prompts.PROMPT_SET_VERSION,
+                               prompt_sha256=prompts.prompt_set_sha256())
     adapter = server_accept.connect(opts.server, timeout=min(30.0, opts.scrape_timeout * 3))
     baseline.check_server(doc, opts.baseline, adapter.info)
     m = metrics.parse(metrics.scrape_text(opts.server, opts.scrape_timeout), f"{opts.server}/metrics")

@@ -65,7 +65,7 @@ def draft_identity(info: ServerInfo, contract) -> dict[str, Any]:
 
     if info.draft:
         return {"path": info.draft, "digest": draft_digest(info.draft), "from": "server"}
-    d = contract_draft_dir(contract)
+    d = contract_draft_dir(contract) if contract is not None else None
     return {"path": str(d) if d else None, "digest": draft_digest(d) if d else None, "from": "contract" if d else None}
 
 
@@ -150,7 +150,8 @@ def changes(doc: dict, info: ServerInfo, *, contract, draft: dict, tool_version:
     """What differs from the baseline and is compared, not refused: ``{field: [baseline, now]}``: the draft
     (``draft.digest``; ``draft.path`` alone when the content is the same: "same content"), the server's
     ``version``, ``k`` and each recorded flag (dtype among them), each contract field (or
-    ``contract_sha256`` for a format-1 baseline), ``tool_version``."""
+    ``contract_sha256`` for a format-1 baseline; none where ``contract`` is None: ``monitor`` without a
+    contract), ``tool_version``."""
     from eagle3_conformance.environment.validated import contract_fields, contract_hash, field_changes
 
     s = doc["server"]
@@ -167,7 +168,7 @@ def changes(doc: dict, info: ServerInfo, *, contract, draft: dict, tool_version:
     for key in sorted(set(flags) | set(info.flags)):
         if key not in ("launch_command", "speculative_draft_model_path") and flags.get(key) != info.flags.get(key):
             out[f"flags.{key}"] = [flags.get(key), info.flags.get(key)]
-    if doc.get("contract_sha256") != contract_hash(contract):
+    if contract is not None and doc.get("contract_sha256") != contract_hash(contract):
         fields = field_changes(doc.get("contract_fields"), contract_fields(contract))
         out.update({f"contract {k}": v for k, v in fields.items()} if fields else
                    {"contract_sha256": [str(doc.get("contract_sha256"))[:12], contract_hash(contract)[:12]]})
