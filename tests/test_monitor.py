@@ -215,6 +215,40 @@ def test_a_restart_onto_a_broken_draft_raises_the_alarm_within_the_stated_time()
     assert "s after the restart seen" in render.text(doc)
 
 
+def _page_onset(o, alarm):
+    """The CUSUM change-point estimate read off the recorded windows (not the judge's bookkeeping): the
+    start of the first judged window after the last window that closed with the statistic at 0."""
+    ws = [w for w in o.windows if w.index <= alarm.window and w.phase != "calibrating"]
+    zero = max((w.index for w in ws if w.stats and w.stats[0] == 0), default=ws[0].index - 1)
+    return next(w.start for w in ws if w.index > zero and w.status == "judged")
+
+
+def test_an_alarm_is_dated_from_where_the_statistic_last_left_zero():
+    s = Script(lambda t: 1.53 if t < 1200 else 1.05, seed=3)
+    o = run(s, 2400)
+    a = o.alarms[0]
+    assert a.onset_time == a.cusum_onset_time == _page_onset(o, a)
+    assert 1200 - 30 < a.onset_time <= 1200  # the window the drop began in
+    assert not o.restarts
+
+
+def test_an_alarm_after_a_restart_is_never_dated_before_the_restart():
+    """The real-server run behind docs/monitor-timeline.png: one calibrated window a little low (the
+    statistic left 0 by a hair), the server stopped (failed scrapes), restarted onto a broken draft. The
+    report, the exposition's ``since`` and the picture's band date the drop from the restart seen, not
+    from the old process's window."""
+    s = Script(lambda t: 1.53 if t < 150 else 1.45 if t < 900 else 1.05, down=[(185, 900)], restart=890, seed=4)
+    o = run(s, 1500)
+    a = o.alarms[0]
+    assert o.restarts == [900.0]
+    assert a.onset_time == 900.0
+    assert a.cusum_onset_time == _page_onset(o, a) < 900  # the scenario: the statistic left 0 before it
+    assert o.windows[a.onset_window].restarts == [900.0]
+    doc = render.document(o, "b.json", baseline_doc())
+    assert doc["alarms"][0]["onset_time"] == 900.0 and doc["windows"][a.onset_window]["restarts"] == [900.0]
+    assert "the restart seen" in doc["alarms"][0]["message"]
+
+
 def test_a_restart_onto_another_pair_ends_the_session_and_an_unreadable_identity_is_said():
     from eagle3_conformance.core.errors import DataError
     from eagle3_conformance.server_accept.http import ServerError
@@ -266,6 +300,52 @@ def test_a_fault_is_confirmed_by_the_canary_and_carries_the_captures_diagnosis()
     assert o.exit_code == 1 and o.alarms[0].state == "fault"
     txt = render.text(render.document(o, "b.json", baseline_doc()))
     assert "diagnosis: slot 0 is B_0" in txt and "fix: write [1, 14, 26]" in txt
+
+
+def _row(figure, base, now, lo, hi):
+    return {"figure": figure, "baseline": base, "now": now, "difference": [lo, hi], "tolerance": 0.05 * base}
+
+
+UNDECIDED = _row("accept length", 1.533, 1.500, -0.090, 0.020)  # straddles -0.077: neither MET nor DROPPED
+
+
+def test_the_canarys_verdict_is_the_decision_cores_with_the_accept_length_gating():
+    from eagle3_conformance.monitor.canary import INCONCLUSIVE, verdict
+
+    v, ds = verdict([UNDECIDED], [], 8)
+    assert v == INCONCLUSIVE and ds[0]["verdict"] == "INCONCLUSIVE"
+    assert ds[0]["units_needed"] == math.ceil(8 * ((-0.033 + 0.090) / (-0.033 + 0.0767)) ** 2) == 14
+    met = _row("accept length", 1.533, 1.533, -0.02, 0.02)
+    pos = _row("position 1", 0.35, 0.34, -0.05, 0.01)  # undecided, but a position's 5% lies below 8 prompts' noise
+    assert verdict([met, pos], [], 8)[0] == MET
+    assert verdict([met, _row("position 1", 0.35, 0.03, -0.35, -0.29)], [], 8)[0] == DROPPED
+    assert verdict([met], ["accept_length below the contract's floor"], 8)[0] == DROPPED
+
+
+def _inconclusive_canary():
+    from eagle3_conformance.monitor.canary import verdict
+
+    v, ds = verdict([UNDECIDED], [], 8)
+    return lambda: CanaryResult(v, 0.0, 40.0, rows=[UNDECIDED], failed=[], decisions=ds, prompts=8, prompt_set=32)
+
+
+def test_an_inconclusive_canary_leaves_the_alarm_unconfirmed_and_says_what_would_decide_it():
+    s = Script(lambda t: 1.53 if t < 1200 else 1.05)
+    o = run(s, 2400, canary=_inconclusive_canary())
+    a = o.alarms[0]
+    assert a.kind == "drift" and a.state == "unconfirmed" and a.canary["verdict"] == "INCONCLUSIVE"
+    assert o.exit_code == 1  # the drift test's alarm stands; only its cause is undecided
+    assert len(o.calibrations) == 1  # not cleared, not recalibrated as a traffic-mix shift would be
+    txt = render.text(render.document(o, "b.json", baseline_doc()))
+    assert "ALARM: 1 alarm(s), unconfirmed" in txt
+    assert ("diagnosis: unconfirmed: the canary is INCONCLUSIVE: accept length change -0.033, paired 95% interval "
+            "[-0.090, +0.020] over 8 prompts straddles -0.077") in txt
+    assert "about 14 prompts would decide it: record the baseline again with accept --record --prompts 14" in txt
+    assert "to decide it: about 14" in txt and "--captures DIR" in txt and "the alarm stays unconfirmed" in txt
+    clean = {"verdict": "CONFORMS", "judged": 8, "diagnoses": [], "failing": []}
+    o = run(Script(lambda t: 1.53 if t < 1200 else 1.05), 2400, canary=_inconclusive_canary(), diagnose=lambda: clean)
+    assert "the server's records (8 of the newest process judged) show no capture fault" in render.text(
+        render.document(o, "b.json", baseline_doc()))
 
 
 def test_a_level_below_the_baseline_at_start_is_an_alarm_only_when_the_canary_drops():

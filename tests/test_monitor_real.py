@@ -1,17 +1,22 @@
 """``eagle3-conformance monitor`` on SGLang 0.5.23's real HTTP server (``--enable-metrics``, the CPU recipe),
 the SmolLM2-135M pair and its shipped draft, under generated traffic (:mod:`eagle3_conformance.testbed.traffic`),
-both servers started with ``serve-hooks``' ``--forward-hooks`` value:
+both server processes started with ``serve-hooks``' ``--forward-hooks`` value:
 
-- no alarm: the correct pair under steady traffic, the monitor for 100 s (exit 0);
-- the alarm: a second monitor calibrates on the correct pair; the server is stopped and restarted on the
-  same port onto the seed incident (the draft config's ``eagle_aux_hidden_state_layer_ids`` ``[-1, 1, 14]``:
-  slot 0 is the embedding B_0); the monitor sees the restart (counter reset), raises the alarm, the
-  canary (``accept --baseline`` on the held-out prompts) says DROPPED, and the newest process's records
-  judged with check-captures' logic name slot 0 as B_0 (exit 1).
+- no alarm: the correct pair under steady traffic, a monitor with ``--duration`` (exit 0);
+- the alarm: beside it, a second monitor calibrates on the correct pair; the server is stopped and
+  restarted on the same port onto the seed incident (the draft config's ``eagle_aux_hidden_state_layer_ids``
+  ``[-1, 1, 14]``: slot 0 is the embedding B_0); the monitor sees the restart (counter reset), raises
+  the alarm dated from the restart, the canary (``accept --baseline`` on the held-out prompts) says
+  DROPPED, and the newest process's records judged with check-captures' logic name slot 0 as B_0 (exit 1).
 
-Two server starts; about 6 minutes on a quiet machine (docs/monitor.md gives the measured time).
-Windows are 10 s here (the default is 30 s) to keep the test short; the false-alarm rate is stated for
-them all the same (the threshold follows the window length)."""
+As cheap as it stays honest: the two monitors run at once on the first server process (the quiet one's
+windows are the second one's calibration), the traffic stops at the alarm (the canary then runs
+alone), the monitor is stopped as soon as it alarms (it finishes the canary and the captures first),
+two captures are judged. Windows are 5 s (the default is 30 s): the threshold follows the window
+length (h = ln(windows per day / 0.1) = 12.06, Lorden's bound for 0.1 false alarms a day at 5 s
+windows), ``--min-steps 15`` (about one finished request) and 4 calibration windows. Two real server
+starts remain, about 1 minute each on a quiet machine: docs/monitor.md gives the measured time, and
+the test is in the ``soak`` tier (``tox -e soak``), which CI does not run."""
 
 from __future__ import annotations
 
@@ -30,7 +35,8 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = str(ROOT / "contracts" / "smollm2-135m.yaml")
-FAST = ["--window", "10", "--interval", "2", "--warmup", "4", "--min-steps", "30"]
+FAST = ["--window", "5", "--interval", "1", "--warmup", "4", "--min-steps", "15"]
+QUIET_S = 60
 
 
 def _port() -> int:
@@ -81,8 +87,6 @@ def _wait_for(path: Path, pattern: str, timeout: float, proc: subprocess.Popen) 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    from eagle3_conformance.testbed.http_server import seed_draft
-    from eagle3_conformance.testbed.traffic import Traffic, served_model
     from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
 
     tmp = tmp_path_factory.mktemp("monitor-real")
@@ -92,35 +96,56 @@ def runs(tmp_path_factory):
     assert r.returncode == 0, r.stderr
     hooks, port, base = r.stdout.strip(), _port(), tmp / "baseline.json"
     t0 = time.time()
-    out = {"tmp": tmp}
+    out: dict = {"tmp": tmp}
+    started: list = []
+    try:
+        _phases(tmp, draft, caps, hooks, port, base, out, started)
+    finally:  # a failed wait leaves no monitor and no traffic behind
+        from eagle3_conformance.environment.procgroup import kill_group
+
+        for p in started:
+            if not isinstance(p, subprocess.Popen):
+                p.stop(join=30)
+            elif p.poll() is None:
+                kill_group(p)
+    out["seconds"] = time.time() - t0
+    (tmp / "times.json").write_text(json.dumps({k: v for k, v in out.items() if k != "tmp"}))
+    return out
+
+
+def _phases(tmp: Path, draft: Path, caps: Path, hooks: str, port: int, base: Path, out: dict, started: list) -> None:
+    """The two server processes and what runs against them (``started``: the traffic and the monitors)."""
+    from eagle3_conformance.testbed.http_server import seed_draft
+    from eagle3_conformance.testbed.traffic import Traffic, served_model
+
+    t0 = time.time()
     with server(tmp, draft, port, hooks, "correct") as url:
+        out["first_ready"] = time.time() - t0
         r = cli("accept", "--server", url, "--contract", CONTRACT, "--prompts", "8", "--max-tokens", "32",
                 "--concurrency", "8", "--record", str(base))
         assert r.returncode == 0, r.stdout + r.stderr
         traffic = Traffic(url, served_model(url), "mixed", concurrency=4, seed=1).start()
-        quiet = monitor(tmp, "quiet", "--server", url, "--baseline", str(base), "--duration", "100", *FAST)
-        out["quiet_rc"] = quiet.wait(timeout=400)
+        started.append(traffic)
         watch = monitor(tmp, "watch", "--server", url, "--baseline", str(base), "--contract", CONTRACT,
-                        "--captures", str(caps), "--max-captures", "8", *FAST)
+                        "--captures", str(caps), "--max-captures", "2", *FAST)
+        quiet = monitor(tmp, "quiet", "--server", url, "--baseline", str(base), "--duration", str(QUIET_S), *FAST)
+        started += [watch, quiet]
+        out["quiet_rc"] = quiet.wait(timeout=QUIET_S + 300)
         _wait_for(tmp / "watch.out", "(watching)", 300, watch)
     out["restart_at"] = time.time()
     with server(tmp, seed_draft(tmp, draft), port, hooks, "seed"):
         out["seed_ready_at"] = time.time()
         _wait_for(tmp / "watch.out", "ALARM", 300, watch)
-        _wait_for(tmp / "watch.out", "canary", 300, watch)
-        time.sleep(3)
-        _wait_for(tmp / "watch.out", "window", 120, watch)  # the next window: the captures have been judged
-        watch.send_signal(signal.SIGTERM)
-        out["watch_rc"] = watch.wait(timeout=300)
         traffic.stop(join=60)
-    out["seconds"] = time.time() - t0
-    return out
+        watch.send_signal(signal.SIGTERM)  # it ends after the canary and the captures of this alarm
+        out["watch_rc"] = watch.wait(timeout=600)
 
 
 def test_the_correct_pair_under_steady_traffic_raises_no_alarm(runs):
     doc = json.loads((runs["tmp"] / "quiet.json").read_text())
     assert runs["quiet_rc"] == 0, (runs["tmp"] / "quiet.out").read_text()
-    assert doc["verdict"] == "NO ALARM" and doc["summary"]["by_status"].get("judged", 0) >= 3  # 5-6 at load 8-14
+    watched = [w for w in doc["windows"] if w["status"] == "judged" and w["phase"] == "watching"]
+    assert doc["verdict"] == "NO ALARM" and len(watched) >= 3, doc["summary"]
     assert doc["server"]["version"] == "0.5.23" and doc["detection"]
 
 
@@ -128,9 +153,9 @@ def test_a_restart_onto_the_seed_incident_raises_the_alarm_with_canary_and_diagn
     text = (runs["tmp"] / "watch.out").read_text()
     doc = json.loads((runs["tmp"] / "watch.json").read_text())
     assert runs["watch_rc"] == 1, text
-    assert any(e.startswith("counter reset") for w in doc["windows"] for e in w["events"]), text
+    assert len(doc["restarts"]) == 1, text
     a = doc["alarms"][0]
+    assert a["onset_time"] >= doc["restarts"][0] and a["time"] > runs["seed_ready_at"] - 5, a
     assert a["state"] == "fault" and a["canary"]["verdict"] == "DROPPED", text
-    assert a["time"] > runs["seed_ready_at"] - 5
     assert "slot 0" in a["diagnosis_line"] and "B_0" in a["diagnosis_line"], a
-    assert "changed since" in text or "differs from the baseline" in text
+    assert "differs from the baseline" in text

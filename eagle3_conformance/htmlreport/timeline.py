@@ -2,9 +2,12 @@
 
 Top: the accept length of every judged window (dots), the reference level the drift test compares
 with and that level minus the tolerance (the drop it tests for), the baseline's figure; restarts
-(counter resets) as grey lines, windows the canary's requests were excluded from as grey bands,
-idle and sparse windows as ticks at the bottom, each alarm as a red line with its kind and what it
-turned out to be, dated from the CUSUM's onset (a red band from onset to alarm). Bottom: each
+(counter resets, when the monitor saw them) as dotted lines, windows the canary's requests were
+excluded from as grey bands, idle and sparse windows as ticks at the bottom, each alarm as a red line
+with its kind and what it turned out to be (labels above the axes), shaded from the time the alarm is
+dated from (:class:`eagle3_conformance.monitor.judge.Alarm` ``onset_time``: the CUSUM's change-point
+estimate, never before a restart seen in between) to the alarm. The legend sits below the axes, off
+the data. Bottom: each
 figure's drift statistic and the alarm threshold. The same figure is the page's SVG and, through
 :func:`save_png`, the README's picture (``scripts/monitor_timeline.py``).
 """
@@ -29,7 +32,7 @@ def figure(doc: dict[str, Any]):
     """The matplotlib figure of a monitor document (object API, no pyplot)."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(9.5, 5.2))
+    fig = Figure(figsize=(9.5, 6.0), layout="constrained")
     top, bot = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1.4]})
     ws = doc.get("windows") or []
     judged = [w for w in ws if w["status"] == "judged" and w["values"]]
@@ -53,10 +56,13 @@ def figure(doc: dict[str, Any]):
     bot.set_ylabel("CUSUM (nats)")
     top.set_ylabel("accept length (tokens / verify step)")
     srv = doc.get("server") or {}
-    top.set_title(f"{srv.get('kind', '?')} {srv.get('version', '')}: {doc.get('verdict', '')}", fontsize=10)
-    top.legend(fontsize=7, loc="lower left", ncol=2)
-    bot.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
+    fig.suptitle(f"{srv.get('kind', '?')} {srv.get('version', '')}: {doc.get('verdict', '')}", fontsize=10)
+    handles, labels = [], []
+    for ax in (top, bot):  # one legend below the axes: inside them it would cover windows
+        hs, ls = ax.get_legend_handles_labels()
+        handles += hs
+        labels += ls
+    fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=7, frameon=False)
     return fig
 
 
@@ -86,10 +92,12 @@ def _marks(doc: dict, ws: list, top, bot) -> None:
                 ax.axvspan(x0, x1, color="#bbbbbb", alpha=0.4, lw=0)
         if w["status"] in ("idle", "sparse"):
             top.plot([(x0 + x1) / 2], [0.02], marker="|", color="#7f7f7f", transform=top.get_xaxis_transform())
-        if any(e.startswith("counter reset") for e in w["events"]):
+        seen = w.get("restarts") or ([w["start"]] if any(e.startswith("counter reset") for e in w["events"]) else [])
+        for t in seen:  # when the monitor saw the restart (older documents: the window's start)
             for ax in (top, bot):
-                ax.axvline(x0, color="#555555", lw=1, ls=":")
-            top.text(x0, 0.97, " restart", transform=top.get_xaxis_transform(), fontsize=7, va="top", color="#555555")
+                ax.axvline(_t(doc, t), color="#555555", lw=1, ls=":")
+            top.text(_t(doc, t), 1.0, "restart", transform=top.get_xaxis_transform(), fontsize=7, va="bottom",
+                     ha="center", color="#555555")
     for a in doc.get("alarms") or []:
         xa = _t(doc, a["time"])
         color = "#2ca02c" if a["state"] == "mix shift" else "#d62728"
@@ -97,8 +105,8 @@ def _marks(doc: dict, ws: list, top, bot) -> None:
             top.axvspan(_t(doc, a["onset_time"]), xa, color=color, alpha=0.12, lw=0)
         for ax in (top, bot):
             ax.axvline(xa, color=color, lw=1.5)
-        top.text(xa, 0.90, f" ALARM ({a['kind']}): {a['state']}", transform=top.get_xaxis_transform(), fontsize=8,
-                 color=color, va="top", fontweight="bold")
+        top.text(xa, 1.0, f"ALARM ({a['kind']}): {a['state']}", transform=top.get_xaxis_transform(), fontsize=8,
+                 color=color, va="bottom", ha="center", fontweight="bold")
 
 
 def svg(doc: dict[str, Any]) -> str:

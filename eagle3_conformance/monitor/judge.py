@@ -13,7 +13,14 @@ Phases:
   canary's prompt set). It is not an alarm by itself: the session asks the canary, which raises it
   (:meth:`Judge.latch`) only when the held-out prompts drop too.
 - ``watching``: each judged window updates one CUSUM per figure (:class:`~.drift.Cusum`); the first
-  figure to cross ``h`` raises a ``drift`` alarm, dated from the CUSUM's onset estimate.
+  figure to cross ``h`` raises a ``drift`` alarm. It is dated by the standard CUSUM change-point
+  estimate (Page 1954; Basseville & Nikiforov 1993, section 2.2.3) of that figure: the last time its
+  statistic was 0 before it crossed ``h``, i.e. the start of the first judged window of the excursion
+  that crossed (a window's start includes the sparse windows carried into it: its counts begin there).
+  A server restart seen between that time and the alarm dates it instead (:attr:`Alarm.onset_time` is
+  never before the restart): the new process's counts are all the window after a restart holds, and a
+  statistic that left 0 by a hair on the old process's last windows says nothing about when the new
+  one started to accept less. Both dates are kept (:attr:`Alarm.cusum_onset_time`).
 - ``alarm``: latched until :meth:`Judge.clear` (the canary found the server meets its baseline: a
   traffic-mix shift), which recalibrates on the next windows.
 
@@ -36,8 +43,10 @@ Z95 = 1.959963984540054
 @dataclass
 class Alarm:
     """An alarm: ``kind`` (``drift``, ``level``, ``canary``), the window it was raised in, the figure,
-    the window from which the drop is dated, the message, and what became of it (``state``:
-    ``unconfirmed``, ``fault``, ``mix shift``) with the canary's and the captures' words."""
+    the window and time (epoch s) from which the drop is dated (the module docstring's rule), the
+    message, and what became of it (``state``: ``unconfirmed``, ``fault``, ``mix shift``) with the
+    canary's and the captures' words. ``cusum_onset_time``: the CUSUM's own change-point estimate,
+    earlier than ``onset_time`` when a restart seen in between dates the alarm."""
 
     kind: str
     window: int
@@ -49,6 +58,7 @@ class Alarm:
     state: str = "unconfirmed"
     canary: Optional[dict] = None
     diagnosis: list = field(default_factory=list)
+    cusum_onset_time: Optional[float] = None
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -79,6 +89,7 @@ class Judge:
         self.alarms: list[Alarm] = []
         self.judged: list[Window] = []
         self.calibrations: list[dict] = []
+        self.last_restart: Optional[tuple[float, int]] = None
 
     @property
     def tests(self) -> int:
@@ -102,6 +113,8 @@ class Judge:
         """Judge closed window ``w`` (fills its ``values``, ``stats``, ``phase``): a new drift alarm (raised),
         a ``level`` finding at the end of calibration (not raised: see the module docstring), or None."""
         w.phase = self.phase
+        if w.restarts:
+            self.last_restart = (w.restarts[-1], w.index)
         if w.status != "judged":
             w.stats = [c.stat for c in self.cusums]
             return None
@@ -120,12 +133,21 @@ class Judge:
             return None
         i = max(hit, key=lambda j: self.cusums[j].stat / self.designs[j].h)  # type: ignore[index]
         c, d = self.cusums[i], self.designs[i]  # type: ignore[index]
-        onset = c.onset if c.onset is not None else w.index
-        first = next((x for x in self.judged if x.index >= onset), w)
+        onset_i, onset_t, page_t, since = self._onset(c, w)
         msg = (f"{d.figure} dropped: {d.mu0:.3f} -> {w.values[i]:.3f} in the last window; drift statistic "
                f"{c.stat:.1f} > threshold {d.h:.1f} (a drop of {d.delta:.3f}, the baseline's tolerance, "
-               f"is what it tests for); since about {hms(first.start)}")
-        return self._raise(Alarm("drift", w.index, w.end, d.figure, onset, first.start, msg))
+               f"is what it tests for); since about {since}")
+        return self._raise(Alarm("drift", w.index, w.end, d.figure, onset_i, onset_t, msg, cusum_onset_time=page_t))
+
+    def _onset(self, c: drift.Cusum, w: Window) -> tuple[int, float, float, str]:
+        """The alarm's date (the module docstring's rule): ``(window, time, the CUSUM's own estimate, words)``."""
+        start = c.onset if c.onset is not None else w.index
+        first = next((x for x in self.judged if x.index >= start), w)
+        if self.last_restart is None or self.last_restart[0] <= first.start:
+            return first.index, first.start, first.start, hms(first.start)
+        t, i = self.last_restart
+        return i, t, first.start, (f"{hms(t)}, the restart seen (the statistic had last been 0 at "
+                                   f"{hms(first.start)}, before it)")
 
     def _raise(self, a: Alarm) -> Alarm:
         self.phase = "alarm"

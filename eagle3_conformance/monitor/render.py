@@ -86,7 +86,8 @@ def text(doc: dict) -> str:
                          "".join(f"; {r['figure']} {r['baseline']:.3f} -> {r['now']:.3f}" for r in c.get("rows") or []))
         lines.append(f"  diagnosis: {a['diagnosis_line']}")
         if a["fix_line"]:
-            lines.append(f"  fix: {a['fix_line']}")
+            label = "to decide it" if a["diagnosis_line"].startswith("unconfirmed:") else "fix"
+            lines.append(f"  {label}: {a['fix_line']}")
     lines.append(f"test: one-sided CUSUM per figure ({', '.join(s['figures'])}) of a drop of {s['tolerance']:.0%} of "
                  f"the baseline; windows of {s['window_s']:g} s (>= {s['min_steps']:g} verify steps), threshold "
                  f"h = {s['h']:.2f}: at most {s['false_alarms_per_day']:g} false alarm(s) per day (Lorden's bound)")

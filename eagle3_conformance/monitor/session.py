@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 
 from eagle3_conformance.core.errors import DataError
 from eagle3_conformance.monitor import metrics
-from eagle3_conformance.monitor.canary import DROPPED, INCONCLUSIVE, MET, CanaryResult
+from eagle3_conformance.monitor.canary import DROPPED, ERROR, INCONCLUSIVE, MET, CanaryResult, undecided
 from eagle3_conformance.monitor.judge import Alarm, Judge, Settings, steps_per_second
 from eagle3_conformance.monitor.windows import Window, Windows, hms
 
@@ -257,8 +257,12 @@ class Monitor:
             return
         res = self._run_canary("on the level at calibration")
         finding.canary = res.to_json()
-        if res.verdict != DROPPED:
+        if res.verdict == MET:
             self.events.append(f"{note}; the canary says {res.verdict}: the traffic, not the server")
+        if res.verdict in (INCONCLUSIVE, ERROR):
+            what, how = undecided(res.to_json()) if res.verdict == INCONCLUSIVE else (res.line(), "run it again")
+            self.events.append(f"{note}; not raised, undecided: {what}; {how}")
+        if res.verdict != DROPPED:
             w.events.append(note)
             return
         finding.state = "fault"
@@ -281,6 +285,10 @@ class Monitor:
                                    "drop is in the traffic's mix, not the server; recalibrating on the next windows")
             elif res.verdict == DROPPED:
                 alarm.state = "fault"
+            else:  # INCONCLUSIVE or ERROR: the alarm stands, unconfirmed, and says what would decide it
+                what, how = undecided(res.to_json()) if res.verdict == INCONCLUSIVE else (res.line(), "")
+                self.events.append(f"{hms(self.clock())}: the alarm stays unconfirmed: {what}" +
+                                   (f"; {how}" if how else ""))
         if alarm.state != "mix shift" and self.diagnose is not None:
             alarm.diagnosis = [self.diagnose()]
         self._export_alarm(alarm)
@@ -350,9 +358,26 @@ def diagnosis_line(a: Alarm) -> tuple[str, str]:
             return f"captures not judged: {d['error']}", ""
     if a.state == "mix shift":
         return "traffic-mix shift: the canary meets the baseline on the held-out prompts", "none needed"
+    if a.canary and a.canary.get("verdict") != DROPPED:
+        return _unconfirmed(a)
     if a.canary:
         return f"canary {a.canary.get('verdict')}", ""
     return "unconfirmed: no canary (give --contract) and no captures (--captures DIR)", ""
+
+
+def _unconfirmed(a: Alarm) -> tuple[str, str]:
+    """An alarm the canary could not decide (INCONCLUSIVE, or it could not run): what it could not tell,
+    and what would decide it: more prompts, and the server's records (or what they showed)."""
+    c = a.canary or {}
+    if c.get("verdict") == INCONCLUSIVE:
+        what, how = undecided(c)
+    else:
+        what, how = f"the canary could not run ({c.get('error') or c.get('verdict')})", "run it again"
+    clean = next((d for d in a.diagnosis if d.get("verdict") and not d.get("diagnoses")), None)
+    caps = (f"the server's records ({clean.get('judged')} of the newest process judged) show no capture fault, so "
+            "a wrong tensor at the draft boundary is not the cause" if clean else
+            "the server's records judged (--captures DIR, serve-hooks' value) decide a capture fault without it")
+    return f"unconfirmed: {what}", f"{how}; {caps}"
 
 
 def _window_line(w: Window, figures: list[str]) -> str:

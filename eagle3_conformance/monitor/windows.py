@@ -35,6 +35,8 @@ class Window:
         status: ``judged`` (enough steps: the drift test reads it), ``sparse`` (too few steps: carried
             into the next window), ``idle`` (no request finished), ``excluded`` (a canary ran).
         events: what happened in it (restart, failed scrapes, canary, alarm), in words.
+        restarts: the times (epoch s) of the counter resets seen in it: the first scrape that read the
+            new process's counters (the restart itself lies between the scrape before and this one).
         values: each figure's value (numerator / steps) for a judged window.
         stats: each figure's drift statistic after the window (filled by the judge).
         phase: the judge's phase when it closed (``calibrating``, ``watching``, ``alarm``).
@@ -48,6 +50,7 @@ class Window:
     requests: float
     status: str
     events: list[str] = field(default_factory=list)
+    restarts: list[float] = field(default_factory=list)
     values: list[Optional[float]] = field(default_factory=list)
     stats: list[float] = field(default_factory=list)
     phase: str = ""
@@ -55,7 +58,7 @@ class Window:
     def to_json(self) -> dict:
         return {"index": self.index, "start": round(self.start, 3), "end": round(self.end, 3), "steps": self.steps,
                 "nums": self.nums, "requests": self.requests, "status": self.status, "events": self.events,
-                "values": self.values, "stats": [round(s, 4) for s in self.stats], "phase": self.phase}
+                "restarts": [round(t, 3) for t in self.restarts], "values": self.values, "stats": [round(s, 4) for s in self.stats], "phase": self.phase}
 
 
 class Windows:
@@ -70,6 +73,7 @@ class Windows:
         self.carry_start: Optional[float] = None
         self.steps, self.nums, self.requests = 0.0, [0.0] * n_figures, 0.0
         self.events: list[str] = []
+        self.open_restarts: list[float] = []
         self.failing: Optional[str] = None
         self.excluded: Optional[str] = None
         self.excluded_in_window = False
@@ -97,6 +101,7 @@ class Windows:
         if d_steps < 0 or d_req < 0 or any(x < 0 for x in d_nums):
             self.resets += 1
             self.reset_times.append(snap.t)
+            self.open_restarts.append(snap.t)
             self.events.append(f"counter reset at {hms(snap.t)}: the server restarted (verify steps "
                                f"{prev.steps:g} -> {snap.steps:g}); counted from its start, what it did after the "
                                "scrape before was lost")
@@ -132,7 +137,8 @@ class Windows:
             status = "idle"
         else:
             status = "sparse"
-        w = Window(idx, start, now, self.steps, list(self.nums), self.requests, status, list(self.events))
+        w = Window(idx, start, now, self.steps, list(self.nums), self.requests, status, list(self.events),
+                   list(self.open_restarts))
         if status == "sparse":
             w.events.append(f"{self.steps:g} verify steps < {self.min_steps:g}: carried into the next window")
             self.carry_start = start
@@ -140,7 +146,7 @@ class Windows:
             self.carry_start = None
             self.steps, self.nums, self.requests = 0.0, [0.0] * self.n, 0.0
         self.excluded_in_window = bool(self.excluded)
-        self.events = []
+        self.events, self.open_restarts = [], []
         self.start = now
         self.closed.append(w)
         return w
