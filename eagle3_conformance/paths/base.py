@@ -154,6 +154,13 @@ Observe = Callable[[Any, Draw], Observation]
 """``observe(state, draw) -> Observation``: one example; inputs drawn with ``draw(strategy,
 label)`` from :mod:`eagle3_conformance.suite.strategies`."""
 
+Warm = Callable[["Contract", "LocalPair"], Optional[Callable[[], None]]]
+"""``warm(contract, pair) -> discard | None``: start now, in the background, the part of ``prepare`` that
+another process does (an engine's start and batch), so that it overlaps the paths run before this one;
+``prepare`` later takes it (same arguments, same run). Returns a callable that stops it and frees what it
+holds if ``prepare`` never comes (None: nothing was started). Judges nothing; a problem is left for
+``prepare`` to report."""
+
 
 @dataclass(frozen=True)
 class Path:
@@ -166,6 +173,7 @@ class Path:
         prepare: see :data:`Prepare`.
         first: see :data:`First`; None: no fixed inputs.
         observe: see :data:`Observe`; None: nothing is drawn (the path runs ``first`` only).
+        warm: see :data:`Warm`; None: nothing to start ahead.
     """
 
     name: str
@@ -174,6 +182,7 @@ class Path:
     prepare: Prepare
     first: Optional[First] = None
     observe: Optional[Observe] = None
+    warm: Optional[Warm] = None
 
 
 def start_token(contract: "Contract") -> Optional[int]:
