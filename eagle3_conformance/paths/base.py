@@ -10,6 +10,8 @@ observations into findings, and :mod:`eagle3_conformance.suite.session` runs a p
 Running one path on one contract (``eagle3_conformance.suite.session.run_path``)::
 
     skipped = path.needs.unmet(pair)              # None, or why it cannot run here
+    (path.warm(contract, pair))                   # the pytest plugin, once the items are chosen: what
+                                                  # another process does for prepare starts ahead
     state = path.prepare(contract, pair)          # load the tool once; or Skipped(reason)
     first = path.first(state)                     # inputs not drawn (None: nothing)
     for each example hypothesis draws:            # unless first failed with stop_on_failure
