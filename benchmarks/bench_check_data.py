@@ -61,7 +61,6 @@ data a ``--keep`` run left in ``--out`` instead of writing it again).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform
@@ -71,14 +70,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parent))  # its sibling modules, however this file is loaded
+
+from page_cache import dataset_files, make_cold, resident_share  # noqa: E402
+from ray_head import RayHead, cores  # noqa: E402
+from scan_steps import all_rows_pass, per_check_steps, print_steps  # noqa: E402
+
 SLOT_SCALE = [0.5, 1.0, 2.0, 4.0]  # per-slot RMS of the synthetic data (aux slots, then verifier)
 LAYERS = {4096: 32, 7168: 61}
 GOAL_WARM_X_RAW_READ = 0.9  # issue 42: check-data >= 0.9x the read touching every byte, warm
 GOAL_COLD_X_RAW = 0.8  # ... and >= 0.8x raw, cold
-RMS_PASS = "rms pass (finite, RMS per row, bands' input)"
 
 
 # --- dataset -----------------------------------------------------------------------------------
@@ -155,6 +158,20 @@ def _touch(t) -> int:
     return int(t[..., ::per_page].float().sum().isfinite())
 
 
+def _check_data_main():
+    """The CLI's ``main``, with what check-data's run imports on its first call imported now."""
+    import eagle3_conformance.cli.progress  # noqa: F401
+    import eagle3_conformance.diagnose  # noqa: F401
+    import eagle3_conformance.environment.validated  # noqa: F401
+    import eagle3_conformance.report  # noqa: F401
+    import eagle3_conformance.suite.assess  # noqa: F401
+    from eagle3_conformance import scan  # noqa: F401
+    from eagle3_conformance.cli import build_parser, main
+
+    build_parser()  # import the extra command modules
+    return main
+
+
 def child(kind: str, data: str, contract: str, out_json: str) -> None:
     sys.path.insert(0, os.environ.get("BENCH_TREE") or str(HERE.parent.parent))  # --baseline: the other tree
     from eagle3_conformance.environment import torch_env
@@ -170,15 +187,7 @@ def child(kind: str, data: str, contract: str, out_json: str) -> None:
     if kind == "speculators":
         from speculators.train.data import ArrowDataset
     if kind.startswith("check-data"):
-        import eagle3_conformance.cli.progress  # noqa: F401  (what check-data's run imports on its first call)
-        import eagle3_conformance.diagnose  # noqa: F401
-        import eagle3_conformance.environment.validated  # noqa: F401
-        import eagle3_conformance.report  # noqa: F401
-        import eagle3_conformance.suite.assess  # noqa: F401
-        from eagle3_conformance import scan  # noqa: F401
-        from eagle3_conformance.cli import build_parser, main
-
-        build_parser()  # import the extra command modules
+        main = _check_data_main()
     if kind.startswith("checks"):
         steps = per_check_steps()
     rss0 = vm_hwm_mb()
@@ -213,7 +222,7 @@ def child(kind: str, data: str, contract: str, out_json: str) -> None:
         extra = []
         if kind.endswith("@cluster"):  # the machine's cores split over the tasks, as --workers does locally
             extra = ["--ray-address", os.environ["BENCH_RAY_ADDRESS"],
-                     "--cpus-per-worker", str(max(_cores() // int(workers), 1))]
+                     "--cpus-per-worker", str(max(cores() // int(workers), 1))]
         if kind.endswith("-1cpu"):
             extra = ["--cpus-per-worker", "1"]
         rc = main(["check-data", contract, "--data", data, "--no-reference", "--sample", "0", "--quiet",
@@ -237,56 +246,6 @@ def child(kind: str, data: str, contract: str, out_json: str) -> None:
                                           "task_seconds_max": task_s, "threads": threads, **extra_out}))
 
 
-def per_check_steps() -> dict[str, float]:
-    """Time each step of check-data's all-rows pass (a dict filled as the pass runs: step -> seconds).
-
-    Wraps, in this process, the registry entry of every check the pass runs (``stored`` set), the
-    pass's header read (``all_rows._read``), its RMS pass (``all_rows._reduce``), the per-sample
-    length and token-range findings and the slot statistics: whatever is registered is timed."""
-    from eagle3_conformance.checks import dataset as datacheck
-    from eagle3_conformance.checks import registry
-    from eagle3_conformance.scan import all_rows
-
-    secs: dict[str, float] = {}
-
-    def timed(step, fn):
-        def run(*a, **k):
-            t = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                secs[step] = secs.get(step, 0.0) + time.perf_counter() - t
-        return run
-
-    for name, spec in list(registry.REGISTRY.items()):
-        if spec.stored:
-            registry.REGISTRY[name] = dataclasses.replace(spec, fn=timed(name, spec.fn))
-    all_rows._read = timed("read (header, mapping)", all_rows._read)
-    all_rows._reduce = timed(RMS_PASS, all_rows._reduce)
-    all_rows.SlotStats.add = timed("slot statistics", all_rows.SlotStats.add)
-    datacheck.sample_length_findings = timed("sample_length", datacheck.sample_length_findings)
-    datacheck.token_range_findings = timed("token_range", datacheck.token_range_findings)
-    return secs
-
-
-def all_rows_pass(data: str, contract: str) -> int:
-    """check-data's all-rows pass over every sample of ``data`` in this process (no report), with the
-    threads a one-worker check-data gets by default; returns the sample count."""
-    from eagle3_conformance.cli.common import load_contract
-    from eagle3_conformance.scan import all_rows
-    from eagle3_conformance.scan.options import BLOCK_ELEMS
-    from eagle3_conformance.scan.ray_tasks import default_cpus_per_worker, torch_threads
-    from eagle3_conformance.scan.sources import open_source
-
-    c = load_contract(contract)
-    src = open_source("speculators", data)
-    st = all_rows.PassState(c, BLOCK_ELEMS)
-    with torch_threads(default_cpus_per_worker(1)):
-        for i in range(src.n):
-            src.disk_findings(st, i)
-    return src.n
-
-
 def vm_hwm_mb() -> float:
     """Peak RSS of this process (VmHWM; ru_maxrss would include the forking parent's peak)."""
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -296,135 +255,6 @@ def vm_hwm_mb() -> float:
 
 
 # --- driver --------------------------------------------------------------------------------------
-
-
-def drop_caches() -> bool:
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
-
-
-def dataset_files(ds: dict) -> list[Path]:
-    return sorted(p for p in Path(ds["dir"]).rglob("*") if p.is_file())
-
-
-def evict(ds: dict) -> bool:
-    """The dataset's own files out of the page cache (``fdatasync`` then ``POSIX_FADV_DONTNEED`` per
-    file): a cold read of them, leaving the rest of a shared machine's cache alone."""
-    if not hasattr(os, "posix_fadvise"):
-        return False
-    for p in dataset_files(ds):
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.fdatasync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-    return True
-
-
-def resident_share(ds: dict) -> Optional[float]:
-    """The share of the dataset's pages in the page cache (``mincore`` of each file mapped), None
-    where it cannot be read."""
-    import ctypes
-    import mmap
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.mmap.restype = ctypes.c_void_p
-        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                              ctypes.c_long]
-        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    except (OSError, AttributeError):
-        return None
-    total = resident = 0
-    for p in dataset_files(ds):
-        size = p.stat().st_size
-        if not size:
-            continue
-        pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-            if addr in (None, ctypes.c_void_p(-1).value):
-                return None
-            vec = (ctypes.c_ubyte * pages)()
-            ok = libc.mincore(addr, size, vec) == 0
-            libc.munmap(addr, size)
-            if not ok:
-                return None
-        finally:
-            os.close(fd)
-        total += pages
-        resident += pages - bytes(vec).count(0)
-    return resident / total if total else None
-
-
-def make_cold(how: str, ds: dict) -> bool:
-    return evict(ds) if how == "fadvise" else drop_caches() if how == "drop_caches" else False
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _cores() -> int:
-    """The CPUs check-data itself counts (affinity mask, container quota)."""
-    from eagle3_conformance.scan.ray_tasks import available_cpus
-
-    return available_cpus()
-
-
-class RayHead:
-    """A one-node Ray cluster (``ray start --block --head``, this machine's CPUs) started before a measurement
-    and ended after it, as on a cluster that is already running: the measured run pays its job's
-    worker start and imports, not the cluster's start."""
-
-    def __enter__(self) -> str:
-        import socket
-
-        self.port = _free_port()
-        env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-               "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent), os.environ.get("PYTHONPATH", "")])}
-        self.proc = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--block", "--head",
-                                      f"--num-cpus={_cores()}", "--disable-usage-stats", "--include-dashboard=false",
-                                      "--node-ip-address=127.0.0.1", f"--port={self.port}"],
-                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     start_new_session=True)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError("ray head did not start") from None
-                time.sleep(0.5)
-        time.sleep(3)  # the raylet registers after the GCS port opens
-        os.environ["BENCH_RAY_ADDRESS"] = f"127.0.0.1:{self.port}"
-        os.environ["RAY_AUTH_MODE"] = "disabled"
-        return os.environ["BENCH_RAY_ADDRESS"]
-
-    def __exit__(self, *exc) -> None:
-        import signal
-
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=60)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        marker = Path("/tmp/ray/ray_current_cluster")  # written by this head; stale once it is gone
-        if marker.is_file() and marker.read_text().strip().endswith(f":{self.port}"):
-            marker.unlink()
 
 
 def run_child(kind: str, ds: dict, tmp: Path) -> dict:
@@ -638,36 +468,6 @@ def print_table(results: dict) -> None:
                   _f(r["ratio_to_raw_read"]), _f(r.get("task_seconds_max")), _f(r.get("ratio_to_one_worker")),
                   _f(r.get("task_ratio_to_one_worker")), f"{rss:.0f}", f"{r['rss_target_mb']:.0f}",
                   "yes" if r["rss_ok"] else "NO", "" if "failed" not in r else f"{r['failed']}/{r['findings']}")
-    Console(width=None if sys.stdout.isatty() else 240).print(t)
-
-
-def print_steps(results: dict) -> None:
-    """Per step of the all-rows pass (reader ``checks``; with --baseline, ``checks@base`` beside it):
-    seconds over the dataset, throughput (bytes / those seconds) and share of the pass's steps."""
-    from rich.console import Console
-    from rich.table import Table
-
-    runs = [r for r in results["runs"] if r["kind"].startswith("checks")]
-    if not runs:
-        return
-    t = Table(title="check-data's all-rows pass, each step on its own (reader `checks`, warm, one process; "
-                    "GB/s = dataset bytes / the step's seconds)")
-    base = any(r["kind"] == "checks@base" for r in runs)
-    for col in ("H", "step", "ms", "GB/s", "share") + (("base ms", "base GB/s", "base share") if base else ()):
-        t.add_column(col, justify="left" if col == "step" else "right")
-    for H in sorted({r["H"] for r in runs}):
-        mine = {r["kind"]: r for r in runs if r["H"] == H}
-        cols = [mine.get("checks")] + ([mine.get("checks@base")] if base else [])
-        steps = sorted({k for r in cols if r for k in r["steps"]},
-                       key=lambda k: -max((r["steps"].get(k, 0.0) for r in cols if r), default=0.0))
-        for step in steps:
-            row = [str(H), step]
-            for r in cols:
-                sec = r["steps"].get(step) if r else None
-                row += ["", "", ""] if sec is None else [
-                    f"{sec * 1e3:.1f}", f"{r['bytes'] / 1e9 / sec:.1f}" if sec else "inf",
-                    f"{sec / sum(r['steps'].values()):.1%}"]
-            t.add_row(*row)
     Console(width=None if sys.stdout.isatty() else 240).print(t)
 
 
