@@ -81,7 +81,9 @@ def prepare() -> None:
     ``CONFORMANCE_TORCH_THREADS`` (default 1; a value :func:`threads_from_env` refuses is ignored
     here, never raised at import, and refused by the command line with exit 2): the fixture
     models are tiny, and on a busy 2-core machine OpenMP's spin-waiting made a 64-wide forward
-    take 2 s with 2 threads instead of 8 ms with 1 (measured). Raises nothing; an environment without torchvision is left alone.
+    take 2 s with 2 threads instead of 8 ms with 1 (measured). Sets ``OMP_WAIT_POLICY=PASSIVE`` unless
+    set (only effective when torch is not imported yet). Raises nothing; an environment without
+    torchvision is left alone.
     """
     global _done
     if _done:
@@ -93,6 +95,11 @@ def prepare() -> None:
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    # OpenMP threads sleep between parallel regions instead of spinning (read once, when torch loads
+    # its OpenMP runtime): with spinning, on a busy 2-core machine every small op of the check-data scan
+    # run with 2 threads took about 13 ms instead of 27 us, and its RMS pass ran at 2-8 GB/s instead of
+    # 18 (benchmarks/bench_check_data.py; docs/scaling.md). A value the user set is kept.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import logging
     import warnings
 

@@ -10,6 +10,8 @@ observations into findings, and :mod:`eagle3_conformance.suite.session` runs a p
 Running one path on one contract (``eagle3_conformance.suite.session.run_path``)::
 
     skipped = path.needs.unmet(pair)              # None, or why it cannot run here
+    (path.warm(contract, pair))                   # the pytest plugin, once the items are chosen: what
+                                                  # another process does for prepare starts ahead
     state = path.prepare(contract, pair)          # load the tool once; or Skipped(reason)
     first = path.first(state)                     # inputs not drawn (None: nothing)
     for each example hypothesis draws:            # unless first failed with stop_on_failure
@@ -154,6 +156,13 @@ Observe = Callable[[Any, Draw], Observation]
 """``observe(state, draw) -> Observation``: one example; inputs drawn with ``draw(strategy,
 label)`` from :mod:`eagle3_conformance.suite.strategies`."""
 
+Warm = Callable[["Contract", "LocalPair"], Optional[Callable[[], None]]]
+"""``warm(contract, pair) -> discard | None``: start now, in the background, the part of ``prepare`` that
+another process does (an engine's start and batch), so that it overlaps the paths run before this one;
+``prepare`` later takes it (same arguments, same run). Returns a callable that stops it and frees what it
+holds if ``prepare`` never comes (None: nothing was started). Judges nothing; a problem is left for
+``prepare`` to report."""
+
 
 @dataclass(frozen=True)
 class Path:
@@ -166,6 +175,7 @@ class Path:
         prepare: see :data:`Prepare`.
         first: see :data:`First`; None: no fixed inputs.
         observe: see :data:`Observe`; None: nothing is drawn (the path runs ``first`` only).
+        warm: see :data:`Warm`; None: nothing to start ahead.
     """
 
     name: str
@@ -174,6 +184,7 @@ class Path:
     prepare: Prepare
     first: Optional[First] = None
     observe: Optional[Observe] = None
+    warm: Optional[Warm] = None
 
 
 def start_token(contract: "Contract") -> Optional[int]:

@@ -373,6 +373,16 @@ class ServerAcceptItem(PathItem):
             pytest.skip(f"INCONCLUSIVE: {undecided}")
 
 
+def pytest_collection_finish(session):
+    """The chosen items' paths start what they start ahead (session.warm_items); not with --collect-only."""
+    if session.config.option.collectonly or not session.config.stash.get(_ASKED, False):
+        return
+    from eagle3_conformance.suite.session import warm_items
+    items = [(i.conformance_path, i._judged_contract()) for i in session.items if isinstance(i, PathItem)]
+    for discard in warm_items(items):  # the real engine's run; stopped at the end if not taken
+        session.config.add_cleanup(discard)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     """The suite's items run with the engines' import-time warnings silenced (:data:`ENGINE_WARNINGS`);

@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from eagle3_conformance.environment.procgroup import kill_group, last_error, log_tail
 
@@ -110,7 +110,8 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
                max_new_tokens: int = 32, num_steps: int = 3, num_draft_tokens: int = 4, observe: bool = True,
                cuda_graph: bool = False, start_timeout: float = 300, generate_timeout: float = 300,
                workdir: Optional[Path] = None, extra: Optional[dict] = None,
-               reference: Optional[dict] = None) -> EngineRun:
+               reference: Optional[dict] = None,
+               started: Optional[Callable[[subprocess.Popen], None]] = None) -> EngineRun:
     """Start the real ``sglang.Engine`` with EAGLE3 (topk 1, a chain of ``num_steps`` drafts), generate
     greedily for ``prompts`` (token ids) in one batch, shut down. The driver's whole process group is
     killed afterwards, whatever happened.
@@ -123,6 +124,8 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
         extra: more driver spec keys (``ignore_eos``, ``max_total_tokens``, ``log_level``, ``tp_size``).
         reference: also record the target's boundaries (the engine as its own reference): the
             ``reference`` config of :func:`.hooks.specs` (``boundaries``, ``max_rows``, ``max_bytes``).
+        started: called with the driver's process right after it starts (:class:`.ahead.EngineJob`
+            keeps it to cancel the run).
 
     Raises:
         EngineStartError: the engine did not start (reason and SGLang's log tail).
@@ -145,6 +148,8 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
         proc = subprocess.Popen([sys.executable, "-m", "eagle3_conformance.tools.sglang_engine.driver",
                                  str(work / "spec.json")], stdout=lf, stderr=subprocess.STDOUT, cwd=str(work),
                                 env=child_env(device, int(spec.get("tp_size", 1))), start_new_session=True)
+        if started is not None:
+            started(proc)
         try:
             code = proc.wait(timeout=start_timeout + generate_timeout + 60)
         except subprocess.TimeoutExpired:
