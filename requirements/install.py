@@ -2,7 +2,9 @@
 
 sglang 0.5.23 and speculators 0.9.0 declare CUDA-only dependencies, so nothing is resolved by
 pip: torch 2.13.0 (the CPU build) first, then every package of cpu-lock.txt with --no-deps, then
-this project (editable) with --no-deps. The environment lives at ``.tox/cpu-lock`` so that
+this project (editable) with --no-deps, then the start-up hook that lets any process of the environment
+import torchvision, SGLang and transformers without the project's torch shim (:func:`startup_hook`). The
+environment lives at ``.tox/cpu-lock`` so that
 ``tox`` and ``tox -e conformance`` use one install (tox recreates an environment directory that
 two tox environments share, so this one is outside tox's own bookkeeping). A marker records the
 hash of the lock file and pyproject.toml; the install is redone only when either changes.
@@ -27,6 +29,7 @@ def install(env: Path, locks: tuple[Path, ...], requirements: Path, after=None) 
     marker = env / ".conformance-lock.sha256"
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in (*locks, ROOT / "pyproject.toml"))).hexdigest()
     if marker.is_file() and marker.read_text().strip() == digest:
+        startup_hook(env)  # an environment built before the hook existed gets it too
         return
     py = env / "bin" / "python"
     if not py.exists():
@@ -37,7 +40,24 @@ def install(env: Path, locks: tuple[Path, ...], requirements: Path, after=None) 
         subprocess.run(pip + args, check=True)
     if after is not None:
         after(py)
+    startup_hook(env)
     marker.write_text(digest + "\n")
+
+
+def startup_hook(env: Path) -> None:
+    """Write the start-up file that lets any process of ``env`` import torchvision (and so SGLang and
+    transformers) without the project's torch shim: the one line of
+    ``eagle3_conformance/environment/torchvision_hook.py`` (``PTH_NAME``, ``PTH_LINE``; the cause and the
+    mechanism are explained there), into each ``lib/python*/site-packages`` of ``env``."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from eagle3_conformance.environment.torchvision_hook import PTH_LINE, PTH_NAME
+    finally:
+        sys.path.pop(0)
+    for site in sorted(env.glob("lib/python3*/site-packages")):
+        f = site / PTH_NAME
+        if not f.is_file() or f.read_text() != PTH_LINE:
+            f.write_text(PTH_LINE)
 
 
 def main(argv: list[str]) -> int:

@@ -345,7 +345,7 @@ def test_translate_cli_json(tmp_path, capsys):
     (B(0, 4, 5), "LlamaForCausalLM", 8, "specforge", True, "B_0"),
     (B(0, 4, 5), "LlamaForCausalLM", 8, "sglang", True, "cannot capture"),
     (B(1, 30, 58), "DeepseekV3ForCausalLM", 61, "sglang", False, "cannot capture"),
-    (B(2, 4, 8), "LlamaForCausalLM", 8, "sglang", False, "unreachable"),
+    (B(2, 4, 8), "LlamaForCausalLM", 8, "sglang", False, "SGLang never hands the draft B_8"),  # the gate
     (B(2, 4, 5, 6), "LlamaForCausalLM", 8, "specforge", False, "exactly 3"),
 ])
 def test_translate_refuses(tmp_path, capsys, boundaries, arch, L, to, allow, reason):
@@ -504,7 +504,7 @@ def test_calibrate_without_reference_warns_slot_identity_not_verified(mislabelle
     bad = tmp_path / "nope.yaml"
     bad.write_text(src.read_text().replace("fixture: tiny-llama", "fixture: nope"))
     assert main(["calibrate", str(bad), "--data", str(mislabelled)]) == 2
-    assert "fixture 'nope' not found" in capsys.readouterr().err
+    assert "nope.yaml:7:1: fixture: fixture 'nope' is not a known fixture" in capsys.readouterr().err
 
 
 def test_calibrate_output_never_inside_the_data(tiny, tmp_path, capsys):

@@ -393,8 +393,10 @@ def test_a_float16_contract_runs_at_float32_on_cpu_and_says_so(tiny_contract):
 
 def test_dtype_check_judges_a_float32_run_of_a_float16_contract_by_the_dtype_it_ran(tiny_contract):
     """The feature's dtype is judged against the dtype the project ran the engine in (provenance
-    ``run_dtype``, set by the path when a float16 contract runs at float32 on CPU), and still fails
-    when the feature arrives in any other dtype (a half-precision transport of a float32 run)."""
+    ``run_dtype``, set by the path when a float16 contract runs at float32 on CPU): the contract's dtype
+    was then not served, a skip in the words check-captures uses for a server run in another dtype (issue
+    41); it still fails when the feature arrives in any other dtype (a half-precision transport of a
+    float32 run), and without the path's word the contract's dtype judges."""
     from conftest import contract_with
 
     from eagle3_conformance.checks.shape import check_dtype
@@ -408,7 +410,8 @@ def test_dtype_check_judges_a_float32_run_of_a_float16_contract_by_the_dtype_it_
                        feature=torch.zeros(4, d, dtype=dtype), rows=torch.arange(4), provenance=prov)
 
     (ok,) = [f for f in check_dtype(c16, cap(torch.float32, {"run_dtype": "float32"})) if f.slot == "feature"]
-    assert ok.status == "pass" and "the engine ran float32 here (the contract serves float16)" in ok.message
+    assert ok.status == "skip" and "float16 NOT served here, the path ran the engine in float32" in ok.message
+    assert "the target was served in float32; the contract declares precision.serving: float16" in ok.message
     (bad,) = [f for f in check_dtype(c16, cap(torch.float16, {"run_dtype": "float32"})) if f.slot == "feature"]
     assert bad.status == "fail" and bad.observed == "float16" and bad.expected == "float32"
     (plain,) = [f for f in check_dtype(c16, cap(torch.float32, {})) if f.slot == "feature"]

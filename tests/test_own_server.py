@@ -244,6 +244,21 @@ def test_serve_without_server_arguments_is_a_usage_error(capsys):
     assert e.value.code == 2 and "no sglang.launch_server arguments" in capsys.readouterr().err
 
 
+def test_serve_is_a_verb_that_passes_the_launch_arguments_unchanged(monkeypatch, capsys):
+    """Issue 41 item 6: ``eagle3-conformance serve [--device D] -- ARGS`` is the module launcher's verb."""
+    import eagle3_conformance.serving.serve as launcher
+
+    seen = []
+    monkeypatch.setattr(launcher, "serve", lambda args, device="auto": seen.append((list(args), device)) or 0)
+    assert main(["serve", "--device", "cpu", "--", "--model-path", "M", "--device", "cuda"]) == 0
+    assert main(["serve", "--", "--model-path", "M"]) == 0
+    assert seen == [(["--model-path", "M", "--device", "cuda"], "cpu"), (["--model-path", "M"], "auto")]
+    assert main(["serve"]) == 2 and "no sglang.launch_server arguments" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # launch arguments go after '--'
+        main(["serve", "--model-path", "M"])
+    assert e.value.code == 2
+
+
 def test_decode_is_never_reported_checked_without_decode_records():
     from eagle3_conformance.serving.captures import mode_findings
 

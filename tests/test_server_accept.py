@@ -209,24 +209,72 @@ def _record(capsys, f, tmp_path, name="b.json", *extra):
     return out
 
 
-def test_a_baseline_from_another_contract_prompt_set_or_tool_version_exits_2_naming_the_field(capsys, serve, tmp_path):
+def test_a_baseline_of_another_prompt_set_or_sampling_exits_2_naming_the_field(capsys, serve, tmp_path):
+    """What a baseline compares is its prompts, their tokens and the sampling: another prompt set or
+    sampling is another measurement (exit 2, the field named); the token budget is the baseline's."""
     f = serve()
     b = _record(capsys, f, tmp_path)
-    rc, _, err = accept(capsys, "--server", f.url, "--contract", OTHER_CONTRACT, "--baseline", str(b))
-    assert rc == 2 and "field contract_sha256" in err, err
-    for field, value in (("tool_version", "0.0.1"), ("prompt_set.version", "0")):
+    for field, value in (("prompt_set.version", "0"), ("sampling", {"temperature": 0.7}), ("format", 9)):
         doc = json.loads(b.read_text())
-        if field == "tool_version":
-            doc["tool_version"] = value
-        else:
+        if field == "prompt_set.version":
             doc["prompt_set"]["version"] = value
+        else:
+            doc[field] = value
         bad = tmp_path / f"bad-{field}.json"
         bad.write_text(json.dumps(doc))
         rc, _, err = accept(capsys, "--server", f.url, "--contract", CONTRACT, "--baseline", str(bad))
-        assert rc == 2 and f"field {field} is '{value}'" in err, err
+        assert rc == 2 and f"field {field} is {value!r}" in err, err
+    rc, _, err = accept(capsys, "--server", f.url, "--contract", CONTRACT, "--baseline", str(b), "--max-tokens", "32")
+    assert rc == 2 and "the baseline" in err and "ran 64" in err, err
     bad.write_text("{not json")
     rc, _, err = accept(capsys, "--server", f.url, "--contract", CONTRACT, "--baseline", str(bad))
     assert rc == 2 and "not JSON" in err and str(bad) in err, err
+
+
+def _copy_draft(dst: Path) -> Path:
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
+
+    src = Path(ensure_trained_draft(RECIPE).draft_dir)
+    dst.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors"):
+        (dst / name).write_bytes((src / name).read_bytes())
+    return dst
+
+
+def test_a_baseline_survives_edits_that_do_not_change_what_is_compared(capsys, serve, tmp_path):
+    """Issue 41: after the edit docs/own-server.md asks for (precision.serving set to the launch's --dtype)
+    and after pointing the server at an identical export of the draft under another path, accept --baseline
+    compares and says what changed (the contract field; the draft path, same content by digest; the tool
+    version), where it used to refuse every earlier baseline on the contract's hash."""
+    first, second = _copy_draft(tmp_path / "export-1"), _copy_draft(tmp_path / "export-2")
+    f = serve(hist_of=_by_domain(_varied), info={**SERVER_INFO, "speculative_draft_model_path": str(first)})
+    b = _record(capsys, f, tmp_path)
+    doc = json.loads(b.read_text())
+    assert doc["format"] == 2 and doc["sampling"] == {"temperature": 0.0} and doc["draft"]["from"] == "server"
+    assert len(doc["draft"]["digest"]) == 64 and doc["contract_fields"]["capture.boundaries"] == ["B_2", "B_15", "B_27"]
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(Path(CONTRACT).read_text() + "precision:\n  serving: float32\n")
+    g = serve(hist_of=_by_domain(_varied), info={**SERVER_INFO, "speculative_draft_model_path": str(second)})
+    js = tmp_path / "r.json"
+    rc, out, err = accept(capsys, "--server", g.url, "--contract", str(edited), "--baseline", str(b), "--json", str(js))
+    assert rc == 0 and "ACCEPTANCE MET" in out, out + err
+    assert "changed since the baseline: contract precision.serving: None -> float32" in " ".join(out.split()), out
+    ch = json.loads(js.read_text())["meta"]["changes_from_baseline"]
+    assert ch["draft.path"] == [str(first), f"{second} (same content, digest {doc['draft']['digest'][:12]})"], ch
+    assert ch["contract precision.serving"] == [None, "float32"] and "draft.digest" not in ch, ch
+    # a changed export is another draft: its digest is reported (and the figures judge it)
+    cfg = json.loads((second / "config.json").read_text())
+    (second / "config.json").write_text(json.dumps({**cfg, "rope_theta": 10000.0}))
+    rc, out, err = accept(capsys, "--server", g.url, "--contract", str(edited), "--baseline", str(b))
+    assert rc == 0 and "changed since the baseline: draft.digest:" in " ".join(out.split()), out + err
+    # a format-1 baseline (issue 34's: no fields, no digest, no sampling) still loads and compares
+    old = {k: v for k, v in doc.items() if k not in ("contract_fields", "draft", "sampling")}
+    old["format"], old["tool_version"] = 1, "0.0.9"
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    rc, out, err = accept(capsys, "--server", g.url, "--contract", str(edited), "--baseline", str(tmp_path / "old.json"))
+    text = " ".join(out.split())
+    assert rc == 0 and "changed since the baseline: contract_sha256:" in text and "tool_version: 0.0.9 ->" in text, \
+        out + err
 
 
 def test_another_model_than_the_baselines_exits_2(capsys, serve, tmp_path):
@@ -505,3 +553,63 @@ def test_the_verdict_speaks_of_acceptance_met_or_not_gated_never_of_shapes(capsy
     rc, out, err = accept(capsys, "--server", f.url, "--contract", str(no_floor), "--prompts", "5", "--markdown", str(md))
     assert rc == 0 and "NOT GATED" in out and "gates.min_accept_length" in out, out + err
     assert "SHAPES" not in out and "NOT GATED" in md.read_text() and md.read_text().startswith("## ⚠️ NOT GATED")
+
+
+def test_an_interval_straddling_the_tolerance_is_inconclusive_exit_3_with_the_prompts_that_decide_it(
+        capsys, serve, tmp_path):
+    """Issue 41: the 8-prompt set said ACCEPTANCE MET on a change whose interval held the drop the gate
+    exists to catch. Two of four domains drop a little (three more verify steps without a draft accepted,
+    one fewer with one), so the paired interval straddles -tolerance: neither a pass nor a failure, exit 3, with the prompts that
+    would decide it and the smallest drop the run could detect."""
+    f = serve(hist_of=_by_domain(_varied))
+    b = _record(capsys, f, tmp_path)
+
+    def worse(p):
+        h = _varied(p)
+        return [h[0] + 3, h[1] - 1, h[2], h[3]] if p.domain in ("code", "math") else h
+    g = serve(hist_of=_by_domain(worse))
+    js = tmp_path / "r.json"
+    rc, out, err = accept(capsys, "--server", g.url, "--contract", CONTRACT, "--baseline", str(b), "--json", str(js))
+    assert rc == 3, out + err
+    last = out.rstrip().splitlines()[-1]
+    assert last.startswith("INCONCLUSIVE: accept length change [") and "prompts would decide it" in last, last
+    assert "smallest drop this run could detect" in last and "ACCEPTANCE MET" not in out
+    acc = next(x for x in json.loads(js.read_text())["findings"] if x["slot"] == "accept length")
+    assert acc["status"] == "skip" and acc["observed"]["decision"] == "INCONCLUSIVE"
+    need = acc["observed"]["units_needed"]
+    assert need > 8 and f"about {need} prompts" in last
+    lo, hi = acc["observed"]["change"]
+    assert lo < -float(acc["expected"].split(" - ")[1]) <= hi  # the interval straddles -tolerance
+    assert "smallest detectable drop: accept length" in out
+
+
+def test_a_floor_is_written_from_a_good_run_and_validates_without_calibrated_bands(capsys, serve, tmp_path):
+    """Issue 41: --write-floor writes a copy of the contract whose gates.min_accept_length is the lower end of
+    the run's 95% interval (1 + accepted drafts per verify step, over prompts), its provenance in the comment;
+    a contract with uncalibrated bands carries it; a run that failed writes none."""
+    f = serve(hist_of=_by_domain(_varied))
+    no_floor = tmp_path / "no-floor.yaml"
+    no_floor.write_text("\n".join("  min_accept_length:" if ln.startswith("  min_accept_length:") else ln
+                                  for ln in Path(CONTRACT).read_text().splitlines()) + "\n")
+    out = tmp_path / "floored.yaml"
+    rc, o, err = accept(capsys, "--server", f.url, "--contract", str(no_floor), "--prompts", "8", "--write-floor",
+                        str(out))
+    assert rc == 0 and f"floor written to {out}: gates.min_accept_length: " in o, o + err
+    text = out.read_text()
+    floor = float(text.split("min_accept_length: ")[1].split()[0])
+    assert "accept --server" in text and "95% over 8 units" in text and "status: uncalibrated" in text
+    from eagle3_conformance.acceptance.decision import floor_from_runs
+
+    per = [(sum(h) + sum(j * c for j, c in enumerate(h)), sum(h)) for h in (_varied(p) for p in P.select(8))]
+    assert floor == floor_from_runs(per)["floor"] and floor < floor_from_runs(per)["value"]
+    assert main(["validate", str(out)]) == 0
+    capsys.readouterr()
+    rc, o, err = accept(capsys, "--server", f.url, "--contract", str(out), "--prompts", "8")
+    assert rc == 0 and "ACCEPTANCE MET" in o, o + err  # the run it came from meets it
+    # a run that fails writes no floor (exit 2 after its report), and never over the contract itself
+    g = serve(hist_of=lambda t: [30, 1, 0, 0])
+    rc, o, err = accept(capsys, "--server", g.url, "--contract", CONTRACT, "--prompts", "5", "--write-floor",
+                        str(tmp_path / "bad.yaml"))
+    assert rc == 2 and "not written" in err and not (tmp_path / "bad.yaml").exists(), o + err
+    rc, o, err = accept(capsys, "--server", f.url, "--contract", str(out), "--prompts", "8", "--write-floor", str(out))
+    assert rc == 2 and "refusing to overwrite" in err, err

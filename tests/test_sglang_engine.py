@@ -344,3 +344,35 @@ def test_engine_skips_a_users_pair_whose_draft_has_no_weights(tmp_path):
     (tmp_path / "draft" / "model.safetensors").unlink()
     r = session.run_path(registry.get("sglang-engine"), c, resolve_pair(c))
     assert "no *.safetensors weights for the draft" in r.reason and str(tmp_path / "draft") in r.reason
+
+
+@pytest.mark.slow
+def test_engine_served_in_another_dtype_gets_check_captures_diagnosis_in_the_same_words(tmp_path, monkeypatch):
+    """Issue 41 item 4 on SGLang's real engine: the float16 contract ``init`` writes (SGLang's dtype=auto
+    rule), served at float32 (``CONFORMANCE_ENGINE_DTYPE=float32``, what a CPU server runs), fails ``dtype``
+    with the ``serving-dtype`` diagnosis and both fixes, in the words ``check-captures`` gives a user's server
+    run that way (tests/test_own_server_live.py); it used to be a note on this path. One engine start,
+    2 prompts x 16 tokens."""
+    from eagle3_conformance import paths as registry
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.core.served_dtype import served_dtype_words
+    from eagle3_conformance.diagnose import diagnose
+    from eagle3_conformance.suite import session
+    from eagle3_conformance.suite.pairs import resolve_pair
+
+    monkeypatch.setenv("CONFORMANCE_ENGINE_PROMPTS", "2")
+    monkeypatch.setenv("CONFORMANCE_ENGINE_TOKENS", "16")
+    monkeypatch.setenv("CONFORMANCE_ENGINE_DTYPE", "float32")
+    p = _user_pair(tmp_path)
+    p.write_text(p.read_text() + "precision:\n  serving: float16\n")
+    c = load_contract(p)
+    assert c.serving_dtype == "float16"
+    fs = session.run_path(registry.get("sglang-engine"), c, resolve_pair(c))
+    assert isinstance(fs, list) and fs, fs
+    assert {f.status for f in fs if f.check == "dtype" and f.slot == "feature"} == {"fail"}
+    ident = {f.status for f in fs if f.check == "slot_identity"}
+    assert "pass" in ident and "fail" not in ident, ident  # the boundary is right
+    (d,) = [x for x in diagnose(c, fs) if x.kind == "serving-dtype"]
+    w = served_dtype_words("float16", "float32")
+    assert (d.title, d.evidence, d.fix) == (w.title, w.evidence, w.fix)
+    assert "--serving-dtype float32" in d.fix[0] and "--dtype float16" in d.fix[1]

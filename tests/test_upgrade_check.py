@@ -238,7 +238,7 @@ def _run(*argv: str) -> tuple[int, str, str]:
 
 
 def _json(*argv: str) -> tuple[int, dict]:
-    code, out, _ = _run(*argv, "--format", "json")
+    code, out, _ = _run(*argv, "--json")
     return code, json.loads(out)
 
 
@@ -271,8 +271,26 @@ def test_json_and_markdown_carry_the_same_verdict(cache):
     assert [(ch["slot"], ch["from_boundary"], ch["to_boundary"]) for ch in v["changes"] if ch["step"] == "extend"] == \
         [(0, "B_3", "B_2"), (1, "B_31", "B_30"), (2, "B_59", "B_58")]
     assert rep["sources"][0]["wheel"] == "made-up-9.9.1"
-    code, md, _ = _run(str(KIMI), "--from", "sglang==9.9.1", "--to", "sglang==9.9.2", "--format", "markdown")
+    code, md, _ = _run(str(KIMI), "--from", "sglang==9.9.1", "--to", "sglang==9.9.2", "--markdown")
     assert code == 1 and "| extend |" not in md and "| all steps | B_3 B_31 B_59 | B_2 B_30 B_58 |" in md
+
+
+def test_one_spelling_per_output_and_the_old_ones_warn(cache, tmp_path):
+    """Issue 41 item 6: --json / --markdown [OUT] as in every verb (alone: on stdout instead of the text);
+    the old --format / --output still work and say on stderr which spelling to use."""
+    base = [str(KIMI), "--from", "sglang==9.9.1", "--to", "sglang==9.9.2"]
+    js, md = tmp_path / "r.json", tmp_path / "r.md"
+    code, out, err = _run(*base, "--json", str(js), "--markdown", str(md))
+    assert code == 1 and "DIFFERENT TENSORS" in out and "deprecated" not in err  # the text, and both files
+    assert json.loads(js.read_text())["exit_code"] == 1 and "| all steps | B_3 B_31 B_59" in md.read_text()
+    code, out, err = _run(*base, "--format", "json")
+    assert code == 1 and json.loads(out)["exit_code"] == 1
+    assert "warning: --format/--output are deprecated; use --json" in err
+    old = tmp_path / "old.md"
+    code, out, err = _run(*base, "--format", "markdown", "--output", str(old))
+    assert code == 1 and old.read_text() == md.read_text() and f"use --markdown {old}" in err
+    code, out, err = _run(*base, "--json", "--markdown")
+    assert code == 2 and "both on stdout" in err
 
 
 def test_cuda_graphs_captured_with_defaults_show_as_their_own_step(cache):

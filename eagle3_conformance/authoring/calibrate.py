@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from eagle3_conformance.authoring.yaml_doc import contract_yaml, render
+from eagle3_conformance.authoring.yaml_doc import contract_yaml, render, section
 from eagle3_conformance.core.errors import DataError
 
 
@@ -200,10 +200,7 @@ def write_bands(contract_text: str, bands: dict, kappa: float, source: str, out_
 
     y = contract_yaml()
     doc = y.load(contract_text)
-    nb = doc.get("norm_bands")
-    if nb is None:
-        nb = CommentedMap()
-        doc["norm_bands"] = nb
+    nb = section(doc, "norm_bands")
     order = ["status", "exclude_positions", "massive_activation_ratio", "bands", "safety_factor", "source"]
 
     def put(key, value):

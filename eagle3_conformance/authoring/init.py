@@ -369,6 +369,26 @@ def capture_of(engine: str, tool: str, version: Optional[str], inferred: str, t:
         raise DataError(f"{dr.file}: {e}") from None
 
 
+def refuse_ambiguous_ids(config_file: Path, engine: str) -> None:
+    """Refuse a draft config whose two aux id lists differ (issue 41): each is read by a different engine,
+    so no contract derived for ``engine`` holds for the other; ``validate`` would refuse it too.
+
+    Raises:
+        DataError: naming both keys with their lines, which engine reads which, and what to do.
+    """
+    from eagle3_conformance.draft_config.config_ids import ambiguous_ids
+
+    why = ambiguous_ids(config_file)
+    if why:
+        tool = engine.partition("==")[0].strip().lower()
+        reads, other = (("the nested key", "vLLM or speculators") if tool in ("sglang", "specforge") else
+                        ("the top-level key", "SGLang or SpecForge"))
+        raise DataError(f"{why}. init writes no contract from it: --engine {engine} reads {reads}, but a "
+                        f"{other} run of this draft taps the other list, so one of them gets other tensors than the "
+                        f"contract states. Keep one list, the ids the draft was trained on, in the key {engine} "
+                        "reads (or the same list in both keys), then rerun init")
+
+
 def check_capture(cap: CaptureFacts, dr: DraftFacts, allow_embedding: bool) -> None:
     """Raises: DataError: num_aux_hidden_states disagrees with K; UsageError: B_0 is captured
     without ``--allow-embedding``."""
@@ -383,7 +403,7 @@ def check_capture(cap: CaptureFacts, dr: DraftFacts, allow_embedding: bool) -> N
 def derive_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = None,
                     verifier: Optional[str] = None, name: Optional[str] = None,
                     allow_embedding: bool = False, out_file: Optional[Path] = None,
-                    generation_dtype: str = "auto"):
+                    generation_dtype: str = "auto", serving_dtype: str = "auto"):
     """Derive a contract document from two config.json files.
 
     Args:
@@ -395,6 +415,8 @@ def derive_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = 
         generation_dtype: the dtype the training data's generation server runs (``--generation-dtype``;
             ``auto``: the producing engine's own rule, :func:`eagle3_conformance.authoring.precision.derive`);
             it decides ``precision.training`` and, for speculators and SpecForge, ``data_dtype``.
+        serving_dtype: the dtype the server is launched with (``--serving-dtype``, its ``--dtype``); ``auto``:
+            the serving engine's own dtype=auto rule. It decides ``precision.serving`` (:func:`set_serving_dtype`).
 
     Returns:
         A ruamel ``CommentedMap`` (comments attached), ready to dump.
@@ -413,6 +435,7 @@ def derive_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = 
                          "(use eagle3_conformance.authoring.init_families.derive_any_contract)")
     dr = draft_facts(dcfg, dfile, ddir, t)
     engine, tool, version, inferred = choose_engine(engine, dr)
+    refuse_ambiguous_ids(dfile, engine)
     cap = capture_of(engine, tool, version, inferred, t, dr, allow_embedding)
     check_capture(cap, dr, allow_embedding)
     given = verifier is not None
@@ -428,7 +451,32 @@ def derive_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = 
     if verifier == "F" and not given:  # the provenance says where F came from: SpecForge's default
         doc["provenance"]["verifier_last"] = ("F: post-final-norm (SpecForge's offline hidden_state, the "
                                               "training target; algorithms/eagle3/providers.py:141-150)")
+    set_serving_dtype(doc, serving_dtype)
     return doc
+
+
+SERVING_DTYPES = ("auto", "float32", "bfloat16", "float16")
+"""``init --serving-dtype`` values: ``auto`` = the serving engine's own dtype=auto rule."""
+
+
+def set_serving_dtype(doc, serving_dtype: str) -> None:
+    """``precision.serving`` = the dtype the server is launched with (``init --serving-dtype``; its
+    ``--dtype``), the engine's dtype=auto answer kept in the comment; the gates' comments follow. ``auto``
+    leaves the derived value (:func:`eagle3_conformance.authoring.precision.derive`).
+
+    Raises:
+        UsageError: a value not in :data:`SERVING_DTYPES`.
+    """
+    if serving_dtype not in SERVING_DTYPES:
+        raise UsageError(f"--serving-dtype {serving_dtype!r}: expected one of {', '.join(SERVING_DTYPES)}")
+    if serving_dtype == "auto":
+        return
+    p = doc["precision"]
+    auto = p["serving"]
+    p["serving"] = serving_dtype
+    eol(p, f"the server is launched with --dtype {serving_dtype} (init --serving-dtype); its dtype=auto rule would "
+        f"serve {auto}", "serving")
+    doc["gates"] = _gates(p["training"], serving_dtype)  # their comments name the dtype each resolves for
 
 
 # --- the document, one builder per section ----------------------------------------------------

@@ -20,6 +20,7 @@ from eagle3_conformance.authoring.init import (
     build_document,
     derive_contract,
     draft_method,
+    set_serving_dtype,
     target_facts,
 )
 from eagle3_conformance.authoring.yaml_doc import eol
@@ -185,7 +186,7 @@ def derive_family_contract(method: str, t: TargetFacts, cfg: dict, f: Path, d: O
 
 def derive_any_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = None, verifier: str = "B_L",
                         name: Optional[str] = None, allow_embedding: bool = False, out_file: Optional[Path] = None,
-                        generation_dtype: str = "auto"):
+                        generation_dtype: str = "auto", serving_dtype: str = "auto"):
     """``eagle3-conformance init``: the contract for whichever method the draft config is written for
     (:func:`eagle3_conformance.authoring.init.draft_method`): EAGLE-3 through
     :func:`eagle3_conformance.authoring.init.derive_contract`, DFlash and MTP through
@@ -194,8 +195,11 @@ def derive_any_contract(target_arg: str, draft_arg: str, *, engine: Optional[str
     method = draft_method(dcfg, dfile)
     if method == "eagle3":
         return derive_contract(target_arg, draft_arg, engine=engine, verifier=verifier, name=name,
-                               allow_embedding=allow_embedding, out_file=out_file, generation_dtype=generation_dtype)
+                               allow_embedding=allow_embedding, out_file=out_file, generation_dtype=generation_dtype,
+                               serving_dtype=serving_dtype)
     tcfg, tfile, tdir = read_config(target_arg, "target")
     t = target_facts(tcfg, tfile, tdir)
-    return derive_family_contract(method, t, dcfg, dfile, ddir, engine=engine, name=name,
-                                  out_dir=Path(out_file).resolve().parent if out_file else Path.cwd())
+    doc = derive_family_contract(method, t, dcfg, dfile, ddir, engine=engine, name=name,
+                                 out_dir=Path(out_file).resolve().parent if out_file else Path.cwd())
+    set_serving_dtype(doc, serving_dtype)
+    return doc

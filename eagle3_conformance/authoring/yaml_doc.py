@@ -26,6 +26,17 @@ def eol(m, text: str, key: str) -> None:
     m.yaml_add_eol_comment(text, key, column=COMMENT_COLUMN)
 
 
+def section(doc, key: str):
+    """The mapping at ``doc[key]`` of a ruamel round-trip document, created (empty, at the end) when absent."""
+    from ruamel.yaml.comments import CommentedMap
+
+    m = doc.get(key)
+    if m is None:
+        m = CommentedMap()
+        doc[key] = m
+    return m
+
+
 def contract_yaml():
     """The ruamel round-trip writer both init and calibrate use (same indent and width)."""
     from ruamel.yaml import YAML

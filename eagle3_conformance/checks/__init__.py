@@ -27,6 +27,7 @@ module                    checks
 ``residual``              a slot that is the layer's update without its residual (issue 23)
 ``verified_rows``         after a partial accept, the draft's rows are the accepted tokens' own verify rows
 ``degenerate``            a slot whose rows are all zero or one constant (R66)
+``acceptance``            the draft accepts more than almost nothing, by the engine's own counters (issue 41)
 ``invariance``            the engine against itself: a prompt under a variation vs its plain run (issue 45)
 ``suite``                 :func:`run_checks`: every check on one capture, in registry order
 ========================  ===================================================================
@@ -56,11 +57,12 @@ from eagle3_conformance.checks.cross_path import check_cross_path  # noqa: F401
 from eagle3_conformance.checks.facts import (  # noqa: F401
     check_accept_length, check_accept_regression, check_engine_lossless, check_engine_version, check_graph_acceptance,
     check_vllm_version)
-from eagle3_conformance.checks.vocab import (check_chat_template, check_golden_tokens, check_vocab_mapping,  # noqa: F401
-                                             mapping_sha256)
+from eagle3_conformance.checks.vocab import (check_chat_template, check_draft_vocab, check_golden_tokens,  # noqa: F401
+                                             check_vocab_mapping, mapping_problems, mapping_sha256)
 from eagle3_conformance.checks.precision import check_production_precision  # noqa: F401
 from eagle3_conformance.checks.residual import check_residual_missing  # noqa: F401
 from eagle3_conformance.checks.verified_rows import check_verified_rows  # noqa: F401
 from eagle3_conformance.checks.degenerate import check_slot_degenerate, degenerate  # noqa: F401
+from eagle3_conformance.checks.acceptance import USELESS_MAX_DRAFTS_PER_STEP, check_draft_acceptance  # noqa: F401
 from eagle3_conformance.checks.invariance import check_engine_invariance  # noqa: F401
 from eagle3_conformance.checks.suite import run_checks  # noqa: F401

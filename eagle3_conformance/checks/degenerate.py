@@ -30,27 +30,66 @@ def _blocks(c: Contract, cap: Capture) -> list[tuple[str, str, torch.Tensor]]:
     return out
 
 
+CHUNK_ELEMS = 1 << 18
+"""Most elements of one float32 row chunk :func:`degenerate` compares (1 MiB); the first chunk is
+:data:`FIRST_ROWS` rows, each next one twice as many rows, up to this."""
+
+FIRST_ROWS = 2
+"""Rows of the first chunk: on real data two rows answer every question :func:`degenerate` asks."""
+
+
+def _row_chunks(n: int, d: int):
+    """``(a, b)`` row ranges covering ``0..n``: :data:`FIRST_ROWS` rows, then doubling, each at most
+    :data:`CHUNK_ELEMS` elements (at least one row)."""
+    a, rows, most = 0, FIRST_ROWS, max(1, CHUNK_ELEMS // max(d, 1))
+    while a < n:
+        b = min(n, a + min(rows, most))
+        yield a, b
+        a, rows = b, rows * 2
+
+
+def _repeat_counts(n: int, token_ids: torch.Tensor | None) -> bool:
+    """Whether rows that are all one vector would be degenerate: two or more rows over tokens that are
+    not all one id (unknown ids count as different)."""
+    if n < 2:
+        return False
+    ids = token_ids.flatten() if token_ids is not None else None
+    return ids is None or ids.numel() < 2 or bool((ids != ids[0]).any())
+
+
 def degenerate(x: torch.Tensor, token_ids: torch.Tensor | None = None) -> str | None:
-    """Why the rows ``x`` [n, d] carry no hidden state, or None when they do.
+    """Why the rows ``x`` [n, d] (any float dtype, e.g. a memory-mapped bfloat16 view) carry no hidden
+    state, or None when they do.
 
     ``"all rows zero"``; ``"every row constant"`` (one value across the hidden dimension, e.g. a fill);
     ``"one row repeated"``: every row the same vector over tokens with at least two distinct ids (rows of
-    one repeated token may be equal: the embedding B_0 of "a a a"). Exact comparisons: a real hidden
-    state is never exactly any of these, in any dtype."""
+    one repeated token may be equal: the embedding B_0 of "a a a"). A block holding NaN or Inf is None
+    (the finite check names it). Exact comparisons, of the values in float32: a real hidden state is never
+    exactly any of these, in any dtype.
+
+    Reads row chunks (:func:`_row_chunks`, at most :data:`CHUNK_ELEMS` float32 elements converted at a
+    time, never the whole block) and stops at the first chunk that answers all three questions: one
+    non-zero row, one row that is not one value, one row unlike row 0. On real data that is the first two
+    rows, O(d); only a block that is degenerate (or one token repeated) is read to its end."""
     if x.dim() != 2 or not x.shape[0] or not x.shape[1]:
         return None
-    x = x.float()
-    if not bool(torch.isfinite(x).all()):
-        return None  # the finite check names NaN / Inf
-    if not bool(x.any()):
+    n, d = x.shape
+    row0 = x[0].float()
+    nonzero, varies, differs = False, d < 2, not _repeat_counts(n, token_ids)
+    for a, b in _row_chunks(n, d):
+        xf = x[a:b].float()
+        nonzero = nonzero or bool(xf.any())  # NaN and Inf are non-zero
+        varies = varies or bool((xf != xf[:, :1]).any())  # NaN != NaN: a NaN row varies
+        differs = differs or bool((xf != row0).any())
+        if nonzero and varies and differs:
+            return None
+    # degenerate as far as the comparisons see; the block is finite iff what they compared is
+    if not nonzero:
         return "all rows zero"
-    if x.shape[1] > 1 and bool((x == x[:, :1]).all()):
-        return "every row constant"
-    if x.shape[0] > 1 and bool((x == x[:1]).all()):
-        ids = token_ids.flatten() if token_ids is not None else None
-        if ids is None or ids.numel() < 2 or int(ids.unique().numel()) > 1:
-            return "one row repeated"
-    return None
+    if not varies:  # every row is its first value
+        return "every row constant" if bool(torch.isfinite(x[:, 0].float()).all()) else None
+    # every row equals row 0 (and ids differ)
+    return "one row repeated" if bool(torch.isfinite(row0).all()) else None
 
 
 @check(CAPTURE, ("K7", "K8", "K13"), stored=TENSORS)

@@ -7,7 +7,7 @@ from typing import Optional
 
 from eagle3_conformance.checks.registry import FACT, check
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.core.findings import Finding
+from eagle3_conformance.core.findings import Finding, Status
 
 
 @check(FACT, ("K1", "K2"), fact="sglang_version")
@@ -51,7 +51,8 @@ def check_accept_length(c: Contract, avg_accept_length: Optional[float], path: s
     symptom most field reports had (fault-kinds.md); it gates, it does not diagnose.
 
     Args:
-        avg_accept_length: the measured mean (>= 1), None when nothing was measured, or a mapping
+        avg_accept_length: the measured mean (>= 1), None when nothing was measured, ``{"skip": why}``
+            when the path could not measure it (a server's records without decode: CUDA graphs), or a mapping
             with ``spec_accept_length``, ``spec_correct_drafts_histogram`` and
             ``per_position_acceptance`` (sglang-engine: ``captures.accept_figures``, SGLang's counters;
             cpu-accept: the loop's, :mod:`eagle3_conformance.acceptance.stats`): per-position
@@ -60,6 +61,9 @@ def check_accept_length(c: Contract, avg_accept_length: Optional[float], path: s
             ``cpu-accept`` (the greedy speculative loop on the SGLang CPU harness).
     """
     detail = ""
+    if isinstance(avg_accept_length, dict) and "skip" in avg_accept_length:  # nothing this path could measure
+        return [Finding("accept_length", "skip", path, None, c.gates.min_accept_length, None, f"{path}: accept length",
+                        f"acceptance not judged: {avg_accept_length['skip']}", "")]
     if isinstance(avg_accept_length, dict):  # SGLang's meta_info counters, or the cpu-accept loop's same figures
         per_pos = avg_accept_length.get("per_position_acceptance") or []
         detail = (f"; per-position acceptance {[round(x, 3) for x in per_pos]} from spec_correct_drafts_histogram "
@@ -167,27 +171,47 @@ def check_reference(c: Contract, ref: dict, path: str = "sglang-engine") -> list
 @check(FACT, (), fact="accept_regression")
 def check_accept_regression(c: Contract, rows: list, path: str = "server") -> list[Finding]:
     """Release gate against a recorded baseline (issue 34; TensorRT-LLM's rule, fail below 95% of the
-    reference): a figure regressed when the paired bootstrap interval of ``now - baseline`` on the same
-    prompts lies wholly below ``-tolerance`` (its upper end < -tolerance), so prompt noise alone never fails
-    it and a drop beyond the noise and the tolerance always does. One finding per figure: the mean accept
-    length and each draft position's acceptance.
+    reference), judged by what the data can decide (:func:`eagle3_conformance.acceptance.decision.decide`):
+    a figure is MET (pass) when the paired bootstrap interval of ``now - baseline`` on the same prompts lies
+    wholly at or above ``-tolerance``, DROPPED (fail) when it lies wholly below, and INCONCLUSIVE (skip,
+    ``observed["decision"] == "INCONCLUSIVE"``: :func:`eagle3_conformance.report.inconclusive` reads it,
+    exit 3) when it straddles ``-tolerance``. Every finding says the smallest drop the run could have
+    detected; an inconclusive one, the prompts that would decide it. One finding per figure: the mean
+    accept length and each draft position's acceptance.
 
     Args:
-        rows: ``[{"figure", "baseline", "now", "difference": [lo, hi], "tolerance"}]``
-            (:func:`eagle3_conformance.server_accept.figures.compare`).
+        rows: ``[{"figure", "baseline", "now", "difference": [lo, hi], "tolerance"[, "decision", "gated"]}]``
+            (:func:`eagle3_conformance.server_accept.figures.compare`; a row without ``decision`` is decided
+            here from its interval, with the interval's own half-width as the spread).
         path: the measuring path (``server``: a deployed server's own per-request counters).
     """
+    from eagle3_conformance.acceptance.decision import decide
+
     out = []
     for r in rows:
+        d = r.get("decision") or decide(r["difference"], (r["difference"][0] + r["difference"][1]) / 2,
+                                        r["tolerance"], 1).to_json()
         lo, hi = r["difference"]
-        tol = r["tolerance"]
-        dropped = hi < -tol
+        tol, verdict = d["tolerance"], d["verdict"]
+        status: Status = "pass" if verdict == "MET" else "fail" if verdict == "DROPPED" else "skip"
+        gated = r.get("gated", r["figure"] == "accept length")
+        if verdict == "INCONCLUSIVE":
+            need = d.get("units_needed")
+            tail = (f"; about {need} prompts would decide it at this spread" if need else
+                    "; the change equals the tolerance: no number of prompts decides it") + \
+                ("" if gated else " (a draft position: reported, not waited for)")
+        else:
+            tail = ""
+        where = ("lies at or above" if verdict == "MET" else "lies below" if verdict == "DROPPED" else "straddles")
+        observed = {"decision": verdict, "now": round(r["now"], 4), "change": [round(lo, 4), round(hi, 4)],
+                    "detectable_drop": round(d["detectable_drop"], 4), "units_needed": d.get("units_needed"),
+                    "gated": gated}
         out.append(Finding(
-            "accept_regression", "fail" if dropped else "pass", path, r["figure"], f">= baseline {r['baseline']:.4f} "
-            f"- {tol:.4f}", round(r["now"], 4), "server counters against the baseline, paired over prompts",
-            f"{r['figure']}: {r['baseline']:.3f} -> {r['now']:.3f}, paired 95% interval of the change "
-            f"[{lo:+.3f}, {hi:+.3f}] " + ("lies below" if dropped else "does not lie below") + f" -{tol:.3f} "
-            "(tolerance)", ""))
+            "accept_regression", status, path, r["figure"], f">= baseline {r['baseline']:.4f} - {tol:.4f}", observed,
+            "server counters against the baseline, paired over prompts",
+            f"{r['figure']}: {verdict}: {r['baseline']:.3f} -> {r['now']:.3f}, paired 95% interval of the change "
+            f"[{lo:+.3f}, {hi:+.3f}] {where} -{tol:.3f} (tolerance); the smallest drop this run could detect "
+            f"{d['detectable_drop']:.3f}" + tail, ""))
     return out
 
 

@@ -10,6 +10,7 @@ from eagle3_conformance.checks.registry import CAPTURE, DTYPES, ROW_RMS, TENSORS
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.core.capture import Capture
 from eagle3_conformance.core.findings import Finding
+from eagle3_conformance.core.served_dtype import served_dtype_words
 
 
 @check(CAPTURE, ("K8", "K11", "K13"), stored=TENSORS, always=True)
@@ -69,13 +70,20 @@ def check_dtype(c: Contract, cap: Capture) -> list[Finding]:
     ran = None if cap.stored else cap.provenance.get("run_dtype")
     want = ran or (c.data_dtype if cap.stored else c.serving_dtype)
     said = f"the engine ran {ran} here (the contract serves {c.serving_dtype})" if ran else f"contract says {want}"
-    got = dtype_name(cap.feature)
-    out = [finding("dtype", "pass" if got == want else "fail", cap, "feature", want, got,
-                   f"feature dtype is {got}; {said}", "K12")]
-    if cap.verifier_last is not None:
-        vg = dtype_name(cap.verifier_last)
-        out.append(finding("dtype", "pass" if vg == want else "fail", cap, "verifier", want, vg,
-                           f"verifier dtype is {vg}; {said}", "K12"))
+    out = []
+    for slot, t in (("feature", cap.feature), ("verifier", cap.verifier_last)):
+        if t is None:
+            continue
+        got = dtype_name(t)
+        if ran and got == ran and ran != c.serving_dtype:  # the path chose it: the contract's dtype was not served
+            w = served_dtype_words(c.serving_dtype, ran)
+            out.append(finding("dtype", "skip", cap, slot, c.serving_dtype, got,
+                               f"{slot} dtype is {got}: {c.serving_dtype} NOT served here, the path ran the engine in "
+                               f"{ran} (on CPU only float32 keeps the losslessness oracle; CONFORMANCE_ENGINE_DTYPE="
+                               f"{c.serving_dtype} serves the contract's). {w.title}: {w.evidence[1]}", "K12"))
+            continue
+        out.append(finding("dtype", "pass" if got == want else "fail", cap, slot, want, got,
+                           f"{slot} dtype is {got}; {said}", "K12"))
     disk = cap.provenance.get("on_disk_dtype")
     if disk is not None:
         out.append(finding("dtype", "pass" if disk == c.data_dtype else "fail", cap, "on disk", c.data_dtype, disk,

@@ -7,7 +7,7 @@ from typing import Optional
 
 import torch
 
-from eagle3_conformance.checks.registry import MAPPING, TOKENIZER, check
+from eagle3_conformance.checks.registry import FACT, MAPPING, TOKENIZER, check
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.core.findings import Finding
 
@@ -19,6 +19,55 @@ def mapping_sha256(target_ids: torch.Tensor) -> str:
     import numpy as np
 
     return hashlib.sha256(np.ascontiguousarray(target_ids.to(torch.int64).numpy()).astype("<i8").tobytes()).hexdigest()
+
+
+def mapping_problems(d2t: torch.Tensor, t2d: Optional[torch.Tensor], vocab: int, draft_size: int, *,
+                     convention: str = "offset", sha256: Optional[str] = None, need_t2d: bool = False) -> list[str]:
+    """What is wrong with a d2t/t2d pair, in words (empty: nothing).
+
+    Args:
+        d2t: [draft_size] int64, offsets (``convention="offset"``: target id = i + d2t[i], speculators'
+            and SGLang's reading) or absolute target ids.
+        t2d: [vocab] bool mask of the target ids in the draft vocabulary, or None.
+        vocab: the target's vocabulary size; draft_size: the draft's.
+        sha256: :func:`mapping_sha256` of the absolute ids to match, or None.
+        need_t2d: a missing t2d is a problem.
+
+    Invariants (speculators src/speculators/train/vocab_mapping.py): d2t int64 of length ``draft_size``;
+    the target ids strictly increasing and inside [0, vocab); equal to ``t2d.nonzero()``;
+    ``t2d.sum() == draft_size``.
+    """
+    problems = []
+    if d2t.dtype != torch.int64:
+        problems.append(f"d2t dtype {str(d2t.dtype).replace('torch.', '')}, expected int64")
+    if d2t.dim() != 1 or d2t.shape[0] != draft_size:
+        problems.append(f"d2t shape {list(d2t.shape)}, expected [{draft_size}]")
+    ids = None
+    if not problems:
+        ids = d2t.long() if convention == "absolute" else torch.arange(draft_size) + d2t.long()
+        if ids.numel() > 1 and not bool((ids[1:] > ids[:-1]).all()):
+            bad = int((ids[1:] <= ids[:-1]).nonzero()[0]) + 1
+            problems.append(f"target ids (i + d2t[i]) are not strictly increasing (first at draft id {bad}: "
+                            f"{int(ids[bad - 1])} then {int(ids[bad])})" if convention != "absolute" else
+                            "target ids (d2t[i]) are not strictly increasing")
+        if int(ids.min()) < 0 or int(ids.max()) >= vocab:
+            problems.append(f"target ids outside [0, {vocab})")
+    if t2d is None:
+        if need_t2d:
+            problems.append("t2d is missing")
+    else:
+        if t2d.dim() != 1 or t2d.shape[0] != vocab:
+            problems.append(f"t2d shape {list(t2d.shape)}, expected [{vocab}]")
+        elif int(t2d.bool().sum()) != draft_size:
+            problems.append(f"t2d.sum() = {int(t2d.bool().sum())}, expected {draft_size}")
+        elif ids is not None and not torch.equal(ids, t2d.bool().nonzero().flatten()):
+            bad = int((ids != t2d.bool().nonzero().flatten()).nonzero()[0])
+            problems.append(f"i + d2t[i] differs from t2d.nonzero() (first at draft id {bad})")
+    if sha256 and ids is not None and not problems:
+        got = mapping_sha256(ids)
+        if got != sha256:
+            problems.append(f"mapping sha256 {got[:12]}.. != contract {sha256[:12]}..")
+    return problems
 
 
 @check(MAPPING, ("K10",))
@@ -48,33 +97,8 @@ def check_vocab_mapping(c: Contract, d2t: Optional[torch.Tensor], t2d: Optional[
         return [f("vocab_mapping", ok, "d2t present" if v.d2t_present else "no d2t", "absent",
                   "no d2t mapping on this path" + ("" if ok else "; contract says it is present (an identity "
                                                     "mapping would be used silently)"))]
-    problems = []
-    if d2t.dtype != torch.int64:
-        problems.append(f"d2t dtype {str(d2t.dtype).replace('torch.', '')}, expected int64")
-    if d2t.dim() != 1 or d2t.shape[0] != v.draft_size:
-        problems.append(f"d2t shape {list(d2t.shape)}, expected [{v.draft_size}]")
-    ids = None
-    if not problems:
-        ids = d2t.long() if v.d2t_convention == "absolute" else torch.arange(v.draft_size) + d2t.long()
-        if ids.numel() > 1 and not bool((ids[1:] > ids[:-1]).all()):
-            problems.append("target ids (i + d2t[i]) are not strictly increasing")
-        if int(ids.min()) < 0 or int(ids.max()) >= v.size:
-            problems.append(f"target ids outside [0, {v.size})")
-    if t2d is None:
-        if v.t2d_present and path == "training":
-            problems.append("t2d is missing")
-    else:
-        if t2d.dim() != 1 or t2d.shape[0] != v.size:
-            problems.append(f"t2d shape {list(t2d.shape)}, expected [{v.size}]")
-        elif int(t2d.bool().sum()) != v.draft_size:
-            problems.append(f"t2d.sum() = {int(t2d.bool().sum())}, expected {v.draft_size}")
-        elif ids is not None and not torch.equal(ids, t2d.bool().nonzero().flatten()):
-            bad = int((ids != t2d.bool().nonzero().flatten()).nonzero()[0])
-            problems.append(f"i + d2t[i] differs from t2d.nonzero() (first at draft id {bad})")
-    if v.mapping_sha256 and ids is not None and not problems:
-        got = mapping_sha256(ids)
-        if got != v.mapping_sha256:
-            problems.append(f"mapping sha256 {got[:12]}.. != contract {v.mapping_sha256[:12]}..")
+    problems = mapping_problems(d2t, t2d, v.size, v.draft_size, convention=v.d2t_convention,
+                                sha256=v.mapping_sha256, need_t2d=v.t2d_present and path == "training")
     ok = not problems
     return [f("vocab_mapping", ok, "mapping obeys the contract", "; ".join(problems) or "ok",
               "vocab mapping obeys the contract" if ok else "vocab mapping: " + "; ".join(problems))]
@@ -120,3 +144,59 @@ def check_golden_tokens(c: Contract, training_ids: Optional[list[int]], serving_
                    f"({len(got)} vs {len(want)} tokens; got {got[k:k + 4]}, golden {want[k:k + 4]})")
         out.append(Finding("golden_tokens", "pass" if ok else "fail", path, side, len(want), len(got), where, msg, "K11"))
     return out
+
+
+@check(FACT, ("K10",), fact="draft_vocab")
+def check_draft_vocab(c: Contract, facts: dict, path: str = "sglang-engine") -> list[Finding]:
+    """K10, statically: the served draft checkpoint's vocabulary mapping and head as SGLang 0.5.23 loads
+    them (:func:`eagle3_conformance.draft_config.checkpoint.read_draft_vocab`), against the target's
+    vocabulary and the contract. A draft whose mapping is wrong receives the right boundary and accepts
+    nothing; this names the mapping before anything is served.
+
+    Judged (one finding, every problem listed): where the draft's vocabulary is reduced
+    (``draft_vocab_size`` < the target's ``vocab_size``), the checkpoint holds ``d2t`` (without it SGLang
+    takes draft id i for target id i), and i + d2t[i] (SGLang's reading, ``llama_eagle3.py:350-352``) is
+    strictly increasing inside the target's vocabulary and equal to ``t2d.nonzero()`` where t2d is stored
+    (:func:`mapping_problems`); ``lm_head`` has ``draft_vocab_size`` rows (absent: SGLang leaves the draft's
+    head at its initial values); the config's ``vocab_size`` is the target's; and the contract's ``vocab``
+    section (sizes, convention, ``mapping_sha256``) where it declares one.
+
+    Args:
+        facts: :func:`~eagle3_conformance.draft_config.checkpoint.read_draft_vocab`'s dict, or ``{"skip": why}``.
+    """
+    where = f"draft checkpoint {facts.get('source', '?')}"
+    if "skip" in facts:
+        return [Finding("draft_vocab", "skip", path, "vocab", "d2t/t2d readable", None, where,
+                        f"draft vocabulary not checked: {facts['skip']}", "K10")]
+    V = c.target.vocab_size
+    n = facts.get("draft_vocab_size")
+    tied = facts.get("tie_word_embeddings")
+    d2t, t2d, head = facts.get("d2t"), facts.get("t2d"), facts.get("lm_head")
+    problems = []
+    if facts.get("config_vocab_size") not in (None, V):
+        problems.append(f"config vocab_size {facts['config_vocab_size']} is not the target's {V}")
+    rows = n if n is not None else V
+    if not tied and head is None and n is not None:
+        problems.append("no lm_head.weight in the checkpoint: SGLang leaves the draft's head at its initial values")
+    elif not tied and head is not None and head[0] != rows:
+        problems.append(f"lm_head has {head[0]} rows; the config's draft_vocab_size says {rows}")
+    v = c.vocab
+    if n is not None and n < V:
+        if d2t is None:
+            problems.append(f"the draft vocabulary is reduced ({n} of {V} ids) but the checkpoint has no d2t: SGLang "
+                            "reads draft id i as target id i")
+        else:
+            problems += mapping_problems(d2t, t2d, V, n, sha256=v.mapping_sha256 if v is not None else None)
+    if v is not None:
+        if v.d2t_convention == "absolute" and d2t is not None:
+            problems.append("the contract says d2t holds absolute ids; SGLang reads offsets (hot_token_id = d2t + arange)")
+        if n is not None and v.draft_size != n:
+            problems.append(f"the checkpoint's draft_vocab_size {n} is not the contract's vocab.draft_size {v.draft_size}")
+        if v.d2t_present and d2t is None:
+            problems.append("the contract's vocab says d2t is present; the checkpoint has none")
+    reduced = f"{n} of {V} target ids" if n is not None and n < V else "the target's whole vocabulary"
+    ok = not problems
+    return [Finding("draft_vocab", "pass" if ok else "fail", path, "vocab", "d2t/t2d and lm_head as SGLang loads them",
+                    "ok" if ok else "; ".join(problems), where,
+                    (f"draft vocabulary ({reduced}): d2t/t2d and lm_head consistent with the target and the contract"
+                     if ok else f"draft vocabulary ({reduced}): " + "; ".join(problems)), "K10")]

@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eagle3_conformance.cli.common import add_html_option, check_output, exit_code, load_contract, write_html
+from eagle3_conformance.cli.common import (
+    add_contract_arguments,
+    add_html_option,
+    check_output,
+    exit_code,
+    load_contract,
+    write_html,
+)
 from eagle3_conformance.core.errors import UsageError
 
 UNCHECKED = ("accept measures acceptance only; what reaches the draft is checked by pytest -m conformance, "
@@ -24,11 +31,14 @@ def add_parser(sub) -> None:
     p = sub.add_parser("accept", help="acceptance of a running SGLang / vLLM server per request and per position, "
                                       "against the contract's floor and a recorded baseline")
     p.add_argument("--server", required=True, metavar="URL", help="base URL of the running server (http://host:port)")
-    p.add_argument("--contract", required=True, metavar="PATH", help="the pair's contract (gates.min_accept_length)")
+    add_contract_arguments(p, what="the pair's contract (gates.min_accept_length)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--record", metavar="OUT", help="write this run as a baseline (figures, per-prompt counters, "
                                                    "server version and flags, model and draft)")
     g.add_argument("--baseline", metavar="IN", help="compare with a recorded baseline on the same prompts")
+    p.add_argument("--write-floor", metavar="OUT", help="write a copy of the contract with gates.min_accept_length "
+                                                         "set from this run (the lower end of its accept length's 95%% "
+                                                         "interval over prompts); only from a run that passes")
     p.add_argument("--tolerance", type=float, default=0.05, help="allowed drop, as a fraction of each baseline "
                                                                   "figure (default 0.05: TensorRT-LLM's 95%% rule)")
     p.add_argument("--prompts", type=int, metavar="N", help="the first N prompts of the set, round-robin over its "
@@ -56,7 +66,8 @@ def _check_args(args) -> None:
     for flag in ("request_timeout", "run_timeout"):
         if getattr(args, flag) <= 0:
             raise UsageError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: give seconds > 0")
-    outs = [(f, getattr(args, f.strip("-").replace("-", "_"))) for f in ("--record", "--json", "--markdown", "--html")]
+    outs = [(f, getattr(args, f.strip("-").replace("-", "_")))
+            for f in ("--record", "--json", "--markdown", "--html", "--write-floor")]
     outs = [(f, o) for f, o in outs if o]
     if len({Path(o).resolve() for _, o in outs}) < len(outs):
         raise UsageError(f"{', '.join(f for f, _ in outs)}: give a different file to each")
@@ -72,6 +83,22 @@ def _options(args):
                    run_timeout=args.run_timeout)
 
 
+def _write_floor(args, results, code: int) -> None:
+    """``--write-floor``: the floor from this run's per-prompt counters, from a run that passed only.
+
+    Raises:
+        UsageError: the run did not pass (exit 0).
+    """
+    from eagle3_conformance.acceptance.decision import floor_from_runs
+    from eagle3_conformance.authoring.floor import write_floor
+
+    if code != 0:
+        raise UsageError(f"--write-floor {args.write_floor}: not written: a floor comes from a good run, and this "
+                         "run did not pass")
+    fl = floor_from_runs([(r.steps + sum(r.accepted_per_pos), r.steps) for r in results if r.steps])
+    print(write_floor(args.contract, args.write_floor, fl, f"accept --server {args.server}"))
+
+
 def run(args) -> int:
     from eagle3_conformance.server_accept.session import measure
 
@@ -84,7 +111,6 @@ def run(args) -> int:
 
 def _report(args, c, o) -> None:
     from eagle3_conformance import __version__, report
-    from eagle3_conformance.environment.validated import contract_hash
     from eagle3_conformance.server_accept import baseline, prompts, render
 
     info, res, fig, rows, findings, changes, plist = o.info, o.res, o.fig, o.rows, o.findings, o.changes, o.prompts
@@ -94,11 +120,20 @@ def _report(args, c, o) -> None:
     print(report.render_text(findings, [], title=title, extra=extra, width=report.WIDTH, unchecked_reason=UNCHECKED))
     pset = {"version": prompts.PROMPT_SET_VERSION, "sha256": prompts.prompt_set_sha256(), "ids": [p.id for p in plist]}
     if args.record:
-        doc = baseline.build(tool_version=__version__, contract_name=c.name, contract_sha256=contract_hash(c),
-                             prompt_set=pset, max_tokens=res.max_tokens, concurrency=res.concurrency, info=info,
-                             figures=fig, results=res.results)
+        doc = baseline.build(tool_version=__version__, contract=c, prompt_set=pset, max_tokens=res.max_tokens,
+                             concurrency=res.concurrency, info=info, draft=o.draft or {}, figures=fig,
+                             results=res.results)
         report.write_document(args.record, doc)
         print(f"baseline written to {args.record}")
+        if not args.write_floor:
+            from eagle3_conformance.acceptance.decision import floor_from_runs
+
+            fl = floor_from_runs([(r.steps + sum(r.accepted_per_pos), r.steps) for r in res.results if r.steps])
+            print(f"a floor from this run: gates.min_accept_length: {fl['floor']} (the lower end of its accept length "
+                  f"{fl['value']:.3f} [{fl['interval'][0]:.3f}, {fl['interval'][1]:.3f}]); --write-floor OUT writes "
+                  "it into a copy of the contract")
+    if args.write_floor:
+        _write_floor(args, res.results, exit_code(findings))
     if args.json or args.html:
         meta = {"server": info.to_json(), "figures": fig, "comparison": rows, "changes_from_baseline": changes,
                 "prompt_set": pset, "max_tokens": res.max_tokens, "concurrency": res.concurrency,

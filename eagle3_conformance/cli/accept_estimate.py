@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eagle3_conformance.cli.common import EXIT_OK, check_data_dir, check_output
+from eagle3_conformance.cli.common import check_data_dir, check_output
 from eagle3_conformance.core.errors import DataError, UsageError
+from eagle3_conformance.core.exit_codes import ExitCode
 
 
 def add_parser(sub) -> None:
@@ -56,4 +57,4 @@ def run(args) -> int:
         Path(args.json).write_text(json.dumps({"k": args.k, "per_position": e.per_position,
                                                "mean_accept_length": e.mean_accept_length, "starts": e.starts,
                                                "documents": e.documents, "per_document": e.per_document}, indent=1))
-    return EXIT_OK
+    return ExitCode.CONFORMS

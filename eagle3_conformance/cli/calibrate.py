@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from eagle3_conformance.cli.common import (
-    EXIT_OK,
-    EXIT_VIOLATIONS,
+    add_contract_arguments,
     check_data_dir,
     check_output,
     console,
@@ -20,11 +19,12 @@ from eagle3_conformance.cli.common import (
     resolve_reference,
 )
 from eagle3_conformance.core.errors import UsageError
+from eagle3_conformance.core.exit_codes import ExitCode
 
 
 def add_parser(sub) -> None:
     c = sub.add_parser("calibrate", help="measure norm bands on real data and write them into a contract")
-    c.add_argument("contract", metavar="CONTRACT")
+    add_contract_arguments(c)
     c.add_argument("--data", metavar="DIR", help="speculators 0.9.0 dataset (bands from the real loader)")
     c.add_argument("--reference", metavar="MODEL_DIR",
                    help="HF target dir: slot identity of --data is verified first; norm profile; bands when no "
@@ -147,7 +147,7 @@ def run(args) -> int:
                       file=sys.stderr)
                 for gate in dict.fromkeys(g for _, g in wrong):
                     print("eagle3-conformance: " + _gate_line(c, gate), file=sys.stderr)
-                return EXIT_VIOLATIONS
+                return ExitCode.VIOLATIONS
         else:
             con.print(f"[yellow]warning: slot identity not verified: no reference model (give --reference "
                       f"MODEL_DIR); the bands describe whatever {data} holds in each slot, which may not be "
@@ -156,9 +156,9 @@ def run(args) -> int:
     _show(con, c, cal, ref_model, ref_origin, args)
     if out is None:
         con.print("no file written (give -o OUT, or --in-place to update the contract)")
-        return EXIT_OK
+        return ExitCode.CONFORMS
     text = write_bands(src_path.read_text(encoding="utf-8"), cal.bands, cal.kappa, cal.source, out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")
     con.print(f"wrote {out}: norm bands calibrated (kappa {cal.kappa})")
-    return EXIT_OK
+    return ExitCode.CONFORMS

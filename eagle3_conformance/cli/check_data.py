@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from eagle3_conformance.cli.common import (
+    add_contract_arguments,
     add_html_option,
     add_reference_options,
     check_data_dir,
@@ -32,7 +33,7 @@ from eagle3_conformance.core.errors import UsageError
 def add_parser(sub) -> None:
     d = sub.add_parser("check-data", help="check a speculators 0.9.0 dataset or vLLM extraction files against a "
                                           "contract")
-    d.add_argument("contract", metavar="CONTRACT")
+    add_contract_arguments(d)
     d.add_argument("--data", required=True, metavar="DIR",
                    help="speculators 0.9.0 dataset directory, or a directory of vLLM extraction files "
                         "({req_id}.safetensors with hidden_states and token_ids)")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Optional
 
 from eagle3_conformance.cli.common import (
-    EXIT_BAD_INPUT,
+    add_contract_arguments,
     add_html_option,
     add_reference_options,
     check_report_outputs,
@@ -37,13 +37,14 @@ from eagle3_conformance.cli.common import (
     write_html,
 )
 from eagle3_conformance.core.errors import DataError
+from eagle3_conformance.core.exit_codes import ExitCode
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("check-offline",
                        help="check legacy speculators .pt / SpecForge .ckpt / vLLM extraction .safetensors "
                             "hidden-state files against a contract")
-    p.add_argument("contract", metavar="CONTRACT")
+    add_contract_arguments(p)
     p.add_argument("--files", required=True, metavar="DIR_OR_GLOB",
                    help="a directory (searched recursively for *.pt / *.ckpt and vLLM's *.safetensors), "
                         "one file, or a glob")
@@ -171,9 +172,9 @@ def run(args) -> int:
     _report(args, c, findings, extra)
     if bad_reference:
         error(bad_reference)
-        return EXIT_BAD_INPUT
+        return ExitCode.INPUT_ERROR
     avail = [f for f in findings if f.check == "sample_available"]
     if avail and all(f.status == "fail" for f in avail):
         error(f"{args.files}: none of the {len(files)} files could be read")
-        return EXIT_BAD_INPUT
+        return ExitCode.INPUT_ERROR
     return exit_code(findings)

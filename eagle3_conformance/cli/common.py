@@ -9,7 +9,10 @@ The codes are the public :class:`eagle3_conformance.core.exit_codes.ExitCode`; v
 - **2** bad input or usage: :class:`eagle3_conformance.core.errors.InputError` (and a contract that does not
   load), reported in one line; argparse's own usage errors also exit 2; and a run whose input
   could not be checked at all (no sample readable, the reference unusable), printed "INPUT ERROR",
-  never "VIOLATIONS" (:func:`eagle3_conformance.report.input_error`).
+  never "VIOLATIONS" (:func:`eagle3_conformance.report.input_error`);
+- **3** inconclusive: nothing failed, but a gated acceptance figure's paired interval straddles the
+  tolerance (printed "INCONCLUSIVE", with the prompts that would decide it;
+  :func:`eagle3_conformance.report.inconclusive`).
 """
 
 from __future__ import annotations
@@ -27,24 +30,28 @@ if TYPE_CHECKING:
 
     from eagle3_conformance.contract import Contract
 
-# The verbs' historical names for the public enum's members (core/exit_codes.py).
+# The verbs' historical names for the public enum's members (core/exit_codes.py); new code names ExitCode.
 EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT = ExitCode.CONFORMS, ExitCode.VIOLATIONS, ExitCode.INPUT_ERROR
 EXIT_INCONCLUSIVE = ExitCode.INCONCLUSIVE
 
 
 def exit_code(findings: Iterable[Any]) -> int:
     """The exit code of a run's findings (objects or JSON dicts), matching the verdict word
-    (:func:`eagle3_conformance.report.verdict`): ``EXIT_BAD_INPUT`` on an input error (nothing could
-    be read, or the reference could not be used: "INPUT ERROR"), else ``EXIT_VIOLATIONS`` when any
-    finding failed ("VIOLATIONS"), else ``EXIT_OK``."""
-    from eagle3_conformance.report import input_error
+    (:func:`eagle3_conformance.report.verdict`): ``ExitCode.INPUT_ERROR`` on an input error (nothing could
+    be read, or the reference could not be used: "INPUT ERROR"), else ``ExitCode.VIOLATIONS`` when any
+    finding failed ("VIOLATIONS"), else ``ExitCode.INCONCLUSIVE`` when a gated acceptance figure could not be
+    decided ("INCONCLUSIVE", :func:`eagle3_conformance.report.inconclusive`), else ``ExitCode.CONFORMS``."""
+    from eagle3_conformance.report import inconclusive, input_error
 
     def status(f: Any) -> Any:
         return f.get("status") if isinstance(f, dict) else f.status
 
+    findings = list(findings)
     if input_error(findings):
-        return EXIT_BAD_INPUT
-    return EXIT_VIOLATIONS if any(status(f) == "fail" for f in findings) else EXIT_OK
+        return ExitCode.INPUT_ERROR
+    if any(status(f) == "fail" for f in findings):
+        return ExitCode.VIOLATIONS
+    return ExitCode.INCONCLUSIVE if inconclusive(findings) else ExitCode.CONFORMS
 
 
 def error(message: str) -> None:
@@ -62,18 +69,83 @@ def console() -> Console:
 
 
 def load_contract(path: str | Path) -> Contract:
-    """The contract at ``path``.
+    """The contract at ``path``, through the one contract gate every verb applies
+    (:func:`eagle3_conformance.authoring.gate.gated_contract`: ``validate``'s checks, the configs at
+    ``target.path`` / ``draft.path`` included). What the gate could not check is a warning on stderr.
 
     Raises:
-        UsageError: it does not load (the message lists every problem with its line).
+        UsageError: the gate refuses it (exit 2); the message holds ``validate``'s lines, each problem
+            at the contract's file and line.
     """
+    from eagle3_conformance.authoring.gate import gate_warnings, gated_contract, refusal_lines
     from eagle3_conformance.contract import ContractError
-    from eagle3_conformance.contract import load_contract as _load_contract
 
     try:
-        return _load_contract(path)
+        c = gated_contract(path)
     except ContractError as e:
-        raise UsageError(str(e)) from None
+        lines = refusal_lines(e, path)
+        if Path(path).is_file():  # a contract that was read and refused (a missing file says so itself)
+            lines.append(f"{path}: refused by the contract checks every verb applies (`eagle3-conformance validate "
+                         f"{path}` says the same); nothing was run")
+        raise UsageError("\n".join(lines)) from None
+    for line in gate_warnings(c):
+        print(f"warning: {path}: {line}", file=sys.stderr)
+    return c
+
+
+def print_or_write(dest: str, text: str) -> None:
+    """``text`` on stdout when ``dest`` is ``-``, else written to the file ``dest`` (checked first with
+    :func:`check_output`)."""
+    if dest == "-":
+        print(text)
+    else:
+        Path(dest).write_text(text + "\n", encoding="utf-8")
+
+
+def add_contract_arguments(p: argparse.ArgumentParser, *, many: bool = False, required: bool = True,
+                           what: str = "the contract") -> None:
+    """The contract, the same way in every verb: positional ``CONTRACT`` or ``--contract CONTRACT`` (both only
+    when they name the same file). ``many``: several contracts (positional and repeated ``--contract``).
+    :func:`resolve_contract_args` (called by :func:`eagle3_conformance.cli.main`) leaves the result in
+    ``args.contract`` (``args.contracts`` with ``many``)."""
+    if many:
+        p.add_argument("contracts", nargs="*", metavar="CONTRACT", help=f"{what} (or --contract, repeatable)")
+        p.add_argument("--contract", dest="contract_option", action="append", default=[], metavar="CONTRACT",
+                       help=f"{what}, as an option (repeatable)")
+    else:
+        p.add_argument("contract", nargs="?", metavar="CONTRACT", help=f"{what} (or --contract)")
+        p.add_argument("--contract", dest="contract_option", metavar="CONTRACT", help=f"{what}, as an option")
+    p.set_defaults(contract_arity="many" if many else ("one" if required else "optional"))
+
+
+def contract_args(args: argparse.Namespace, many: bool = False) -> Any:
+    """The contract path (``many``: the list of paths) :func:`resolve_contract_args` settled."""
+    return list(getattr(args, "contracts", None) or []) if many else getattr(args, "contract", None)
+
+
+def resolve_contract_args(args: argparse.Namespace) -> None:
+    """Merge positional ``CONTRACT`` and ``--contract`` (:func:`add_contract_arguments`) into
+    ``args.contract`` / ``args.contracts``; a verb without them is left alone.
+
+    Raises:
+        UsageError: no contract given where one is needed, or the two spellings name different files.
+    """
+    arity = getattr(args, "contract_arity", None)
+    if arity is None:
+        return
+    opt = getattr(args, "contract_option", None)
+    if arity == "many":
+        both = list(dict.fromkeys([*(args.contracts or []), *(opt or [])]))
+        if not both:
+            raise UsageError("no contract given: name one or more CONTRACT files (or --contract CONTRACT)")
+        args.contracts = both
+        return
+    pos = getattr(args, "contract", None)
+    if pos and opt and Path(pos).resolve() != Path(opt).resolve():
+        raise UsageError(f"CONTRACT {pos} and --contract {opt} name two contracts; give one")
+    args.contract = pos or opt
+    if not args.contract and arity == "one":
+        raise UsageError("no contract given: name the CONTRACT file (positional, or --contract CONTRACT)")
 
 
 def _inside(p: Path, d: Path) -> bool:

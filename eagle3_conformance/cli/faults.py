@@ -16,16 +16,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eagle3_conformance.cli.common import (
-    EXIT_BAD_INPUT,
-    EXIT_OK,
-    EXIT_VIOLATIONS,
-    add_html_option,
-    check_html,
-    check_output,
-    console,
-    write_html,
-)
+from eagle3_conformance.cli.common import add_html_option, check_html, check_output, console, write_html
+from eagle3_conformance.core.exit_codes import ExitCode
 
 
 def add_parser(sub) -> None:
@@ -101,11 +93,11 @@ def run(args) -> int:
     idle = _nothing_ran([m for m, _ in matrices if m], fam)
     if idle:
         con.print(f"[red]nothing ran[/red]: every cell is not run or not applicable ({idle})")
-        return EXIT_BAD_INPUT
+        return ExitCode.INPUT_ERROR
     bad = any(any(c.status == "missed" for c in m["cells"]) or m["false_positives"] for m, _ in matrices if m)
     if fam is not None:
         bad = bad or any(c["status"] == "missed" for c in fam["cells"]) or bool(fam["false_positives"])
-    return EXIT_VIOLATIONS if bad else EXIT_OK
+    return ExitCode.VIOLATIONS if bad else ExitCode.CONFORMS
 
 
 def _nothing_ran(matrices: list, fam) -> str:
@@ -149,4 +141,4 @@ def _acceptance(args, con, log) -> int:
     for name in not_beaten:
         con.print(f"[red]NOT BEATEN[/red]: {name}: the correct pair does not accept more than with this fault "
                   f"beyond the prompts' noise (paired 95% bootstrap interval of correct - fault reaches 0)")
-    return EXIT_VIOLATIONS if lossy or not_beaten else EXIT_OK
+    return ExitCode.VIOLATIONS if lossy or not_beaten else ExitCode.CONFORMS

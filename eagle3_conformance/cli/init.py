@@ -1,12 +1,17 @@
 """``eagle3-conformance init --target DIR --draft DIR -o FILE``: a contract derived from two config.json
 files (:func:`eagle3_conformance.authoring.init_families.derive_any_contract`: EAGLE-3, DFlash or MTP, by
-the draft config's own keys); never writes over an input."""
+the draft config's own keys); never writes over an input, and never writes a contract ``validate`` would
+refuse: the text passes the contract gate every verb applies
+(:func:`eagle3_conformance.authoring.gate.gated_text`) before it is written (exit 2 and nothing written
+otherwise; a draft config whose two id lists differ is refused with both keys named)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from eagle3_conformance.cli.common import EXIT_OK, check_output
+from eagle3_conformance.cli.common import check_output
+from eagle3_conformance.core.errors import UsageError
+from eagle3_conformance.core.exit_codes import ExitCode
 
 
 def add_parser(sub) -> None:
@@ -24,6 +29,10 @@ def add_parser(sub) -> None:
                    help="the dtype the training data's generation server runs (vLLM for speculators' "
                         "generate-offline-data: its --dtype; SpecForge's SGLang capture): it is the stored dtype, "
                         "data_dtype. auto (default): the engine's own dtype rule (docs/speculators-generator.md)")
+    p.add_argument("--serving-dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="the dtype the server is launched with (its --dtype): precision.serving, which the serving "
+                        "checks' gates follow. auto (default): the serving engine's own dtype=auto rule (SGLang: "
+                        "a float32 checkpoint is served in float16, Gemma in bfloat16)")
     p.add_argument("-o", "--output", required=True, metavar="FILE")
     p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     p.set_defaults(func=run)
@@ -40,15 +49,33 @@ def run(args) -> int:
     out = check_output(args.output, "-o", inputs=tuple(inputs), input_dirs=tuple(dirs), need_parent=False)
     doc = derive_any_contract(args.target, args.draft, engine=args.engine, verifier=args.verifier,
                           name=args.name, allow_embedding=args.allow_embedding, out_file=out,
-                          generation_dtype=args.generation_dtype)
+                          generation_dtype=args.generation_dtype, serving_dtype=args.serving_dtype)
     text = dump_contract(doc, out)
+    _gate(text, out, args)
     write_new(out, text, args.force)
     c = doc["capture"]
     print(f"wrote {out}: aux {list(c['boundaries'])} + verifier {doc['verifier_last']['tensor']}, "
           f"width {c['feature_width']}, bands uncalibrated")
     _final_notes(out)
     _norm_notes(args.draft)
-    return EXIT_OK
+    return ExitCode.CONFORMS
+
+
+def _gate(text: str, out: Path, args) -> None:
+    """The contract gate on the text ``init`` would write, before anything is written.
+
+    Raises:
+        UsageError: ``validate`` would refuse it; its lines, counted in the text that was not written.
+    """
+    from eagle3_conformance.authoring.gate import gated_text, refusal_lines
+    from eagle3_conformance.contract import ContractError
+
+    try:
+        gated_text(text, out)
+    except ContractError as e:
+        raise UsageError("\n".join(refusal_lines(e, out)) + f"\n{out}: not written: the contract derived from "
+                         f"{args.target} and {args.draft} is refused by the checks `eagle3-conformance validate` "
+                         "applies (lines above count in the text init would have written)") from None
 
 
 def _norm_notes(draft) -> None:

@@ -1,4 +1,5 @@
-"""``eagle3-conformance merge-reports OUT.json IN1.json IN2.json ...``: one report from sharded runs
+"""``eagle3-conformance merge-reports [CONTRACT] OUT.json IN1.json IN2.json ...`` (or ``--contract CONTRACT``):
+one report from sharded runs
 (:func:`eagle3_conformance.report.merge.merge_reports`). Exit 0 if no finding failed, 1 if one did (a missing
 shard included), 2 bad input (an existing OUT included, unless ``--force``: forgetting OUT makes
 the first part the output, and overwriting it would destroy that part)."""
@@ -13,7 +14,7 @@ from eagle3_conformance.core.errors import UsageError
 
 def add_parser(sub) -> None:
     p = sub.add_parser("merge-reports", help="merge JSON reports of sharded check-data runs")
-    p.add_argument("out", metavar="OUT.json",
+    p.add_argument("out", metavar="[CONTRACT] OUT.json",
                    help="merged report to write (must not exist: an existing file is refused, exit 2, "
                         "unless --force)")
     p.add_argument("inputs", nargs="+", metavar="IN.json", help="reports to merge (same contract)")
@@ -28,15 +29,31 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _positional_contract(args) -> None:
+    """``merge-reports CONTRACT OUT IN...``: a first positional that is a contract (``.yaml`` / ``.yml``; reports
+    are JSON) is the contract, as in every verb.
+
+    Raises:
+        UsageError: it names another contract than ``--contract``.
+    """
+    if Path(args.out).suffix.lower() not in (".yaml", ".yml") or len(args.inputs) < 2:
+        return
+    if args.contract and Path(args.contract).resolve() != Path(args.out).resolve():
+        raise UsageError(f"CONTRACT {args.out} and --contract {args.contract} name two contracts; give one")
+    args.contract, args.out, args.inputs = args.out, args.inputs[0], args.inputs[1:]
+
+
 def run(args) -> int:
     from eagle3_conformance.report.merge import merge_reports, parts_contract
 
+    _positional_contract(args)
     check_output(args.out, "OUT", inputs=tuple(args.inputs))
     if Path(args.out).exists() and not getattr(args, "force", False):
         raise UsageError(f"OUT {args.out}: exists; refusing to overwrite it (the merged report is the FIRST "
                          "argument: did you forget it? give a new file name, or --force to replace it)")
-    cpath, why = parts_contract(args.inputs, getattr(args, "contract", None))
-    contract = load_contract(str(cpath)) if cpath is not None else None
+    given = load_contract(args.contract) if args.contract else None  # the contract gate, before any part is read
+    cpath, why = parts_contract(args.inputs, args.contract)
+    contract = given if given is not None else (load_contract(str(cpath)) if cpath is not None else None)
     merged = merge_reports(args.out, args.inputs, allow_missing=args.allow_missing, contract=contract)
     nf = sum(1 for f in merged.findings if f.status == "fail")
     if not args.quiet:
@@ -48,6 +65,6 @@ def run(args) -> int:
                 print(why)
             for d in merged.diagnoses or []:
                 print(f"  {d.label}: {d.title}")
-                for fix in d.fix[:2]:
+                for fix in d.fix:
                     print(f"    fix: {fix}")
     return exit_code(merged.findings)

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eagle3_conformance.cli.common import EXIT_BAD_INPUT, EXIT_OK, check_output, error
+from eagle3_conformance.cli.common import check_output, error
 from eagle3_conformance.core.errors import UsageError
+from eagle3_conformance.core.exit_codes import ExitCode
 
 
 def add_parser(sub) -> None:
@@ -57,5 +58,5 @@ def run(args) -> int:
     print(f"wrote {args.html} ({Path(args.html).stat().st_size / 1024:.0f} KiB) from {len(docs)} report(s)")
     if unknown:
         error(f"{', '.join(unknown)}: not a report this version recognises (the page says what it holds)")
-        return EXIT_BAD_INPUT
-    return EXIT_OK
+        return ExitCode.INPUT_ERROR
+    return ExitCode.CONFORMS

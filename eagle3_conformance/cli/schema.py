@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from eagle3_conformance.cli.common import EXIT_OK
+from eagle3_conformance.core.exit_codes import ExitCode
 
 
 def add_parser(sub) -> None:
@@ -29,4 +29,4 @@ def run(args) -> int:
         print(f"wrote {SCHEMA_PATH}")
     else:
         sys.stdout.write(text)
-    return EXIT_OK
+    return ExitCode.CONFORMS

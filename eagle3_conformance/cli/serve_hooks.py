@@ -1,4 +1,4 @@
-"""``eagle3-conformance serve-hooks --contract C --out DIR``: the ``--forward-hooks`` value for a user's
+"""``eagle3-conformance serve-hooks CONTRACT --out DIR`` (or ``--contract CONTRACT``): the ``--forward-hooks`` value for a user's
 own ``python -m sglang.launch_server ...`` (any of their flags), recording into DIR.
 
 Writes ``DIR/manifest.json`` (the contract's sha256, this tool's version, the SGLang release the hooks
@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import shlex
 
-from eagle3_conformance.cli.common import load_contract
+from eagle3_conformance.cli.common import add_contract_arguments, load_contract
+from eagle3_conformance.core.exit_codes import ExitCode
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("serve-hooks", help="print the --forward-hooks value that records what your own SGLang "
                                            "server hands its EAGLE-3 draft, for check-captures")
-    p.add_argument("--contract", required=True, metavar="C", help="the contract the records will be judged against")
+    add_contract_arguments(p, what="the contract the records will be judged against")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="where the server writes its records (created; must be empty or new; the server "
                         "process must be able to write there)")
@@ -43,4 +44,4 @@ def run(args) -> int:
     print(f"eagle3-conformance: {args.out}/manifest.json written (contract {c.name}, SGLang "
           f"{doc['sglang_expected']}); after serving: eagle3-conformance check-captures {args.out} "
           f"--contract {args.contract}", file=sys.stderr)
-    return 0
+    return ExitCode.CONFORMS

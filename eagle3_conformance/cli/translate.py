@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import json
 
-from eagle3_conformance.cli.common import EXIT_OK, load_contract
+from eagle3_conformance.cli.common import add_contract_arguments, check_output, load_contract, print_or_write
 from eagle3_conformance.core.errors import UsageError
+from eagle3_conformance.core.exit_codes import ExitCode
 
 
 def add_parser(sub) -> None:
     t = sub.add_parser("translate", help="print the ids and config key a tool needs for a contract")
-    t.add_argument("contract", metavar="CONTRACT")
+    add_contract_arguments(t)
     t.add_argument("--to", required=True, choices=["sglang", "vllm", "speculators", "specforge"])
     t.add_argument("--engine-version", metavar="V", help="tool release (SGLang default: installed)")
-    t.add_argument("--json", action="store_true", help="print JSON")
+    t.add_argument("--json", nargs="?", const="-", metavar="OUT",
+                   help="the ids as JSON: on stdout (--json alone), or written to OUT")
     t.set_defaults(func=run)
 
 
@@ -23,6 +25,8 @@ def run(args) -> int:
     from eagle3_conformance.engine_ids import TranslationError, boundaries_to_tool
 
     c = load_contract(args.contract)
+    if args.json and args.json != "-":
+        check_output(args.json, "--json", inputs=(args.contract,))
     if c.method == "mtp":
         raise UsageError(f"{args.contract}: an MTP head reads no layer ids (it reads {c.capture.boundaries[0]}); "
                          "nothing to translate")
@@ -39,8 +43,8 @@ def run(args) -> int:
     if args.json:
         out = {"contract": args.contract, "boundaries": c.capture.boundaries, "num_hidden_layers": c.L,
                **t.to_json()}
-        print(json.dumps(out, indent=2))
-        return EXIT_OK
+        print_or_write(args.json, json.dumps(out, indent=2))
+        return ExitCode.CONFORMS
     print(f"{c.name}: {args.to} ids for {c.capture.boundaries} (L = {c.L}, {c.target.architecture})")
     print(f"  ids:        {t.ids}")
     print(f"  key:        {t.key_path}")
@@ -50,7 +54,7 @@ def run(args) -> int:
         print(f"  {k}: {v}")
     for n in t.notes:
         print(f"  note: {n}")
-    return EXIT_OK
+    return ExitCode.CONFORMS
 
 
 def _dflash(args, c) -> int:
@@ -65,14 +69,15 @@ def _dflash(args, c) -> int:
     except TranslationError as e:
         raise UsageError(f"{args.contract}: {args.to} cannot tap {c.capture.boundaries}: {e}") from None
     if args.json:
-        print(json.dumps({"contract": args.contract, "method": "dflash", "boundaries": c.capture.boundaries,
-                          "num_hidden_layers": c.L, "tool": t.tool, "ids": t.ids, "key_path": t.key,
-                          "holds_for": t.source, "notes": t.notes}, indent=2))
-        return EXIT_OK
+        print_or_write(args.json, json.dumps({"contract": args.contract, "method": "dflash",
+                                              "boundaries": c.capture.boundaries, "num_hidden_layers": c.L,
+                                              "tool": t.tool, "ids": t.ids, "key_path": t.key,
+                                              "holds_for": t.source, "notes": t.notes}, indent=2))
+        return ExitCode.CONFORMS
     print(f"{c.name}: {args.to} DFlash ids for {c.capture.boundaries} (L = {c.L}, {c.target.architecture})")
     print(f"  ids:        {t.ids}")
     print(f"  key:        {t.key}")
     print(f"  holds for:  {t.source}")
     for n in t.notes:
         print(f"  note: {n}")
-    return EXIT_OK
+    return ExitCode.CONFORMS

@@ -2,27 +2,62 @@
 upgrade change the tensors a draft receives? Each version's own code decides
 (:mod:`eagle3_conformance.upgrade`); exit 0 same tensors, 1 a draft would receive different
 tensors (or fewer slots than its contract declares), 2 a version could not be fetched or its rule
-could not be run, or bad input."""
+could not be run, or bad input (a contract ``validate`` refuses is named with its problems, each at its line).
+Reports: the text on stdout; ``--json [OUT]``, ``--markdown [OUT]`` (alone: on stdout instead of the text),
+``--html OUT``; ``--format`` / ``--output`` are the deprecated spellings."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from pathlib import Path
+from typing import Optional
 
-from eagle3_conformance.cli.common import add_html_option, check_html, check_output, write_html
+from eagle3_conformance.cli.common import (
+    add_contract_arguments,
+    add_html_option,
+    check_html,
+    check_output,
+    print_or_write,
+    write_html,
+)
+from eagle3_conformance.core.errors import UsageError
+from eagle3_conformance.core.exit_codes import ExitCode
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("upgrade-check", help="compare what two versions of an engine capture for each contract")
-    p.add_argument("contracts", nargs="+", metavar="CONTRACT")
+    add_contract_arguments(p, many=True)
     p.add_argument("--from", dest="base", required=True, metavar="TOOL==V",
                    help="the version served today: sglang==0.5.12, vllm==0.33.0 (both runners) or vllm==0.33.0:v1")
     p.add_argument("--to", dest="to", required=True, action="append", metavar="TOOL==V",
                    help="the candidate version (repeat to compare several with the baseline)")
-    p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
-    p.add_argument("--output", metavar="FILE", help="write the report there instead of stdout")
+    p.add_argument("--json", nargs="?", const="-", metavar="OUT",
+                   help="write the report as JSON to OUT (--json alone: on stdout, instead of the text)")
+    p.add_argument("--markdown", nargs="?", const="-", metavar="OUT",
+                   help="write the report as Markdown to OUT, for CI job summaries (alone: on stdout)")
     add_html_option(p)
+    p.add_argument("--format", choices=("text", "json", "markdown"), default=None, help=argparse.SUPPRESS)
+    p.add_argument("--output", metavar="FILE", help=argparse.SUPPRESS)  # deprecated with --format: _old_spelling
     p.set_defaults(func=run)
+
+
+def _old_spelling(args) -> Optional[str]:
+    """``--format F [--output FILE]`` (deprecated) as ``--json`` / ``--markdown``; returns the file the text
+    report goes to (``--format text --output FILE``), else None. Warns on stderr."""
+    fmt, out = args.format, args.output
+    if fmt is None and out is None:
+        return None
+    new = {"json": f"--json {out or ''}", "markdown": f"--markdown {out or ''}"}.get(fmt or "text",
+                                                                                   "shell redirection (> FILE)")
+    print(f"warning: --format/--output are deprecated; use {new.strip()}", file=sys.stderr)
+    if fmt in ("json", "markdown"):
+        if getattr(args, fmt):
+            raise UsageError(f"--format {fmt} and --{fmt}: give one (--{fmt} OUT)")
+        setattr(args, fmt, out or "-")
+        return None
+    return out
 
 
 def run(args) -> int:
@@ -30,15 +65,24 @@ def run(args) -> int:
 
     base = parse_spec(args.base)
     to = [s for t in args.to for s in parse_spec(t)]
-    if args.output:
-        check_output(args.output, "--output", inputs=tuple(args.contracts))
-    check_html(args, inputs=tuple(args.contracts), others=("output",))
+    text_out = _old_spelling(args)
+    outs = [(f, o) for f, o in (("--output", text_out), ("--json", args.json), ("--markdown", args.markdown))
+            if o and o != "-"]
+    for flag, out in outs:
+        check_output(out, flag, inputs=tuple(args.contracts))
+    if len({Path(o).resolve() for _, o in outs}) < len(outs):
+        raise UsageError(f"{', '.join(f for f, _ in outs)}: give a different file to each")
+    if args.json == "-" and args.markdown == "-":
+        raise UsageError("--json and --markdown both on stdout: give one of them a file (--json OUT)")
+    check_html(args, inputs=tuple(args.contracts), others=("output", "json", "markdown"))
     report = check(list(args.contracts), base, to)
-    text = {"json": lambda r: json.dumps(r.to_json(), indent=1), "markdown": markdown, "text": plain}[args.format](report)
-    if args.output:
-        Path(args.output).write_text(text + "\n")
-    else:
-        print(text)
+    stdout = args.json == "-" or args.markdown == "-"
+    if text_out or not stdout:
+        print_or_write(text_out or "-", plain(report))
+    if args.json:
+        print_or_write(args.json, json.dumps(report.to_json(), indent=1))
+    if args.markdown:
+        print_or_write(args.markdown, markdown(report))
     write_html(args, json.loads(json.dumps(report.to_json())))
     return report.exit_code
 
@@ -93,8 +137,9 @@ def plain(report) -> str:
                                         f"{s.wheel} sha256 {s.sha256[:16]}… ({s.files} files)"))
     for r in report.contracts:
         out.append("")
-        if r.error:
-            out.append(f"{r.contract}: ERROR {r.error}")
+        if r.error:  # whole, one line per problem (a refused contract: validate's lines)
+            first, *rest = r.error.splitlines() or [""]
+            out += [f"{r.contract}: ERROR {first}", *(f"  {line}" for line in rest)]
             continue
         out.append(f"{r.name} ({r.method}, {r.architecture}, L = {r.num_hidden_layers}) [{r.contract}]")
         for step, label in _columns(r):
@@ -107,9 +152,11 @@ def plain(report) -> str:
                        + (f" ({v.reason})" if v.reason else ""))
             out += _changes(v.changes)
     out.append("")
-    out.append(f"exit {report.exit_code}: " + {0: "same tensors for every contract", 1: "a draft would receive "
-               "different tensors, or fewer slots than its contract declares",
-               2: "something could not be fetched or run (see above)"}[report.exit_code])
+    out.append(f"exit {int(report.exit_code)}: " + {
+        ExitCode.CONFORMS: "same tensors for every contract",
+        ExitCode.VIOLATIONS: "a draft would receive different tensors, or fewer slots than its contract declares",
+        ExitCode.INPUT_ERROR: "something could not be fetched or run, or a contract was refused (see above)",
+    }[report.exit_code])
     return "\n".join(out)
 
 
@@ -119,8 +166,9 @@ def markdown(report) -> str:
     out += ["| version | wheel | sha256 |", "|---|---|---|"]
     out += [f"| {s.column} | {s.wheel or 'CANNOT FETCH'} | {s.sha256[:16] or s.error} |" for s in report.sources]
     for r in report.contracts:
-        out += ["", f"### {r.name}" + (f" — ERROR: {r.error}" if r.error else
+        out += ["", f"### {r.name}" + (" — ERROR" if r.error else
                                        f" ({r.method}, {r.architecture}, L = {r.num_hidden_layers})"), ""]
+        out += [f"- {line}" for line in (r.error or "").splitlines()]
         if r.error:
             continue
         out += ["| step | " + " | ".join(c.column for c in r.captures) + " |",
@@ -132,5 +180,5 @@ def markdown(report) -> str:
             for step, ch in _merged(v.changes):
                 out.append(f"- {step} slot {ch.slot}: `{ch.from_boundary}` → `{ch.to_boundary}` "
                            f"(draft-config id {_id(ch.from_id)} → {_id(ch.to_id)}); rules: `{ch.from_rule}` / `{ch.to_rule}`")
-    out += ["", f"exit code {report.exit_code}"]
+    out += ["", f"exit code {int(report.exit_code)}"]
     return "\n".join(out)

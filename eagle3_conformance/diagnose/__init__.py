@@ -13,6 +13,9 @@ Patterns, per path, in this order (a finding explained by one pattern is not reu
 ====================  =====  ============================================================================
 kind                  fault  what the findings show
 ====================  =====  ============================================================================
+serving-dtype         --     a serving path's hidden states are another dtype than precision.serving: the
+                             target was served in another --dtype (an input problem: the key or the flag,
+                             in every direction; it claims the precision noise of a lower dtype)
 one-slot-input        K5/K7/ the draft got 1 x d instead of K x d (``draft_input_width``, ``slot_count``,
                       K9     ``fc_ran``); slot 0's identity tells F (no-aux fallback, K5), the first aux
                              slot (a d-wide side buffer, K7) or no boundary (the draft's own states, K9)
@@ -58,6 +61,11 @@ final-norm-in-aux     K4     an aux slot holds F (the final norm's output) where
 production-precision  --     the data's noise against the reference is that of a lower precision than the
                              contract's precision block declares (an input problem: the contract key to
                              change, not a fault-kinds.md kind); it claims the failures of the precision gates
+draft-accepts-nothing --     the draft's boundary conforms (no boundary check failed) but it accepts almost
+                             nothing (``draft_acceptance``): the cause lies after the boundary (its d2t/t2d,
+                             its weights, the shared embedding or lm_head); ``draft_vocab`` says which
+draft-vocab-mapping   K10    the served draft checkpoint's d2t/t2d or lm_head contradict the target's
+                             vocabulary or the contract (``draft_vocab``), acceptance not measured or passing
 ====================  =====  ============================================================================
 
 Diagnoses found on several paths with the same evidence and fix are merged into one that lists
@@ -66,7 +74,7 @@ the paths.
 The package mirrors ``checks/``: each rule lives next to the evidence rules of the checks whose
 failures it reads (:mod:`.shape`, :mod:`.identity`, :mod:`.residual`, :mod:`.verifier`,
 :mod:`.verified_rows`, :mod:`.row_fingerprint`, :mod:`.transport`, :mod:`.magnitude`,
-:mod:`.draft_fc`, :mod:`.precision`); :mod:`.base` holds the catalogue, :class:`Diagnosis` and the
+:mod:`.draft_fc`, :mod:`.precision`, :mod:`.acceptance`); :mod:`.base` holds the catalogue, :class:`Diagnosis` and the
 per-path view of the findings, :mod:`.fixes` the ids to write. This module runs the rules in the
 order of the table above (:data:`_RULES`).
 """
@@ -77,6 +85,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.core.findings import Finding
+from eagle3_conformance.diagnose.acceptance import _accepts_nothing, _draft_vocab
 from eagle3_conformance.diagnose.base import KINDS, Diagnosis, _expand, _PathView
 from eagle3_conformance.diagnose.draft_fc import _pre_fc_norm
 from eagle3_conformance.diagnose.fixes import Translate, _Fixer, translate_ids
@@ -92,7 +101,12 @@ from eagle3_conformance.diagnose.identity import (
     _slot_off,
 )
 from eagle3_conformance.diagnose.magnitude import _magnitude
-from eagle3_conformance.diagnose.precision import _generation_dtype, _production_precision, used_precision
+from eagle3_conformance.diagnose.precision import (
+    _generation_dtype,
+    _production_precision,
+    _serving_dtype,
+    used_precision,
+)
 from eagle3_conformance.diagnose.residual import _without_residual
 from eagle3_conformance.diagnose.row_fingerprint import _rows_misassigned
 from eagle3_conformance.diagnose.shape import (
@@ -111,11 +125,11 @@ __all__ = ["KINDS", "Diagnosis", "Translate", "diagnose", "explained_by", "merge
            "translate_ids", "used_precision", "_Fixer"]
 
 
-_RULES = (_production_precision, _one_slot_input, _other_width, _fc_slot_count, _verifier_plane_read_as_aux,
+_RULES = (_serving_dtype, _production_precision, _one_slot_input, _other_width, _fc_slot_count, _verifier_plane_read_as_aux,
           _slot_count, _verifier_missing, _decode_rows, _mtp_input_side, _embedding_for_last, _final_norm_in_aux,
           _engine_default, _convention_shift, _permuted, _without_residual, _no_boundary, _slot_off, _loose_match,
           _verifier_state, _verifier_other, _fp8_transport, _magnitude, _pre_fc_norm, _rows_misassigned,
-          _generation_dtype)
+          _generation_dtype, _accepts_nothing, _draft_vocab)
 
 
 # --- entry ----------------------------------------------------------------------------------------

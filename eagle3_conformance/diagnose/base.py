@@ -39,6 +39,11 @@ KINDS: dict[str, tuple[str, str]] = {
     "production-precision": ("", "produced in lower precision than the contract declares (precision block)"),
     "generation-dtype": ("", "stored in another dtype than data_dtype, every slot's meaning intact: the generation "
                              "server's --dtype differs from the contract's"),
+    "serving-dtype": ("", "the target was served in another dtype than precision.serving (the server's --dtype)"),
+    "draft-accepts-nothing": ("", "the boundary conforms but the draft accepts almost nothing: its vocabulary "
+                                  "mapping, weights or shared embedding / lm_head"),
+    "draft-vocab-mapping": ("K10", "the draft checkpoint's d2t/t2d or lm_head contradict the target's vocabulary "
+                                   "or the contract"),
     "final-norm-in-aux": ("K4", "an aux slot holds F (post final norm) where a pre-norm boundary is declared"),
 }
 

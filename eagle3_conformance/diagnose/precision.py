@@ -1,5 +1,7 @@
-"""Diagnoses of the precision checks (checks/precision.py): data produced in a lower precision than
-the contract's precision block declares; the findings it claims (:func:`used_precision`)."""
+"""Diagnoses of the precision checks (checks/precision.py): a target served in another dtype than
+``precision.serving`` (``serving-dtype``), data produced in a lower precision than the contract's precision
+block declares (``production-precision``), stored data of another dtype (``generation-dtype``); the findings
+they claim (:func:`used_precision`)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from collections import Counter
 
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.core.findings import Finding, stored_path
+from eagle3_conformance.core.served_dtype import served_dtype_words
 from eagle3_conformance.diagnose.base import Diagnosis, _PathView
 from eagle3_conformance.diagnose.fixes import _Fixer
 
@@ -41,18 +44,13 @@ def _production_precision(c: Contract, v: _PathView, fx: _Fixer, used: set) -> l
     (:func:`eagle3_conformance.checks.check_production_precision`). Runs first, so that the noise it explains is never
     named as a fault (K13 rows of other tokens, K12 FP8 scaling)."""
     bad = v.failing("production_precision")
-    if not bad:
+    if not bad or "production_precision" in used:
         return []
     ob = bad[0].observed if isinstance(bad[0].observed, dict) else {}
     key, declared = ob.get("key", "precision"), ob.get("declared", "float32")
     med = sorted(float(f.observed.get("median_row_angle_deg", 0)) for f in bad if isinstance(f.observed, dict))
     n_all = len([f for f in v.by_check.get("production_precision", []) if f.status != "skip"])
-    noise = [f for f in v.findings if f.status == "fail" and (f.check in _PRECISION_CHECKS or f.gate in
-                                                                _PRECISION_GATES) and _within_half(f)]
-    claimed = tuple(dict.fromkeys(["production_precision"] + [f.check for f in noise]))
-    used.add(_PrecisionClaims(noise))
-    # a check every failure of which is this noise is accounted for (the other rules leave it alone)
-    used.update(ch for ch in claimed[1:] if all(any(f is g for g in noise) for f in v.failing(ch)))
+    claimed = ("production_precision",) + _claim_noise(v, used)
     return [Diagnosis(
         "production-precision", "", f"these hidden states were produced in lower precision than the contract "
         f"declares ({key}: {declared})",
@@ -68,6 +66,43 @@ def _production_precision(c: Contract, v: _PathView, fx: _Fixer, used: set) -> l
          "--engine ...` derives it",
          f"or, if the contract is right, produce the data in {declared} (the engine's --dtype {declared})"),
         (v.path,), ("feature",), claimed, {v.path: f"{len(bad)}/{n_all} {v.unit}"})]
+
+
+def _claim_noise(v: _PathView, used: set) -> tuple[str, ...]:
+    """Claim the failures of the precision gates within half precision's band (the noise of a lower
+    precision than declared) into ``used``; the checks claimed, in order."""
+    noise = [f for f in v.findings if f.status == "fail" and (f.check in _PRECISION_CHECKS or f.gate in
+                                                                _PRECISION_GATES) and _within_half(f)]
+    claimed = tuple(dict.fromkeys(f.check for f in noise))
+    used.add(_PrecisionClaims(noise))
+    # a check every failure of which is this noise is accounted for (the other rules leave it alone)
+    used.update(ch for ch in claimed if all(any(f is g for g in noise) for f in v.failing(ch)))
+    return claimed
+
+
+def _serving_dtype(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:
+    """``dtype`` failed on a serving path: the target was served in another dtype than ``precision.serving``
+    (check-captures on a user's server; an engine path run with ``CONFORMANCE_ENGINE_DTYPE``). The words and
+    both fixes, in every direction, are :func:`eagle3_conformance.core.served_dtype.served_dtype_words`'s, the
+    same wherever it is found. Runs before ``production-precision``: where the served dtype is lower than
+    declared, the noise that check measures is this dtype's, and it is claimed here."""
+    if stored_path(v.path):
+        return []
+    bad = [f for f in v.failing("dtype") if f.slot in ("feature", "verifier")]
+    if not bad:
+        return []
+    served = Counter(str(f.observed) for f in bad).most_common(1)[0][0]
+    declared = str(bad[0].expected)
+    if served == declared:
+        return []
+    w = served_dtype_words(declared, served)
+    used.update(("dtype", "production_precision"))
+    noise = _claim_noise(v, used) if declared == "float32" else ()
+    claimed = tuple(dict.fromkeys(("dtype",) + (("production_precision",) if v.failing("production_precision")
+                                                 else ()) + noise))
+    n = len({f.where for f in bad})
+    return [Diagnosis("serving-dtype", "", w.title, w.evidence, w.fix, (v.path,), ("feature",), claimed,
+                      {v.path: f"{n} {v.unit}"})]
 
 
 def _generation_dtype(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Diagnosis]:

@@ -12,9 +12,9 @@ What is refused, each naming the config file, the key and its line:
   32-layer target failed with a matmul shape error);
 * a repeated id: the concat holds one boundary twice and SGLang's / vLLM's setters collapse it
   (``sorted(set(ids))``), so fc gets fewer slots than the list is long;
-* ids in both the nested ``eagle_config`` key and the top-level key with different values: SGLang reads
-  the nested one only, vLLM and speculators the top-level one first, so two engines serve one draft
-  with different taps (R40);
+* ids in both the nested ``eagle_config`` key and the top-level key with different values: SGLang and
+  SpecForge read the nested one only, vLLM and speculators the top-level one first, so two engines serve
+  one draft with different taps (R40; :func:`ambiguous_ids`, which ``init`` refuses too);
 * a list of another length than the contract's aux slots (fc is built for ``len(ids)`` slots);
 * DFlash ``dflash_config.target_layer_ids``: the same, with SGLang's own range 0..L-1
   (``dflash_utils.py:556-586`` raises outside it).
@@ -124,13 +124,40 @@ def id_problems(config_file: str | Path, L: int, num_slots: int, *, allow_b0: bo
         key = _KEYS[path]
         where = f"{f}:{lines.get(path, '?')}: {key}"
         out += [(key, f"{where} = {ids}: {m}") for m in _list_problems(path, ids, L, num_slots, allow_b0)]
-    if NESTED in found and TOP in found and _norm(found[NESTED]) != _norm(found[TOP]):
-        out.append((_KEYS[NESTED],
-                    f"{f}:{lines.get(NESTED, '?')}: {_KEYS[NESTED]} = {found[NESTED]} and {f}:{lines.get(TOP, '?')}: "
-                    f"{_KEYS[TOP]} = {found[TOP]} differ: SGLang reads only the nested key (spec_aux_hidden_state.py:"
-                    "185-196), vLLM and speculators the top-level one first, so two engines serve this draft with "
-                    "different taps; keep one list (or the same list in both keys)"))
+    both = _differing(f, found, lines)
+    if both:
+        out.append((_KEYS[NESTED], both))
     return out
+
+
+READERS = ("SGLang reads only the nested key (0.5.23 spec_aux_hidden_state.py:185-196), as SpecForge 0.2.0 does; "
+           "vLLM 0.33.0 and speculators 0.9.0 read the top-level one (vLLM falls back to the nested key only when "
+           "there is no top-level one)")
+"""Which engine reads which id key of an EAGLE-3 draft config (REFERENCE.md 3.2, 5.3, 6; fault-kinds.md R40)."""
+
+
+def _differing(f: Path, found: dict, lines: dict) -> Optional[str]:
+    if not (NESTED in found and TOP in found and _norm(found[NESTED]) != _norm(found[TOP])):
+        return None
+    return (f"{f}:{lines.get(NESTED, '?')}: {_KEYS[NESTED]} = {found[NESTED]} and {f}:{lines.get(TOP, '?')}: "
+            f"{_KEYS[TOP]} = {found[TOP]} differ: {READERS}, so two engines serve this draft with different taps; "
+            "keep one list (or the same list in both keys)")
+
+
+def ambiguous_ids(config_file: str | Path) -> Optional[str]:
+    """The draft config holds two aux id lists that differ (nested ``eagle_config`` key and top-level
+    key), each read by a different engine: the message naming both keys with their lines, which
+    engine reads which and what to do; None when it does not (or the file cannot be read: the config
+    readers report that)."""
+    f = Path(config_file)
+    try:
+        text = f.read_text()
+        cfg = json.loads(text)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cfg, dict):
+        return None
+    return _differing(f, raw_ids(cfg), key_lines(text))
 
 
 def _norm(v: Any) -> Any:

@@ -5,7 +5,9 @@ PyPI's torchvision wheels are CUDA builds; beside a CPU torch their C++ operator
 transformers does lazily, and ``sglang.srt.configs`` eagerly) fails with "operator
 torchvision::nms does not exist". Defining the two schemas through ``torch.library`` before the
 first import fixes this for the whole process (docs/REFERENCE.md section 4).
-Call :func:`prepare` once, before importing transformers, speculators or SGLang.
+The project's code calls :func:`prepare` once, before importing transformers, speculators or SGLang; any
+other process of the project's environments (a user's own script) gets the schemas from the start-up
+hook :mod:`eagle3_conformance.environment.torchvision_hook` (:func:`define_torchvision_schemas`).
 """
 
 from __future__ import annotations
@@ -79,7 +81,9 @@ def prepare() -> None:
     ``CONFORMANCE_TORCH_THREADS`` (default 1; a value :func:`threads_from_env` refuses is ignored
     here, never raised at import, and refused by the command line with exit 2): the fixture
     models are tiny, and on a busy 2-core machine OpenMP's spin-waiting made a 64-wide forward
-    take 2 s with 2 threads instead of 8 ms with 1 (measured). Raises nothing; an environment without torchvision is left alone.
+    take 2 s with 2 threads instead of 8 ms with 1 (measured). Sets ``OMP_WAIT_POLICY=PASSIVE`` unless
+    set (only effective when torch is not imported yet). Raises nothing; an environment without
+    torchvision is left alone.
     """
     global _done
     if _done:
@@ -91,6 +95,11 @@ def prepare() -> None:
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    # OpenMP threads sleep between parallel regions instead of spinning (read once, when torch loads
+    # its OpenMP runtime): with spinning, on a busy 2-core machine every small op of the check-data scan
+    # run with 2 threads took about 13 ms instead of 27 us, and its RMS pass ran at 2-8 GB/s instead of
+    # 18 (benchmarks/bench_check_data.py; docs/scaling.md). A value the user set is kept.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import logging
     import warnings
 
@@ -104,12 +113,40 @@ def prepare() -> None:
     except ValueError:  # reported by the command line (exit 2); never raise at import
         threads = None
     torch.set_num_threads(threads or 1)
-    if importlib.util.find_spec("torchvision") is None:
+    define_torchvision_schemas()
+
+
+def _cuda_torchvision_beside_cpu_torch() -> bool:
+    """torch is a CPU build and the installed torchvision a CUDA build (its ``version.py`` says ``+cu``),
+    read without importing torchvision: its operator library cannot load here."""
+    import torch
+
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or not spec.submodule_search_locations or torch.version.cuda is not None:
+        return False
+    from pathlib import Path
+
+    try:
+        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
+    except OSError:
+        return False
+    return "+cu" in text
+
+
+def define_torchvision_schemas() -> None:
+    """Define ``torchvision::nms`` / ``torchvision::qnms`` through ``torch.library`` when torchvision is a
+    CUDA build beside a CPU torch (its ``_C.so`` cannot load, and its import raises "operator
+    torchvision::nms does not exist" without them); otherwise nothing. Idempotent; raises nothing.
+    Called by :func:`prepare` and, in any process of the project's environments, by the start-up hook
+    :mod:`eagle3_conformance.environment.torchvision_hook` on the first ``import torchvision``."""
+    if not _cuda_torchvision_beside_cpu_torch():
         return
+    import torch
+
     for op in ("nms", "qnms"):
         try:
             torch.library.define(
                 f"torchvision::{op}", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor"
             )
         except RuntimeError:
-            pass  # already defined (a real CPU torchvision, or a second call)
+            pass  # already defined (a second call, or the hook ran first)

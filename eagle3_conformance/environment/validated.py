@@ -51,6 +51,31 @@ def contract_hash(c) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+def contract_fields(c) -> dict[str, Any]:
+    """The contract's content as flat key paths (``{"precision.serving": "float16", "draft.path": ...}``),
+    without ``engines`` and ``reference`` (as :func:`contract_hash`): what a baseline or a records manifest
+    keeps, so a later run can say which fields changed since (:func:`field_changes`)."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, v: Any) -> None:
+        if isinstance(v, dict) and v:
+            for k, x in v.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), x)
+        else:
+            out[prefix] = v
+
+    walk("", c.model_dump(mode="json", exclude={"engines", "reference"}))
+    return out
+
+
+def field_changes(before: Optional[dict], now: dict) -> dict[str, list]:
+    """``{key path: [before, now]}`` for every field of ``now`` (:func:`contract_fields`) that differs from
+    ``before``'s, in key order; ``{}`` when ``before`` is None (a record written before fields were kept)."""
+    if before is None:
+        return {}
+    return {k: [before.get(k), now.get(k)] for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)}
+
+
 def record(c, findings: Iterable, today: Optional[str] = None, errors: Iterable[str] = ()) -> dict[str, Any]:
     """The validated-on block for contract ``c`` after a run that produced ``findings``.
 

@@ -304,7 +304,7 @@ def render_families(m: dict[str, Any], console=None) -> None:
     console.print(t)
     if m["false_positives"]:
         console.print(f"[bold red]{len(m['false_positives'])} baseline failures (false positives)[/]: "
-                      + "; ".join(f"{f['operator']} {f['check']}: {f['message']}" for f in m["false_positives"][:5]))
+                      + "; ".join(f"{f['operator']} {f['check']}: {f['message']}" for f in m["false_positives"]))
     console.print(f"{sum(c['status'] == 'caught' for c in m['cells'])} caught, "
                   f"{sum(c['status'] == 'n/a' for c in m['cells'])} not applicable, "
                   f"{sum(c['status'] == 'missed' for c in m['cells'])} missed, "

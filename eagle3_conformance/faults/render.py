@@ -54,7 +54,7 @@ def render_matrix(m: dict[str, Any], console=None) -> None:
     fp = m["false_positives"]
     if fp:
         console.print(f"[bold red]{len(fp)} baseline failures (false positives)[/]: "
-                      + "; ".join(f"{f['scenario']} {f['path']} {f['check']}: {f['message']}" for f in fp[:5]))
+                      + "; ".join(f"{f['scenario']} {f['path']} {f['check']}: {f['message']}" for f in fp))
     missed = [c for c in m["cells"] if c.status == "missed"]
     tm = m["timings"]
     console.print(f"{sum(c.status == 'caught' for c in m['cells'])} caught, "
@@ -91,7 +91,7 @@ def render_acceptance(t: dict[str, Any], console=None) -> None:
                 "per position 1..k", "lossless", "fc ran", "caught by (kill matrix)"):
         tab.add_column(col)
     for r in t["rows"]:
-        acc = _fmt(r.mean_accept_length, ".2f") if not r.errors else f"crash ({r.errors[0][:60]})"
+        acc = _fmt(r.mean_accept_length, ".2f") if not r.errors else f"crash ({r.errors[0]})"
         if r.interval is not None and not r.errors:
             acc += f" [{r.interval[0]:.2f}, {r.interval[1]:.2f}]"
         diff = "-" if r.vs_correct is None else f"[{r.vs_correct[0]:+.2f}, {r.vs_correct[1]:+.2f}]"

@@ -161,6 +161,6 @@ def run_vllm_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[l
         shutil.rmtree(workdir / f.name, ignore_errors=True)
         timings[f.name] = time.perf_counter() - t1
         log(f"{f.kind:>3} {f.name:<22} {verdicts[f.name].status} {verdicts[f.name].check or ''} "
-            f"({timings[f.name]:.0f} s) {verdicts[f.name].detail[:160]}")
+            f"({timings[f.name]:.0f} s) {verdicts[f.name].detail}")
     return {"verdicts": verdicts, "timings": timings, "slots": slots,
             "baseline_failures": [x for x in base if x.status == "fail"]}

@@ -10,6 +10,8 @@ observations into findings, and :mod:`eagle3_conformance.suite.session` runs a p
 Running one path on one contract (``eagle3_conformance.suite.session.run_path``)::
 
     skipped = path.needs.unmet(pair)              # None, or why it cannot run here
+    (path.warm(contract, pair))                   # the pytest plugin, once the items are chosen: what
+                                                  # another process does for prepare starts ahead
     state = path.prepare(contract, pair)          # load the tool once; or Skipped(reason)
     first = path.first(state)                     # inputs not drawn (None: nothing)
     for each example hypothesis draws:            # unless first failed with stop_on_failure
@@ -159,6 +161,13 @@ Observe = Callable[[Any, Draw], Observation]
 """``observe(state, draw) -> Observation``: one example; inputs drawn with ``draw(strategy,
 label)`` from :mod:`eagle3_conformance.suite.strategies`."""
 
+Warm = Callable[["Contract", "LocalPair"], Optional[Callable[[], None]]]
+"""``warm(contract, pair) -> discard | None``: start now, in the background, the part of ``prepare`` that
+another process does (an engine's start and batch), so that it overlaps the paths run before this one;
+``prepare`` later takes it (same arguments, same run). Returns a callable that stops it and frees what it
+holds if ``prepare`` never comes (None: nothing was started). Judges nothing; a problem is left for
+``prepare`` to report."""
+
 
 @dataclass(frozen=True)
 class Path:
@@ -171,6 +180,7 @@ class Path:
         prepare: see :data:`Prepare`.
         first: see :data:`First`; None: no fixed inputs.
         observe: see :data:`Observe`; None: nothing is drawn (the path runs ``first`` only).
+        warm: see :data:`Warm`; None: nothing to start ahead.
     """
 
     name: str
@@ -179,6 +189,7 @@ class Path:
     prepare: Prepare
     first: Optional[First] = None
     observe: Optional[Observe] = None
+    warm: Optional[Warm] = None
 
 
 def start_token(contract: "Contract") -> Optional[int]:
@@ -250,13 +261,28 @@ def engine_device() -> str:
 
 
 def run_dtype(c: "Contract", device: str) -> tuple[str, str]:
-    """(dtype the engine runs the target in, a note saying why when it is not the contract's).
+    """(dtype the engine runs the target in, a note saying why when the path chose another than the contract's).
 
-    On CPU a float16/bfloat16 contract runs at float32: SGLang's ``dtype=auto`` serves a float32
-    checkpoint at float16 on GPU (``init`` writes that), but on CPU only float32 keeps the
-    losslessness oracle (half-precision greedy decodes flip at near-ties), and float32 rows meet the
-    contract's looser half-precision gates. Never a skip."""
+    ``CONFORMANCE_ENGINE_DTYPE`` (float32, bfloat16, float16) serves the dtype you deploy: a dtype other than
+    the contract's then fails ``dtype`` with the ``serving-dtype`` diagnosis, as ``check-captures`` on your
+    server would (no note: you chose it). Otherwise on CPU a float16/bfloat16 contract runs at float32:
+    SGLang's ``dtype=auto`` serves a float32 checkpoint at float16 on GPU (``init`` writes that), but on CPU
+    only float32 keeps the losslessness oracle (half-precision greedy decodes flip at near-ties); ``dtype``
+    then says the contract's dtype was not served (skip), in the same words. Never a skip of the path.
+
+    Raises:
+        UsageError: ``CONFORMANCE_ENGINE_DTYPE`` names another dtype.
+    """
+    import os
+
     want = c.serving_dtype
+    asked = os.environ.get("CONFORMANCE_ENGINE_DTYPE")
+    if asked:
+        if asked not in ("float32", "bfloat16", "float16"):
+            from eagle3_conformance.core.errors import UsageError
+
+            raise UsageError(f"CONFORMANCE_ENGINE_DTYPE={asked}: give float32, bfloat16 or float16")
+        return asked, ""
     if device != "cpu" or want == "float32":
         return want, ""
     return "float32", (f"served at float32 on CPU: the contract serves {want} (SGLang's dtype=auto on GPU); "

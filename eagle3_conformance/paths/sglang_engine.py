@@ -49,14 +49,39 @@ class _State:
     reference: str = "transformers"
     note: str = ""
     run_dtype: str = ""
+    draft_dir: Any = None
 
 
-def prepare(c, pair):
-    """Start the engine once and run the batch (an engine that does not start is a skip with
-    SGLang's reason and log tail)."""
+@dataclass(frozen=True)
+class _Run:
+    """The engine run a contract asks for: what :func:`prepare` (and :func:`warm`, ahead of it) hands
+    :func:`eagle3_conformance.tools.sglang_engine.observe_engine`."""
+
+    target_dir: Any
+    draft_dir: Any
+    prompts: Any  # list[list[int]]
+    dtype: str
+    note: str
+    max_new_tokens: int
+    device: str
+    reference: Any  # reference_config(...) or None
+    extra: Any  # driver spec extras or None
+
+    def key(self) -> str:
+        import json
+
+        return json.dumps([str(self.target_dir), str(self.draft_dir), self.prompts, self.dtype, self.max_new_tokens,
+                           self.device, self.reference, self.extra], sort_keys=True, default=str)
+
+    def kwargs(self) -> dict:
+        return {"dtype": self.dtype, "max_new_tokens": self.max_new_tokens, "device": self.device,
+                "reference": self.reference, "extra": self.extra}
+
+
+def _planned(c, pair) -> "_Run | Skipped":
+    """The run :func:`prepare` makes for ``c`` (or why it makes none)."""
     from eagle3_conformance.contract import pipeline_refusal
     from eagle3_conformance.testbed.trained_draft import eval_prompts
-    from eagle3_conformance.tools.sglang_engine import EngineStartError, observe_engine
 
     got = engine_pair(c, pair, "sglang-engine")
     if isinstance(got, Skipped):
@@ -70,16 +95,47 @@ def prepare(c, pair):
     n = int(os.environ.get("CONFORMANCE_ENGINE_PROMPTS", "4"))
     new = int(os.environ.get("CONFORMANCE_ENGINE_TOKENS", "32"))
     prompts = eval_prompts(target_dir, n, PROMPT_TOKENS)
-    ref = reference_config(c, target_dir)
+    return _Run(target_dir, draft_dir, prompts, dtype, note, new, device, reference_config(c, target_dir),
+                {"tp_size": c.engines.sglang_tp_size} if c.engines.sglang_tp_size > 1 else None)
+
+
+_AHEAD: dict[str, Any] = {}
+"""Engine runs :func:`warm` started, by :meth:`_Run.key`; :func:`prepare` takes its own."""
+
+
+def warm(c, pair):
+    """Start the engine run of :func:`prepare` now, in the background (the engine's processes work while
+    the paths before this one run: on the 2-core machine the start and the batch, about 40-60 s, overlap
+    them). Returns the job's ``discard`` (kills the engine if it still runs), or None when there is
+    nothing to start. The run, its arguments and what is judged are :func:`prepare`'s."""
+    from eagle3_conformance.tools.sglang_engine import start_engine
+
+    run = _planned(c, pair)
+    if isinstance(run, Skipped) or run.key() in _AHEAD:
+        return None
+    job = start_engine(run.target_dir, run.draft_dir, run.prompts, **run.kwargs())
+    _AHEAD[run.key()] = job
+    return job.discard
+
+
+def prepare(c, pair):
+    """Start the engine once and run the batch (an engine that does not start is a skip with
+    SGLang's reason and log tail); a run :func:`warm` started for the same arguments is taken instead."""
+    from eagle3_conformance.tools.sglang_engine import EngineStartError, observe_engine
+
+    run = _planned(c, pair)
+    if isinstance(run, Skipped):
+        return run
+    ref = run.reference
     try:
-        obs = observe_engine(target_dir, draft_dir, prompts, dtype=dtype, max_new_tokens=new, device=device,
-                             reference=ref, reference_builder=reference_builder(ref, target_dir) if ref else None, extra={"tp_size": c.engines.sglang_tp_size} if c.engines.sglang_tp_size > 1
-                             else None)
+        obs = observe_engine(run.target_dir, run.draft_dir, run.prompts, job=_AHEAD.pop(run.key(), None),
+                             reference_builder=reference_builder(ref, run.target_dir) if ref else None,
+                             **run.kwargs())
     except EngineStartError as e:
         return Skipped(f"sglang-engine: {e}")
-    if note and "skip" not in obs.lossless:
-        obs.lossless["note"] = note
-    return _State(c, obs, c.reference, note, dtype if note else "")
+    if run.note and "skip" not in obs.lossless:
+        obs.lossless["note"] = run.note
+    return _State(c, obs, c.reference, run.note, run.dtype if run.note else "", run.draft_dir)
 
 
 def reference_config(c, target_dir) -> "dict | None":
@@ -140,7 +196,8 @@ def first(s: _State) -> Observation:
         for cap in caps:
             cap.provenance["run_dtype"] = s.run_dtype
     facts = {"sglang_version": obs.run.sglang_version, "avg_accept_length": obs.acceptance,
-             "engine_lossless": obs.lossless, **obs.extra_facts}
+             "engine_lossless": obs.lossless, **obs.extra_facts, **after_boundary_facts(obs.acceptance, s.draft_dir,
+                                                                                        "sglang.Engine")}
     eref = obs.engine_reference
     if eref is None:
         facts["reference"] = {"kind": "transformers"}
@@ -148,6 +205,16 @@ def first(s: _State) -> Observation:
     judged = [j for j in (judged_rows(cap, eref) for cap in caps) if j is not None]
     facts["reference"] = reference_fact(s.contract, eref, len(caps) - len(judged))
     return Observation(captures=judged, facts=facts, reference=eref)
+
+
+def after_boundary_facts(acceptance, draft_dir, engine: str) -> dict:
+    """The facts that judge what lies after the boundary: the draft's own acceptance (``draft_acceptance``,
+    from the engine's correct-drafts histogram) and its checkpoint's vocabulary (``draft_vocab``)."""
+    from eagle3_conformance.acceptance.stats import draft_acceptance_fact
+    from eagle3_conformance.draft_config.checkpoint import read_draft_vocab
+
+    vocab = read_draft_vocab(draft_dir) if draft_dir is not None else {"skip": "no draft directory"}
+    return {"draft_acceptance": draft_acceptance_fact(acceptance, f"{engine} accept counters"), "draft_vocab": vocab}
 
 
 def judged_rows(cap, eref):
@@ -174,4 +241,5 @@ PATH = Path(
     needs=Needs(modules=("sglang", "speculators")),
     prepare=prepare,
     first=first,
+    warm=warm,
 )

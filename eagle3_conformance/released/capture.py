@@ -96,7 +96,7 @@ def capture(c, spec: Spec, tree: Optional[SourceTree], why: str = "") -> Capture
     except Unsupported as e:
         return Capture(spec.label, "refused", error=str(e))
     except Exception as e:  # the version's own code raised on this contract
-        return Capture(spec.label, "refused", error=f"{type(e).__name__}: {' '.join(str(e).split())[:300]}")
+        return Capture(spec.label, "refused", error=f"{type(e).__name__}: {' '.join(str(e).split())}")
 
 
 def _rule(spec: Spec, entered: list[str], assigned_at: str) -> str:

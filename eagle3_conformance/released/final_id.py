@@ -25,7 +25,7 @@ def sglang_final_id_notes(c, spec, tree) -> list[str]:
             run = sg.run_setter(tree, c.target.architecture, L, [i])
         except Exception as e:  # the release's own setter refuses the id (or cannot run in isolation)
             out.append(f"id = L: {spec.label}: id {i} -> nothing (its setter raises {type(e).__name__}: "
-                       f"{' '.join(str(e).split())[:160]})")
+                       f"{' '.join(str(e).split())})")
             continue
         if run.layers_to_capture is None:
             continue

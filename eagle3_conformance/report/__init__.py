@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 from eagle3_conformance.core.findings import Finding, Report, as_finding
+from eagle3_conformance.report.acceptance import inconclusive
 
 _STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
 
@@ -65,15 +66,21 @@ def input_error(findings: Iterable) -> Optional[str]:
     return None
 
 
-VERDICT_TONE = {"conforms": "good", "acceptance met": "good", "violations": "bad", "input error": "bad"}
+VERDICT_TONE = {"conforms": "good", "acceptance met": "good", "violations": "bad", "input error": "bad",
+                "inconclusive": "caveat"}
 """How a verdict kind (:func:`verdict`) reads: ``good``, ``bad``, any other kind a caveat (shapes only,
 not judged, not gated). The renderers draw the tone: the table's colour, the Markdown icon, the HTML
 page's class."""
 
 
-ACCEPTANCE_CHECKS = frozenset({"accept_length", "accept_regression"})
-"""The checks of an acceptance-only run (``accept``): a floor and a baseline, no tensor at the draft
-boundary, so its verdict speaks of acceptance, never of shapes."""
+ACCEPTANCE_CHECKS = frozenset({"accept_length", "accept_regression", "draft_acceptance", "draft_vocab"})
+"""The checks of an acceptance-only run (``accept``): a floor, a baseline, the draft's own acceptance
+(a draft that accepts almost nothing) and its checkpoint's vocabulary, no tensor at the draft boundary,
+so its verdict speaks of acceptance, never of shapes."""
+
+_GATING = ("accept_length", "accept_regression")
+"""The acceptance checks whose pass means "acceptance met" (a floor or a baseline judged the figures);
+``draft_acceptance`` passing alone says only that the draft accepts more than almost nothing."""
 
 
 def verdict(findings: list, unchecked_reason: Optional[str] = None, errors: Sequence[str] = ()) -> tuple[str, str]:
@@ -85,7 +92,8 @@ def verdict(findings: list, unchecked_reason: Optional[str] = None, errors: Sequ
     slot-identity finding's message, or the paths run when none of them judges identity), and for
     an acceptance-only run (every finding one of :data:`ACCEPTANCE_CHECKS`, the ``accept`` verb)
     ``"acceptance met"`` (a floor or a baseline passed) or ``"not gated"`` (nothing judged the
-    figures: no floor in the contract, no baseline)."""
+    figures: no floor in the contract, no baseline); ``"inconclusive"`` (nothing failed, but a gated
+    acceptance figure's baseline comparison could not decide: :func:`inconclusive`)."""
     why = input_error(findings)
     if why:
         return "input error", f"INPUT ERROR: {why}"
@@ -94,10 +102,13 @@ def verdict(findings: list, unchecked_reason: Optional[str] = None, errors: Sequ
     if errors:
         paths = ", ".join(dict.fromkeys(e.split(":", 1)[0] for e in errors))
         return "not judged", f"NOT JUDGED: bad input stopped {len(errors)} path(s): {paths}"
+    undecided = inconclusive(findings)
+    if undecided:
+        return "inconclusive", f"INCONCLUSIVE: {undecided}"
     if slot_identity_checked(findings):
         return "conforms", "CONFORMS"
     if findings and all(_get(f, "check") in ACCEPTANCE_CHECKS for f in findings):  # `accept`: no tensor was read
-        if any(_get(f, "status") == "pass" for f in findings):
+        if any(_get(f, "status") == "pass" and _get(f, "check") in _GATING for f in findings):
             return "acceptance met", "ACCEPTANCE MET"
         return "not gated", ("NOT GATED: acceptance was measured, nothing judged it (the contract sets no "
                              "gates.min_accept_length and no --baseline was given)")
@@ -216,10 +227,9 @@ def write_document(out: str | Path, doc: dict[str, Any]) -> None:
 
 #: the width the text report is laid out for
 WIDTH = 100
-#: failing-check lines shown before "... and N more" (-v shows all)
+#: failing-check lines shown before "... and N more" (-v shows all); a failure's own text is never cut:
+#: it wraps (issue 41), and the groups past the limit are counted, never half shown
 MAX_FAILING_LINES = 24
-#: lines one failing group's message may wrap onto before it is cut (--json has it whole)
-MAX_MESSAGE_LINES = 4
 
 
 def _one(text: Any) -> str:
@@ -296,8 +306,8 @@ def group_lines(findings: list, diags: list[dict[str, Any]], statuses: tuple[str
     """One line per (check, slot) group whose status is in ``statuses``:
     ``  N check slot  failed/judged  [path] first-sample: message`` (N: the diagnosis that accounts
     for it, "-" for none; the path is named when the groups span several paths, else once above
-    them); a failing group no diagnosis accounts for wraps its message onto up to
-    :data:`MAX_MESSAGE_LINES` lines (the cause is in it), other lines are cut to ``width``. At most ``limit`` lines, whole groups, then
+    them); a failing group's message wraps whole onto as many lines as it needs (a failure's text is
+    never cut), passing and skipped lines are cut to ``width``. At most ``limit`` lines, whole groups, then
     "... and K more"."""
     groups = _groups(findings, statuses)
     paths = list(OrderedDict.fromkeys(p for g in groups for p in g["paths"]))
@@ -318,10 +328,8 @@ def group_lines(findings: list, diags: list[dict[str, Any]], statuses: tuple[str
             cnt, tag = (f"{g['pass']}/{n} ok" if g["status"] == "pass" else f"{g['skip']}/{n} skip"), " "
             lead = f"{ex.path}: " if len(paths) > 1 else ""
         head = f"  {tag} {g['check']:<{cw}} {g['slot'] or '':<{sw}} {cnt:>5}  "
-        if g["status"] == "fail" and tag == "-":  # no diagnosis explains it: its message is the cause, wrapped
+        if g["status"] == "fail":  # a failure's text is never cut: wrapped whole
             rows = _wrap(lead + ex.message, width, head, "        ")
-            if len(rows) > MAX_MESSAGE_LINES:
-                rows = rows[:MAX_MESSAGE_LINES - 1] + [_clip(" ".join(rows[MAX_MESSAGE_LINES - 1:]), width)]
         else:
             rows = [_clip(head + _one(lead + ex.message), width, collapse=False)]
         if limit is not None and len(out) + len(rows) > limit + (1 if len(paths) == 1 else 0):
@@ -376,7 +384,7 @@ def render_text(findings: list, diagnoses: Optional[Iterable] = None, *, title: 
             uncal = {_get(f, "check") for f in findings if _get(f, "status") == "skip"
                      and _get(f, "observed") == "uncalibrated"}
             skipped.sort(key=lambda t: (t[0] not in uncal, -t[1]))  # uncalibrated first, then the most skipped
-            lines.append("")
+            lines.append("")  # counts, not a failure's text: one line (-v lists every skip with its reason)
             lines.append(_clip("skipped (-v says why): " + ", ".join(
                 f"{c} {n}" + (" (uncalibrated)" if c in uncal else "") for c, n, _ in skipped), width))
         if npass:
@@ -386,7 +394,7 @@ def render_text(findings: list, diagnoses: Optional[Iterable] = None, *, title: 
             lines.append(f"passed: {npass} findings in {len(checks)} checks (-v lists them)")
     if extra:
         for k, v in extra.items():
-            lines.append(_clip(f"{k}: {v}", width))
+            lines += _wrap(f"{k}: {v}", width, "", "  ")
     sep = ": " if kind in ("violations", "conforms", "acceptance met") else ". "
     lines.append(f"{text}{sep}{len(findings)} findings, {nfail} failed, {nskip} skipped")
     return "\n".join(lines)
@@ -408,13 +416,13 @@ def summarize_counts(findings: list, status: str) -> list[tuple[str, int, str]]:
 def failure_text(name: str, path: str, findings: list, diagnoses: Optional[Iterable] = None,
                  width: int = WIDTH) -> str:
     """The short failure text of one contract on one path (pytest's failure section): a header
-    naming the failing checks and pointing at the full report (cut to ``width``), then each
-    diagnosis (or, without one, the first failing check's message), wrapped to ``width``."""
+    naming the failing checks and pointing at the full report, then each diagnosis (or, without one,
+    the first failing check's message), all wrapped to ``width``, never cut."""
     diags = _diag_dicts(diagnoses)
     bad = [f for f in findings if _get(f, "status") == "fail"]
     checks = list(OrderedDict.fromkeys(_get(f, "check") for f in bad))
-    lines = [_clip(f"{name} on {path}: VIOLATIONS (report at the end), {len(bad)} failed findings in "
-                   f"{len(checks)} checks: {', '.join(checks)}", width)]
+    lines = _wrap(f"{name} on {path}: VIOLATIONS (report at the end), {len(bad)} failed findings in "
+                  f"{len(checks)} checks: {', '.join(checks)}", width, "", "  ")
     for i, d in enumerate(diags, 1):
         lines += _wrap(f"[{i}] {d['fault'] or 'input'} {d['kind']}: {d['title']}", width, "  ", "      ")
     if not diags and bad:

@@ -10,12 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from eagle3_conformance.acceptance.stats import (
-    TooFewPrompts,
-    bootstrap_accept_length,
-    bootstrap_difference,
-    merge_histograms,
-)
+from eagle3_conformance.acceptance.decision import decide_paired
+from eagle3_conformance.acceptance.stats import TooFewPrompts, bootstrap_accept_length, merge_histograms
 from eagle3_conformance.core.errors import UsageError
 from eagle3_conformance.server_accept.result import PromptResult
 
@@ -69,11 +65,15 @@ def figures(results: Sequence[PromptResult], k: int, wall_s: float) -> dict[str,
 
 def compare(now: Sequence[PromptResult], base: Sequence[PromptResult], k: int, tolerance: float) -> list[dict]:
     """The paired comparison ``now - baseline`` on the same prompts (matched by id, in the baseline's
-    order), overall and at each draft position.
+    order), overall and at each draft position both runs have (``k``: this run's chain length; a
+    baseline with another ``k`` is compared on the positions they share).
 
     Returns:
         one row per figure: ``{"figure": "accept length" | "position i", "baseline", "now", "difference":
-        [lo, hi] (paired bootstrap interval), "tolerance" (= tolerance x baseline figure)}``.
+        [lo, hi] (paired bootstrap interval), "tolerance" (= tolerance x baseline figure), "decision"
+        (:meth:`eagle3_conformance.acceptance.decision.Decision.to_json`: MET / DROPPED / INCONCLUSIVE,
+        the smallest detectable drop, the prompts that would decide it), "gated" (True for the accept
+        length, whose decision the run waits for; :func:`eagle3_conformance.acceptance.decision.overall`)}``.
 
     Raises:
         UsageError: the runs do not hold the same prompts, or too few prompts for an interval.
@@ -82,14 +82,32 @@ def compare(now: Sequence[PromptResult], base: Sequence[PromptResult], k: int, t
     if set(by_id) != {r.id for r in base}:
         raise UsageError(f"the run's prompts {sorted(by_id)} are not the baseline's {sorted(r.id for r in base)}")
     a = [by_id[r.id] for r in base]
+    shared = min([k] + [len(r.accepted_per_pos) for r in list(a) + list(base)])
     rows = []
-    for pos in range(0, k + 1):
+    for pos in range(0, shared + 1):
         pa, pb = _pairs(a, pos), _pairs(base, pos)
         try:
-            iv = bootstrap_difference(pa, pb, resamples=RESAMPLES, level=LEVEL)
+            d = decide_paired(pa, pb, tolerance, resamples=RESAMPLES, level=LEVEL)
         except TooFewPrompts as e:
             raise UsageError(f"{e}; the baseline and this run share too few prompts with verify steps") from None
         b = _ratio(pb)
         rows.append({"figure": "accept length" if pos == 0 else f"position {pos}", "baseline": b, "now": _ratio(pa),
-                     "difference": [iv.lo, iv.hi], "tolerance": tolerance * b})
+                     "difference": list(d.change), "tolerance": d.tolerance, "decision": d.to_json(),
+                     "gated": pos == 0})
     return rows
+
+
+def detectable_drop(results: Sequence[PromptResult], tolerance: float) -> dict:
+    """What a later run compared with this one (as a baseline) could detect: the accept length's
+    decision against itself (:func:`eagle3_conformance.acceptance.decision.decide_paired`: a zero change,
+    the prompts' own spread), i.e. ``{"tolerance", "detectable_drop"}`` in tokens per verify step.
+
+    Raises:
+        UsageError: too few prompts for an interval.
+    """
+    pairs = _pairs(results)
+    try:
+        d = decide_paired(pairs, pairs, tolerance, resamples=RESAMPLES, level=LEVEL)
+    except TooFewPrompts as e:
+        raise UsageError(f"{e}; run more prompts (--prompts) or longer answers (--max-tokens)") from None
+    return {"tolerance": d.tolerance, "detectable_drop": d.detectable_drop}

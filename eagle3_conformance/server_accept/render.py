@@ -19,15 +19,17 @@ def _rows(fig: dict, rows: Optional[list]) -> list[list[str]]:
         r = by.get(name)
         if r is not None:
             lo, hi = r["difference"]
+            d = r.get("decision") or {}
+            verdict = d.get("verdict") or ("DROPPED" if hi < -r["tolerance"] else "MET")
             line += [f"{r['baseline']:.3f}", f"[{lo:+.3f}, {hi:+.3f}]", f"-{r['tolerance']:.3f}",
-                     "DROPPED" if hi < -r["tolerance"] else "ok"]
+                     f"{d['detectable_drop']:.3f}" if "detectable_drop" in d else "-", verdict]
         out.append(line)
     return out
 
 
 def _head(rows) -> list[str]:
     h = ["figure", "now", "95% interval"]
-    return h + ["baseline", "change, paired 95% interval", "tolerance", "verdict"] if rows else h
+    return h + ["baseline", "change, paired 95% interval", "tolerance", "detectable drop", "verdict"] if rows else h
 
 
 def figures_text(fig: dict, rows: Optional[list]) -> str:
@@ -57,6 +59,12 @@ def extra_lines(info, res, fig: dict, changes: dict) -> dict[str, str]:
            "counters": ", ".join(sorted({r.source for r in res.results}))}
     if fig.get("histogram"):
         out["correct-drafts histogram"] = str(fig["histogram"])
+    if fig.get("detectable"):
+        dd = fig["detectable"]
+        out["smallest detectable drop"] = (
+            f"accept length {dd['detectable_drop']:.3f} tokens per verify step (tolerance {dd['tolerance']:.3f} + "
+            f"the prompts' spread {dd['detectable_drop'] - dd['tolerance']:.3f}): a drop smaller than this against "
+            f"{dd['against']} can pass as noise")
     for k, (was, now) in changes.items():
         out[f"changed since the baseline: {k}"] = f"{was} -> {now}"
     return out

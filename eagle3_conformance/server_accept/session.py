@@ -29,7 +29,8 @@ class Options:
 @dataclass
 class Outcome:
     """A finished run: the server, the run, its figures, the comparison rows (None without a baseline),
-    the findings, the baseline document and the changes from its server, the prompts run."""
+    the findings, the baseline document and the changes since it, the prompts run, the served draft's
+    identity (:func:`eagle3_conformance.server_accept.baseline.draft_identity`)."""
 
     info: Any
     res: Any
@@ -39,25 +40,24 @@ class Outcome:
     base: Optional[dict]
     changes: dict
     prompts: list
+    draft: Optional[dict] = None
 
 
 def plan(opts: Options, c):
-    """(prompts, max_tokens, baseline document or None); the baseline is checked against this tool,
-    contract and prompt set before the server is contacted.
+    """(prompts, max_tokens, baseline document or None); the baseline is checked against this prompt set
+    and sampling before the server is contacted (:func:`eagle3_conformance.server_accept.baseline.check_offline`).
 
     Raises:
         DataError: the baseline is unreadable or not comparable (the field is named).
         UsageError: ``prompts`` / ``max_tokens`` contradict the baseline's.
     """
-    from eagle3_conformance import __version__
-    from eagle3_conformance.environment.validated import contract_hash
     from eagle3_conformance.server_accept import baseline, prompts
 
     if not opts.baseline:
         return prompts.select(opts.prompts), opts.max_tokens or DEFAULT_MAX_TOKENS, None
     doc = baseline.load(opts.baseline)
-    baseline.check_offline(doc, opts.baseline, tool_version=__version__, contract_sha256=contract_hash(c),
-                           prompt_version=prompts.PROMPT_SET_VERSION, prompt_sha256=prompts.prompt_set_sha256())
+    baseline.check_offline(doc, opts.baseline, prompt_version=prompts.PROMPT_SET_VERSION,
+                           prompt_sha256=prompts.prompt_set_sha256())
     ids = list(doc["prompt_set"].get("ids") or [])
     if opts.prompts is not None and opts.prompts != len(ids):
         raise UsageError(f"--prompts {opts.prompts}: the baseline {opts.baseline} ran {len(ids)}; leave --prompts out")
@@ -75,7 +75,7 @@ def measure(opts: Options, c) -> Outcome:
             another model or chain length than the baseline's.
         DataError / UsageError: see :func:`plan`; too few prompts for an interval.
     """
-    from eagle3_conformance import server_accept
+    from eagle3_conformance import __version__, server_accept
     from eagle3_conformance.server_accept import baseline, figures
     from eagle3_conformance.server_accept.run import run_prompts
 
@@ -91,18 +91,46 @@ def measure(opts: Options, c) -> Outcome:
                                         "speculative decoding on this run")
     fig = figures.figures(res.results, info.k, res.wall_s)
     rows = figures.compare(res.results, base["results"], info.k, opts.tolerance) if base is not None else None
-    changes = baseline.changes(base, info) if base is not None else {}
-    return Outcome(info, res, fig, rows, judge(c, fig, rows), base, changes, plist)
+    if rows:
+        d = rows[0]["decision"]
+        fig["detectable"] = {"tolerance": d["tolerance"], "detectable_drop": d["detectable_drop"],
+                             "against": "the baseline"}
+    else:
+        fig["detectable"] = {**figures.detectable_drop(res.results, opts.tolerance),
+                             "against": "this run (as a baseline)"}
+    draft = baseline.draft_identity(info, c)
+    changes = baseline.changes(base, info, contract=c, draft=draft, tool_version=__version__) if base is not None else {}
+    findings = judge(c, fig, rows, res.results) + draft_vocab_findings(c, draft)
+    return Outcome(info, res, fig, rows, findings, base, changes, plist, draft)
 
 
-def judge(c, fig: dict, rows: Optional[list]) -> list:
+def draft_vocab_findings(c, draft: dict) -> list:
+    """The served draft checkpoint's vocabulary, statically (``check_draft_vocab``), where it is on this
+    machine; nothing otherwise (the run measures the server, not a file)."""
+    from eagle3_conformance.checks.vocab import check_draft_vocab
+    from eagle3_conformance.draft_config.checkpoint import read_draft_vocab
+
+    if not draft.get("path") or draft.get("digest") is None:
+        return []
+    return check_draft_vocab(c, read_draft_vocab(draft["path"]), path="server")
+
+
+def judge(c, fig: dict, rows: Optional[list], results: Optional[list] = None) -> list:
     """The findings: the contract's ``gates.min_accept_length`` on the run's accept length
-    (``check_accept_length``) and, with a baseline, ``check_accept_regression`` per figure."""
+    (``check_accept_length``), whether the draft accepts more than almost nothing (``check_draft_acceptance``,
+    on the verify steps of ``results``: each prompt's per-position counters) and, with a baseline,
+    ``check_accept_regression`` per figure."""
+    from eagle3_conformance.acceptance.stats import histogram_from_per_pos, merge_histograms
+    from eagle3_conformance.checks.acceptance import check_draft_acceptance
     from eagle3_conformance.checks.facts import check_accept_length, check_accept_regression
 
     gate = {"spec_accept_length": fig["accept_length"]["value"], "spec_correct_drafts_histogram": fig["histogram"],
             "per_position_acceptance": [p["value"] for p in fig["per_position"]]}
     out = check_accept_length(c, gate, path="server")
+    if results:
+        hist = merge_histograms([histogram_from_per_pos(r.steps, r.accepted_per_pos) for r in results if r.steps])
+        out += check_draft_acceptance(c, {"histogram": hist, "source": "the server's per-request accept counters",
+                                          "requests": len(results)}, path="server")
     if rows is not None:
         out += check_accept_regression(c, rows, path="server")
     return out

@@ -69,7 +69,7 @@ def write_manifest(out_dir: Path, contract_path: str, c, reference: str = "trans
             earlier manifest (a rerun before serving replaces it).
     """
     from eagle3_conformance import __version__
-    from eagle3_conformance.environment.validated import contract_hash
+    from eagle3_conformance.environment.validated import contract_fields, contract_hash
 
     d = Path(out_dir)
     if d.exists() and not d.is_dir():
@@ -83,7 +83,8 @@ def write_manifest(out_dir: Path, contract_path: str, c, reference: str = "trans
     d.mkdir(parents=True, exist_ok=True)
     ref = engine_reference_config(c) if reference == "engine" else None
     doc = {"tool": "eagle3-conformance", "tool_version": __version__, "contract": str(Path(contract_path).resolve()),
-           "contract_name": c.name, "contract_sha256": contract_hash(c), "sglang_expected": expected_sglang(),
+           "contract_name": c.name, "contract_sha256": contract_hash(c), "contract_fields": contract_fields(c),
+           "sglang_expected": expected_sglang(),
            "reference": ref, "forward_hooks": json.loads(hooks_value(d, ref)),
            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     (d / MANIFEST).write_text(json.dumps(doc, indent=1) + "\n")
@@ -127,14 +128,44 @@ def _check_manifest(d: Path, c) -> dict:
         raise DataError(f"{d}: no {MANIFEST}: not a directory prepared by `eagle3-conformance serve-hooks "
                         "--contract C --out DIR`")
     doc = _json(m)
-    if doc.get("contract_sha256") != contract_hash(c):
+    if doc.get("contract_sha256") != contract_hash(c) and doc.get("contract_name") != c.name:
         raise DataError(f"{m}: recorded for the contract {doc.get('contract_name')!r} ({doc.get('contract')}, "
                         f"sha256 {str(doc.get('contract_sha256'))[:12]}), not this one ({c.name!r}, sha256 "
-                        f"{contract_hash(c)[:12]})")
+                        f"{contract_hash(c)[:12]}); judge it with that contract")
     if doc.get("tool_version") != __version__:
         raise DataError(f"{m}: prepared by eagle3-conformance {doc.get('tool_version')}, this is {__version__}: "
                         "record formats may differ; prepare a new directory")
     return doc
+
+
+def contract_changes(manifest: dict, c) -> Optional[str]:
+    """What changed in the contract since ``serve-hooks`` prepared the directory, in words, or None: the
+    records are the server's, whatever the contract says since (the same target is checked by
+    :func:`read_dir`), so an edit such as ``precision.serving`` set to the launch's ``--dtype`` is judged,
+    and reported here, never refused. Manifests written before the fields were kept name only the hashes."""
+    from eagle3_conformance.environment.validated import contract_fields, contract_hash, field_changes
+
+    if manifest.get("contract_sha256") == contract_hash(c):
+        return None
+    ch = field_changes(manifest.get("contract_fields"), contract_fields(c))
+    if not ch:
+        return (f"edited since serve-hooks (sha256 {str(manifest.get('contract_sha256'))[:12]} -> "
+                f"{contract_hash(c)[:12]}; this directory's manifest kept no fields)")
+    return "edited since serve-hooks: " + "; ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in ch.items())
+
+
+def reference_kind(d: Path, asked: Optional[str], c) -> str:
+    """Which reference judges the directory: ``asked`` (``--conformance-reference``), else the one the
+    directory recorded (``serve-hooks --conformance-reference engine`` writes the boundaries' config into
+    the manifest: then ``engine``), else the contract's ``reference``."""
+    if asked:
+        return asked
+    m = Path(d) / MANIFEST
+    try:
+        recorded = json.loads(m.read_text()).get("reference") if m.is_file() else None
+    except (OSError, ValueError):
+        recorded = None  # read_dir names the unreadable manifest
+    return "engine" if recorded else c.reference
 
 
 def _check_server(d: Path, doc: dict, factories: list, models: list, c) -> None:
@@ -163,9 +194,11 @@ def _check_server(d: Path, doc: dict, factories: list, models: list, c) -> None:
                             f"{t.num_hidden_layers} x {t.hidden_size} (vocab {t.vocab_size}): another pair")
 
 
-def read_dir(d: Path, c, engine_reference: bool = False) -> ServerDir:
+def read_dir(d: Path, c, engine_reference: bool = False, pid: Optional[str] = None,
+             last: Optional[int] = None) -> ServerDir:
     """Read and vet ``d`` for contract ``c`` (``engine_reference``: the target's boundaries must have
-    been recorded).
+    been recorded). ``pid``: only that server process's records; ``last``: only its last ``last``
+    records (the monitor judges what the server serving now recorded most recently).
 
     Raises:
         UsageError: ``d`` is not a directory.
@@ -186,13 +219,14 @@ def read_dir(d: Path, c, engine_reference: bool = False) -> ServerDir:
     models = [_json(p) for p in sorted(d.glob("model-*.json"))]
     _check_server(d, doc, factories, models, c)
     out = ServerDir(d, doc, factories, models)
-    for f in record_files(d):
+    files = [f for f in record_files(d) if pid is None or f.stem.partition("-")[0] == pid]
+    for f in files[-last:] if last else files:
         try:
             rec = torch.load(f, weights_only=True)
             rec["_file"] = f.name
         except Exception as e:  # noqa: BLE001 - a truncated file raises whatever the unpickler meets
             why = (f"not a complete record ({f.stat().st_size} bytes; a server stopped while torch.save wrote it?): "
-                   + " ".join(f"{type(e).__name__}: {e}".split())[:200])
+                   + " ".join(f"{type(e).__name__}: {e}".split()))
             out.broken.append((f.name, why))
             rec = {"broken": f.name, "error": why}
         out.streams.setdefault(f.stem.partition("-")[0], []).append(rec)
@@ -334,14 +368,18 @@ def judge(c, sd: ServerDir, reference: Union[Callable[[], Any], str], max_captur
                         f"unattributed{': ' + unattributed[0][1] if unattributed else ''}): nothing judged")
     if not callable(reference):
         raise UsageError(f"reference {reference!r}: give 'engine' or a reference loader")
-    findings += assess(c, Observation(captures=judged, facts={"sglang_version": version}), reference, PATH)
+    facts = {"sglang_version": version, **acceptance_facts(c, decode)}
+    findings += assess(c, Observation(captures=judged, facts=facts), reference, PATH)
+    findings += assess(c, Observation(facts={"draft_vocab": draft_vocab_facts(c, sd)}), reference, PATH)
     meta = {"records": str(sd.path), "sglang": version, "pids": sorted(sd.streams), "reference": source,
             "forward_modes": modes, "requests_extend_captures": len(extend), "decode_captures": len(decode),
             "judged": f"{len(judged)} of {len(extend) + len(decode)} captures ({len(extend)} extend, "
                       f"{len(decode)} decode)", "broken_records": [n for n, _ in sd.broken],
             "unattributed_records": len(unattributed),
             "decode": "observed" if decode else f"NOT observed ({GRAPH_NOTE})",
-            "accept_length_from_records": _accept_length(decode)}
+            "accept_length_from_records": _accept_length(decode),
+            "per_request_acceptance": per_request_acceptance(decode),
+            "contract_changes": contract_changes(sd.manifest, c)}
     return findings, meta
 
 
@@ -349,3 +387,79 @@ def _accept_length(decode: list) -> Optional[float]:
     """Mean tokens committed per verify step (SGLang's ``num_accept_tokens``, bonus included)."""
     acc = [cap.provenance["accepted"] for cap in decode]
     return round(sum(acc) / len(acc), 3) if acc else None
+
+
+def per_request_acceptance(decode: list) -> list[tuple[int, int]]:
+    """``(committed tokens, verify steps)`` per request of the records' decode captures (SGLang's
+    ``num_accept_tokens`` per verify step, bonus included: accept length = committed / steps, without the
+    token sampled at prefill), in the order requests first appear."""
+    out: dict = {}
+    for cap in decode:
+        t, n = out.get(cap.provenance["request"], (0, 0))
+        out[cap.provenance["request"]] = (t + int(cap.provenance["accepted"]), n + 1)
+    return list(out.values())
+
+
+def records_histogram(decode: list) -> list[int]:
+    """The correct-drafts histogram of the records' verify steps (``h[j]``: steps whose
+    ``num_accept_tokens`` was ``j + 1``)."""
+    h: list[int] = []
+    for cap in decode:
+        j = int(cap.provenance["accepted"]) - 1
+        h.extend([0] * (j + 1 - len(h)))
+        h[j] += 1
+    return h
+
+
+def acceptance_facts(c, decode: list) -> dict:
+    """The records' acceptance as the checks judge it: ``draft_acceptance`` (the draft accepts more than
+    almost nothing, :func:`eagle3_conformance.checks.acceptance.check_draft_acceptance`) and
+    ``avg_accept_length`` (the contract's ``gates.min_accept_length``: accept length from the records, 1 +
+    accepted drafts per verify step, the definition a floor written from records uses)."""
+    from eagle3_conformance.acceptance.stats import per_position
+
+    if not decode:
+        why = f"no verify step was recorded ({GRAPH_NOTE})"
+        return {"draft_acceptance": {"skip": why}, "avg_accept_length": {"skip": why}}
+    h = records_histogram(decode)
+    k = max(len(h) - 1, 1)
+    src = "SGLang's num_accept_tokens per verify step in the server's records"
+    return {"draft_acceptance": {"histogram": h, "source": src, "requests": len(per_request_acceptance(decode))},
+            "avg_accept_length": {"spec_accept_length": 1 + sum(j * n for j, n in enumerate(h)) / sum(h),
+                                  "spec_correct_drafts_histogram": h,
+                                  "per_position_acceptance": per_position(h, k) if len(h) > 1 else []}}
+
+
+def served_draft_dir(c, sd: ServerDir) -> Optional[Path]:
+    """The draft directory the server served, where it is on this machine: the draft model's
+    ``name_or_path`` in the records (``model-<pid>-draft.json``; None when that directory is not here: never
+    another draft in its place), else, for records that name none, the contract's draft (its fixture's
+    trained draft, or ``draft.path``)."""
+    named = [m.get("name_or_path") for m in sd.models if m.get("role") == "draft" and m.get("name_or_path")]
+    if named:
+        return Path(named[0]) if (Path(named[0]) / "config.json").is_file() else None
+    from eagle3_conformance.suite.pairs import PairUnavailable, resolve_pair
+    from eagle3_conformance.testbed.trained_draft import TRAINED
+
+    if c.fixture in TRAINED:
+        from eagle3_conformance.testbed.trained_draft import ensure_trained_draft
+
+        return Path(ensure_trained_draft(TRAINED[c.fixture]).draft_dir)
+    try:
+        d = resolve_pair(c).draft_dir if not c.fixture else None
+    except PairUnavailable:
+        return None
+    return d if d is not None and d.is_dir() else None
+
+
+def draft_vocab_facts(c, sd: ServerDir) -> dict:
+    """The ``draft_vocab`` fact (:func:`eagle3_conformance.checks.vocab.check_draft_vocab`) of the served draft."""
+    from eagle3_conformance.draft_config.checkpoint import read_draft_vocab
+
+    d = served_draft_dir(c, sd)
+    if d is None:
+        named = [m.get("name_or_path") for m in sd.models if m.get("role") == "draft" and m.get("name_or_path")]
+        return {"skip": f"the served draft {named[0]} is not on this machine" if named else
+                "the served draft's directory is not on this machine (the records name none, the contract has no "
+                "local draft.path)"}
+    return read_draft_vocab(d)

@@ -1,4 +1,5 @@
-"""SGLang's real HTTP server with the project's CPU recipe: ``python -m eagle3_conformance.serving.serve -- ARGS``.
+"""SGLang's real HTTP server with the project's CPU recipe: ``eagle3-conformance serve -- ARGS`` (the verb,
+:mod:`eagle3_conformance.cli.serve`), or ``python -m eagle3_conformance.serving.serve -- ARGS``.
 
 ``ARGS`` are ``python -m sglang.launch_server`` arguments, passed through unchanged (the user's own
 flags: model, draft, speculative settings, ``--forward-hooks``, port...). On a host without CUDA the
@@ -24,6 +25,10 @@ import sys
 from typing import Optional, Sequence
 
 CPU_DEFAULTS = (("--device", "cpu"), ("--attention-backend", "torch_native"))
+DEVICES = ("auto", "cpu", "cuda")
+DEVICE_HELP = ("cpu: the CPU recipe (stand-ins, patches); cuda: SGLang as it is; auto: cuda when torch sees a GPU, "
+               "else cpu")
+NO_ARGS = "no sglang.launch_server arguments after '--' (at least --model-path)"
 
 
 def _cuda_available() -> bool:
@@ -51,9 +56,7 @@ def _parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         prog="python -m eagle3_conformance.serving.serve",
         description="Start SGLang's real HTTP server (sglang.launch_server) with the project's CPU recipe. "
                     "Everything after '--' is passed to sglang.launch_server unchanged.")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="cpu: the CPU recipe (stand-ins, patches); cuda: SGLang as it is; auto: cuda when "
-                        "torch sees a GPU, else cpu")
+    p.add_argument("--device", choices=DEVICES, default="auto", help=DEVICE_HELP)
     argv = list(argv)
     if "--" in argv:
         i = argv.index("--")
@@ -62,16 +65,22 @@ def _parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         own, rest = [], argv
     ns = p.parse_args(own)
     if not rest:
-        p.error("no sglang.launch_server arguments after '--' (at least --model-path)")
+        p.error(NO_ARGS)
     return ns, rest
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    ns, rest = _parse(sys.argv[1:] if argv is None else argv)
+    return serve(rest, ns.device)
+
+
+def serve(args: Sequence[str], device: str = "auto") -> int:
+    """Run ``sglang.launch_server ARGS`` on ``device`` (``auto``, ``cpu``, ``cuda``) until it exits or this
+    process is told to stop; returns the server's exit status (128 + N when ended by signal N)."""
     from eagle3_conformance.tools.sglang_engine.launch import child_env
 
-    ns, rest = _parse(sys.argv[1:] if argv is None else argv)
-    device = ns.device if ns.device != "auto" else ("cuda" if _cuda_available() else "cpu")
-    cmd = server_command(rest, device)
+    device = device if device != "auto" else ("cuda" if _cuda_available() else "cpu")
+    cmd = server_command(args, device)
     proc = subprocess.Popen(cmd, env=child_env(device), start_new_session=True)
 
     def stop(signum, frame):  # forward, then reap the group below

@@ -3,14 +3,14 @@
 Options, markers, collection and the report only; the work is in :mod:`eagle3_conformance.suite.session`
 (one path on one contract under hypothesis) and the paths themselves (:mod:`eagle3_conformance.paths`).
 
-- Collects every contract YAML under a ``contracts/`` directory (or each ``--contract PATH``) as a
-  test file with one item per registered path (:data:`eagle3_conformance.paths.REGISTRY`: ``training``,
-  ``sglang-extend``, ``sglang-decode``, ``cross-path``, ``sglang-engine``). Items are marked
+- Collects every contract YAML under a ``contracts/`` directory (or each named: ``--contract PATH`` or
+  positional) as a test file with one item per registered path (:data:`eagle3_conformance.paths.REGISTRY`:
+  ``training``, ``sglang-extend``, ``sglang-decode``, ``cross-path``, ``sglang-engine``). Items are marked
   ``conformance`` (and ``gpu`` for paths that need one); contracts whose pair is not available
-  locally are skipped with the reason. A contract is loaded with the checks of ``eagle3-conformance
-  validate``, the ``config.json`` files at its ``target.path`` / ``draft.path`` included
-  (:func:`eagle3_conformance.authoring.local_configs.config_problems`): one that fails them yields a single
-  ``contract`` item that fails with every problem at its line, and the report says INPUT ERROR.
+  locally are skipped with the reason. A contract passes the contract gate every verb applies
+  (:func:`eagle3_conformance.authoring.gate.gated_contract`: ``validate``'s checks, the configs at its
+  ``target.path`` / ``draft.path`` included): one it refuses yields a single ``contract`` item that fails
+  with ``validate``'s lines (each problem at its line), and the report says INPUT ERROR.
 - Inert until asked: loading it imports nothing heavy (no hypothesis, no torch) and a session
   that does not ask for the suite (no ``-m`` expression selecting ``conformance``, no
   ``--contract``) collects nothing from it and keeps its warning filters and hypothesis settings.
@@ -37,6 +37,11 @@ from typing import Any, Optional
 import pytest
 
 from eagle3_conformance import paths as registered_paths
+from eagle3_conformance.suite.fixtures import (  # noqa: F401  (registered as this plugin's fixtures)
+    conformance_contracts,
+    conformance_reference,
+    conformance_training_captures,
+)
 from eagle3_conformance.suite.profiles import PROFILES
 
 PATHS = registered_paths.names()
@@ -176,7 +181,8 @@ def _check_paths(value: str) -> None:
 def pytest_collect_file(file_path: Path, parent):
     if file_path.suffix not in (".yaml", ".yml") or not parent.config.stash.get(_ASKED, False):
         return None
-    explicit = {Path(p).resolve() for p in parent.config.getoption("--contract")}
+    named = (x.split("::")[0] for x in parent.config.args)  # --contract PATHs are added to the args
+    explicit = {Path(a).resolve() for a in named if a.endswith((".yaml", ".yml"))}
     if explicit:
         if file_path.resolve() not in explicit:
             return None
@@ -219,11 +225,11 @@ class ConformanceFailure(Exception):
 
 class ContractFile(pytest.File):
     def collect(self):
-        from eagle3_conformance.authoring.local_configs import config_problems
-        from eagle3_conformance.contract import ContractError, load_contract
+        from eagle3_conformance.authoring.gate import gated_contract
+        from eagle3_conformance.contract import ContractError
 
-        try:  # the checks `eagle3-conformance validate` makes, the local config.json files included
-            contract = load_contract(self.path, checks=(config_problems,))
+        try:  # the contract gate of every verb: `eagle3-conformance validate`'s checks
+            contract = gated_contract(self.path)
         except ContractError as e:
             self.config.stash[_INVALID][str(self.path)] = e
             yield ContractErrorItem.from_parent(self, name="contract", error=e)
@@ -252,7 +258,9 @@ class ContractErrorItem(pytest.Item):
         raise self.error
 
     def repr_failure(self, excinfo):
-        return str(self.error)
+        from eagle3_conformance.authoring.gate import refusal_lines
+
+        return "\n".join(refusal_lines(self.error, self.path))
 
     def reportinfo(self):
         return self.path, None, f"{self.path.name}::contract"
@@ -342,7 +350,8 @@ class ServerAcceptItem(PathItem):
     """One contract's acceptance on the running server of ``--conformance-server``
     (:func:`eagle3_conformance.server_accept.session.measure`): its floor, and the baseline rule with
     ``--conformance-baseline``. Bad input (an unreachable server, one without speculative decoding, a
-    baseline of another contract) stops the item with its one-line reason, as a path's does."""
+    baseline of another prompt set) stops the item with its one-line reason, as a path's does; a baseline
+    comparison that cannot decide (``accept``'s exit 3) skips it with the INCONCLUSIVE line."""
 
     def runtest(self):
         from eagle3_conformance.core.errors import InputError
@@ -360,6 +369,21 @@ class ServerAcceptItem(PathItem):
         bad = [f for f in findings if f.status == "fail"]
         if bad:
             raise ConformanceFailure(bad)
+        from eagle3_conformance.report import inconclusive
+
+        undecided = inconclusive(findings)
+        if undecided:  # neither a pass nor a failure (the verb exits 3): a skip that says so, never a green item
+            pytest.skip(f"INCONCLUSIVE: {undecided}")
+
+
+def pytest_collection_finish(session):
+    """The chosen items' paths start what they start ahead (session.warm_items); not with --collect-only."""
+    if session.config.option.collectonly or not session.config.stash.get(_ASKED, False):
+        return
+    from eagle3_conformance.suite.session import warm_items
+    items = [(i.conformance_path, i._judged_contract()) for i in session.items if isinstance(i, PathItem)]
+    for discard in warm_items(items):  # the real engine's run; stopped at the end if not taken
+        session.config.add_cleanup(discard)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -441,50 +465,3 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             render_suite(html, [(file, name, rec.contract, rec.findings, rec.errors, rec.diagnoses())
                                 for (file, name), rec in store.items()], meta["tool_versions"])
             terminalreporter.write_line(f"conformance HTML report: {html}")
-
-
-# --- fixtures for hand-written tests -------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def conformance_contracts(pytestconfig):
-    """The contracts named by ``--contract`` (default: every contract under ./contracts)."""
-    from eagle3_conformance.contract import load_contract
-
-    paths = pytestconfig.getoption("--contract") or sorted(
-        str(p) for p in (Path(pytestconfig.rootpath) / "contracts").glob("*.yaml"))
-    return [load_contract(p) for p in paths]
-
-
-@pytest.fixture(scope="session")
-def conformance_reference():
-    """``f(contract) -> ReferenceModel`` for the contract's local target (skips when unavailable)."""
-    from eagle3_conformance.reference import load_reference_model
-    from eagle3_conformance.suite.pairs import PairUnavailable, resolve_pair
-
-    def get(contract):
-        try:
-            pair = resolve_pair(contract)
-        except PairUnavailable as e:
-            pytest.skip(str(e))
-        return load_reference_model(pair.target_dir, contract.target)
-
-    return get
-
-
-@pytest.fixture(scope="session")
-def conformance_training_captures():
-    """``f(contract, indices) -> list[Capture]`` through the real speculators loader."""
-    from eagle3_conformance.suite.pairs import PairUnavailable, resolve_pair, torch_dtype
-    from eagle3_conformance.tools.speculators_loader import TrainingLoader
-
-    def get(contract, indices):
-        try:
-            pair = resolve_pair(contract)
-        except PairUnavailable as e:
-            pytest.skip(str(e))
-        loader = TrainingLoader(pair.data_dir, contract.draft.target_hidden_size, contract.num_slots,
-                                torch_dtype(contract.data_dtype), transfer=contract.training.transfer)
-        return loader.batch(indices)
-
-    return get

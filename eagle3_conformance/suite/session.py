@@ -10,7 +10,7 @@ The first drawn example with a failing finding stops the search (its findings ho
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Optional, Union
+from typing import Callable, Iterable, Optional, Union
 
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.core.findings import Finding
@@ -84,3 +84,40 @@ def run_path(path: Path, c: Contract, pair: LocalPair, profile: Optional[str] = 
         observe = path.observe
         findings += drive(lambda data: assess(c, observe(state, data.draw), reference, path.name), profile)
     return findings
+
+
+def warm_paths(runs: Iterable[tuple[Path, Contract, LocalPair]]) -> list[Callable[[], None]]:
+    """Start, for each (path, contract, pair) about to run, what the path starts ahead (:data:`Path.warm`:
+    an engine's run in the background), once per run, in order; paths whose needs are unmet here are left
+    alone. Returns the discard callables (call them when the session ends: a job never outlives it).
+    Never raises: whatever fails here, the path's own ``prepare`` meets and reports."""
+    out: list[Callable[[], None]] = []
+    for path, c, pair in runs:
+        if path.warm is None:
+            continue
+        try:
+            if path.needs.unmet(pair, c):
+                continue
+            discard = path.warm(c, pair)
+        except Exception:  # noqa: BLE001 - prepare reports it, with the path's own words
+            continue
+        if discard is not None:
+            out.append(discard)
+    return out
+
+
+def warm_items(items: Iterable[tuple[str, Contract]]) -> list[Callable[[], None]]:
+    """:func:`warm_paths` for (path name, contract) pairs, as the plugin's chosen items name them: names
+    that are no registered path (the server item) and contracts without a local pair are left alone."""
+    from eagle3_conformance import paths as registered_paths
+    from eagle3_conformance.suite.pairs import PairUnavailable, resolve_pair
+
+    runs = []
+    for name, c in items:
+        if name not in registered_paths.names() or registered_paths.get(name).warm is None:
+            continue
+        try:
+            runs.append((registered_paths.get(name), c, resolve_pair(c)))
+        except PairUnavailable:
+            continue  # the item says so itself
+    return warm_paths(runs)

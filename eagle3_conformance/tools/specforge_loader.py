@@ -123,7 +123,7 @@ def _why(path: str, e: Exception) -> str:
     if "Weights only load failed" in text:
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         text = next((ln for ln in lines[1:] if "weights_only" not in ln and "torch.load" not in ln), "not a torch.save file")
-    msg = " ".join(text.split())[:200] or "empty or truncated file"
+    msg = " ".join(text.split()) or "empty or truncated file"
     return f"{name} could not be read by SpecForge's loader: {type(e).__name__}: {msg}"
 
 

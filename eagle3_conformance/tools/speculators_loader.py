@@ -169,7 +169,7 @@ class TrainingLoader:
             try:
                 item = self.dataset[i]
             except Exception as e:  # a corrupt shard raises from safetensors (FP8Transfer: ill-shaped scales)
-                msg = " ".join(str(e).split())[:300]
+                msg = " ".join(str(e).split())  # whole: a failure's text is never cut
                 p = read_payload(self.data_dir / name)
                 why = ""
                 if p is not None and p["scales"] is not None and p["scales"] != [p["shape"][0], 1, 1]:
@@ -229,7 +229,7 @@ class TrainingLoader:
                 return out
             if len(indices) != 1 or items[0] is None:
                 raise
-            msg = " ".join(str(e).split())[:300]
+            msg = " ".join(str(e).split())
             raw = [(None, f"hidden_states/hs_{indices[0]}.safetensors: {self._shape_words(items[0])} cannot be "
                           f"collated as {self.K} aux slots + verifier of width {self.d} "
                           f"({type(e).__name__}: {msg})")]

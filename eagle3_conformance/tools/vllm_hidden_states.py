@@ -81,7 +81,7 @@ def read(path: Path) -> tuple[Optional[dict], Optional[str]]:
             hs, ids = f.get_tensor("hidden_states"), f.get_tensor("token_ids")
             scales = f.get_tensor(SCALES_KEY) if SCALES_KEY in keys else None
     except Exception as e:
-        return None, f"{path.name} could not be read as safetensors: {type(e).__name__}: {' '.join(str(e).split())[:160]}"
+        return None, f"{path.name} could not be read as safetensors: {type(e).__name__}: {' '.join(str(e).split())}"
     if hs.dim() != 3:
         return None, f"{path.name}: hidden_states is {list(hs.shape)}, expected [T, N, H]"
     if ids.dim() != 1 or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:

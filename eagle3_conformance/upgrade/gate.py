@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from eagle3_conformance.core.errors import UsageError
+from eagle3_conformance.core.exit_codes import ExitCode
 from eagle3_conformance.released.result import (
     BOTH_REFUSE,
     CANNOT,
@@ -92,11 +93,12 @@ class Report:
     seconds: float
 
     @property
-    def exit_code(self) -> int:
+    def exit_code(self) -> ExitCode:
         if any(s.error for s in self.sources) or any(r.error for r in self.contracts) or any(
                 v.status == CANNOT for r in self.contracts for v in r.verdicts):
-            return 2
-        return 1 if any(v.status in (DIFFERENT, SHORT) for r in self.contracts for v in r.verdicts) else 0
+            return ExitCode.INPUT_ERROR
+        return (ExitCode.VIOLATIONS if any(v.status in (DIFFERENT, SHORT) for r in self.contracts for v in r.verdicts)
+                else ExitCode.CONFORMS)
 
     def to_json(self) -> dict[str, Any]:
         return {"baseline": self.baseline, "candidates": self.candidates, "exit_code": self.exit_code,
@@ -156,13 +158,16 @@ def check(contracts: list[str], baseline: list[Spec], candidates: list[Spec]) ->
 
 def _one(path: str, specs: list[Spec], trees: dict, baseline: list[Spec], candidates: list[Spec],
          capture) -> ContractResult:
-    from eagle3_conformance.contract import ContractError, load_contract
+    from eagle3_conformance.authoring.gate import gated_contract, refusal_lines
+    from eagle3_conformance.contract import ContractError
 
-    try:
-        c = load_contract(path)
-    except (ContractError, OSError) as e:
-        first = " ".join(str(e).split())[:400]
-        return ContractResult(path, Path(path).stem, "?", "?", 0, [], [], error=f"does not load: {first}")
+    try:  # the contract gate every verb applies (validate's checks); its lines whole, never cut
+        c = gated_contract(path)
+    except ContractError as e:
+        return ContractResult(path, Path(path).stem, "?", "?", 0, [], [],
+                              error="does not load (refused by validate's checks):\n" + "\n".join(refusal_lines(e, path)))
+    except OSError as e:
+        return ContractResult(path, Path(path).stem, "?", "?", 0, [], [], error=f"cannot be read: {e}")
     caps = {s: capture(c, s, trees.get(s)) for s in specs}
     declared = [str(b) for b in c.capture.boundaries]
     verdicts = [compare(caps[b], caps[t], declared) for b in baseline for t in candidates if t != b]

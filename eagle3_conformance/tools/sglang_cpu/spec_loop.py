@@ -171,7 +171,7 @@ def speculative_decode(h, prompts: list[list[int]], *, num_draft_tokens: int = 3
         try:
             _one(h, run, num_draft_tokens, max_new_tokens, knobs)
         except Exception as e:  # noqa: BLE001 - the engine failing under a fault is the result
-            run.error = f"{type(e).__name__}: {e}"[:300]
+            run.error = f"{type(e).__name__}: {e}"
         finally:
             _clear(h)
         runs.append(run)

@@ -9,7 +9,8 @@ docs/REFERENCE.md section 4.1) or CUDA, one code path; observed through SGLang's
 - :mod:`.guards`: exact SGLang version and source digests of everything a stand-in serves;
 - :mod:`.hooks`: the ``forward_hooks`` factory recording what enters the draft;
 - :mod:`.captures`: records -> Captures, SGLang's acceptance counters;
-- :func:`observe_engine`: one observed run with the reference greedy decode, for the path.
+- :func:`observe_engine`: one observed run with the reference greedy decode, for the path;
+  :func:`start_engine` starts that run ahead (:mod:`.ahead`), so it overlaps what runs before it.
 
 """
 
@@ -17,12 +18,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from eagle3_conformance.tools.sglang_engine.launch import EngineRun, EngineRunError, EngineStartError, run_engine
 
+if TYPE_CHECKING:
+    from eagle3_conformance.tools.sglang_engine.ahead import EngineJob
+
 __all__ = ["EngineRun", "EngineRunError", "EngineStartError", "EngineObservation", "observe_engine", "run_engine",
-           "GRAPH_ACCEPT_NOISE"]
+           "start_engine", "GRAPH_ACCEPT_NOISE"]
 
 GRAPH_ACCEPT_NOISE = 0.1
 """Tokens per verify step that graphed acceptance may fall below eager before the GPU path fails.
@@ -54,7 +58,8 @@ def reference_greedy(target_dir, prompts: list[list[int]], max_new_tokens: int, 
 
 
 def observe_engine(target_dir, draft_dir, prompts: list[list[int]], *, dtype: str = "float32",
-                   max_new_tokens: int = 32, device: str = "cpu", lossless: bool = True, **kw) -> EngineObservation:
+                   max_new_tokens: int = 32, device: str = "cpu", lossless: bool = True,
+                   job: "Optional[EngineJob]" = None, **kw) -> EngineObservation:
     """Run the engine with the hooks, build the captures, compare with the target's greedy decode.
     With CUDA also a graphed run (acceptance only) -> ``extra_facts["graph_acceptance"]``.
 
@@ -62,7 +67,8 @@ def observe_engine(target_dir, draft_dir, prompts: list[list[int]], *, dtype: st
     ``reference_builder=`` (``(records, prompts, outputs) -> reference``, the caller's: the engine tools
     judge nothing, e.g. :func:`eagle3_conformance.reference.engine.build_engine_reference`) turns them
     into ``engine_reference``. ``lossless=False``: no transformers greedy decode (a target that does not
-    fit twice).
+    fit twice). ``job``: the same run started ahead by :func:`start_engine` with the same arguments (its
+    result is taken instead of starting the engine here; its folder is removed after).
 
     Raises:
         EngineStartError / EngineRunError: see :func:`run_engine`.
@@ -70,6 +76,11 @@ def observe_engine(target_dir, draft_dir, prompts: list[list[int]], *, dtype: st
     import shutil
     import tempfile
 
+    if job is not None:
+        try:
+            return _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw, lossless, job)
+        finally:
+            job.discard()
     own = kw.get("workdir") is None
     if own:
         kw["workdir"] = Path(tempfile.mkdtemp(prefix="sglang-engine-"))
@@ -80,16 +91,44 @@ def observe_engine(target_dir, draft_dir, prompts: list[list[int]], *, dtype: st
             shutil.rmtree(kw["workdir"], ignore_errors=True)
 
 
-def _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw, want_lossless=True) -> EngineObservation:
+def start_engine(target_dir, draft_dir, prompts: list[list[int]], *, dtype: str = "float32",
+                 max_new_tokens: int = 32, device: str = "cpu", **kw) -> "EngineJob":
+    """The engine run :func:`observe_engine` makes with these arguments, started now in the background
+    (:class:`.ahead.EngineJob`); hand it to :func:`observe_engine` as ``job=`` with the same arguments.
+    ``reference_builder`` and ``lossless`` are :func:`observe_engine`'s alone (ignored here)."""
+    from eagle3_conformance.tools.sglang_engine.ahead import EngineJob
+
+    kw = _run_kwargs(dict(kw))
+    kw.pop("workdir", None)
+    return EngineJob(target_dir, draft_dir, prompts, device=device, dtype=dtype, max_new_tokens=max_new_tokens, **kw)
+
+
+def _run_kwargs(kw: dict) -> dict:
+    """``run_engine``'s keyword arguments from :func:`observe_engine`'s (``reference`` narrowed to what
+    the hooks read; ``reference_builder``, ``lossless`` dropped)."""
+    ref_cfg = kw.pop("reference", None)
+    kw.pop("reference_builder", None)
+    kw.pop("lossless", None)
+    if ref_cfg:
+        kw["reference"] = {k: ref_cfg[k] for k in ("boundaries", "max_rows", "max_bytes", "prefix") if k in ref_cfg}
+    return kw
+
+
+def _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw, want_lossless=True,
+             job: "Optional[EngineJob]" = None) -> EngineObservation:
     import time
 
     from eagle3_conformance.tools.sglang_engine.captures import accept_figures, build_captures, load_records
 
-    ref_cfg = kw.pop("reference", None)
-    builder = kw.pop("reference_builder", None)
-    if ref_cfg:
-        kw["reference"] = {k: ref_cfg[k] for k in ("boundaries", "max_rows", "max_bytes", "prefix") if k in ref_cfg}
-    run = run_engine(target_dir, draft_dir, prompts, device=device, dtype=dtype, max_new_tokens=max_new_tokens, **kw)
+    ref_cfg = kw.get("reference")
+    builder = kw.get("reference_builder")
+    kw = _run_kwargs(dict(kw))
+    if job is not None:
+        run = job.result()
+        kw["workdir"] = job.workdir
+    else:
+        run = run_engine(target_dir, draft_dir, prompts, device=device, dtype=dtype, max_new_tokens=max_new_tokens,
+                         **kw)
     outs = [o["output_ids"] for o in run.outputs]
     prov = {"engine": "sglang.Engine", "sglang": run.sglang_version, "device": device,
             "attention": "torch_native (config B)" if device == "cpu" else "default",

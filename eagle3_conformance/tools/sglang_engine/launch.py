@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from eagle3_conformance.environment.procgroup import kill_group, last_error, log_tail
 
@@ -111,7 +111,8 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
                cuda_graph: bool = False, start_timeout: float = 300, generate_timeout: float = 300,
                workdir: Optional[Path] = None, extra: Optional[dict] = None,
                reference: Optional[dict] = None, record_kv: bool = False,
-               extra_hooks: Optional[list[dict]] = None) -> EngineRun:
+               extra_hooks: Optional[list[dict]] = None,
+               started: Optional[Callable[[subprocess.Popen], None]] = None) -> EngineRun:
     """Start the real ``sglang.Engine`` with EAGLE3 (topk 1, a chain of ``num_steps`` drafts), generate
     greedily for ``prompts`` (token ids) in one batch, shut down. The driver's whole process group is
     killed afterwards, whatever happened.
@@ -129,6 +130,8 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
             later prefill chunks are attributed (:func:`.captures.attribute`).
         extra_hooks: more ``forward_hooks`` entries after the recorder's (the kill matrix's
             in-engine faults, :mod:`.fault_hooks`).
+        started: called with the driver's process right after it starts (:class:`.ahead.EngineJob`
+            keeps it to cancel the run).
 
     Raises:
         EngineStartError: the engine did not start (reason and SGLang's log tail).
@@ -153,6 +156,8 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
         proc = subprocess.Popen([sys.executable, "-m", "eagle3_conformance.tools.sglang_engine.driver",
                                  str(work / "spec.json")], stdout=lf, stderr=subprocess.STDOUT, cwd=str(work),
                                 env=child_env(device, int(spec.get("tp_size", 1))), start_new_session=True)
+        if started is not None:
+            started(proc)
         try:
             code = proc.wait(timeout=start_timeout + generate_timeout + 60)
         except subprocess.TimeoutExpired:

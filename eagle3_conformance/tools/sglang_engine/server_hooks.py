@@ -10,7 +10,8 @@ to be judged without the prompts or the server's flags:
   directory without one: the server never loaded these hooks.
 * ``model-<pid>-<role>.json`` on the first forward of each hooked model (``role`` "target", or
   "draft" for a model with ``fc``): its ``config`` (``architectures``, ``model_type``,
-  ``num_hidden_layers``, ``hidden_size``, ``vocab_size``) and the target's ``layers_to_capture``. A
+  ``num_hidden_layers``, ``hidden_size``, ``vocab_size``), the directory it was loaded from
+  (``name_or_path``) and the target's ``layers_to_capture``. A
   directory with factory markers but no model file: SGLang matched no module (its warning
   ``No modules matched hook spec '<name>' patterns=[...]``) or the server served nothing.
 
@@ -77,6 +78,9 @@ def model_facts(module) -> dict[str, Any]:
     if isinstance(facts["architectures"], tuple):
         facts["architectures"] = list(facts["architectures"])
     facts["role"] = "draft" if hasattr(module, "fc") else "target"
+    # the directory the server loaded the model from (transformers' PretrainedConfig.name_or_path): lets
+    # check-captures read the served draft's checkpoint (d2t/t2d, lm_head) where it is on the same machine
+    facts["name_or_path"] = str(getattr(cfg, "name_or_path", "") or getattr(cfg, "_name_or_path", "") or "") or None
     facts["layers_to_capture"] = [int(i) for i in getattr(module, "layers_to_capture", []) or []]
     return facts
 

@@ -1,0 +1,113 @@
+"""The main job (``tox -e conformance``, README quick start): its three commands in two lanes.
+
+- lane 1: the conformance suite on every contract under ``contracts/`` (``pytest -m conformance``, with
+  the arguments given after TOXWORKDIR), writing ``conformance-report.html``;
+- lane 2: the real pair's SpecForge contract on the specforge path (``conformance-report-specforge.html``),
+  then the kill matrices on the synthetic scenarios and the real pair (``kill-matrix.html``).
+
+These are the commands tox ran one after the other before (issue 42: 141 s warm on the 2-core VM, the
+suite's 100 s first). Each runs torch on one thread (``CONFORMANCE_TORCH_THREADS``, default 1), so on two
+cores lane 2 runs beside lane 1 instead of after it. They share only the caches of the real pair, which
+both read: this script builds them first (``build_fixture("smollm2-135m")``: the target converted from its
+pinned wheel, its data; a marker check once built, about 1 s), so a first run converts once, not once per
+lane. ``CONFORMANCE_MAIN_JOB_LANES=1`` runs the three one after the other.
+
+Lane 1's output is shown as it comes; lane 2's is kept and shown whole once each of its commands ends
+(after lane 1's), so the two never interleave. Each command's seconds are printed at the end. Exit
+status: the first failing command's in the order above (0 when all three pass); Ctrl-C reaches every
+command (one process group), which stop as they do on their own.
+
+Usage: python scripts/main_job.py TOXWORKDIR [pytest arguments for the suite ...]
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def commands(toxworkdir: Path, suite_args: list[str]) -> tuple[list[list[str]], list[list[str]]]:
+    """(lane 1, lane 2): the main job's commands, as tox.ini ran them."""
+    py = str(toxworkdir / "cpu-lock" / "bin" / "python")
+    spec = "contracts/specforge/smollm2-135m.yaml"
+    suite = [py, "-m", "pytest", "-m", "conformance", "-p", "no:randomly", "-rs", "--conformance-html",
+             str(toxworkdir / "conformance-report.html"), "contracts", *suite_args]
+    specforge = [py, "-m", "pytest", "-m", "conformance", "-p", "no:randomly", "-rs", "-q", "--contract", spec,
+                 "--conformance-paths", "specforge", "--conformance-html",
+                 str(toxworkdir / "conformance-report-specforge.html"), spec]
+    faults = [str(toxworkdir / "cpu-lock" / "bin" / "eagle3-conformance"), "faults", "--pair", "synthetic",
+              "--pair", "smollm2-135m", "--html", str(toxworkdir / "kill-matrix.html")]
+    return [suite], [specforge, faults]
+
+
+def _run_kept(cmd: list[str], results: dict) -> None:
+    """Run ``cmd`` with its output in a temporary file; record (exit status, seconds, output)."""
+    with tempfile.TemporaryFile() as out:
+        t0 = time.perf_counter()
+        code = subprocess.call(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        out.seek(0)
+        results[id(cmd)] = (code, time.perf_counter() - t0, out.read().decode(errors="replace"))
+
+
+def _lane(cmds: list[list[str]], results: dict) -> None:
+    for cmd in cmds:
+        _run_kept(cmd, results)
+        if results[id(cmd)][0] != 0:
+            return  # as tox stops at a failing command
+
+
+def shared_caches() -> None:
+    """The real pair's caches both lanes read (the suite's SmolLM2 contracts, the SpecForge contract, the
+    kill matrix's real pair), built before the lanes start."""
+    from eagle3_conformance.testbed.fixtures import build_fixture
+
+    build_fixture("smollm2-135m")
+
+
+def run(toxworkdir: Path, suite_args: list[str], lanes: int = 2) -> int:
+    lane1, lane2 = commands(toxworkdir, suite_args)
+    t0 = time.perf_counter()
+    shared_caches()
+    results: dict = {}
+    second = threading.Thread(target=_lane, args=(lane2, results), daemon=True)
+    if lanes > 1:
+        second.start()
+    print(f"main job [lane 1] {shlex.join(lane1[0])}", flush=True)
+    t1 = time.perf_counter()
+    code1 = subprocess.call(lane1[0], cwd=ROOT)
+    times = [("suite", time.perf_counter() - t1, code1)]
+    if lanes == 1 and code1 == 0:
+        _lane(lane2, results)
+    if lanes > 1:
+        second.join()
+    code = code1
+    for name, cmd in zip(("specforge contract", "kill matrices"), lane2):
+        if id(cmd) not in results:
+            continue
+        c, sec, out = results[id(cmd)]
+        print(f"\nmain job [lane 2] {shlex.join(cmd)}\n{out}", end="", flush=True)
+        times.append((name, sec, c))
+        code = code or c
+    print("\nmain job: " + ", ".join(f"{n} {s:.0f} s{'' if c == 0 else f' (exit {c})'}" for n, s, c in times)
+          + f"; wall {time.perf_counter() - t0:.0f} s ({lanes} lane{'s' if lanes > 1 else ''})", flush=True)
+    return code
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+        return 2
+    lanes = 1 if os.environ.get("CONFORMANCE_MAIN_JOB_LANES") == "1" else 2
+    return run(Path(argv[0]), argv[1:], lanes)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

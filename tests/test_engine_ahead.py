@@ -1,0 +1,164 @@
+"""The real engine's run started ahead of its turn (issue 42, the main job's time): the job runs the same
+``run_engine`` call in the background, hands back its result or error, and never outlives the session (a
+cancelled or abandoned job kills the engine's process group); the sglang-engine path's ``prepare`` takes
+the job ``warm`` started for the same run, and the plugin starts it once the items are chosen."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from eagle3_conformance.paths import sglang_engine as path_mod
+from eagle3_conformance.paths.base import Needs, Path, Skipped
+from eagle3_conformance.suite.session import warm_paths
+from eagle3_conformance.tools.sglang_engine import ahead
+from eagle3_conformance.tools.sglang_engine.launch import EngineRun, EngineStartError
+
+pytest_plugins = ["pytester"]
+
+
+def _gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _sleeping_engine(record: dict, seconds: float = 60):
+    """A stand-in for run_engine: starts a process group that sleeps (as an engine that is still
+    starting), hands it to ``started`` and waits for it, as run_engine does."""
+    def fake(target_dir, draft_dir, prompts, *, workdir, started=None, **kw):
+        record.update(target_dir=target_dir, draft_dir=draft_dir, prompts=prompts, workdir=workdir, **kw)
+        proc = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"], start_new_session=True)
+        record["pgid"] = proc.pid
+        if started:
+            started(proc)
+        code = proc.wait()
+        if code != 0:
+            raise EngineStartError(f"sglang.Engine did not start: the engine process exited with status {code}", "")
+        return EngineRun([{"output_ids": [1]}], {"wall_s": seconds}, None, "0.5.23")
+    return fake
+
+
+def test_a_job_runs_run_engine_with_its_arguments_and_returns_its_run(monkeypatch):
+    seen: dict = {}
+    monkeypatch.setattr(ahead, "run_engine", _sleeping_engine(seen, seconds=0.2))
+    job = ahead.EngineJob("t", "d", [[1, 2]], dtype="float32", max_new_tokens=4)
+    run = job.result()
+    assert run.outputs == [{"output_ids": [1]}]
+    assert seen["target_dir"] == "t" and seen["prompts"] == [[1, 2]] and seen["max_new_tokens"] == 4
+    assert seen["workdir"] == job.workdir and job.workdir.is_dir()
+    job.discard()
+    assert not job.workdir.exists()
+
+
+def test_a_cancelled_job_kills_the_engine_group_and_reports_the_error(monkeypatch):
+    seen: dict = {}
+    monkeypatch.setattr(ahead, "run_engine", _sleeping_engine(seen))
+    job = ahead.EngineJob("t", "d", [[1]])
+    deadline = time.monotonic() + 30
+    while "pgid" not in seen and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _gone(seen["pgid"])
+    t0 = time.monotonic()
+    job.discard()
+    assert _gone(seen["pgid"]) and time.monotonic() - t0 < 30  # killed, not waited out
+    with pytest.raises(EngineStartError):
+        job.result()
+
+
+def test_prepare_takes_the_run_warm_started_and_only_that_one(monkeypatch):
+    """warm starts the run prepare would make; prepare hands that job to observe_engine (no second
+    engine); a contract whose run differs gets its own run, and the leftover job is discarded."""
+    from eagle3_conformance.tools import sglang_engine as tool
+
+    run = path_mod._Run("t", "d", [[1, 2]], "float32", "", 32, "cpu", None, None)
+    started, observed, discarded = [], [], []
+
+    class Job:
+        def discard(self):
+            discarded.append(self)
+
+    monkeypatch.setattr(path_mod, "_planned", lambda c, pair: run)
+    monkeypatch.setattr(tool, "start_engine", lambda *a, **k: (started.append((a, k)), Job())[1])
+    monkeypatch.setattr(tool, "observe_engine", lambda *a, job=None, **k: (observed.append((a, k, job)),
+                                                                           pytest.skip("stop here"))[1])
+    monkeypatch.setattr(path_mod, "_AHEAD", {})
+    discard = path_mod.warm(object(), object())
+    assert len(started) == 1 and started[0][0] == ("t", "d", [[1, 2]]) and started[0][1] == run.kwargs()
+    assert path_mod.warm(object(), object()) is None  # the same run is started once
+    with pytest.raises(pytest.skip.Exception):
+        path_mod.prepare(object(), object())
+    (args, kw, job), = observed
+    assert job is not None and args == ("t", "d", [[1, 2]]) and {k: kw[k] for k in run.kwargs()} == run.kwargs()
+    assert path_mod._AHEAD == {}  # taken
+    discard()
+    assert discarded == [job]  # the plugin's discard at the end of the session: no engine left behind
+
+
+def test_warm_paths_starts_each_run_once_leaves_unmet_paths_and_swallows_errors():
+    from types import SimpleNamespace
+
+    calls = []
+
+    def warm(c, pair):
+        calls.append(c.name)
+        if c.name == "boom":
+            raise RuntimeError("prepare reports it")
+        return lambda: calls.append(("discard", c.name))
+
+    p = Path("p", "", Needs(), prepare=lambda c, pair: Skipped(""), warm=warm)
+    unmet = Path("q", "", Needs(modules=("no_such_module_here",)), prepare=lambda c, pair: Skipped(""), warm=warm)
+    none = Path("r", "", Needs(), prepare=lambda c, pair: Skipped(""))
+
+    class Pair:
+        target_dir = None
+        draft_dir = None
+        data_dir = None
+
+    def c(name):
+        return SimpleNamespace(name=name, method="eagle3")
+
+    discards = warm_paths([(p, c("a"), Pair()), (unmet, c("b"), Pair()), (none, c("c"), Pair()),
+                           (p, c("boom"), Pair())])
+    assert calls == ["a", "boom"] and len(discards) == 1
+    discards[0]()
+    assert calls[-1] == ("discard", "a")
+
+
+def test_the_plugin_starts_the_engine_path_ahead_and_not_for_collect_only(pytester, monkeypatch):
+    """With the engine path selected, the plugin warms it once the items are chosen (before the first
+    item runs) and discards what was not taken at the end; --collect-only starts nothing."""
+    import shutil
+    from pathlib import Path as FsPath
+
+    repo = FsPath(__file__).resolve().parent.parent
+    shutil.copy(repo / "contracts" / "tiny-llama.yaml", pytester.path / "c.yaml")
+    log = pytester.path / "log.txt"
+    pytester.makeconftest(f"""
+import eagle3_conformance.paths as reg
+from dataclasses import replace
+
+def _warm(c, pair):
+    open({str(log)!r}, "a").write("warm " + c.name + "\\n")
+    return lambda: open({str(log)!r}, "a").write("discard\\n")
+
+def pytest_configure(config):  # the training path, run no further than its warm (prepare: a skip)
+    reg.REGISTRY["training"] = replace(reg.REGISTRY["training"], warm=_warm,
+                                       prepare=lambda c, pair: reg.Skipped("prepared"))
+
+def pytest_runtest_setup(item):
+    open({str(log)!r}, "a").write("run " + item.name + "\\n")
+""")
+    r = pytester.runpytest_inprocess("-m", "conformance", "-p", "no:randomly", "--contract", "c.yaml",
+                                     "--conformance-paths", "training", "--collect-only", "-q")
+    assert r.ret == 0 and not log.exists()
+    r = pytester.runpytest_inprocess("-m", "conformance", "-p", "no:randomly", "--contract", "c.yaml",
+                                     "--conformance-paths", "training", "-q")
+    assert r.ret == 0, r.stdout.str()
+    assert log.read_text().splitlines() == ["warm tiny-llama-eagle3", "run training", "discard"]
