@@ -244,7 +244,7 @@ def test_chunk_end_fault_hands_the_draft_the_targets_guess_at_a_chunk_end_only()
     assert ids.tolist() == [5, 6, 7, 30, 8, 9, 22]
 
 
-@pytest.mark.parametrize("var,value,says", [("CONFORMANCE_ENGINE_VARIATIONS", "chunky", "unknown variation"),
+@pytest.mark.parametrize("var,value,says", [("CONFORMANCE_ENGINE_VARIATIONS", "chunky", "CONFORMANCE_ENGINE_VARIATIONS=.chunky.: unknown variation"),
                                             ("CONFORMANCE_INVARIANCE_PROMPTS", "two", "CONFORMANCE_INVARIANCE_PROMPTS='two'")])
 def test_a_bad_variations_setting_is_a_usage_error_naming_it(tiny_contract, monkeypatch, var, value, says):
     from eagle3_conformance.core.errors import UsageError

@@ -54,11 +54,14 @@ def prepare(c, pair):
     refused = pipeline_refusal(c.engines.sglang_pp_size, c.method)
     if refused:
         return Skipped(f"{NAME}: {refused}")
-    try:
+    try:  # a one-line usage error naming the variable, never a traceback
         names = requested(os.environ.get(ENV), OFFERED)
+    except ValueError as e:
+        raise UsageError(f"{ENV}={os.environ.get(ENV)!r}: {e}") from None
+    try:
         n, new = _count("CONFORMANCE_INVARIANCE_PROMPTS", 2), _count("CONFORMANCE_INVARIANCE_TOKENS", 8)
-    except ValueError as e:  # a one-line usage error naming the variable, never a traceback
-        raise UsageError(f"{NAME}: {e}") from None
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if not names:
         return Skipped(f"{NAME}: {ENV}=none")
     target_dir, draft_dir = got
