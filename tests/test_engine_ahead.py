@@ -137,6 +137,11 @@ def test_the_plugin_starts_the_engine_path_ahead_and_not_for_collect_only(pytest
     import shutil
     from pathlib import Path as FsPath
 
+    import eagle3_conformance.paths as reg
+
+    # the conftest below replaces the training path in this process's registry: put it back afterwards,
+    # or every later in-process run of the training path is skipped ("prepared")
+    monkeypatch.setitem(reg.REGISTRY, "training", reg.REGISTRY["training"])
     repo = FsPath(__file__).resolve().parent.parent
     shutil.copy(repo / "contracts" / "tiny-llama.yaml", pytester.path / "c.yaml")
     log = pytester.path / "log.txt"

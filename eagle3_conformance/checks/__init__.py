@@ -28,6 +28,7 @@ module                    checks
 ``verified_rows``         after a partial accept, the draft's rows are the accepted tokens' own verify rows
 ``degenerate``            a slot whose rows are all zero or one constant (R66)
 ``acceptance``            the draft accepts more than almost nothing, by the engine's own counters (issue 41)
+``invariance``            the engine against itself: a prompt under a variation vs its plain run (issue 45)
 ``suite``                 :func:`run_checks`: every check on one capture, in registry order
 ========================  ===================================================================
 
@@ -63,4 +64,5 @@ from eagle3_conformance.checks.residual import check_residual_missing  # noqa: F
 from eagle3_conformance.checks.verified_rows import check_verified_rows  # noqa: F401
 from eagle3_conformance.checks.degenerate import check_slot_degenerate, degenerate  # noqa: F401
 from eagle3_conformance.checks.acceptance import USELESS_MAX_DRAFTS_PER_STEP, check_draft_acceptance  # noqa: F401
+from eagle3_conformance.checks.invariance import check_engine_invariance  # noqa: F401
 from eagle3_conformance.checks.suite import run_checks  # noqa: F401

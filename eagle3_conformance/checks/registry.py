@@ -25,7 +25,8 @@ PAIR = "pair"              # (c, a, b): two captures of the same tokens on two p
 FACT = "fact"              # (c, value[, path=]): one named fact of a run (Observation.facts)
 MAPPING = "mapping"        # (c, d2t, t2d, path, where): the vocab mapping a path loads
 TOKENIZER = "tokenizer"    # (c, template | ids, ..., path, where): what a path's tokenizer renders
-JUDGES = (CAPTURE, REFERENCE, PAIR, FACT, MAPPING, TOKENIZER)
+VARIANT = "variant"        # (c, plain, variant): one prompt's capture under an engine variation vs its plain run
+JUDGES = (CAPTURE, REFERENCE, PAIR, FACT, MAPPING, TOKENIZER, VARIANT)
 
 #: how check-data's all-rows pass over stored samples feeds a capture check (``stored``)
 TENSORS = "tensors"        # the capture of views of the on-disk tensors (reads their shapes, ids, provenance)

@@ -91,3 +91,35 @@ class Capture:
         The last block is narrower when W is not a multiple of ``slot_width``.
         """
         return list(torch.split(self.feature, slot_width, dim=-1))
+
+
+def join_rows(caps: list[Capture]) -> Capture:
+    """One capture of the rows of several captures of one sequence, in order (a chunked prefill's
+    chunks: each chunk's draft extend is one capture). ``token_ids`` is the longest of theirs (each
+    chunk's are a prefix of the next's); per-row tensors are concatenated; ``provenance`` is the last
+    capture's, with ``parts`` = how many were joined.
+
+    Raises:
+        ValueError: no captures, or a per-row tensor present on some and not on others."""
+    if not caps:
+        raise ValueError("no captures to join")
+    if len(caps) == 1:
+        return caps[0]
+
+    def cat(name: str) -> Optional[torch.Tensor]:
+        xs = [getattr(c, name) for c in caps]
+        if all(x is None for x in xs):
+            return None
+        if any(x is None for x in xs):
+            raise ValueError(f"{name}: recorded on some of the {len(caps)} captures only")
+        return torch.cat([x.reshape(x.shape[0], -1) if x.dim() > 1 else x.reshape(-1) for x in xs])
+
+    last = caps[-1]
+    tokens = max((c.token_ids for c in caps), key=len)
+    ran = [c.fc_ran for c in caps]
+    return Capture(path=last.path, where=last.where, token_ids=tokens, feature=cat("feature"), rows=cat("rows"),
+                   draft_input_ids=cat("draft_input_ids"), position_ids=cat("position_ids"),
+                   fc_ran=None if None in ran else all(ran),
+                   draft_input_width=last.draft_input_width, engine_ids=last.engine_ids,
+                   engine_boundaries=last.engine_boundaries, fc_input=cat("fc_input"), fc_source=cat("fc_source"),
+                   provenance={**last.provenance, "parts": len(caps)}, stored=last.stored)

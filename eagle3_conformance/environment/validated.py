@@ -19,7 +19,7 @@ from typing import Any, Iterable, Optional
 TOOLS = ("sglang", "vllm", "speculators", "specforge", "torch", "transformers")
 #: the paths that run SGLang's own classes (a pass on them validates the installed SGLang)
 SGLANG_PATHS = ("sglang-extend", "sglang-decode", "cross-path", "sglang-dflash", "sglang-mtp", "sglang-engine",
-                "cpu-accept")
+                "sglang-engine-invariance", "cpu-accept")
 
 
 def installed_versions() -> dict[str, str]:

@@ -124,6 +124,10 @@ class Observation:
             judged on slot count, widths and norm bands only.
         pairs: ``(a, b)`` captures of the same token ids on two paths, compared row by row
             (per-slot cosine against ``gates.cross_path_min_cosine``).
+        variants: ``(plain, variant)`` captures of one prompt on one engine, the variant made under
+            one variation (chunked prefill, input logprobs, a prefix-cache hit, a batch, TP 2:
+            ``variant.provenance["variation"]``), compared row by row by the ``variant`` checks
+            (:func:`eagle3_conformance.checks.invariance.check_engine_invariance`).
         facts: named measurements of the run as a whole, each judged by one check
             (the check registered with ``fact=`` that name, :func:`eagle3_conformance.checks.registry.fact_checks`): ``{"sglang_version": "0.5.23"}``,
             ``{"avg_accept_length": 2.7}``. A path that measures a metric rather than captures
@@ -139,6 +143,7 @@ class Observation:
     stored: bool = False
     shapes_only: Sequence["Capture"] = ()
     pairs: Sequence[tuple["Capture", "Capture"]] = ()
+    variants: Sequence[tuple["Capture", "Capture"]] = ()
     facts: Mapping[str, Any] = field(default_factory=dict)
     stop_on_failure: bool = False
     reference: Any = None
@@ -216,3 +221,69 @@ def stored_observe(s: StoredData, draw: Draw) -> Observation:
 
     batch = draw(strategies.sample_batches(s.n), label="batch")
     return Observation(captures=s.loader.batch(list(batch)), stored=True)
+
+
+def engine_pair(c: "Contract", pair: Optional["LocalPair"], path: str) -> "tuple[Any, Any] | Skipped":
+    """``(target dir, draft dir)`` a real-engine path serves, or why not (a :class:`Skipped` naming
+    ``path``): the project's fixture pair with a trained draft
+    (:data:`eagle3_conformance.testbed.trained_draft.TRAINED`), or a user's pair (a contract naming no
+    fixture whose ``draft.path`` is a local directory with safetensors weights; the draft is the user's
+    to judge). An untrained draft accepts nothing and its weights may not exist."""
+    from pathlib import Path as _FsPath
+
+    from eagle3_conformance.testbed.trained_draft import TRAINED, ensure_trained_draft
+
+    if c.fixture in TRAINED:
+        t = ensure_trained_draft(TRAINED[c.fixture])
+        return _FsPath(t.target_dir), _FsPath(t.draft_dir)
+    if c.fixture or pair is None or pair.draft_dir is None or pair.target_dir is None:
+        return Skipped(f"{path}: no trained draft for this pair (fixtures with one: {', '.join(TRAINED)}; "
+                       "your own pair: a contract with target.path and draft.path); an untrained draft accepts "
+                       "nothing and its weights may not exist")
+    if not any(_FsPath(pair.draft_dir).glob("*.safetensors")):
+        return Skipped(f"{path}: {pair.draft_dir}: no *.safetensors weights for the draft")
+    return _FsPath(pair.target_dir), _FsPath(pair.draft_dir)
+
+
+def engine_device() -> str:
+    """The device a real-engine path runs on: ``CONFORMANCE_ENGINE_DEVICE``, else CUDA when torch
+    sees a GPU, else CPU."""
+    import os
+
+    if os.environ.get("CONFORMANCE_ENGINE_DEVICE"):
+        return os.environ["CONFORMANCE_ENGINE_DEVICE"]
+    from eagle3_conformance.environment import torch_env
+
+    torch_env.prepare()
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def run_dtype(c: "Contract", device: str) -> tuple[str, str]:
+    """(dtype the engine runs the target in, a note saying why when the path chose another than the contract's).
+
+    ``CONFORMANCE_ENGINE_DTYPE`` (float32, bfloat16, float16) serves the dtype you deploy: a dtype other than
+    the contract's then fails ``dtype`` with the ``serving-dtype`` diagnosis, as ``check-captures`` on your
+    server would (no note: you chose it). Otherwise on CPU a float16/bfloat16 contract runs at float32:
+    SGLang's ``dtype=auto`` serves a float32 checkpoint at float16 on GPU (``init`` writes that), but on CPU
+    only float32 keeps the losslessness oracle (half-precision greedy decodes flip at near-ties); ``dtype``
+    then says the contract's dtype was not served (skip), in the same words. Never a skip of the path.
+
+    Raises:
+        UsageError: ``CONFORMANCE_ENGINE_DTYPE`` names another dtype.
+    """
+    import os
+
+    want = c.serving_dtype
+    asked = os.environ.get("CONFORMANCE_ENGINE_DTYPE")
+    if asked:
+        if asked not in ("float32", "bfloat16", "float16"):
+            from eagle3_conformance.core.errors import UsageError
+
+            raise UsageError(f"CONFORMANCE_ENGINE_DTYPE={asked}: give float32, bfloat16 or float16")
+        return asked, ""
+    if device != "cpu" or want == "float32":
+        return want, ""
+    return "float32", (f"served at float32 on CPU: the contract serves {want} (SGLang's dtype=auto on GPU); "
+                       f"float32 keeps the losslessness oracle, and the capture gates are {want}'s")

@@ -35,7 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path as _FsPath
 from typing import Any
 
-from eagle3_conformance.paths.base import Needs, Observation, Path, Skipped
+from eagle3_conformance.paths.base import Needs, Observation, Path, Skipped, engine_device, engine_pair, run_dtype
+
+__all__ = ["PATH", "run_dtype", "reference_config", "reference_builder", "judged_decode"]
 
 PROMPT_TOKENS = 48
 
@@ -48,25 +50,6 @@ class _State:
     note: str = ""
     run_dtype: str = ""
     draft_dir: Any = None
-
-
-def _unservable(c, pair):
-    """Why the engine has no pair to serve here (a :class:`Skipped`), or None. It serves the
-    project's fixture pair with a trained draft (:data:`eagle3_conformance.testbed.trained_draft.TRAINED`)
-    or a user's pair: a contract naming no fixture whose ``draft.path`` is a local directory with
-    safetensors weights (the draft is the user's to judge; its acceptance is gated only when the
-    contract sets ``gates.min_accept_length``)."""
-    from eagle3_conformance.testbed.trained_draft import TRAINED
-
-    if c.fixture in TRAINED:
-        return None
-    if c.fixture or pair is None or pair.draft_dir is None:
-        return Skipped(f"sglang-engine: no trained draft for this pair (fixtures with one: {', '.join(TRAINED)}; "
-                       "your own pair: a contract with target.path and draft.path); an untrained draft accepts "
-                       "nothing and its weights may not exist")
-    if not any(_FsPath(pair.draft_dir).glob("*.safetensors")):
-        return Skipped(f"sglang-engine: {pair.draft_dir}: no *.safetensors weights for the draft")
-    return None
 
 
 @dataclass(frozen=True)
@@ -98,21 +81,17 @@ class _Run:
 def _planned(c, pair) -> "_Run | Skipped":
     """The run :func:`prepare` makes for ``c`` (or why it makes none)."""
     from eagle3_conformance.contract import pipeline_refusal
-    from eagle3_conformance.testbed.trained_draft import TRAINED, ensure_trained_draft, eval_prompts
+    from eagle3_conformance.testbed.trained_draft import eval_prompts
 
-    why = _unservable(c, pair)
-    if why is not None:
-        return why
+    got = engine_pair(c, pair, "sglang-engine")
+    if isinstance(got, Skipped):
+        return got
     refused = pipeline_refusal(c.engines.sglang_pp_size, c.method)
     if refused:
         return Skipped(f"sglang-engine: {refused}")
-    device = os.environ.get("CONFORMANCE_ENGINE_DEVICE") or _default_device()
+    device = engine_device()
     dtype, note = run_dtype(c, device)
-    if c.fixture in TRAINED:
-        t = ensure_trained_draft(TRAINED[c.fixture])
-        target_dir, draft_dir = t.target_dir, t.draft_dir
-    else:
-        target_dir, draft_dir = _FsPath(pair.target_dir), _FsPath(pair.draft_dir)
+    target_dir, draft_dir = got
     n = int(os.environ.get("CONFORMANCE_ENGINE_PROMPTS", "4"))
     new = int(os.environ.get("CONFORMANCE_ENGINE_TOKENS", "32"))
     prompts = eval_prompts(target_dir, n, PROMPT_TOKENS)
@@ -159,33 +138,6 @@ def prepare(c, pair):
     return _State(c, obs, c.reference, run.note, run.dtype if run.note else "", run.draft_dir)
 
 
-def run_dtype(c, device: str) -> tuple[str, str]:
-    """(dtype the engine runs the target in, a note saying why when the path chose another than the contract's).
-
-    ``CONFORMANCE_ENGINE_DTYPE`` (float32, bfloat16, float16) serves the dtype you deploy: a dtype other than
-    the contract's then fails ``dtype`` with the ``serving-dtype`` diagnosis, as ``check-captures`` on your
-    server would (no note: you chose it). Otherwise on CPU a float16/bfloat16 contract runs at float32:
-    SGLang's ``dtype=auto`` serves a float32 checkpoint at float16 on GPU (``init`` writes that), but on CPU
-    only float32 keeps the losslessness oracle (half-precision greedy decodes flip at near-ties); ``dtype``
-    then says the contract's dtype was not served (skip), in the same words. Never a skip of the path.
-
-    Raises:
-        UsageError: ``CONFORMANCE_ENGINE_DTYPE`` names another dtype.
-    """
-    want = c.serving_dtype
-    asked = os.environ.get("CONFORMANCE_ENGINE_DTYPE")
-    if asked:
-        if asked not in ("float32", "bfloat16", "float16"):
-            from eagle3_conformance.core.errors import UsageError
-
-            raise UsageError(f"CONFORMANCE_ENGINE_DTYPE={asked}: give float32, bfloat16 or float16")
-        return asked, ""
-    if device != "cpu" or want == "float32":
-        return want, ""
-    return "float32", (f"served at float32 on CPU: the contract serves {want} (SGLang's dtype=auto on GPU); "
-                       f"float32 keeps the losslessness oracle, and the capture gates are {want}'s")
-
-
 def reference_config(c, target_dir) -> "dict | None":
     """The hooks' ``reference`` config for the contract (None: the transformers reference judges).
     Rows: all (``CONFORMANCE_ENGINE_REF_ROWS`` rows per forward caps them); bytes:
@@ -221,15 +173,6 @@ def _config(target_dir) -> dict:
         return json.loads((_FsPath(target_dir) / "config.json").read_text())
     except (OSError, ValueError):
         return {}
-
-
-def _default_device() -> str:
-    from eagle3_conformance.environment import torch_env
-
-    torch_env.prepare()
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def judged_decode(decode: list) -> list:

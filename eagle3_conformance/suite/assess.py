@@ -15,6 +15,8 @@ observation part    judged by
                     e.g. an engine's decode rows)
 ``pairs``           the two captures of the same tokens on two paths agree row by row
                     (:func:`eagle3_conformance.checks.check_cross_path`)
+``variants``        one prompt's capture under an engine variation agrees with its plain run
+                    row by row (the ``variant`` checks: :func:`eagle3_conformance.checks.check_engine_invariance`)
 ``facts``           one check per named fact of the whole run: the check registered for it
                     (:func:`eagle3_conformance.checks.registry.fact_checks`)
 ==================  =======================================================================
@@ -74,7 +76,7 @@ def sample_findings(c: Contract, cap, ref_model=None) -> list[Finding]:
 
 
 def assess(c: Contract, obs, reference: Callable[[], Any], path: Optional[str] = None) -> list[Finding]:
-    """Findings of one observation, in the order captures, shapes-only, pairs, facts.
+    """Findings of one observation, in the order captures, shapes-only, pairs, variants, facts.
 
     Args:
         c: the contract.
@@ -99,6 +101,12 @@ def assess(c: Contract, obs, reference: Callable[[], Any], path: Optional[str] =
 
         for a, b in obs.pairs:
             out += check_cross_path(c, a, b)
+    if getattr(obs, "variants", ()):
+        from eagle3_conformance.checks import registry
+
+        for plain, variant in obs.variants:
+            for spec in registry.of(registry.VARIANT):
+                out += spec.fn(c, plain, variant)
     if obs.facts:
         from eagle3_conformance.checks.registry import fact_checks
 

@@ -64,6 +64,8 @@ class _Seq:
 
     request: int
     tokens: list[int]
+    rid: Optional[str] = None
+    conditions: dict = field(default_factory=dict)  # what the engine did around this request (:func:`_note`)
 
 
 @dataclass
@@ -136,10 +138,13 @@ class _Attributor:
                                               "(cached prefix) were written by no record read here"))
                 continue
             seq = self.live.get(rp)
-            if seq is None or p == 0 or seq.tokens != prefix:  # else: the next chunk of the same request
-                seq = _Seq(len(self.out.requests), list(prefix))
+            rid = rec["rids"][b] if rec.get("rids") and b < len(rec["rids"]) else None
+            if seq is None or p == 0 or seq.tokens != prefix or (rid is not None and seq.rid != rid):
+                # else: the next chunk of the same request
+                seq = _Seq(len(self.out.requests), list(prefix), rid, {"first_row": p})
                 self.out.requests[seq.request] = list(prefix) + rec["input_ids"][sl].tolist()
             seq.tokens = prefix + rec["input_ids"][sl].tolist()
+            _note(seq, rec, len(segments(rec)))
             self.live[rp] = seq
             rows.update({i: seq.tokens[:q + 1] for i, q in zip(range(sl.start, sl.stop), pos)})
         self._write_kv(rec)
@@ -182,7 +187,8 @@ class _Attributor:
                 feature=rec["hidden"][sl], rows=torch.tensor(pos, dtype=torch.int64),
                 **_draft_fields(rec, sl, self.boundaries),
                 provenance={**self.prov, "mode": "EXTEND", "draft_mode": rec["mode"], "request": seq.request,
-                            "fc_calls": int(rec.get("fc_input") is not None), "record": rec.get("_file")}))
+                            "fc_calls": int(rec.get("fc_input") is not None), "record": rec.get("_file"),
+                            "rid": seq.rid, "conditions": dict(seq.conditions)}))
         self.last_extend = None
 
     def draft_extend_after_verify(self, rec: dict) -> None:
@@ -214,7 +220,8 @@ class _Attributor:
                 rows=pos.clone().long(), **_draft_fields(rec, sl, self.boundaries),
                 provenance={**self.prov, "mode": "TARGET_VERIFY", "draft_mode": rec["mode"], "request": seq.request,
                             "accepted": accepted, "select_row": accepted - 1, "num_draft_tokens": int(n),
-                            "verify_tokens": vids, "record": rec.get("_file")}))
+                            "verify_tokens": vids, "record": rec.get("_file"), "rid": seq.rid,
+                            "batch_size": bs}))
             seq.tokens = seq.tokens[:start] + vids[:accepted]  # committed: the verified prefix, bonus next
             self.steps[seq.request] = step + 1
         self.last_verify = None
@@ -236,6 +243,16 @@ class _Attributor:
             self.draft_extend(rec)
         elif rec["mode"] == "DRAFT_EXTEND_V2":
             self.draft_extend_after_verify(rec)
+
+
+def _note(seq: _Seq, rec: dict, batch_size: int) -> None:
+    """What the engine did around one request's prefill, read off its target EXTEND records:
+    ``first_row`` (the cached prefix: a radix-cache hit), ``chunks`` (EXTEND forwards: > 1 is a chunked
+    prefill), ``batch_size`` (the largest prefill batch it was in), ``return_logprob``."""
+    cond = seq.conditions
+    cond["chunks"] = cond.get("chunks", 0) + 1
+    cond["batch_size"] = max(cond.get("batch_size", 0), batch_size)
+    cond["return_logprob"] = cond.get("return_logprob", False) or bool(rec.get("return_logprob"))
 
 
 def attribute(records: list[dict], provenance: Optional[dict] = None) -> Attribution:

@@ -1,8 +1,9 @@
 """The engine process: ``python -m eagle3_conformance.tools.sglang_engine.driver SPEC.json``.
 
 Started by :func:`.launch.run_engine` in its own process group. Starts the real ``sglang.Engine``
-(EAGLE3, topk 1), generates greedily for the spec's prompts in one batch, shuts the engine down and
-writes ``spec["result"]`` (JSON). Phases have their own timeouts (SIGALRM): a phase that runs over
+(EAGLE3, topk 1; ``spec["engine_extra"]``: more ``sglang.Engine`` arguments, e.g.
+``chunked_prefill_size``), generates greedily for the spec's prompts in one batch (or runs the
+spec's ``phases``, :func:`run_phase`), shuts the engine down and writes ``spec["result"]`` (JSON). Phases have their own timeouts (SIGALRM): a phase that runs over
 raises, the engine is shut down, and the exit status says which phase failed:
 
 * 0: done; 2: bad input (the engine refused to start: ``error`` in the result names why);
@@ -44,6 +45,7 @@ def engine_kwargs(spec: dict) -> dict:
         kw.update(device="cpu", attention_backend="torch_native")
     if spec.get("forward_hooks"):
         kw["forward_hooks"] = spec["forward_hooks"]
+    kw.update(spec.get("engine_extra") or {})
     return kw
 
 
@@ -53,6 +55,63 @@ def _meta(o: dict) -> dict:
             "spec_accept_rate", "spec_correct_drafts_histogram", "spec_accept_token_num", "spec_draft_token_num",
             "finish_reason")
     return {k: m[k] for k in keep if k in m}
+
+
+#: request options a phase may set (``sglang.Engine.generate`` keywords: ``GenerateReqInput``'s fields)
+PHASE_OPTIONS = ("return_logprob", "logprob_start_len", "top_logprobs_num", "return_hidden_states")
+
+
+def run_phase(engine, spec: dict, phase: dict) -> list[dict]:
+    """One phase of generate calls: ``phase["prompts"]`` with ``phase["rids"]`` (SGLang's request ids,
+    which the hooks record), all in one batch or each ``alone`` (one call per prompt), the radix cache
+    flushed before the phase (``flush``) or before each call (``flush_each``), and the request options
+    of :data:`PHASE_OPTIONS` in ``phase["options"]``. Returns one output per prompt, in order, with its
+    ``rid`` and ``phase``."""
+    sp = {"temperature": 0.0, "max_new_tokens": spec["max_new_tokens"], "ignore_eos": spec.get("ignore_eos", True)}
+    opts = {k: v for k, v in (phase.get("options") or {}).items() if k in PHASE_OPTIONS}
+    prompts, rids = phase["prompts"], phase["rids"]
+    groups = [[i] for i in range(len(prompts))] if phase.get("alone") else [list(range(len(prompts)))]
+    if phase.get("flush"):
+        flush(engine)
+    out = []
+    for g in groups:
+        if phase.get("flush_each"):
+            flush(engine)
+        outs = engine.generate(input_ids=[prompts[i] for i in g], sampling_params=sp, rid=[rids[i] for i in g], **opts)
+        out += [{"output_ids": list(o.get("output_ids") or []), "meta_info": _meta(o), "rid": rids[i],
+                 "phase": phase["name"]} for i, o in zip(g, outs)]
+    return out
+
+
+def flush(engine, timeout: float = 60.0) -> None:
+    """Empty the radix cache (``Engine.flush_cache``). SGLang refuses while a request is still
+    running ("Cache not flushed because there are pending requests"), which it briefly is after
+    ``generate`` returned; so retry until it succeeds.
+
+    Raises:
+        RuntimeError: not flushed within ``timeout`` seconds (SGLang's message)."""
+    end = time.monotonic() + timeout
+    while True:
+        r = engine.flush_cache()
+        if getattr(r, "success", True):
+            return
+        if time.monotonic() > end:
+            raise RuntimeError(f"the radix cache could not be flushed within {timeout:.0f} s: "
+                               f"{getattr(r, 'message', '') or 'requests pending'}")
+        time.sleep(0.05)
+
+
+def _generate(engine, spec: dict, timings: dict) -> list[dict]:
+    if spec.get("phases"):
+        out = []
+        for ph in spec["phases"]:
+            t = time.perf_counter()
+            out += run_phase(engine, spec, ph)
+            timings[f"phase {ph['name']}_s"] = timings.get(f"phase {ph['name']}_s", 0.0) + time.perf_counter() - t
+        return out
+    outs = engine.generate(input_ids=spec["prompts"], sampling_params={
+        "temperature": 0.0, "max_new_tokens": spec["max_new_tokens"], "ignore_eos": spec.get("ignore_eos", True)})
+    return [{"output_ids": list(o.get("output_ids") or []), "meta_info": _meta(o)} for o in outs]
 
 
 def run(spec: dict) -> tuple[int, dict]:
@@ -75,11 +134,9 @@ def run(spec: dict) -> tuple[int, dict]:
     try:
         t1 = time.perf_counter()
         _alarm(spec["generate_timeout"], "generation")
-        outs = engine.generate(input_ids=spec["prompts"], sampling_params={
-            "temperature": 0.0, "max_new_tokens": spec["max_new_tokens"], "ignore_eos": spec.get("ignore_eos", True)})
+        res["outputs"] = _generate(engine, spec, res["timings"])
         signal.alarm(0)
         res["timings"]["generate_s"] = time.perf_counter() - t1
-        res["outputs"] = [{"output_ids": list(o.get("output_ids") or []), "meta_info": _meta(o)} for o in outs]
         code = 0
     except PhaseTimeout as e:
         res.update(error=str(e), phase="generate")

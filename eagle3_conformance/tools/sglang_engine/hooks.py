@@ -10,7 +10,8 @@ modules matching ``target_modules``. :func:`spec` builds that entry: the factory
 One record per forward, ``torch.save``d to ``config["out_dir"]/<pid>-<n>.pt`` (dict):
 ``role`` ("draft" when the module has ``fc``, else "target"), ``mode`` (``ForwardMode`` name),
 ``input_ids`` [N] and ``positions`` [N] int64, ``req_pool_indices`` [bs], ``seq_lens`` [bs],
-``extend_seq_lens`` [bs] or None; for the draft also ``hidden`` [N, W] (``spec_info.hidden_states``,
+``extend_seq_lens`` [bs] or None, ``rids`` (SGLang's request ids, ``ForwardBatch.rids``, in batch
+order; None where the batch carries none), ``return_logprob`` (the batch asked for logprobs); for the draft also ``hidden`` [N, W] (``spec_info.hidden_states``,
 the tensor handed to the draft), ``fc_input`` [N, W] or None (what ``fc`` received in the same
 forward: None when the draft skipped fc, ``llama_eagle3.py:237-247``), ``num_accept_tokens`` [bs]
 or None (DRAFT_EXTEND_V2). Target records carry no tensors beyond the ids (their hidden states
@@ -218,7 +219,9 @@ def draft_input_recorder(config: dict):
             return None  # one rank writes (module docstring)
         rec = dict(role="draft" if draft else "target", mode=mode, input_ids=_cpu(args[0]).long(),
                    positions=_cpu(args[1]).long(), req_pool_indices=_cpu(fb.req_pool_indices),
-                   seq_lens=_cpu(fb.seq_lens), extend_seq_lens=_cpu(getattr(fb, "extend_seq_lens", None)))
+                   seq_lens=_cpu(fb.seq_lens), extend_seq_lens=_cpu(getattr(fb, "extend_seq_lens", None)),
+                   rids=[str(r) for r in fb.rids] if getattr(fb, "rids", None) else None,
+                   return_logprob=bool(getattr(fb, "return_logprob", False)))
         if not draft:
             rec["layers_to_capture"] = [int(i) for i in getattr(module, "layers_to_capture", []) or []]
             rec.update(kv_fields(fb, mode, config.get("req_to_token")))

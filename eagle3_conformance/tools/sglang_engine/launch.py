@@ -110,7 +110,8 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
                max_new_tokens: int = 32, num_steps: int = 3, num_draft_tokens: int = 4, observe: bool = True,
                cuda_graph: bool = False, start_timeout: float = 300, generate_timeout: float = 300,
                workdir: Optional[Path] = None, extra: Optional[dict] = None,
-               reference: Optional[dict] = None,
+               reference: Optional[dict] = None, record_kv: bool = False,
+               extra_hooks: Optional[list[dict]] = None,
                started: Optional[Callable[[subprocess.Popen], None]] = None) -> EngineRun:
     """Start the real ``sglang.Engine`` with EAGLE3 (topk 1, a chain of ``num_steps`` drafts), generate
     greedily for ``prompts`` (token ids) in one batch, shut down. The driver's whole process group is
@@ -124,6 +125,11 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
         extra: more driver spec keys (``ignore_eos``, ``max_total_tokens``, ``log_level``, ``tp_size``).
         reference: also record the target's boundaries (the engine as its own reference): the
             ``reference`` config of :func:`.hooks.specs` (``boundaries``, ``max_rows``, ``max_bytes``).
+        record_kv: record through the server factory (:func:`.server_hooks.specs`), whose records
+            also say where each cached prefix lives (``prefix_locs``), so prefix-cache hits and
+            later prefill chunks are attributed (:func:`.captures.attribute`).
+        extra_hooks: more ``forward_hooks`` entries after the recorder's (the kill matrix's
+            in-engine faults, :mod:`.fault_hooks`).
         started: called with the driver's process right after it starts (:class:`.ahead.EngineJob`
             keeps it to cancel the run).
 
@@ -132,6 +138,7 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
         EngineRunError: generation failed or a timeout expired.
     """
     from eagle3_conformance.tools.sglang_engine.hooks import specs as hook_specs
+    from eagle3_conformance.tools.sglang_engine.server_hooks import specs as server_specs
 
     work = Path(workdir or tempfile.mkdtemp(prefix="sglang-engine-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -140,7 +147,8 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
                 device=device, dtype=dtype, max_new_tokens=max_new_tokens, num_steps=num_steps,
                 num_draft_tokens=num_draft_tokens, cuda_graph=cuda_graph, start_timeout=start_timeout,
                 generate_timeout=generate_timeout, result=str(work / "result.json"),
-                forward_hooks=hook_specs(records, reference) if observe else None, **(extra or {}))
+                forward_hooks=((server_specs if record_kv else hook_specs)(records, reference) if observe else [])
+                + list(extra_hooks or []) or None, **(extra or {}))
     (work / "spec.json").write_text(json.dumps(spec))
     log = work / "engine.log"
     t0 = time.perf_counter()

@@ -38,9 +38,9 @@ def specs(out_dir: str | Path, reference: dict | None = None) -> list[dict[str, 
     own (:func:`.hooks.specs`: its name, ``target_modules``, config; with ``reference`` also the
     boundary hooks of the engine-as-reference), the first with this module's factory, which calls
     the recorder's (``config["record_factory"]``)."""
-    from eagle3_conformance.tools.sglang_engine import hooks
+    from eagle3_conformance.tools.sglang_engine.hooks import specs as recorder_specs
 
-    entries = hooks.specs(out_dir, reference)
+    entries = recorder_specs(out_dir, reference)
     entry = entries[0]
     entry["config"] = {**entry["config"], "record_factory": entry["hook_factory"]}
     entry["hook_factory"] = FACTORY

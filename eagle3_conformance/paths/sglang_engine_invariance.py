@@ -1,0 +1,112 @@
+"""``sglang-engine-invariance``: the real ``sglang.Engine`` checked against itself (issue 45 item 1).
+
+The same held-out prompts (``CONFORMANCE_INVARIANCE_PROMPTS``, default 2, of 48 tokens;
+``CONFORMANCE_INVARIANCE_TOKENS`` new tokens, default 8) run plain (each alone, an empty radix cache,
+no chunking, no logprobs, TP 1) and under each variation SGLang offers
+(:mod:`eagle3_conformance.tools.sglang_engine.variations`): ``batch``, ``input-logprobs``,
+``prefix-cache-repeat``, ``prefix-cache-shared`` (one engine start with the plain run),
+``chunked-prefill`` (its own start: chunk ends at 16 and 32 inside each prompt) and ``tp2`` (its own
+start; only when asked: ``CONFORMANCE_ENGINE_VARIATIONS=all`` or a comma list; ``none`` skips the path).
+Every draft input row of every variation, extend and verify, is compared with the plain run's by
+:func:`eagle3_conformance.checks.invariance.check_engine_invariance` (no reference model); the fact
+``engine_variations`` says what ran, what it cost and what could not run.
+
+Which pair: the fixture pair with a trained draft, or a user's pair (:func:`~eagle3_conformance.paths.base.engine_pair`).
+A half-precision contract runs at float32 on CPU (:func:`~eagle3_conformance.paths.base.run_dtype`), judged
+with the contract's own (looser) noise allowance.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path as _FsPath
+from typing import Any
+
+from eagle3_conformance.paths.base import Needs, Observation, Path, Skipped, engine_device, engine_pair, run_dtype
+
+NAME = "sglang-engine-invariance"
+PROMPT_TOKENS = 48
+
+
+@dataclass
+class _State:
+    contract: Any
+    observation: Any  # eagle3_conformance.tools.sglang_engine.variations.VariationObservation
+    names: list
+    note: str = ""
+
+
+def prepare(c, pair):
+    """Run the plain run and the variations (an engine that does not start is a skip with SGLang's reason)."""
+    from eagle3_conformance.contract import pipeline_refusal
+    from eagle3_conformance.core.errors import UsageError
+    from eagle3_conformance.testbed.trained_draft import eval_prompts
+    from eagle3_conformance.tools.sglang_engine import EngineStartError
+    from eagle3_conformance.tools.sglang_engine.variations import OFFERED, run_variations
+    from eagle3_conformance.tools.shared.variations import ENV, requested
+
+    got = engine_pair(c, pair, NAME)
+    if isinstance(got, Skipped):
+        return got
+    refused = pipeline_refusal(c.engines.sglang_pp_size, c.method)
+    if refused:
+        return Skipped(f"{NAME}: {refused}")
+    try:  # a one-line usage error naming the variable, never a traceback
+        names = requested(os.environ.get(ENV), OFFERED)
+    except ValueError as e:
+        raise UsageError(f"{ENV}={os.environ.get(ENV)!r}: {e}") from None
+    try:
+        n, new = _count("CONFORMANCE_INVARIANCE_PROMPTS", 2), _count("CONFORMANCE_INVARIANCE_TOKENS", 8)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if not names:
+        return Skipped(f"{NAME}: {ENV}=none")
+    target_dir, draft_dir = got
+    device = engine_device()
+    dtype, note = run_dtype(c, device)
+    work = _FsPath(tempfile.mkdtemp(prefix="sglang-invariance-"))
+    try:
+        obs = run_variations(target_dir, draft_dir, eval_prompts(_FsPath(target_dir), n, PROMPT_TOKENS), names=names,
+                             path=NAME, max_new_tokens=new, device=device, dtype=dtype, workdir=work)
+    except EngineStartError as e:
+        return Skipped(f"{NAME}: {e}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return _State(c, obs, names, note)
+
+
+def _count(var: str, default: int) -> int:
+    value = os.environ.get(var, str(default))
+    if not value.strip().isdigit() or int(value) < 1:
+        raise ValueError(f"{var}={value!r}: a whole number of 1 or more")
+    return int(value)
+
+
+def observation(vobs, names: list, note: str = "") -> Observation:
+    """The observation of a :class:`~eagle3_conformance.tools.sglang_engine.variations.VariationObservation`:
+    its (plain, variant) pairs, and the ``engine_variations`` fact (what ran, its cost, what failed or
+    could not run, what was not asked for and why)."""
+    from eagle3_conformance.tools.sglang_engine.variations import OFFERED
+    from eagle3_conformance.tools.shared.variations import ENV, NOT_BY_DEFAULT
+
+    fact = {"engine": f"sglang.Engine {vobs.version}", "asked": list(names), "cost": vobs.cost, "failed": vobs.failed,
+            "unavailable": vobs.unavailable, "notes": vobs.paired.notes, "counts": vobs.paired.counts, "note": note,
+            "not_asked": {n: f"{NOT_BY_DEFAULT.get(n, 'not in')} {ENV}" for n in OFFERED if n not in names}}
+    return Observation(variants=vobs.paired.pairs, facts={"engine_variations": fact})
+
+
+def first(s: _State) -> Observation:
+    return observation(s.observation, s.names, s.note)
+
+
+PATH = Path(
+    name=NAME,
+    summary="the real sglang.Engine against itself: each prompt's draft inputs under chunked prefill, input logprobs, "
+            "prefix-cache hits, a batch (and TP 2) equal the plain run's, row by row",
+    needs=Needs(modules=("sglang", "speculators")),
+    prepare=prepare,
+    first=first,
+)
