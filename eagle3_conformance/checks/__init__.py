@@ -27,6 +27,9 @@ module                    checks
 ``residual``              a slot that is the layer's update without its residual (issue 23)
 ``verified_rows``         after a partial accept, the draft's rows are the accepted tokens' own verify rows
 ``degenerate``            a slot whose rows are all zero or one constant (R66)
+``runtime``               the draft's own runtime on an engine: its dtype, finite logits, quantization (R89, R94)
+``writers``               one boundary per slot across a dataset's samples: writers that disagree (R90)
+``multimodal``            a multimodal target's data written with vision features (R92)
 ``suite``                 :func:`run_checks`: every check on one capture, in registry order
 ========================  ===================================================================
 
@@ -61,4 +64,7 @@ from eagle3_conformance.checks.precision import check_production_precision  # no
 from eagle3_conformance.checks.residual import check_residual_missing  # noqa: F401
 from eagle3_conformance.checks.verified_rows import check_verified_rows  # noqa: F401
 from eagle3_conformance.checks.degenerate import check_slot_degenerate, degenerate  # noqa: F401
+from eagle3_conformance.checks.runtime import check_draft_quantization, check_draft_runtime  # noqa: F401
+from eagle3_conformance.checks.writers import check_writer_consistency, writer_findings  # noqa: F401
+from eagle3_conformance.checks.multimodal import check_vision_features  # noqa: F401
 from eagle3_conformance.checks.suite import run_checks  # noqa: F401

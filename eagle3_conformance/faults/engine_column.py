@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from eagle3_conformance.faults.engine_runtime import fp8_raw_draft, overflow_draft
 from eagle3_conformance.faults.matrix import Verdict, judge
 
 
@@ -30,14 +31,19 @@ from eagle3_conformance.faults.matrix import Verdict, judge
 class EngineFault:
     """One fault of the column: ``name`` (the matrix operator it mirrors), ``kind`` (fault-kinds.md),
     ``how`` (what the user did), ``checks`` (the checks expected to catch it), and ``config``
-    (draft config -> faulty config) or ``draft_dir`` (baseline draft dir, target dir -> the dir given)."""
+    (draft config -> faulty config) or ``draft_dir`` (baseline draft dir, target dir, a fresh directory
+    it may fill -> the dir given); ``dtype``: the server's ``--dtype`` for this run (None: the
+    column's); ``runtime``: a fault of the draft's own runtime, which leaves the captured layers as the
+    baseline's (judged, never a ``noop``)."""
 
     name: str
     kind: str
     how: str
     checks: tuple[str, ...]
     config: Optional[Callable[[dict], dict]] = None
-    draft_dir: Optional[Callable[[Path, Path], Path]] = None
+    draft_dir: Optional[Callable[[Path, Path, Path], Path]] = None
+    dtype: Optional[str] = None
+    runtime: bool = False
 
 
 def _ids(cfg: dict) -> list[int]:
@@ -76,7 +82,19 @@ FAULTS: tuple[EngineFault, ...] = (
                 "key, spec_aux_hidden_state.py:185-196)", ("slot_identity", "engine_mapping", "slot_count"),
                 config=_top_level),
     EngineFault("wrong-draft-dir", "K1", "speculative_draft_model_path = the target's directory",
-                ("engine start",), draft_dir=lambda draft, target: target),
+                ("engine start",), draft_dir=lambda draft, target, out: target),
+    # issue 45 item 2: the draft's own runtime (faults/engine_runtime.py)
+    EngineFault("draft-served-float16", "K12", "the server started with --dtype float16: SGLang runs the draft in "
+                "the server's dtype; the draft was trained in float32 (draft.dtype) (R89)", ("draft_dtype",),
+                dtype="float16", runtime=True),
+    EngineFault("draft-fp16-overflow", "K12", "a draft whose normed rows exceed float16's range (final-norm gain x2^17, "
+                "exact in bf16/fp32: the drafts unchanged there) served with --dtype float16: NaN logits, drafts "
+                "of id 0 (R89, vllm#55250)", ("draft_logits_finite",), draft_dir=overflow_draft, dtype="float16",
+                runtime=True),
+    EngineFault("draft-fp8-loaded-raw", "K12", "a checkpoint storing its MLP weights float8_e4m3fn with scales under a "
+                "quantization_config (fp8) whose ignored_layers covers every layer, served with --dtype bfloat16 "
+                "(SGLang's fp8 needs half precision): built unquantized, the FP8 values read raw (R94)",
+                ("draft_quantization",), draft_dir=fp8_raw_draft, dtype="bfloat16", runtime=True),
 )
 
 
@@ -84,7 +102,9 @@ def fault_draft_dir(base: Path, fault: EngineFault, workdir: Path, target_dir: P
     """The draft directory the user would hand SGLang for ``fault`` (weights linked, never copied
     or modified: the baseline draft is read only)."""
     if fault.draft_dir is not None:
-        return fault.draft_dir(base, target_dir)
+        return fault.draft_dir(base, target_dir, workdir / fault.name)
+    if fault.config is None:  # a fault of how the engine runs the draft (its --dtype), not of the draft
+        return base
     d = workdir / fault.name
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
@@ -95,11 +115,19 @@ def fault_draft_dir(base: Path, fault: EngineFault, workdir: Path, target_dir: P
     return d
 
 
+RUNTIME_FACTS = ("draft_runtime", "draft_quantization")
+
+
+def _facts(obs) -> dict:
+    """The facts the column judges: losslessness and the draft's runtime (:mod:`eagle3_conformance.checks.runtime`)."""
+    return {"engine_lossless": obs.lossless, **{k: obs.extra_facts[k] for k in RUNTIME_FACTS if k in obs.extra_facts}}
+
+
 def _findings(c, obs):
     from eagle3_conformance.paths.base import Observation
     from eagle3_conformance.suite.assess import assess, reference_loader
 
-    o = Observation(captures=obs.extend + obs.decode, facts={"engine_lossless": obs.lossless})
+    o = Observation(captures=obs.extend + obs.decode, facts=_facts(obs))
     return assess(c, o, reference_loader(c, obs.run.spec["target_dir"]), path="sglang-engine")
 
 
@@ -111,7 +139,7 @@ def _engine_findings(c, obs):
 
     eref = obs.engine_reference
     caps = [j for j in (judged_rows(cap, eref) for cap in obs.extend + obs.decode) if j is not None]
-    o = Observation(captures=caps, facts={"engine_lossless": obs.lossless}, reference=eref)
+    o = Observation(captures=caps, facts=_facts(obs), reference=eref)
 
     def no_transformers():
         raise AssertionError("the engine reference was not used")
@@ -183,9 +211,9 @@ def run_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[list[i
 
     timings, captured, verdicts, everdicts, agree, judge_s = {}, {}, {}, {}, {}, {}
 
-    def observe(d, name):
+    def observe(d, name, run_dtype=None):
         return observe_engine(target_dir, d, prompts, max_new_tokens=max_new_tokens, workdir=workdir / name,
-                              reference=reference, dtype=dtype,
+                              reference=reference, dtype=run_dtype or dtype,
                               reference_builder=reference_builder(reference, target_dir) if reference else None)
 
     def both(name, obs):
@@ -210,14 +238,14 @@ def run_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[list[i
         t1 = time.perf_counter()
         d = fault_draft_dir(Path(draft_dir), f, workdir / "drafts", Path(target_dir))
         try:
-            obs = observe(d, f.name)
+            obs = observe(d, f.name, f.dtype)
         except (EngineStartError, EngineRunError) as e:
             which = "engine start" if isinstance(e, EngineStartError) else "engine run"
             verdicts[f.name] = everdicts[f.name] = Verdict("caught", which, e.reason)
         else:
             captured[f.name] = _captured(obs)
             tf, ef = both(f.name, obs)
-            if captured[f.name] == captured["baseline"]:
+            if captured[f.name] == captured["baseline"] and not f.runtime:
                 verdicts[f.name] = everdicts[f.name] = Verdict(
                     "noop", detail=f"the engine captured {captured[f.name]}, as the baseline (this pair's ids are "
                                    "SGLang's defaults)")

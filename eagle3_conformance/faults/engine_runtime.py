@@ -1,0 +1,74 @@
+"""Draft checkpoints for the ``sglang-engine`` column's draft-runtime faults (issue 45 item 2), written
+the way a user's checkpoint would be, from the baseline draft directory (read only; untouched tensors are
+copied bit for bit):
+
+- :func:`overflow_draft` (R89): the draft's final-norm gain multiplied by 2^17, a power of two, so every
+  bfloat16 / float32 weight stays exact and the draft's drafts are unchanged in those dtypes (the gain
+  scales the logits, whose argmax it keeps; the state fed back to the next draft step is taken before
+  the norm, ``llama_eagle3.py`` with ``norm_output`` false), while its normed rows exceed float16's
+  largest finite 65504: a checkpoint whose activations bfloat16 holds and float16 does not, as R89's
+  bf16-trained DFlash2 draft's did (vllm-project/vllm#55250);
+- :func:`fp8_raw_draft` (R94): the draft's MLP weights stored as ``float8_e4m3fn`` with a per-tensor
+  ``weight_scale`` (SGLang's FP8 checkpoint layout, ``layers/quantization/fp8.py``), under a
+  ``config.json`` that declares ``quantization_config: {quant_method: fp8}`` whose ``ignored_layers``
+  leaves out every layer: the config's layer list does not cover the layers stored in FP8, as R94's
+  ``modelopt_mixed`` list did not cover the MTP experts, so SGLang builds them unquantized and reads
+  the FP8 values raw, the scales dropped (``llama_eagle3.py:370-378``: names with no parameter are skipped).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+#: the final-norm gain of :func:`overflow_draft`: 2^17 = 131072, twice float16's largest finite 65504
+OVERFLOW_GAIN = 2.0 ** 17
+FP8_TENSORS = ("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
+"""Checkpoint tensor suffixes :func:`fp8_raw_draft` stores in float8 (the MLP, R94's experts' kind)."""
+IGNORED = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+"""The config's ``ignored_layers``: every linear module of the draft, by its checkpoint (unfused) name, as
+HF FP8 configs list them. SGLang 0.5.23 matches them on dotted path boundaries and checks each shard of
+a fused module (``layers/quantization/utils.py:48-100``): the draft's ``model.self_attn.qkv_proj``, ...,
+and the fused copies ``model.qkv_proj`` / ``model.gate_up_proj`` / ``model.down_proj`` it also builds."""
+
+
+def _copy_except(base: Path, out: Path, skip: tuple[str, ...]) -> None:
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    for f in base.iterdir():
+        if f.name not in skip and f.is_file():
+            (out / f.name).symlink_to(f.resolve())
+
+
+def overflow_draft(base: Path, target_dir: Path, out: Path) -> Path:
+    """A copy of draft ``base`` with its final norm's gain times :data:`OVERFLOW_GAIN` (R89)."""
+    from safetensors.torch import load_file, save_file
+
+    _copy_except(base, out, ("model.safetensors",))
+    t = load_file(str(base / "model.safetensors"))
+    key = next(k for k in ("norm.weight", "model.norm.weight") if k in t)
+    t[key] = (t[key].float() * OVERFLOW_GAIN).to(t[key].dtype)
+    save_file(t, str(out / "model.safetensors"))
+    return out
+
+
+def fp8_raw_draft(base: Path, target_dir: Path, out: Path) -> Path:
+    """A copy of draft ``base`` whose MLP weights are stored FP8 (per-tensor scale) under a config whose
+    ``quantization_config`` declares fp8 but ignores every layer (R94)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    _copy_except(base, out, ("model.safetensors", "config.json"))
+    t = load_file(str(base / "model.safetensors"))
+    fp8 = torch.float8_e4m3fn
+    for k in [k for k in t if k.endswith(FP8_TENSORS)]:
+        w = t[k].float()
+        scale = w.abs().max().clamp_min(1e-12) / torch.finfo(fp8).max
+        t[k] = (w / scale).to(fp8)
+        t[k.removesuffix("weight") + "weight_scale"] = scale.reshape(1).float()
+    save_file(t, str(out / "model.safetensors"))
+    cfg = json.loads((base / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic", "ignored_layers": IGNORED}
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    return out
