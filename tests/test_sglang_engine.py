@@ -177,6 +177,12 @@ def test_engine_kill_matrix_column(tmp_path):
             assert res["captured"][f.name] == res["captured"]["baseline"]
     for name in ("embedding-prepended", "ids-shifted", "ids-shifted-down", "wrong-draft-dir"):
         assert v[name].status == "caught", (name, v[name])
+    # issue 45 item 2: the draft's own runtime (R89: --dtype float16 for a draft float16 cannot hold; R94: FP8
+    # weights built unquantized and read raw), each caused through the server's dtype or the draft checkpoint
+    assert v["draft-fp16-overflow"].check == "draft_logits_finite" and "drafts ids [0" in v["draft-fp16-overflow"].detail
+    assert {"draft_logits_finite", "draft_dtype"} <= set(res["failed_checks"]["draft-fp16-overflow"])
+    assert v["draft-fp8-loaded-raw"].check == "draft_quantization", v["draft-fp8-loaded-raw"]
+    assert "read raw" in v["draft-fp8-loaded-raw"].detail
 
 
 @pytest.mark.slow

@@ -24,6 +24,10 @@ def add_parser(sub) -> None:
                    help="the dtype the training data's generation server runs (vLLM for speculators' "
                         "generate-offline-data: its --dtype; SpecForge's SGLang capture): it is the stored dtype, "
                         "data_dtype. auto (default): the engine's own dtype rule (docs/speculators-generator.md)")
+    p.add_argument("--dflash-sample-from-anchor", choices=["true", "false"], default=None,
+                   help="DFlash drafts whose config.json has no key saying which row of a block predicts (R91): "
+                        "true = the anchor row (DeepSpec / DSpark), false = row 1 first (z-lab, SpecForge); init "
+                        "refuses to guess without it")
     p.add_argument("-o", "--output", required=True, metavar="FILE")
     p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     p.set_defaults(func=run)
@@ -40,7 +44,9 @@ def run(args) -> int:
     out = check_output(args.output, "-o", inputs=tuple(inputs), input_dirs=tuple(dirs), need_parent=False)
     doc = derive_any_contract(args.target, args.draft, engine=args.engine, verifier=args.verifier,
                           name=args.name, allow_embedding=args.allow_embedding, out_file=out,
-                          generation_dtype=args.generation_dtype)
+                          generation_dtype=args.generation_dtype,
+                          dflash_sample_from_anchor=None if args.dflash_sample_from_anchor is None
+                          else args.dflash_sample_from_anchor == "true")
     text = dump_contract(doc, out)
     write_new(out, text, args.force)
     c = doc["capture"]
@@ -48,6 +54,7 @@ def run(args) -> int:
           f"width {c['feature_width']}, bands uncalibrated")
     _final_notes(out)
     _norm_notes(args.draft)
+    _field_notes(doc)
     return EXIT_OK
 
 
@@ -66,6 +73,28 @@ def _norm_notes(draft) -> None:
     if eagle:
         for line in norm_notes(cfg):
             print(f"  note: {line}")
+
+
+def _field_notes(doc) -> None:
+    """Issue 45: which boundary each training-data writer stores for an aux slot whose output-of id they
+    read differently (R90), and a serving dtype that cannot hold the draft's (R89)."""
+    from eagle3_conformance.checks.runtime import MAX_EXP
+    from eagle3_conformance.core.notation import Boundary
+    from eagle3_conformance.engine_ids.writers import writer_notes
+
+    lines = []
+    if doc.get("method", "eagle3") == "eagle3":
+        lines += writer_notes([Boundary.parse(b) for b in doc["capture"]["boundaries"]],
+                              int(doc["target"]["num_hidden_layers"]))
+    serving = (doc.get("precision") or {}).get("serving") or doc["target"].get("dtype")
+    trained = doc["draft"].get("dtype")
+    if trained and serving in MAX_EXP and MAX_EXP[serving] < MAX_EXP[trained]:
+        lines.append(f"the engine runs the draft in the server's dtype, {serving} (precision.serving), which cannot hold "
+                     f"the range of {trained}, the dtype the draft was trained in (draft.dtype): its activations may "
+                     f"overflow to NaN (R89, vllm#55250); the engine paths fail draft_dtype. Serve with --dtype "
+                     f"{'bfloat16' if trained == 'bfloat16' else 'bfloat16 or float32'}")
+    for line in lines:
+        print(f"  note: {line}")
 
 
 def _final_notes(out) -> None:

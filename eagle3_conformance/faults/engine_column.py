@@ -84,13 +84,11 @@ FAULTS: tuple[EngineFault, ...] = (
     EngineFault("wrong-draft-dir", "K1", "speculative_draft_model_path = the target's directory",
                 ("engine start",), draft_dir=lambda draft, target, out: target),
     # issue 45 item 2: the draft's own runtime (faults/engine_runtime.py)
-    EngineFault("draft-served-float16", "K12", "the server started with --dtype float16: SGLang runs the draft in "
-                "the server's dtype; the draft was trained in float32 (draft.dtype) (R89)", ("draft_dtype",),
+    EngineFault("draft-fp16-overflow", "K12", "the server started with --dtype float16 (SGLang runs the draft in the "
+                "server's dtype) for a draft trained in float32 (draft.dtype) whose normed rows exceed float16's "
+                "range (final-norm gain x2^17, exact in bf16/fp32: its drafts unchanged there): NaN logits, drafts "
+                "of id 0 (R89, vllm#55250)", ("draft_logits_finite", "draft_dtype"), draft_dir=overflow_draft,
                 dtype="float16", runtime=True),
-    EngineFault("draft-fp16-overflow", "K12", "a draft whose normed rows exceed float16's range (final-norm gain x2^17, "
-                "exact in bf16/fp32: the drafts unchanged there) served with --dtype float16: NaN logits, drafts "
-                "of id 0 (R89, vllm#55250)", ("draft_logits_finite",), draft_dir=overflow_draft, dtype="float16",
-                runtime=True),
     EngineFault("draft-fp8-loaded-raw", "K12", "a checkpoint storing its MLP weights float8_e4m3fn with scales under a "
                 "quantization_config (fp8) whose ignored_layers covers every layer, served with --dtype bfloat16 "
                 "(SGLang's fp8 needs half precision): built unquantized, the FP8 values read raw (R94)",
@@ -199,7 +197,7 @@ def run_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[list[i
                       max_new_tokens: int = 8, faults=FAULTS, log=lambda s: None, reference: Optional[dict] = None,
                       dtype: str = "float32") -> dict:
     """Baseline, then every fault; returns ``{"verdicts": {name: Verdict}, "timings": {...},
-    "captured": {name: [B_i...]}}``.
+    "captured": {name: [B_i...]}, "failed_checks": {name: the checks that failed on its run}}``.
 
     ``reference`` (the engine-reference config of
     :func:`eagle3_conformance.paths.sglang_engine.reference_config`): every run also records the
@@ -209,7 +207,7 @@ def run_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[list[i
     from eagle3_conformance.paths.sglang_engine import reference_builder
     from eagle3_conformance.tools.sglang_engine import EngineRunError, EngineStartError, observe_engine
 
-    timings, captured, verdicts, everdicts, agree, judge_s = {}, {}, {}, {}, {}, {}
+    timings, captured, verdicts, everdicts, agree, judge_s, failed = {}, {}, {}, {}, {}, {}, {}
 
     def observe(d, name, run_dtype=None):
         return observe_engine(target_dir, d, prompts, max_new_tokens=max_new_tokens, workdir=workdir / name,
@@ -245,6 +243,7 @@ def run_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[list[i
         else:
             captured[f.name] = _captured(obs)
             tf, ef = both(f.name, obs)
+            failed[f.name] = sorted({x.check for x in tf if x.status == "fail"})
             if captured[f.name] == captured["baseline"] and not f.runtime:
                 verdicts[f.name] = everdicts[f.name] = Verdict(
                     "noop", detail=f"the engine captured {captured[f.name]}, as the baseline (this pair's ids are "
@@ -256,7 +255,7 @@ def run_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[list[i
         timings[f.name] = time.perf_counter() - t1
         log(f"{f.kind:>3} {f.name:<24} {verdicts[f.name].status} {verdicts[f.name].check or ''} "
             f"({timings[f.name]:.0f} s)")
-    out = {"verdicts": verdicts, "timings": timings, "captured": captured,
+    out = {"verdicts": verdicts, "timings": timings, "captured": captured, "failed_checks": failed,
            "baseline_failures": [x for x in base if x.status == "fail"]}
     if reference is not None:
         out.update(engine_verdicts=everdicts, agreement=agree, judge_s=judge_s, numeric=numeric,

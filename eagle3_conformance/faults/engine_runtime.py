@@ -26,11 +26,19 @@ from pathlib import Path
 OVERFLOW_GAIN = 2.0 ** 17
 FP8_TENSORS = ("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
 """Checkpoint tensor suffixes :func:`fp8_raw_draft` stores in float8 (the MLP, R94's experts' kind)."""
-IGNORED = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-"""The config's ``ignored_layers``: every linear module of the draft, by its checkpoint (unfused) name, as
-HF FP8 configs list them. SGLang 0.5.23 matches them on dotted path boundaries and checks each shard of
-a fused module (``layers/quantization/utils.py:48-100``): the draft's ``model.self_attn.qkv_proj``, ...,
-and the fused copies ``model.qkv_proj`` / ``model.gate_up_proj`` / ``model.down_proj`` it also builds."""
+PROJ = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+        "mlp.up_proj", "mlp.down_proj")
+
+
+def ignored_layers(num_target_layers: int) -> list[str]:
+    """The config's ``ignored_layers``: every linear module of the draft, by its checkpoint (unfused) name as
+    HF FP8 configs list them, in the two spellings the engines match. SGLang 0.5.23 matches on dotted path
+    boundaries and checks each shard of a fused module (``layers/quantization/utils.py:48-100``): the short
+    names cover ``model.self_attn.qkv_proj`` and the fused copies ``model.qkv_proj`` it also builds. vLLM
+    0.32.0 matches whole prefixes (``quantization/utils/quant_utils.py:617-646``, ``match_mode`` exact), and
+    names the draft's layer after the target's depth (``models/llama_eagle3.py:202``: ``layers.{i + L}``)."""
+    return ([p.rpartition(".")[2] for p in PROJ] + [f"model.layers.{num_target_layers}.{p}" for p in PROJ]
+            + ["model.fc"])
 
 
 def _copy_except(base: Path, out: Path, skip: tuple[str, ...]) -> None:
@@ -69,6 +77,8 @@ def fp8_raw_draft(base: Path, target_dir: Path, out: Path) -> Path:
         t[k.removesuffix("weight") + "weight_scale"] = scale.reshape(1).float()
     save_file(t, str(out / "model.safetensors"))
     cfg = json.loads((base / "config.json").read_text())
-    cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic", "ignored_layers": IGNORED}
+    L = int(json.loads((Path(target_dir) / "config.json").read_text())["num_hidden_layers"])
+    cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic",
+                                  "ignored_layers": ignored_layers(L)}
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     return out

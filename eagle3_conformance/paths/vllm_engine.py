@@ -159,7 +159,8 @@ def observation(obs, all_decode: bool = False) -> Observation:
     """The path's :class:`Observation` of one engine run (the kill-matrix column judges the same)."""
     return Observation(captures=obs.extend + (list(obs.decode) if all_decode else judged_decode(obs.decode)),
                        facts={"vllm_version": obs.run.vllm_version, "avg_accept_length": obs.acceptance,
-                              "engine_lossless": obs.lossless, "engine_slot_boundaries": obs.slot_boundaries})
+                              "engine_lossless": obs.lossless, "engine_slot_boundaries": obs.slot_boundaries,
+                              **getattr(obs, "runtime", {})})
 
 
 def first(s: _State) -> Observation:

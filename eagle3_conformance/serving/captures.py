@@ -334,7 +334,13 @@ def judge(c, sd: ServerDir, reference: Union[Callable[[], Any], str], max_captur
                         f"unattributed{': ' + unattributed[0][1] if unattributed else ''}): nothing judged")
     if not callable(reference):
         raise UsageError(f"reference {reference!r}: give 'engine' or a reference loader")
-    findings += assess(c, Observation(captures=judged, facts={"sglang_version": version}), reference, PATH)
+    facts: dict[str, Any] = {"sglang_version": version}
+    from eagle3_conformance.tools.sglang_engine.runtime import draft_runtime, load_runtime
+
+    rt = draft_runtime(load_runtime(sd.path), f"sglang {version} (your server)")
+    if rt is not None:  # the draft's dtype and logits (issue 45 item 2); its checkpoint is not known here
+        facts["draft_runtime"] = rt
+    findings += assess(c, Observation(captures=judged, facts=facts), reference, PATH)
     meta = {"records": str(sd.path), "sglang": version, "pids": sorted(sd.streams), "reference": source,
             "forward_modes": modes, "requests_extend_captures": len(extend), "decode_captures": len(decode),
             "judged": f"{len(judged)} of {len(extend) + len(decode)} captures ({len(extend)} extend, "

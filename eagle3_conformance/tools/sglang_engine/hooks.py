@@ -82,7 +82,8 @@ def logits_spec(out_dir: str | Path) -> dict[str, Any]:
 
 
 def specs(out_dir: str | Path, reference: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
-    """Every ``forward_hooks`` entry: :func:`spec`, plus one per recorded boundary (module docstring).
+    """Every ``forward_hooks`` entry: :func:`spec`, one per recorded boundary (module docstring), and
+    :func:`logits_spec` last.
 
     Args:
         reference: None (no boundaries), or ``{"boundaries": [...], "max_rows": int|None,
@@ -90,12 +91,12 @@ def specs(out_dir: str | Path, reference: Optional[dict[str, Any]] = None) -> li
     """
     from eagle3_conformance.tools.sglang_engine.boundaries import target_modules
 
-    out = [spec(out_dir, reference), logits_spec(out_dir)]
+    out = [spec(out_dir, reference)]
     if reference:
         for mod, b in target_modules(list(reference["boundaries"]), reference.get("prefix", "model")).items():
             out.append({"name": f"eagle3-conformance-{b}", "target_modules": [mod], "hook_factory": BOUNDARY_FACTORY,
                         "config": {"out_dir": str(out_dir), "boundary": b}})
-    return out
+    return out + [logits_spec(out_dir)]
 
 
 def _state(out_dir: str) -> dict[str, Any]:
