@@ -27,6 +27,11 @@ UNQUANTIZED = ("UnquantizedLinearMethod", "UnquantizedEmbeddingMethod", "none")
 """Loaded-method names that mean "no quantization" (SGLang 0.5.23 ``layers/linear.py``; vLLM the same names)."""
 
 
+def _float8(dtype: Any) -> bool:
+    """A float8 dtype, in safetensors' names (``F8_E4M3``) or torch's (``torch.float8_e4m3fn``)."""
+    return str(dtype).upper().startswith("F8") or "float8" in str(dtype)
+
+
 def dtype_word(x: Any) -> str:
     """``"float16"`` for ``torch.float16`` / ``"torch.float16"`` / ``"float16"``."""
     return str(x).removeprefix("torch.")
@@ -108,8 +113,7 @@ def check_draft_quantization(c: Contract, fig: dict, path: str = "sglang-engine"
         return [Finding("draft_quantization", "skip", path, None, declared, None, where,
                         "the engine's draft layers were not recorded", "K12")]
     quantized = {m: v["method"] for m, v in layers.items() if v.get("method") not in UNQUANTIZED}
-    raw = [m for m, v in layers.items() if v.get("method") in UNQUANTIZED
-           and any("float8" in str(s) for s in v.get("stored") or [])]
+    raw = [m for m, v in layers.items() if v.get("method") in UNQUANTIZED and any(_float8(s) for s in v.get("stored") or [])]
     src = f"declared by {'draft.quantization' if c.draft.quantization else fig.get('source', 'config.json')}"
     out = []
     if raw:

@@ -24,7 +24,7 @@ speculators     ``DFlashConfig.sample_from_anchor``, default false (``models/dfl
 0.9.0           ``DSparkConfig``: default true (``models/dspark/config.py:28``); its DFlash model warns that
                 true "may not be supported in all inference engines (e.g., vLLM)" (``models/dflash/core.py:138-143``).
 SpecForge       DFlash labels: row k predicts anchor + k, row 0 excluded from the loss
-0.2.0           (``algorithms/common/dflash_family_model.py:406-424``); ``dflash_config.shift_label``, default
+0.2.0           (``algorithms/common/dflash_family_model.py:406-425``); ``dflash_config.shift_label``, default
                 false, for Domino (``modeling/draft/dflash.py:374``).
 ==============  ===========================================================================================
 
@@ -46,7 +46,7 @@ SOURCES = {
     "sglang-dspark": ("sglang/srt/speculative/dspark_components/dspark_config.py", (31,)),
     "speculators": ("speculators/models/dflash/config.py", (73,)),
     "speculators-dspark": ("speculators/models/dspark/config.py", (28,)),
-    "specforge": ("specforge/algorithms/common/dflash_family_model.py", (406, 424)),
+    "specforge": ("specforge/algorithms/common/dflash_family_model.py", (406, 425)),
     "specforge-shift": ("specforge/modeling/draft/dflash.py", (374,)),
 }
 """Installed file and line(s) behind each reading (a test compares them with the installed code)."""
@@ -57,7 +57,7 @@ CONVENTIONS = (
     "speculators 0.9.0 trains DFlash with sample_from_anchor default false (models/dflash/config.py:73) and "
     "DSpark with default true (models/dspark/config.py:28)",
     "SpecForge 0.2.0 trains DFlash labels anchor + k with row 0 excluded, i.e. from row 1 "
-    "(dflash_family_model.py:406-424); shift_label (default false) only for Domino",
+    "(dflash_family_model.py:406-425); shift_label (default false) only for Domino",
     "sglang-jax serves row 1 unless --speculative-sample-from-anchor (sgl-project/sglang-jax#1619, not installed)",
     "vLLM: speculators warns that sample_from_anchor true may not be supported (models/dflash/core.py:138-143)",
 )
