@@ -195,7 +195,7 @@ def _captured(obs) -> list[str]:
 
 def run_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[list[int]], workdir: Path, *,
                       max_new_tokens: int = 8, faults=FAULTS, log=lambda s: None, reference: Optional[dict] = None,
-                      dtype: str = "float32") -> dict:
+                      dtype: str = "float32", device: str = "cpu") -> dict:
     """Baseline, then every fault; returns ``{"verdicts": {name: Verdict}, "timings": {...},
     "captured": {name: [B_i...]}, "failed_checks": {name: the checks that failed on its run}}``.
 
@@ -211,7 +211,7 @@ def run_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[list[i
 
     def observe(d, name, run_dtype=None):
         return observe_engine(target_dir, d, prompts, max_new_tokens=max_new_tokens, workdir=workdir / name,
-                              reference=reference, dtype=run_dtype or dtype,
+                              reference=reference, dtype=run_dtype or dtype, device=device,
                               reference_builder=reference_builder(reference, target_dir) if reference else None)
 
     def both(name, obs):

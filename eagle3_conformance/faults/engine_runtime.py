@@ -64,13 +64,21 @@ def overflow_draft(base: Path, target_dir: Path, out: Path) -> Path:
 def fp8_raw_draft(base: Path, target_dir: Path, out: Path) -> Path:
     """A copy of draft ``base`` whose MLP weights are stored FP8 (per-tensor scale) under a config whose
     ``quantization_config`` declares fp8 but ignores every layer (R94)."""
+    return fp8_draft(base, target_dir, out, raw=True)
+
+
+def fp8_draft(base: Path, target_dir: Path, out: Path, raw: bool = False) -> Path:
+    """A copy of draft ``base`` with FP8 weights (per-tensor ``weight_scale``) under ``quantization_config:
+    {quant_method: fp8}``: ``raw`` the R94 checkpoint of :func:`fp8_raw_draft` (the MLP stored FP8, every
+    layer ignored); else a correct FP8 checkpoint, every linear weight stored FP8 and none ignored (what an
+    engine with FP8 kernels builds quantized: the GPU check's baseline, scripts/gpu_field_check.py)."""
     import torch
     from safetensors.torch import load_file, save_file
 
     _copy_except(base, out, ("model.safetensors", "config.json"))
     t = load_file(str(base / "model.safetensors"))
     fp8 = torch.float8_e4m3fn
-    for k in [k for k in t if k.endswith(FP8_TENSORS)]:
+    for k in [k for k in t if k.endswith(FP8_TENSORS if raw else tuple(p + ".weight" for p in PROJ))]:
         w = t[k].float()
         scale = w.abs().max().clamp_min(1e-12) / torch.finfo(fp8).max
         t[k] = (w / scale).to(fp8)
@@ -79,6 +87,6 @@ def fp8_raw_draft(base: Path, target_dir: Path, out: Path) -> Path:
     cfg = json.loads((base / "config.json").read_text())
     L = int(json.loads((Path(target_dir) / "config.json").read_text())["num_hidden_layers"])
     cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic",
-                                  "ignored_layers": ignored_layers(L)}
+                                  **({"ignored_layers": ignored_layers(L)} if raw else {})}
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     return out
