@@ -76,9 +76,11 @@ def declared_block_alignment(cfg: dict[str, Any]) -> Optional[tuple[bool, str]]:
         BlockKeyConflict: two keys (or one key in both places) that disagree, or a key whose value is
             not a boolean.
     """
-    nested = cfg.get("dflash_config") if isinstance(cfg.get("dflash_config"), dict) else {}
+    raw = cfg.get("dflash_config")
+    nested: dict[str, Any] = raw if isinstance(raw, dict) else {}
     found: list[tuple[bool, str]] = []
-    for where, d in (("dflash_config.", nested), ("", cfg)):
+    places: tuple[tuple[str, dict[str, Any]], ...] = (("dflash_config.", nested), ("", cfg))
+    for where, d in places:
         for k in KEYS:
             if k in d:
                 v = d[k]

@@ -98,7 +98,13 @@ def load_mapping(data_dir: Path, draft_vocab: int):
 
 def run_training(scn: Scenario, contract: Contract, ex: Example, k: Knobs = Knobs()) -> list[Finding]:
     """Write the data (with ``k``'s faults), read it with the real speculators loader, check."""
-    from eagle3_conformance.checks import check_chat_template, check_golden_tokens, check_vocab_mapping, run_checks, writer_findings
+    from eagle3_conformance.checks import (
+        check_chat_template,
+        check_golden_tokens,
+        check_vocab_mapping,
+        run_checks,
+        writer_findings,
+    )
     from eagle3_conformance.tools.speculators_loader import TrainingLoader
 
     if k.transfer_read is not None:  # the trainer reads with another hs-connectors backend: the run's contract says so

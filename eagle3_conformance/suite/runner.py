@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
+from eagle3_conformance.checks.writers import writer_findings
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.core.batches import every_sample
 from eagle3_conformance.core.findings import Finding
-from eagle3_conformance.checks.writers import writer_findings
 from eagle3_conformance.suite.assess import sample_findings
 from eagle3_conformance.suite.pairs import torch_dtype
 from eagle3_conformance.tools.speculators_loader import default_batches  # noqa: F401 (callers import it from here)

@@ -13,7 +13,14 @@ import torch  # noqa: E402
 
 from eagle3_conformance.faults.example import Knobs  # noqa: E402
 from eagle3_conformance.faults.operators.base import (  # noqa: E402
-    Apply, NotApplicable, Operator, aux_indices, both, serving_config, slot_map)
+    Apply,
+    NotApplicable,
+    Operator,
+    aux_indices,
+    both,
+    serving_config,
+    slot_map,
+)
 
 KINDS = {
     "K3": "final layer capture unreachable",

@@ -11,7 +11,6 @@ from typing import Any, Callable, Optional
 
 from eagle3_conformance.tools.shared.checkpoint import checkpoint_facts
 
-
 STACKED = ((".q_proj", ".qkv_proj"), (".k_proj", ".qkv_proj"), (".v_proj", ".qkv_proj"),
            (".gate_proj", ".gate_up_proj"), (".up_proj", ".gate_up_proj"))
 """Checkpoint name -> the fused module it loads into: SGLang 0.5.23 ``models/llama_eagle3.py:328-335``
