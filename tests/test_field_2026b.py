@@ -19,6 +19,7 @@ import pytest
 from eagle3_conformance.cli import main
 from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.testbed.fixtures import sample_token_ids
+from tests.test_check_data_vllm import _check_with as _check_data
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "contracts" / "tiny-llama.yaml"
@@ -28,14 +29,6 @@ def _contract(tmp: Path, name: str, text: str) -> Path:
     p = tmp / name
     p.write_text(text)
     return p
-
-
-def _check_data(tmp_path, capsys, contract, data, *extra):
-    out = tmp_path / f"r{len(list(tmp_path.glob('r*.json')))}.json"
-    rc = main(["check-data", str(contract), "--data", str(data), "--quiet", "--json", str(out), *map(str, extra)])
-    cap = capsys.readouterr()
-    assert "Traceback" not in cap.err + cap.out
-    return rc, json.loads(out.read_text()), cap
 
 
 def _concat(parts: list[Path], out: Path) -> Path:
