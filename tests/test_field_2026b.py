@@ -69,12 +69,13 @@ def test_writer_table_and_transformers_ties_the_last_hidden_state():
 
 def test_init_names_which_boundary_each_writer_stores_for_id_l_minus_1(tmp_path, capsys):
     """init on a draft whose last aux slot is B_L (speculators' boundary id 8 = output-of id 7 = L - 1):
-    one note naming each writer's tensor for it."""
+    one note naming each writer's tensor for it; the draft's dtype and quantization written; a target
+    with an image token noted (the contract's multimodal block is the user's to write)."""
     (tmp_path / "t").mkdir()
     (tmp_path / "d").mkdir()
     (tmp_path / "t" / "config.json").write_text(json.dumps({
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 8, "hidden_size": 64,
-        "vocab_size": 512, "torch_dtype": "float32"}))
+        "vocab_size": 512, "torch_dtype": "float32", "image_token_id": 500}))
     (tmp_path / "d" / "config.json").write_text(json.dumps({
         "architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 64, "target_hidden_size": 64, "vocab_size": 512,
         "draft_vocab_size": 256, "torch_dtype": "bfloat16", "eagle_aux_hidden_state_layer_ids": [2, 4, 8]}))
@@ -84,10 +85,11 @@ def test_init_names_which_boundary_each_writer_stores_for_id_l_minus_1(tmp_path,
     assert rc == 0, out
     assert re.search(r"slot 2 \(B_8\) is output-of id 7.*SGLang's online capture stores B_8; an HF offline writer "
                      r".* stores F; verl's old-logprob writer stores F", out), out
+    assert "the target is multimodal (config.json image_token_id 500)" in out  # R92: say it, never guess it
     from eagle3_conformance.contract import load_contract
 
     c = load_contract(tmp_path / "c.yaml")
-    assert c.draft.dtype == "bfloat16" and c.draft.quantization == "none"
+    assert c.draft.dtype == "bfloat16" and c.draft.quantization == "none" and c.multimodal is None
 
 
 @pytest.fixture(scope="module")

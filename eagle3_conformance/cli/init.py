@@ -54,7 +54,7 @@ def run(args) -> int:
           f"width {c['feature_width']}, bands uncalibrated")
     _final_notes(out)
     _norm_notes(args.draft)
-    _field_notes(doc)
+    _field_notes(doc, inputs[0])
     return EXIT_OK
 
 
@@ -75,9 +75,12 @@ def _norm_notes(draft) -> None:
             print(f"  note: {line}")
 
 
-def _field_notes(doc) -> None:
+def _field_notes(doc, target_config: Path) -> None:
     """Issue 45: which boundary each training-data writer stores for an aux slot whose output-of id they
-    read differently (R90), and a serving dtype that cannot hold the draft's (R89)."""
+    read differently (R90), a serving dtype that cannot hold the draft's (R89), and a multimodal target
+    whose data must hold vision features if serving feeds images (R92)."""
+    import json
+
     from eagle3_conformance.checks.runtime import MAX_EXP
     from eagle3_conformance.core.notation import Boundary
     from eagle3_conformance.engine_ids.writers import writer_notes
@@ -93,6 +96,15 @@ def _field_notes(doc) -> None:
                      f"the range of {trained}, the dtype the draft was trained in (draft.dtype): its activations may "
                      f"overflow to NaN (R89, vllm#55250); the engine paths fail draft_dtype. Serve with --dtype "
                      f"{'bfloat16' if trained == 'bfloat16' else 'bfloat16 or float32'}")
+    try:
+        tcfg = json.loads(Path(target_config).read_text())
+    except (OSError, ValueError):
+        tcfg = {}
+    img = tcfg.get("image_token_id") if isinstance(tcfg, dict) else None
+    if isinstance(img, int) and "multimodal" not in doc:
+        lines.append(f"the target is multimodal (config.json image_token_id {img}): if serving feeds it images, add "
+                     f"multimodal: {{image_token_id: {img}, image_tokens_served: true}}, and check-data then refuses "
+                     "training data written without vision features (R92, speculators#606)")
     for line in lines:
         print(f"  note: {line}")
 
