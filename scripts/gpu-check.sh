@@ -30,3 +30,23 @@ ARGS=()
 [ -n "${FLOOR:-}" ] && ARGS=(--floor "$FLOOR")   # default: gates.min_accept_length of contracts/smollm2-135m.yaml
 timeout 290 "$PY" scripts/gpu_check.py "${ARGS[@]}" "$@"
 [ "${ACCEPT:-1}" = 0 ] || timeout 290 scripts/gpu_accept.sh
+# Issue 45 (docs/field-reports-2026.md, R84-R106): the field reports no CPU path here carries.
+# NEVER RUN ON A GPU (written without one): treat the first run as the measurement. FIELD=0 skips it.
+#   scripts/gpu_field_check.py (one GPU, the SmolLM2 pair; 10 engine starts, about 12 minutes expected):
+#     R89/R94  the draft's runtime on CUDA: draft-fp16-overflow fails draft_logits_finite + draft_dtype,
+#              draft-fp8-loaded-raw fails draft_quantization, a correct FP8 draft is built quantized and passes;
+#     R98      prefill CUDA graphs: acceptance and greedy outputs with SGLang's default graphs equal eager's
+#              (also reported with disable_prefill_cuda_graph);
+#     R93      with GPU_MTP_MODEL=<a DeepSeek-V4 checkpoint>: the NextN head is handed hc_mult x d per token.
+#   Not automated (each needs more than one GPU or another engine; the command a runner with them would use):
+#     R86      SGLang NSA prefill context parallel (DeepSeek-V3.2, --enable-nsa-prefill-context-parallel, 8 GPUs):
+#              the sglang-engine path's row_count / row_fingerprint on the draft extend rows;
+#     R87/R103 SGLang DP attention (--enable-dp-attention --dp 2 --tp 2) on DeepSeek-V4 / any MoE target:
+#              the engine reference (reference: engine) against transformers: magnitude per boundary (R87's
+#              x attn_tp), and a batch whose bs x draft tokens is not divisible by attn_tp must not crash (R103);
+#     R106     vLLM prefill/decode disaggregation (two instances, a KV connector): the decode node's first
+#              draft step after transfer must see the prompt's aux rows (vllm-engine's fc input on the decode
+#              node, row_count against the prompt length);
+#     R96      vLLM on ROCm with VLLM_ATTENTION_BACKEND=ROCM_ATTN vs TRITON_ATTN: the drafter's layer-0 input
+#              (vllm-engine's hooks) equal between backends, acceptance within noise.
+[ "${FIELD:-1}" = 0 ] || timeout 1500 "$PY" scripts/gpu_field_check.py

@@ -108,12 +108,13 @@ def _statuses(fs) -> list:
 
 @pytest.mark.slow
 def test_deepseek_v3_mla_moe_through_the_real_engine_judged_by_its_own_records(tmp_path):
-    """Four engine runs of 2 prompts x 8 new tokens (~20 s each here, ~100 s in all):
+    """Four engine runs of 2 prompts x 8 new tokens (~20 s each here, ~100 s in all; 470 s at load 11-13):
 
     * the correct pair, with the Llama-style draft and with the MLA draft (Kimi-K2.5's kind): lossless
       against transformers' greedy decode, every recorded boundary equal to transformers' forward (MLA
       attention and the MoE layers alike), no failing finding with the engine as reference, and the same
-      verdict as the transformers reference finding for finding; the faults below with the MLA draft;
+      verdict as the transformers reference finding for finding, the draft's runtime (dtype, finite logits,
+      quantization, issue 45) judged and passing; the faults below with the MLA draft;
     * the seed's embedding fault through the draft config (the embedding prepended: DeepSeek's
       first-id rule reads id 0 as B_0, ``deepseek_v2.py:3458-3473``): caught, naming slot 0 = B_0;
     * the ids read by SGLang 0.5.12's rule (+1 always): the draft config that makes 0.5.23 capture
@@ -164,6 +165,9 @@ def test_deepseek_v3_mla_moe_through_the_real_engine_judged_by_its_own_records(t
         ef, tf = _engine_findings(cc, ok), _findings(cc, ok)
         assert not [f for f in ef if f.status == "fail"], [f.message for f in ef if f.status == "fail"][:3]
         assert _statuses(ef) == _statuses(tf) and any(f.check == "slot_identity" and f.status == "pass" for f in ef)
+        # issue 45 item 2: the draft's own runtime is judged on both drafts (no skip) and passes
+        rt = {f.check: f.status for f in ef if f.check in ("draft_dtype", "draft_logits_finite", "draft_quantization")}
+        assert rt == dict.fromkeys(("draft_dtype", "draft_logits_finite", "draft_quantization"), "pass"), (name, rt)
 
     emb = run("embedding", pair.mla_draft_dir, EngineFault(
         "embedding-prepended", "K2", "draft config ids [0, a, b]", (),

@@ -182,14 +182,16 @@ def test_a_failing_boundary_hook_is_recorded_never_raised(tmp_path):
 
 
 def test_specs_register_one_hook_per_boundary_on_exact_modules(tmp_path):
-    from eagle3_conformance.tools.sglang_engine.hooks import BOUNDARY_FACTORY, FACTORY, specs
+    from eagle3_conformance.tools.sglang_engine.hooks import BOUNDARY_FACTORY, FACTORY, LOGITS_FACTORY, specs
 
     s = specs(tmp_path, {"boundaries": ["B_0", "B_2", "F"]})
     assert s[0]["hook_factory"] == FACTORY and s[0]["target_modules"] == ["model", "model.fc"]
-    assert [(x["target_modules"], x["config"]["boundary"]) for x in s[1:]] == [
+    assert [(x["target_modules"], x["config"]["boundary"]) for x in s[1:-1]] == [
         (["model.embed_tokens"], "B_0"), (["model.layers.1"], "B_2"), (["model.norm"], "F")]
-    assert all(x["hook_factory"] == BOUNDARY_FACTORY for x in s[1:])
-    assert len(specs(tmp_path)) == 1  # no reference: the draft-input hook only
+    assert all(x["hook_factory"] == BOUNDARY_FACTORY for x in s[1:-1])
+    # last: the logits summaries of the draft's runtime (issue 45 item 2)
+    assert s[-1]["hook_factory"] == LOGITS_FACTORY and s[-1]["target_modules"] == ["logits_processor"]
+    assert len(specs(tmp_path)) == 2  # no reference: the draft-input hook and the logits hook
 
 
 # --- the reference built from records ---------------------------------------------------------------

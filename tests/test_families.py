@@ -23,12 +23,15 @@ def tcfg(L=8, d=64, arch="LlamaForCausalLM"):
             "vocab_size": 512, "torch_dtype": "float32"}
 
 
-def dflash_cfg(ids=None, d=64, n=5, where="dflash_config", **extra):
+def dflash_cfg(ids=None, d=64, n=5, where="dflash_config", anchor=False, **extra):
+    """A DFlash draft config; ``anchor``: its ``sample_from_anchor`` (None: no key, R91)."""
     c = {"architectures": ["DFlashDraftModel"], "num_hidden_layers": n, "hidden_size": d, "vocab_size": 512, **extra}
+    block = {} if anchor is None else {"sample_from_anchor": anchor}
     if where == "dflash_config":
-        c["dflash_config"] = {"block_size": 16} | ({"target_layer_ids": ids} if ids is not None else {})
+        c["dflash_config"] = {"block_size": 16} | ({"target_layer_ids": ids} if ids is not None else {}) | block
     elif where == "top_level":
         c["target_layer_ids"] = ids
+        c.update(block)
     return c
 
 

@@ -147,8 +147,9 @@ def test_engine_agrees_with_the_harness_loop(tmp_path):
 
 @pytest.mark.slow
 def test_engine_kill_matrix_column(tmp_path):
-    """Every fault of the sglang-engine column, caused through the draft config or directory, is
-    caught by its check (or is a no-op on this pair, with the engine's own captured layers as proof).
+    """Every fault of the sglang-engine column, caused through the draft config or directory (or the
+    server's dtype), is caught by its check (or is a no-op on this pair, with the engine's own captured
+    layers as proof). About 23 minutes under load 11-16 (8 faults + baseline, ~150 s each).
     The same engine runs also record the target's boundaries (the engine as its own reference,
     docs/engine-reference.md): judged against them, every run's findings equal the transformers
     reference's finding for finding, and the verdicts are the same."""
@@ -164,7 +165,14 @@ def test_engine_kill_matrix_column(tmp_path):
     print(json.dumps({k: {**v, "differ": v["differ"][:3]} for k, v in res["agreement"].items()}, default=str))
     assert {k: (v.status, v.check) for k, v in res["engine_verdicts"].items()} == \
         {k: (v.status, v.check) for k, v in res["verdicts"].items()}
+    half = {f.name for f in FAULTS if f.dtype not in (None, "float32")}  # the engine records in that dtype
     for name, a in res["agreement"].items():
+        if name in half:  # the same status on every finding (observed figures differ in the half-precision
+            # digits) but production_precision: the engine's own bf16 records carry no precision noise against
+            # themselves, the float32 transformers forward does (the engine reference cannot judge precision)
+            bad = [(x, y) for x, y in a["differ"] if x[:4] != y[:4] and x[0] != "production_precision"]
+            assert a["findings"] > 0 and not bad, (name, bad[:3])
+            continue
         assert a["differ"] == [] and a["equal"] == a["findings"] > 0, (name, a["differ"][:3])
     assert all(v["max_rel_err"] < 1e-5 for v in res["numeric"].values()), res["numeric"]
     print(json.dumps({k: (v.status, v.check, v.detail[:200]) for k, v in res["verdicts"].items()}, indent=1))
@@ -177,6 +185,12 @@ def test_engine_kill_matrix_column(tmp_path):
             assert res["captured"][f.name] == res["captured"]["baseline"]
     for name in ("embedding-prepended", "ids-shifted", "ids-shifted-down", "wrong-draft-dir"):
         assert v[name].status == "caught", (name, v[name])
+    # issue 45 item 2: the draft's own runtime (R89: --dtype float16 for a draft float16 cannot hold; R94: FP8
+    # weights built unquantized and read raw), each caused through the server's dtype or the draft checkpoint
+    assert v["draft-fp16-overflow"].check == "draft_logits_finite" and "drafts ids [0" in v["draft-fp16-overflow"].detail
+    assert {"draft_logits_finite", "draft_dtype"} <= set(res["failed_checks"]["draft-fp16-overflow"])
+    assert v["draft-fp8-loaded-raw"].check == "draft_quantization", v["draft-fp8-loaded-raw"]
+    assert "read raw" in v["draft-fp8-loaded-raw"].detail
 
 
 @pytest.mark.slow

@@ -370,3 +370,8 @@ def test_vllm_engine_kill_matrix_column(tmp_path):
     assert v["ids-nested-only"].status == "noop", v["ids-nested-only"]
     assert "vLLM 0.32.0 fed the draft B_1, B_14, B_26" in v["sglang-ids-to-vllm"].detail
     assert res["slots"]["embedding-tapped"] == ["B_0", "B_2", "B_15"]
+    # issue 45 item 2 (R89, R94): the draft's own runtime, through LLM(dtype=) and the draft checkpoint
+    assert v["draft-fp16-overflow"].status == "caught" and v["draft-fp16-overflow"].check == "draft_logits_finite"
+    assert "draft_dtype" in v["draft-fp16-overflow"].detail.rpartition("[failed: ")[2]
+    assert v["draft-fp8-loaded-raw"].status == "caught" and v["draft-fp8-loaded-raw"].check == "engine start"
+    assert "weight_scale" in v["draft-fp8-loaded-raw"].detail

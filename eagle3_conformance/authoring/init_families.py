@@ -66,7 +66,28 @@ def _method_comments(doc, method: str, reads: str) -> None:
     eol(doc["draft"]["layer_ids"], f"no EAGLE key: a {method} draft reads {reads}", "location")
 
 
-def _dflash(t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], engine: Optional[str], name, out_dir):
+def _block_alignment(cfg: dict, f: Path, given: Optional[bool]) -> tuple[bool, str]:
+    """Which row of a DFlash block predicts (R91): the draft config's key, else ``given`` (``init
+    --dflash-sample-from-anchor``); a config key that ``given`` contradicts, or neither, is refused."""
+    from eagle3_conformance.draft_config.dflash_block import BlockKeyConflict, declared_block_alignment, refusal
+
+    try:
+        found = declared_block_alignment(cfg)
+    except BlockKeyConflict as e:
+        raise DataError(f"{f}: {e}") from None
+    if found is not None:
+        v, key = found
+        if given is not None and given != v:
+            raise UsageError(f"--dflash-sample-from-anchor {str(given).lower()}: {f} says {key} = {str(v).lower()}")
+        return v, f"{f.name}: {key} (R91: {'the anchor row predicts' if v else 'row 1 predicts first'})"
+    if given is None:
+        raise DataError(refusal(str(f)))
+    return given, (f"--dflash-sample-from-anchor {str(given).lower()}: {f.name} has no key (R91: "
+                   f"{'the anchor row predicts' if given else 'row 1 predicts first'})")
+
+
+def _dflash(t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], engine: Optional[str], name, out_dir,
+            sample_from_anchor: Optional[bool] = None):
     from ruamel.yaml.comments import CommentedMap
 
     from eagle3_conformance.engine_ids import TranslationError
@@ -119,12 +140,36 @@ def _dflash(t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], engine: Optio
     bs = dc.get("block_size", cfg.get("block_size"))
     if isinstance(bs, int):
         m["block_size"] = bs
+    anchor, words = _block_alignment(cfg, f, sample_from_anchor)
+    m["sample_from_anchor"] = anchor
+    eol(m, words, "sample_from_anchor")
     doc["dflash"] = m
     doc["provenance"]["verifier_last"] = "B_L pre-norm (speculators' DFlash training stores it as the verifier slot)"
     return doc
 
 
-def _mtp(t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], engine: Optional[str], name, out_dir):
+#: SGLang 0.5.23 NextN heads that read every residual stream of a hyper-connection target (the state
+#: before hc_head, viewed as hc_mult rows of d): target architecture -> the line that says so
+SGLANG_MULTI_STREAM_MTP = {"DeepseekV4ForCausalLM": "sglang 0.5.23 deepseek_v4_nextn.py:157-161 views "
+                                                    "spec_info.hidden_states as hc_mult x d per token (R93)"}
+
+
+def _mtp_streams(t: TargetFacts, tool: str, streams: int, f: Path) -> tuple[int, str]:
+    """How many residual streams the MTP head reads on a target of ``streams`` (R93): 1 on a one-stream
+    target; on a hyper-connection target what the engine's code says, else refused."""
+    if streams <= 1:
+        return 1, ""
+    src = SGLANG_MULTI_STREAM_MTP.get(t.arch) if tool == "sglang" else None
+    if src is None:
+        raise DataError(f"{f}: the target has {streams} residual streams (hc_mult) and which of them an MTP head "
+                        f"reads under {tool} for {t.arch} is not asked of its code here (SGLang 0.5.23 "
+                        "deepseek_v4_nextn.py reads all of them, glm5_next_nextn.py one; R93): refused rather than "
+                        "guessed; write mtp.input_streams yourself")
+    return streams, src
+
+
+def _mtp(t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], engine: Optional[str], name, out_dir,
+         streams: int = 1):
     from ruamel.yaml.comments import CommentedMap
 
     from eagle3_conformance.core.notation import Boundary
@@ -144,6 +189,9 @@ def _mtp(t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], engine: Optional
         raise DataError(f"{f}: an MTP draft under --engine {engine}: that engine's MTP code is not installed here, so "
                         "what it feeds the head (B_L or F, target or previous layer) cannot be asked; refused "
                         "(use sglang or speculators)")
+    n_in, in_src = _mtp_streams(t, tool, streams, f)
+    if n_in > 1:
+        v_final = False  # the multi-stream state exists only before hc_head and the final norm
     dr = _draft_facts(cfg, f, d, t, 1, "MTP")
     src_b = Boundary.parse("F") if v_final else Boundary(t.L)
     cap = CaptureFacts(engine, tool, None, inferred, None, "absent", [src_b], f"{f}: MTP reads no layer ids",
@@ -156,19 +204,25 @@ def _mtp(t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], engine: Optional
     doc["alignment"]["loss_mask_reason"] = (
         "MTP: target offset 0 (the hidden row t is the state of token t itself) while the loss mask keeps the EAGLE "
         "offset 1 of speculators shift_batch; unverified for MTP heads (docs/families.md)")
-    doc["provenance"]["verifier_last"] = src
+    doc["provenance"]["verifier_last"] = src if n_in == 1 else f"B_L, all {n_in} streams: {in_src}"
     _method_comments(doc, "MTP", "no layer ids (the head reads the target's last hidden state)")
     m = CommentedMap()
     m["num_layers"] = int(n)
     m["embedding_input"] = "next_token"
     m["layer_sources"] = _seq(list(sources))
     eol(m, src, "layer_sources")
+    if n_in > 1:
+        m["input_streams"] = n_in
+        eol(m, in_src, "input_streams")
+        doc["capture"]["feature_width"] = n_in * t.d
+        eol(doc["capture"], f"input_streams x d = {n_in} x {t.d}", "feature_width")
     doc["mtp"] = m
     return doc
 
 
 def derive_family_contract(method: str, t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], *,
-                           engine: Optional[str], name: Optional[str], out_dir: Path):
+                           engine: Optional[str], name: Optional[str], out_dir: Path,
+                           sample_from_anchor: Optional[bool] = None, streams: int = 1):
     """A contract document for a DFlash or MTP draft (a ruamel ``CommentedMap``).
 
     Raises:
@@ -176,30 +230,41 @@ def derive_family_contract(method: str, t: TargetFacts, cfg: dict, f: Path, d: O
             refused by the engine's own code, a draft width that is not the target's, or an engine
             whose rule for the method is not known.
         UsageError: an MTP draft without ``--engine``, or an unknown engine.
+
+    ``sample_from_anchor``: which row of a DFlash block predicts when the config has no key (R91; None:
+    refused); ``streams``: the target's residual streams (``hc_mult``; R93).
     """
     if method == "dflash":
-        return _dflash(t, cfg, f, d, engine, name, out_dir)
+        return _dflash(t, cfg, f, d, engine, name, out_dir, sample_from_anchor)
     if method == "mtp":
-        return _mtp(t, cfg, f, d, engine, name, out_dir)
+        return _mtp(t, cfg, f, d, engine, name, out_dir, streams)
     raise UsageError(f"{f}: draft method {method!r} is not supported by init")
 
 
 def derive_any_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = None, verifier: str = "B_L",
                         name: Optional[str] = None, allow_embedding: bool = False, out_file: Optional[Path] = None,
-                        generation_dtype: str = "auto", serving_dtype: str = "auto"):
+                        generation_dtype: str = "auto", serving_dtype: str = "auto",
+                        dflash_sample_from_anchor: Optional[bool] = None):
     """``eagle3-conformance init``: the contract for whichever method the draft config is written for
     (:func:`eagle3_conformance.authoring.init.draft_method`): EAGLE-3 through
     :func:`eagle3_conformance.authoring.init.derive_contract`, DFlash and MTP through
-    :func:`derive_family_contract`. Same arguments and errors as ``derive_contract``."""
+    :func:`derive_family_contract`; then the draft's runtime and the target's streams
+    (:func:`eagle3_conformance.authoring.init_runtime.annotate_runtime`). Same arguments and errors as
+    ``derive_contract``; ``dflash_sample_from_anchor``: see :func:`derive_family_contract`."""
+    from eagle3_conformance.authoring.init_runtime import annotate_runtime, hc_mult
+
     dcfg, dfile, ddir = read_config(draft_arg, "draft")
     method = draft_method(dcfg, dfile)
-    if method == "eagle3":
-        return derive_contract(target_arg, draft_arg, engine=engine, verifier=verifier, name=name,
-                               allow_embedding=allow_embedding, out_file=out_file, generation_dtype=generation_dtype,
-                               serving_dtype=serving_dtype)
     tcfg, tfile, tdir = read_config(target_arg, "target")
-    t = target_facts(tcfg, tfile, tdir)
-    doc = derive_family_contract(method, t, dcfg, dfile, ddir, engine=engine, name=name,
-                                 out_dir=Path(out_file).resolve().parent if out_file else Path.cwd())
-    set_serving_dtype(doc, serving_dtype)
+    if method == "eagle3":
+        doc = derive_contract(target_arg, draft_arg, engine=engine, verifier=verifier, name=name,
+                              allow_embedding=allow_embedding, out_file=out_file, generation_dtype=generation_dtype,
+                              serving_dtype=serving_dtype)
+    else:
+        t = target_facts(tcfg, tfile, tdir)
+        doc = derive_family_contract(method, t, dcfg, dfile, ddir, engine=engine, name=name,
+                                     out_dir=Path(out_file).resolve().parent if out_file else Path.cwd(),
+                                     sample_from_anchor=dflash_sample_from_anchor, streams=hc_mult(tcfg, tfile))
+        set_serving_dtype(doc, serving_dtype)
+    annotate_runtime(doc, tcfg, tfile, dcfg, dfile)
     return doc

@@ -29,6 +29,9 @@ module                    checks
 ``degenerate``            a slot whose rows are all zero or one constant (R66)
 ``acceptance``            the draft accepts more than almost nothing, by the engine's own counters (issue 41)
 ``invariance``            the engine against itself: a prompt under a variation vs its plain run (issue 45)
+``runtime``               the draft's own runtime on an engine: its dtype, finite logits, quantization (R89, R94)
+``writers``               one boundary per slot across a dataset's samples: writers that disagree (R90)
+``multimodal``            a multimodal target's data written with vision features (R92)
 ``suite``                 :func:`run_checks`: every check on one capture, in registry order
 ========================  ===================================================================
 
@@ -65,4 +68,7 @@ from eagle3_conformance.checks.verified_rows import check_verified_rows  # noqa:
 from eagle3_conformance.checks.degenerate import check_slot_degenerate, degenerate  # noqa: F401
 from eagle3_conformance.checks.acceptance import USELESS_MAX_DRAFTS_PER_STEP, check_draft_acceptance  # noqa: F401
 from eagle3_conformance.checks.invariance import check_engine_invariance  # noqa: F401
+from eagle3_conformance.checks.runtime import check_draft_quantization, check_draft_runtime  # noqa: F401
+from eagle3_conformance.checks.writers import check_writer_consistency, writer_findings  # noqa: F401
+from eagle3_conformance.checks.multimodal import check_vision_features  # noqa: F401
 from eagle3_conformance.checks.suite import run_checks  # noqa: F401

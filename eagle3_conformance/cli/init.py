@@ -33,6 +33,10 @@ def add_parser(sub) -> None:
                    help="the dtype the server is launched with (its --dtype): precision.serving, which the serving "
                         "checks' gates follow. auto (default): the serving engine's own dtype=auto rule (SGLang: "
                         "a float32 checkpoint is served in float16, Gemma in bfloat16)")
+    p.add_argument("--dflash-sample-from-anchor", choices=["true", "false"], default=None,
+                   help="DFlash drafts whose config.json has no key saying which row of a block predicts (R91): "
+                        "true = the anchor row (DeepSpec / DSpark), false = row 1 first (z-lab, SpecForge); init "
+                        "refuses to guess without it")
     p.add_argument("-o", "--output", required=True, metavar="FILE")
     p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     p.set_defaults(func=run)
@@ -49,7 +53,9 @@ def run(args) -> int:
     out = check_output(args.output, "-o", inputs=tuple(inputs), input_dirs=tuple(dirs), need_parent=False)
     doc = derive_any_contract(args.target, args.draft, engine=args.engine, verifier=args.verifier,
                           name=args.name, allow_embedding=args.allow_embedding, out_file=out,
-                          generation_dtype=args.generation_dtype, serving_dtype=args.serving_dtype)
+                          generation_dtype=args.generation_dtype, serving_dtype=args.serving_dtype,
+                          dflash_sample_from_anchor=None if args.dflash_sample_from_anchor is None
+                          else args.dflash_sample_from_anchor == "true")
     text = dump_contract(doc, out)
     _gate(text, out, args)
     write_new(out, text, args.force)
@@ -58,6 +64,7 @@ def run(args) -> int:
           f"width {c['feature_width']}, bands uncalibrated")
     _final_notes(out)
     _norm_notes(args.draft)
+    _field_notes(doc, inputs[0])
     return ExitCode.CONFORMS
 
 
@@ -93,6 +100,40 @@ def _norm_notes(draft) -> None:
     if eagle:
         for line in norm_notes(cfg):
             print(f"  note: {line}")
+
+
+def _field_notes(doc, target_config: Path) -> None:
+    """Issue 45: which boundary each training-data writer stores for an aux slot whose output-of id they
+    read differently (R90), a serving dtype that cannot hold the draft's (R89), and a multimodal target
+    whose data must hold vision features if serving feeds images (R92)."""
+    import json
+
+    from eagle3_conformance.checks.runtime import MAX_EXP
+    from eagle3_conformance.core.notation import Boundary
+    from eagle3_conformance.engine_ids.writers import writer_notes
+
+    lines = []
+    if doc.get("method", "eagle3") == "eagle3":
+        lines += writer_notes([Boundary.parse(b) for b in doc["capture"]["boundaries"]],
+                              int(doc["target"]["num_hidden_layers"]))
+    serving = (doc.get("precision") or {}).get("serving") or doc["target"].get("dtype")
+    trained = doc["draft"].get("dtype")
+    if trained and serving in MAX_EXP and MAX_EXP[serving] < MAX_EXP[trained]:
+        lines.append(f"the engine runs the draft in the server's dtype, {serving} (precision.serving), which cannot hold "
+                     f"the range of {trained}, the dtype the draft was trained in (draft.dtype): its activations may "
+                     f"overflow to NaN (R89, vllm#55250); the engine paths fail draft_dtype. Serve with --dtype "
+                     f"{'bfloat16' if trained == 'bfloat16' else 'bfloat16 or float32'}")
+    try:
+        tcfg = json.loads(Path(target_config).read_text())
+    except (OSError, ValueError):
+        tcfg = {}
+    img = tcfg.get("image_token_id") if isinstance(tcfg, dict) else None
+    if isinstance(img, int) and "multimodal" not in doc:
+        lines.append(f"the target is multimodal (config.json image_token_id {img}): if serving feeds it images, add "
+                     f"multimodal: {{image_token_id: {img}, image_tokens_served: true}}, and check-data then refuses "
+                     "training data written without vision features (R92, speculators#606)")
+    for line in lines:
+        print(f"  note: {line}")
 
 
 def _final_notes(out) -> None:

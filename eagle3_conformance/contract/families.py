@@ -84,6 +84,7 @@ def dflash_problems(c: "Contract") -> list[tuple[KeyPath, str]]:
                         f"id {v} taps B_{v + 1} (output of layer {v}), beyond the target's depth: L = {L}, ids "
                         f"must be 0..{L - 1} (SGLang raises at load, dflash_utils.py:580-586; other readers fail "
                         "at the first matmul or tap the wrong tensor)"))
+    out += _block_problems(c)
     if bad or len(ids) != K:
         return out
     want = [b.index for b in c.aux]
@@ -98,6 +99,47 @@ def dflash_problems(c: "Contract") -> list[tuple[KeyPath, str]]:
                     f"ids {list(ids)} tap {[f'B_{g}' for g in got]} (output-of: id i = B_{{i+1}}); capture.boundaries "
                     f"says {[f'B_{w}' for w in want]}{hint}; write {fix}"))
     return out
+
+
+def _block_problems(c: "Contract") -> list[tuple[KeyPath, str]]:
+    """R91: a draft that predicts from the anchor row, named for an engine that samples row 1
+    (:func:`eagle3_conformance.draft_config.dflash_block.serving_problem`)."""
+    from eagle3_conformance.draft_config.dflash_block import serving_problem
+
+    d = c.dflash
+    if d is None or not (c.engines.sglang_model_file or c.engines.sglang_validated):
+        return []
+    why = serving_problem(d.sample_from_anchor, "sglang")
+    return [(("dflash", "sample_from_anchor"), f"{why}; the contract names SGLang (engines)")] if why else []
+
+
+def mtp_input_streams(c: "Contract") -> int:
+    """Residual streams in the hidden state an MTP head reads (``mtp.input_streams``; null: 1)."""
+    return int(c.mtp.input_streams or 1) if c.method == "mtp" and c.mtp is not None else 1
+
+
+def _stream_problems(c: "Contract") -> list[tuple[KeyPath, str]]:
+    """R93: on a hyper-connection target (``target.residual_streams`` > 1) the MTP head's input streams
+    must be stated (engines differ: SGLang 0.5.23 deepseek_v4_nextn.py:157-161 reads all hc_mult streams,
+    glm5_next_nextn.py one), be 1 or all of them, and the multi-stream state exists only before hc_head
+    and the final norm (B_L, never F)."""
+    assert c.mtp is not None
+    n, s = c.target.residual_streams, c.mtp.input_streams
+    if s is None:
+        if n > 1:
+            return [(("mtp", "input_streams"),
+                     f"the target has {n} residual streams (target.residual_streams, hc_mult) but the contract does "
+                     f"not say how many the MTP head reads: {n} (the state before hc_head, {n} x d wide: SGLang 0.5.23 "
+                     "deepseek_v4_nextn.py:157-161; R93, the single buffer gave AL 1.09) or 1 (a contracted state: "
+                     "glm5_next_nextn.py); state mtp.input_streams")]
+        return []
+    if s not in (1, n):
+        return [(("mtp", "input_streams"), f"{s} streams: the target has {n} (target.residual_streams); the head "
+                                           f"reads all of them or one")]
+    if s > 1 and c.aux and c.aux[0].final:
+        return [(("mtp", "input_streams"), f"{s} streams but the head reads F: F is one stream (after hc_head and "
+                                           f"the final norm); the multi-stream state is B_{c.L}")]
+    return []
 
 
 def mtp_problems(c: "Contract") -> list[tuple[KeyPath, str]]:
@@ -128,7 +170,7 @@ def mtp_problems(c: "Contract") -> list[tuple[KeyPath, str]]:
                     f"{len(m.layer_sources)} sources for {m.num_layers} MTP layers: one per layer"))
     if m.layer_sources and m.layer_sources[0] != "target":
         out.append((("mtp", "layer_sources", 0), "MTP layer 0 has no previous MTP layer: it reads the target"))
-    return out
+    return out + _stream_problems(c)
 
 
 def method_problems(c: "Contract") -> list[tuple[KeyPath, str]]:

@@ -55,6 +55,14 @@ class DFlashSpec(_Strict):
     )
     num_draft_layers: int = Field(gt=0, description="The draft's num_hidden_layers (the formula's input).")
     block_size: Optional[int] = Field(None, gt=0, description="dflash_config.block_size (or top-level block_size).")
+    sample_from_anchor: Optional[bool] = Field(
+        None, description="Which row of a draft block predicts (R91, sgl-project/sglang-jax#1619). false: row 0 is "
+        "the anchor (the last verified token) and predicts nothing, row k predicts the token at anchor + k, the "
+        "first draft comes from row 1 (z-lab DFlash; speculators 0.9.0 DFlashConfig.sample_from_anchor default "
+        "false; SpecForge 0.2.0 DFlash labels; SGLang 0.5.23's DFlash worker samples rows 1.., "
+        "dflash_worker_v2.py:183, 301, reading no key). true: the anchor row predicts the token after the anchor "
+        "(DeepSpec / DSpark: speculators 0.9.0 DSparkConfig default true; SpecForge and SGLang Domino's "
+        "dflash_config.shift_label). null: not stated (contracts written before this key; init refuses to guess).")
 
 
 class MTPSpec(_Strict):
@@ -74,6 +82,14 @@ class MTPSpec(_Strict):
         description="Per MTP layer, the hidden tensor it reads: target (the target's last hidden state, "
         "NextN style: every layer reads it) or previous (the previous MTP layer's output, chained MTP, "
         "DeepSeek-V3 paper section 2.2). Layer 0 always reads the target.",
+    )
+    input_streams: Optional[int] = Field(
+        None, ge=1,
+        description="Residual streams in the hidden state H_0 the head reads (R93): 1 for a one-stream target; for a "
+        "hyper-connection target (target.residual_streams > 1) either all of them, the state before hc_head "
+        "(SGLang 0.5.23 deepseek_v4_nextn.py:157-161 views it as hc_mult rows of d; R93: the single buffer gave AL "
+        "1.09), or 1, a contracted state (SGLang 0.5.23 glm5_next_nextn.py reads one). capture.feature_width is "
+        "input_streams x d. null: 1, and refused for a target with residual_streams > 1 (engines differ: state it).",
     )
 
 
@@ -148,6 +164,19 @@ class Positions(_Strict):
     )
 
 
+class Multimodal(_Strict):
+    """A multimodal target's image tokens at the draft boundary (R92, vllm-project/speculators#606): data written
+    text-only hold the image placeholder ids but the hidden states of the placeholder's embedding, never of the
+    vision tower's features, while serving feeds the draft the B_k of real image tokens."""
+
+    image_token_id: int = Field(ge=0, description="The placeholder id the processor writes for each image patch "
+                                                  "(config.json image_token_id, e.g. Qwen2.5-VL 151655).")
+    image_tokens_served: bool = Field(
+        description="Serving feeds the draft image tokens (requests carry images). true: check-data refuses training "
+                    "data with no sample written with vision features, and fails samples that hold the placeholder "
+                    "id but were written without them.")
+
+
 class Contract(_Strict):
     """One target/draft pair's contract (the YAML file's root)."""
 
@@ -192,6 +221,8 @@ class Contract(_Strict):
     positions: Positions = Field(default_factory=Positions)
     dflash: Optional[DFlashSpec] = Field(None, description="method dflash only: the tapped target layers.")
     mtp: Optional[MTPSpec] = Field(None, description="method mtp only: what each MTP layer reads.")
+    multimodal: Optional[Multimodal] = Field(
+        None, description="A multimodal target's image tokens (R92); null: a text-only pair (nothing checked).")
     reference: Literal["transformers", "engine"] = Field(
         "transformers", description="What the serving captures are judged against: 'transformers' (the "
         "project's own forward of the target: the independent oracle, needs the target to fit beside the "

@@ -55,6 +55,8 @@ class _Strict(BaseModel):
         return _integral(v)
 
 
+DTypeName = Literal["float32", "bfloat16", "float16"]
+
 # --- target / draft --------------------------------------------------------------------------
 
 
@@ -81,6 +83,12 @@ class Target(_Strict):
         "rmsnorm",
         description="Final norm form: rmsnorm is x/rms(x)*w; rmsnorm_one_plus is x/rms(x)*(1+w) "
         "(Gemma, Qwen3.5).",
+    )
+    residual_streams: int = Field(
+        1, ge=1,
+        description="Residual streams of the target: config.json hc_mult for a hyper-connection target (DeepSeek-V4: "
+        "4, SGLang 0.5.23 configs/deepseek_v4.py:134; GLM-5 mHC), whose residual stream is hc_mult x d wide until "
+        "hc_head contracts it; 1: one stream (every other target, and every contract written before this key).",
     )
 
 
@@ -112,6 +120,17 @@ class Draft(_Strict):
         "post-norm state back across steps (SGLang 0.5.23 llama_eagle3.py:207, 267-268; speculators 0.9.0 "
         "Eagle3SpeculatorConfig.norm_output), false = pre-norm; null: not stated (SGLang and speculators default "
         "false; SpecForge 0.2.0 reads the same key, default true, as 'norm before the LM head')")
+    dtype: Optional[DTypeName] = Field(
+        None, description="The dtype the draft was trained in (its config.json torch_dtype / dtype as trained). The "
+        "engine must run the draft in a dtype that holds this one's range: float16 (largest finite 65504) cannot "
+        "run a float32- or bfloat16-trained draft (R89, vllm-project/vllm#55250: a bf16 DFlash2 draft served with "
+        "--dtype float16 overflowed to NaN; 0 of 1,100+ drafts accepted). SGLang and vLLM run the draft in the "
+        "server's --dtype. null: not stated (the engine paths report the draft's runtime dtype without judging it).")
+    quantization: Optional[str] = Field(
+        None, description="The quantization the draft checkpoint declares: config.json quantization_config."
+        "quant_method (e.g. 'fp8'), or 'none' when it declares none. The engine paths compare it with how the "
+        "engine built each of the draft's linear layers (R94: a checkpoint storing FP8 weights built unquantized and "
+        "read raw). null: not stated (the engine paths compare the draft checkpoint's own config.json).")
     layer_ids: LayerIds
 
 
@@ -230,9 +249,6 @@ class NormBands(_Strict):
     bands: list[NormBand] = Field(default_factory=list)
     safety_factor: Optional[float] = Field(None, ge=1)
     source: Optional[str] = Field(None, description="Where the calibration data came from.")
-
-
-DTypeName = Literal["float32", "bfloat16", "float16"]
 
 
 class Precision(_Strict):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from eagle3_conformance.contract.families import method_problems
+from eagle3_conformance.contract.families import method_problems, mtp_input_streams
 from eagle3_conformance.contract.models import Contract
 from eagle3_conformance.contract.sections import KeyPath
 from eagle3_conformance.core.notation import Boundary
@@ -62,12 +62,14 @@ def _capture_problems(c: Contract) -> list[tuple[KeyPath, str]]:
     elif idx != sorted(idx):
         out.append((("capture", "boundaries"), f"boundaries must be strictly ascending: {c.capture.boundaries}"))
     K = len(aux)
-    want = K * c.draft.target_hidden_size
+    streams = mtp_input_streams(c)
+    want = K * c.draft.target_hidden_size * streams
     if c.capture.feature_width != want:
+        per = f" x mtp.input_streams {streams}" if streams > 1 else ""
         out.append(
             (("capture", "feature_width"),
-             f"{c.capture.feature_width} != K x target_hidden_size = {K} x "
-             f"{c.draft.target_hidden_size} = {want}")
+             f"{c.capture.feature_width} != K x target_hidden_size{per} = {K} x "
+             f"{c.draft.target_hidden_size}{f' x {streams}' if per else ''} = {want}")
         )
     return out
 
@@ -207,6 +209,9 @@ def _gate_vocab_position_problems(c: Contract) -> list[tuple[KeyPath, str]]:
             and pz.serving_max_len > pz.draft_max_position_embeddings):
         out.append((("positions", "serving_max_len"),
                     f"{pz.serving_max_len} > draft_max_position_embeddings {pz.draft_max_position_embeddings}"))
+    if c.multimodal is not None and c.multimodal.image_token_id >= c.target.vocab_size:
+        out.append((("multimodal", "image_token_id"),
+                    f"{c.multimodal.image_token_id} >= target.vocab_size {c.target.vocab_size}"))
     return out
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from eagle3_conformance.faults.engine_runtime import fp8_raw_draft, overflow_draft
 from eagle3_conformance.faults.matrix import Verdict, judge
 
 
@@ -30,14 +31,19 @@ from eagle3_conformance.faults.matrix import Verdict, judge
 class EngineFault:
     """One fault of the column: ``name`` (the matrix operator it mirrors), ``kind`` (fault-kinds.md),
     ``how`` (what the user did), ``checks`` (the checks expected to catch it), and ``config``
-    (draft config -> faulty config) or ``draft_dir`` (baseline draft dir, target dir -> the dir given)."""
+    (draft config -> faulty config) or ``draft_dir`` (baseline draft dir, target dir, a fresh directory
+    it may fill -> the dir given); ``dtype``: the server's ``--dtype`` for this run (None: the
+    column's); ``runtime``: a fault of the draft's own runtime, which leaves the captured layers as the
+    baseline's (judged, never a ``noop``)."""
 
     name: str
     kind: str
     how: str
     checks: tuple[str, ...]
     config: Optional[Callable[[dict], dict]] = None
-    draft_dir: Optional[Callable[[Path, Path], Path]] = None
+    draft_dir: Optional[Callable[[Path, Path, Path], Path]] = None
+    dtype: Optional[str] = None
+    runtime: bool = False
 
 
 def _ids(cfg: dict) -> list[int]:
@@ -76,7 +82,17 @@ FAULTS: tuple[EngineFault, ...] = (
                 "key, spec_aux_hidden_state.py:185-196)", ("slot_identity", "engine_mapping", "slot_count"),
                 config=_top_level),
     EngineFault("wrong-draft-dir", "K1", "speculative_draft_model_path = the target's directory",
-                ("engine start",), draft_dir=lambda draft, target: target),
+                ("engine start",), draft_dir=lambda draft, target, out: target),
+    # issue 45 item 2: the draft's own runtime (faults/engine_runtime.py)
+    EngineFault("draft-fp16-overflow", "K12", "the server started with --dtype float16 (SGLang runs the draft in the "
+                "server's dtype) for a draft trained in float32 (draft.dtype) whose normed rows exceed float16's "
+                "range (final-norm gain x2^17, exact in bf16/fp32: its drafts unchanged there): NaN logits, drafts "
+                "of id 0 (R89, vllm#55250)", ("draft_logits_finite", "draft_dtype"), draft_dir=overflow_draft,
+                dtype="float16", runtime=True),
+    EngineFault("draft-fp8-loaded-raw", "K12", "a checkpoint storing its MLP weights float8_e4m3fn with scales under a "
+                "quantization_config (fp8) whose ignored_layers covers every layer, served with --dtype bfloat16 "
+                "(SGLang's fp8 needs half precision): built unquantized, the FP8 values read raw (R94)",
+                ("draft_quantization",), draft_dir=fp8_raw_draft, dtype="bfloat16", runtime=True),
 )
 
 
@@ -84,7 +100,9 @@ def fault_draft_dir(base: Path, fault: EngineFault, workdir: Path, target_dir: P
     """The draft directory the user would hand SGLang for ``fault`` (weights linked, never copied
     or modified: the baseline draft is read only)."""
     if fault.draft_dir is not None:
-        return fault.draft_dir(base, target_dir)
+        return fault.draft_dir(base, target_dir, workdir / fault.name)
+    if fault.config is None:  # a fault of how the engine runs the draft (its --dtype), not of the draft
+        return base
     d = workdir / fault.name
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
@@ -95,11 +113,19 @@ def fault_draft_dir(base: Path, fault: EngineFault, workdir: Path, target_dir: P
     return d
 
 
+RUNTIME_FACTS = ("draft_runtime", "draft_quantization")
+
+
+def _facts(obs) -> dict:
+    """The facts the column judges: losslessness and the draft's runtime (:mod:`eagle3_conformance.checks.runtime`)."""
+    return {"engine_lossless": obs.lossless, **{k: obs.extra_facts[k] for k in RUNTIME_FACTS if k in obs.extra_facts}}
+
+
 def _findings(c, obs):
     from eagle3_conformance.paths.base import Observation
     from eagle3_conformance.suite.assess import assess, reference_loader
 
-    o = Observation(captures=obs.extend + obs.decode, facts={"engine_lossless": obs.lossless})
+    o = Observation(captures=obs.extend + obs.decode, facts=_facts(obs))
     return assess(c, o, reference_loader(c, obs.run.spec["target_dir"]), path="sglang-engine")
 
 
@@ -111,7 +137,7 @@ def _engine_findings(c, obs):
 
     eref = obs.engine_reference
     caps = [j for j in (judged_rows(cap, eref) for cap in obs.extend + obs.decode) if j is not None]
-    o = Observation(captures=caps, facts={"engine_lossless": obs.lossless}, reference=eref)
+    o = Observation(captures=caps, facts=_facts(obs), reference=eref)
 
     def no_transformers():
         raise AssertionError("the engine reference was not used")
@@ -169,9 +195,9 @@ def _captured(obs) -> list[str]:
 
 def run_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[list[int]], workdir: Path, *,
                       max_new_tokens: int = 8, faults=FAULTS, log=lambda s: None, reference: Optional[dict] = None,
-                      dtype: str = "float32") -> dict:
+                      dtype: str = "float32", device: str = "cpu") -> dict:
     """Baseline, then every fault; returns ``{"verdicts": {name: Verdict}, "timings": {...},
-    "captured": {name: [B_i...]}}``.
+    "captured": {name: [B_i...]}, "failed_checks": {name: the checks that failed on its run}}``.
 
     ``reference`` (the engine-reference config of
     :func:`eagle3_conformance.paths.sglang_engine.reference_config`): every run also records the
@@ -181,11 +207,11 @@ def run_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[list[i
     from eagle3_conformance.paths.sglang_engine import reference_builder
     from eagle3_conformance.tools.sglang_engine import EngineRunError, EngineStartError, observe_engine
 
-    timings, captured, verdicts, everdicts, agree, judge_s = {}, {}, {}, {}, {}, {}
+    timings, captured, verdicts, everdicts, agree, judge_s, failed = {}, {}, {}, {}, {}, {}, {}
 
-    def observe(d, name):
+    def observe(d, name, run_dtype=None):
         return observe_engine(target_dir, d, prompts, max_new_tokens=max_new_tokens, workdir=workdir / name,
-                              reference=reference, dtype=dtype,
+                              reference=reference, dtype=run_dtype or dtype, device=device,
                               reference_builder=reference_builder(reference, target_dir) if reference else None)
 
     def both(name, obs):
@@ -210,14 +236,15 @@ def run_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[list[i
         t1 = time.perf_counter()
         d = fault_draft_dir(Path(draft_dir), f, workdir / "drafts", Path(target_dir))
         try:
-            obs = observe(d, f.name)
+            obs = observe(d, f.name, f.dtype)
         except (EngineStartError, EngineRunError) as e:
             which = "engine start" if isinstance(e, EngineStartError) else "engine run"
             verdicts[f.name] = everdicts[f.name] = Verdict("caught", which, e.reason)
         else:
             captured[f.name] = _captured(obs)
             tf, ef = both(f.name, obs)
-            if captured[f.name] == captured["baseline"]:
+            failed[f.name] = sorted({x.check for x in tf if x.status == "fail"})
+            if captured[f.name] == captured["baseline"] and not f.runtime:
                 verdicts[f.name] = everdicts[f.name] = Verdict(
                     "noop", detail=f"the engine captured {captured[f.name]}, as the baseline (this pair's ids are "
                                    "SGLang's defaults)")
@@ -228,7 +255,7 @@ def run_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[list[i
         timings[f.name] = time.perf_counter() - t1
         log(f"{f.kind:>3} {f.name:<24} {verdicts[f.name].status} {verdicts[f.name].check or ''} "
             f"({timings[f.name]:.0f} s)")
-    out = {"verdicts": verdicts, "timings": timings, "captured": captured,
+    out = {"verdicts": verdicts, "timings": timings, "captured": captured, "failed_checks": failed,
            "baseline_failures": [x for x in base if x.status == "fail"]}
     if reference is not None:
         out.update(engine_verdicts=everdicts, agreement=agree, judge_s=judge_s, numeric=numeric,

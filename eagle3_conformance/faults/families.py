@@ -385,3 +385,47 @@ OPERATORS += [
         "sglang-dflash": _dflash_op(_d5_cfg),
         "sglang-mtp": _NO_MTP_IDS}),
 ]
+
+
+# --- issue 45: which row of a DFlash block predicts (R91), an MTP head's input streams (R93) ----------------
+
+KIND_NAMES.update({
+    "D7": "DFlash block alignment: an anchor-predicting draft on an engine that samples row 1 (R91)",
+    "M3": "MTP input streams of a hyper-connection target not stated (R93)",
+})
+
+
+def _anchor_op(w: World):
+    """R91: the contract of a draft trained to predict from the anchor row (DeepSpec), naming SGLang, whose
+    0.5.23 DFlash worker samples row 1 and reads no key; its baseline is the same contract, row 1 first."""
+    good = copy.deepcopy(w.dflash_doc)
+    good.setdefault("engines", {})["sglang_model_file"] = "llama"
+    good["dflash"]["sample_from_anchor"] = False
+    bad = copy.deepcopy(good)
+    bad["dflash"]["sample_from_anchor"] = True
+    return contract_findings(good, "baseline"), contract_findings(bad, "mutated")
+
+
+def _m3_contract(doc):
+    """R93: the contract of an MTP head on a 4-stream (hc_mult 4) target that does not say how many streams
+    the head reads."""
+    doc["target"]["residual_streams"] = 4
+    doc.get("mtp", {}).pop("input_streams", None)
+
+
+_NOT_RUN_HC = ("no hyper-connection target runs here (SGLang 0.5.23's DeepSeek-V4 / GLM-5 models need their mHC "
+               "kernels; the tiny MTP target has one stream); a GPU run checks the width SGLang hands the head "
+               "(scripts/gpu-check.sh)")
+
+OPERATORS += [
+    FamilyOperator("dflash-anchor-on-row1-engine", "D7", ("contract_method",), {
+        "contract": _anchor_op,
+        "sglang-dflash": "the DFlash harness runs SGLang's capture and the draft's fc projection, not the worker's "
+                         "block sampling; which row SGLang 0.5.23 samples is read from its code "
+                         "(dflash_worker_v2.py:183, 301; draft_config/dflash_block.py) by validate (contract column)",
+        "sglang-mtp": "a DFlash fault: an MTP head has no draft block"}),
+    FamilyOperator("mtp-streams-unstated", "M3", ("contract_method",), {
+        "contract": _contract_op("mtp_doc", _m3_contract),
+        "sglang-dflash": "an MTP fault: a DFlash draft reads its declared taps",
+        "sglang-mtp": _NOT_RUN_HC}),
+]

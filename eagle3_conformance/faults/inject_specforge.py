@@ -81,7 +81,7 @@ def write_specforge(scn: Scenario, contract: Contract, k: Knobs):
 def run_specforge(scn: Scenario, contract: Contract, ex: Example, k: Knobs = Knobs()) -> list[Finding]:
     """Write the SpecForge data (with ``k``'s faults), read it with SpecForge's real loader chain
     (with ``k.sf_transform``), check against the contract (with ``k.alignment`` stated)."""
-    from eagle3_conformance.checks import check_chat_template, check_golden_tokens, run_checks
+    from eagle3_conformance.checks import check_chat_template, check_golden_tokens, run_checks, writer_findings
     from eagle3_conformance.tools.specforge_loader import SpecForgeLoader
 
     if k.alignment:
@@ -96,6 +96,7 @@ def run_specforge(scn: Scenario, contract: Contract, ex: Example, k: Knobs = Kno
         for cap in caps:
             ref = scn.ref.capture(cap.token_ids) if (not cap.unavailable and len(cap.token_ids)) else None
             out += run_checks(contract, cap, ref)
+    out += writer_findings(contract, out)  # one boundary per slot across the samples (R90), as assess
     tmpl = k.train_template or GOOD_TEMPLATE
     out += check_chat_template(contract, tmpl, "training-specforge")
     out += check_golden_tokens(contract, render_ids(tmpl), None, "training-specforge")

@@ -98,7 +98,13 @@ def load_mapping(data_dir: Path, draft_vocab: int):
 
 def run_training(scn: Scenario, contract: Contract, ex: Example, k: Knobs = Knobs()) -> list[Finding]:
     """Write the data (with ``k``'s faults), read it with the real speculators loader, check."""
-    from eagle3_conformance.checks import check_chat_template, check_golden_tokens, check_vocab_mapping, run_checks
+    from eagle3_conformance.checks import (
+        check_chat_template,
+        check_golden_tokens,
+        check_vocab_mapping,
+        run_checks,
+        writer_findings,
+    )
     from eagle3_conformance.tools.speculators_loader import TrainingLoader
 
     if k.transfer_read is not None:  # the trainer reads with another hs-connectors backend: the run's contract says so
@@ -113,6 +119,7 @@ def run_training(scn: Scenario, contract: Contract, ex: Example, k: Knobs = Knob
         for cap in caps:
             ref = scn.ref.capture(cap.token_ids) if (not cap.unavailable and len(cap.token_ids)) else None
             out += run_checks(contract, cap, ref)
+    out += writer_findings(contract, out)  # one boundary per slot across the samples (R90), as assess
     d2t, t2d = load_mapping(data, contract.draft.draft_vocab_size)
     out += check_vocab_mapping(contract, d2t, t2d, "training", str(data))
     tmpl = k.train_template or GOOD_TEMPLATE

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from eagle3_conformance.faults.engine_runtime import fp8_raw_draft, overflow_draft
 from eagle3_conformance.faults.matrix import Verdict, judge
 
 KEY = "eagle_aux_hidden_state_layer_ids"
@@ -38,7 +39,10 @@ CHECKS = ("engine_slot_boundaries", "slot_identity", "row_fingerprint")
 class VLLMFault:
     """One fault: ``name``, ``kind`` (fault-kinds.md), ``how`` (what the user did), ``checks`` (the
     checks expected to catch it), and ``config`` (vLLM-form draft config, SGLang-form shipped config
-    -> the config given) or ``target`` (baseline target dir, workdir -> the target given)."""
+    -> the config given) or ``target`` (baseline target dir, workdir -> the target given) or
+    ``draft_dir`` (vLLM-form draft dir, target dir, a fresh directory -> the draft given); ``dtype``: the
+    engine's ``--dtype`` for this run (None: float32); ``runtime``: a fault of the draft's own runtime,
+    which leaves the applied ids as the baseline's (judged, never a ``noop``)."""
 
     name: str
     kind: str
@@ -46,6 +50,9 @@ class VLLMFault:
     checks: tuple[str, ...]
     config: Optional[Callable[[dict, dict], dict]] = None
     target: Optional[Callable[[Path, Path], Path]] = None
+    draft_dir: Optional[Callable[[Path, Path, Path], Path]] = None
+    dtype: Optional[str] = None
+    runtime: bool = False
 
 
 def _set(cfg: dict, top: Optional[list], nested: Optional[list]) -> dict:
@@ -88,11 +95,23 @@ FAULTS: tuple[VLLMFault, ...] = (
               config=lambda v, s: _set(v, [0] + _ids(v)[:-1], [0] + _ids(v)[:-1])),
     VLLMFault("wrong-target", "K1", "LLM(model=) a target the draft was not trained for (the tiny-llama fixture: "
               "8 layers, d = 64, vocab 512)", ("engine start", "engine run"), target=_wrong_target),
+    # issue 45 item 2: the draft's own runtime (faults/engine_runtime.py)
+    VLLMFault("draft-fp16-overflow", "K12", "LLM(dtype='float16') (vLLM runs the draft in the target's dtype) for a "
+              "draft trained in float32 (draft.dtype) whose normed rows exceed float16's range (final-norm gain "
+              "x2^17): NaN logits, drafts of id 0, nothing accepted (R89, vllm#55250)",
+              ("draft_logits_finite", "draft_dtype"), draft_dir=overflow_draft, dtype="float16", runtime=True),
+    VLLMFault("draft-fp8-loaded-raw", "K12", "the checkpoint storing its MLP weights float8_e4m3fn with scales under "
+              "a quantization_config (fp8) whose ignored_layers covers every layer (R94): vLLM 0.32.0 builds the "
+              "layers unquantized and refuses the stray weight_scale at load", ("engine start", "draft_quantization"),
+              draft_dir=fp8_raw_draft, dtype="bfloat16", runtime=True),
 )
 
 
-def fault_draft_dir(vllm_form: Path, shipped_cfg: dict, fault: VLLMFault, workdir: Path) -> Path:
+def fault_draft_dir(vllm_form: Path, shipped_cfg: dict, fault: VLLMFault, workdir: Path,
+                    target_dir: Optional[Path] = None) -> Path:
     """The draft directory the user would hand vLLM for ``fault`` (weights linked, never modified)."""
+    if fault.draft_dir is not None:
+        return fault.draft_dir(vllm_form, Path(target_dir or "."), workdir / fault.name)
     if fault.config is None:
         return vllm_form
     d = workdir / fault.name
@@ -120,7 +139,8 @@ def _one(c, f: VLLMFault, target_dir: Path, draft: Path, prompts, workdir: Path,
 
     tdir = f.target(target_dir, workdir) if f.target else target_dir
     try:
-        obs = observe_engine(tdir, draft, prompts, max_new_tokens=new, lossless=False, workdir=workdir / f.name)
+        obs = observe_engine(tdir, draft, prompts, max_new_tokens=new, lossless=False, workdir=workdir / f.name,
+                             dtype=f.dtype or "float32")
     except (EngineStartError, EngineRunError) as e:
         which = "engine start" if isinstance(e, EngineStartError) else "engine run"
         if not {"engine start", "engine run"} & set(f.checks):  # an engine that did not run judges nothing
@@ -129,11 +149,13 @@ def _one(c, f: VLLMFault, target_dir: Path, draft: Path, prompts, workdir: Path,
         return Verdict("caught", which, e.reason), None
     slots = obs.slot_boundaries.get("slots")
     applied = obs.run.applied.get("aux_layers")
-    if applied == base_ids:
+    if applied == base_ids and not f.runtime:
         return Verdict("noop", detail=f"vLLM applied ids {applied}, as the baseline (slots {slots})"), slots
-    v = judge(f.checks, base, findings(c, obs))
-    return Verdict(v.status, v.check, f"vLLM applied ids {applied} and fed the draft {slots}: {v.detail}",
-                   v.baseline_failures), slots
+    fs = findings(c, obs)
+    v = judge(f.checks, base, fs)
+    failed = sorted({x.check for x in fs if x.status == "fail"})
+    return Verdict(v.status, v.check, f"vLLM applied ids {applied} and fed the draft {slots}: {v.detail} [failed: "
+                                      f"{', '.join(failed)}]", v.baseline_failures), slots
 
 
 def run_vllm_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[list[int]], workdir: Path, *,
@@ -155,7 +177,7 @@ def run_vllm_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[l
     timings["baseline"] = time.perf_counter() - t0
     for f in faults:
         t1 = time.perf_counter()
-        d = fault_draft_dir(vform, shipped, f, workdir / "drafts")
+        d = fault_draft_dir(vform, shipped, f, workdir / "drafts", Path(target_dir))
         verdicts[f.name], slots[f.name] = _one(c, f, Path(target_dir), d, prompts, workdir, max_new_tokens, base,
                                                base_ids)
         shutil.rmtree(workdir / f.name, ignore_errors=True)

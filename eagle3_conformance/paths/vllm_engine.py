@@ -167,7 +167,8 @@ def observation(obs, all_decode: bool = False, vocab: "dict | None" = None) -> O
 
     facts = {"vllm_version": obs.run.vllm_version, "avg_accept_length": obs.acceptance,
              "engine_lossless": obs.lossless, "engine_slot_boundaries": obs.slot_boundaries,
-             "draft_acceptance": draft_acceptance_fact(obs.acceptance, "vLLM's accept counters")}
+             "draft_acceptance": draft_acceptance_fact(obs.acceptance, "vLLM's accept counters"),
+             **getattr(obs, "runtime", {})}
     if vocab is not None:
         facts["draft_vocab"] = vocab
     return Observation(captures=obs.extend + (list(obs.decode) if all_decode else judged_decode(obs.decode)),

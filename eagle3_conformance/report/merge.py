@@ -204,9 +204,11 @@ def _shard_index(shard: Any) -> tuple[int, int]:
         return (1, 0)
 
 
-def merge_docs(docs: list[Report], names: list[str], allow_missing: bool = False) -> Report:
+def merge_docs(docs: list[Report], names: list[str], allow_missing: bool = False, contract: Any = None) -> Report:
     """Merge reports (as loaded by :func:`load_report`) into one, without diagnoses. Missing
-    shards add a ``shards_complete`` finding: status fail, or skip with ``allow_missing``.
+    shards add a ``shards_complete`` finding: status fail, or skip with ``allow_missing``. With
+    ``contract``, the checks across samples run on the merged findings
+    (:func:`eagle3_conformance.scan.across.merged_across_findings`).
 
     Raises:
         MergeError: see :func:`_check_mergeable`.
@@ -232,6 +234,10 @@ def merge_docs(docs: list[Report], names: list[str], allow_missing: bool = False
         n = sizes.pop()
         meta["samples"] = int(n) if n.isdigit() else n
     findings += _shard_coverage(meta, [m.get("shard") for m in metas], allow_missing)
+    if contract is not None and any(str((m.get("shard") or "0/1")).split("/")[-1] != "1" for m in metas):
+        from eagle3_conformance.scan.across import merged_across_findings
+
+        findings += merged_across_findings(contract, findings, meta)
     _sum_parts(meta, metas)
     if any(m.get("threads_per_worker") for m in metas):  # what each part ran with (older parts: none)
         meta["threads_per_part"] = {n: m.get("threads_per_worker") for n, m in zip(names, metas)}
@@ -250,14 +256,16 @@ def merge_reports(out: str | Path, inputs: list[str | Path], allow_missing: bool
     (:func:`eagle3_conformance.report.write_document`, the one renderer). Returns the merged report.
 
     With ``contract`` (the :class:`eagle3_conformance.contract.Contract` the parts were judged against:
-    see :func:`parts_contract`), the merged findings are diagnosed as one run
+    see :func:`parts_contract`), the checks across samples run on the merged findings
+    (:func:`eagle3_conformance.scan.across.merged_across_findings`: a shard of several leaves them out)
+    and the merged findings are diagnosed as one run
     (:func:`eagle3_conformance.diagnose.diagnose`) and the document gains ``diagnoses``.
 
     Raises:
         MergeError: see :func:`load_report` and :func:`merge_docs`; ``out`` is not written.
     """
     docs = [load_report(p) for p in inputs]
-    merged = merge_docs(docs, [str(p) for p in inputs], allow_missing)
+    merged = merge_docs(docs, [str(p) for p in inputs], allow_missing, contract)
     if contract is not None:
         from eagle3_conformance.diagnose import diagnose
 

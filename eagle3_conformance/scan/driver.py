@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from eagle3_conformance.contract import Contract
-from eagle3_conformance.scan.formats import detect_format
-from eagle3_conformance.scan.options import Part, ScanError, ScanOptions
+from eagle3_conformance.scan.across import across_findings
+from eagle3_conformance.scan.formats import SPECULATORS, VLLM_PATH, detect_format
+from eagle3_conformance.scan.options import LOADER_PATH, Part, ScanError, ScanOptions
 from eagle3_conformance.scan.parts import describe, prefill_reference, scan_part
 from eagle3_conformance.scan.ray_tasks import default_cpus_per_worker, torch_threads
 from eagle3_conformance.scan.results import ScanResult, merge_parts, scan_meta
@@ -81,4 +82,7 @@ def scan(c: Contract, data_dir: str | Path, options: Optional[ScanOptions] = Non
             raise ScanError(str(e)) from None
     seconds = time.perf_counter() - t0
     findings = merge_parts(parts)
+    if count == 1:  # a shard of several: merge-reports runs the checks across samples (scan.across)
+        findings += across_findings(c, data_dir, o.data_format, findings,
+                                    VLLM_PATH if o.data_format != SPECULATORS else LOADER_PATH)
     return ScanResult(findings, scan_meta(c, data_dir, parts, findings, seconds, o, prefill))

@@ -368,7 +368,12 @@ def judge(c, sd: ServerDir, reference: Union[Callable[[], Any], str], max_captur
                         f"unattributed{': ' + unattributed[0][1] if unattributed else ''}): nothing judged")
     if not callable(reference):
         raise UsageError(f"reference {reference!r}: give 'engine' or a reference loader")
-    facts = {"sglang_version": version, **acceptance_facts(c, decode)}
+    facts: dict[str, Any] = {"sglang_version": version, **acceptance_facts(c, decode)}
+    from eagle3_conformance.tools.sglang_engine.runtime import draft_runtime, load_runtime
+
+    rt = draft_runtime(load_runtime(sd.path), f"sglang {version} (your server)")
+    if rt is not None:  # the draft's dtype and logits (issue 45 item 2); its checkpoint is not known here
+        facts["draft_runtime"] = rt
     findings += assess(c, Observation(captures=judged, facts=facts), reference, PATH)
     findings += assess(c, Observation(facts={"draft_vocab": draft_vocab_facts(c, sd)}), reference, PATH)
     meta = {"records": str(sd.path), "sglang": version, "pids": sorted(sd.streams), "reference": source,

@@ -18,7 +18,9 @@ observation part    judged by
 ``variants``        one prompt's capture under an engine variation agrees with its plain run
                     row by row (the ``variant`` checks: :func:`eagle3_conformance.checks.check_engine_invariance`)
 ``facts``           one check per named fact of the whole run: the check registered for it
-                    (:func:`eagle3_conformance.checks.registry.fact_checks`)
+                    (:func:`eagle3_conformance.checks.registry.fact_checks`); stored captures also
+                    give the fact ``slot_writers`` (their slot identities across samples,
+                    :func:`eagle3_conformance.checks.writers.writer_findings`)
 ==================  =======================================================================
 """
 
@@ -94,6 +96,10 @@ def assess(c: Contract, obs, reference: Callable[[], Any], path: Optional[str] =
         ref_model = obs.reference if getattr(obs, "reference", None) is not None else reference()
         for cap in obs.captures:
             out += sample_findings(c, cap, ref_model) if obs.stored else capture_findings(c, cap, ref_model)
+        if obs.stored:  # one dataset's samples: one boundary per slot across them (R90, writers that disagree)
+            from eagle3_conformance.checks import writer_findings
+
+            out += writer_findings(c, out, path=obs.captures[0].path)
     for cap in obs.shapes_only:
         out += shape_findings(c, cap)
     if obs.pairs:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
+from eagle3_conformance.checks.writers import writer_findings
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.core.batches import every_sample
 from eagle3_conformance.core.findings import Finding
@@ -59,7 +60,7 @@ def offline_findings(contract: Contract, files: list[Path], reference_dir: Optio
     for i, f in enumerate(files):
         load = vllm_hidden_states.load_capture if Path(f).suffix == vllm_hidden_states.SUFFIX else load_capture
         out += sample_findings(contract, load(f, contract, i), ref_model)
-    return out
+    return out + writer_findings(contract, out)
 
 
 def specforge_findings(contract: Contract, data_dir: Path, reference_dir: Optional[Path] = None,
@@ -82,5 +83,5 @@ def specforge_findings(contract: Contract, data_dir: Path, reference_dir: Option
     for batch in every_sample(n, batch_size):
         for cap in loader.batch(batch):
             out += sample_findings(contract, cap, ref_model)
-    return out, [loader.file(i) for i in range(n)]
+    return out + writer_findings(contract, out), [loader.file(i) for i in range(n)]
 

@@ -1,7 +1,8 @@
-"""Faults of the 2026 field reports R53-R82 (issue 37) that the K1-K14 paths carry: a slot that holds
-no hidden state at all (R66: all-zero states from a hybrid verifier's KV page; a buffer row repeated
-over every token), and boundary ids ending in L read by a +1 engine (R53: every tap one deeper, the
-last, L + 1, never captured)."""
+"""Faults of the 2026 field reports R53-R82 (issue 37) and R84-R106 (issue 45) that the K1-K14 paths carry:
+a slot that holds no hidden state at all (R66: all-zero states from a hybrid verifier's KV page; a buffer
+row repeated over every token), boundary ids ending in L read by a +1 engine (R53: every tap one deeper,
+the last, L + 1, never captured), and a dataset written by two writers that read id L - 1 differently
+(R90: B_L in some samples, F in the others)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,19 @@ torch_env.prepare()
 import torch  # noqa: E402
 
 from eagle3_conformance.faults.example import Knobs  # noqa: E402
-from eagle3_conformance.faults.operators.base import Apply, Operator, aux_indices, both, serving_config, slot_map  # noqa: E402
+from eagle3_conformance.faults.operators.base import (  # noqa: E402
+    Apply,
+    NotApplicable,
+    Operator,
+    aux_indices,
+    both,
+    serving_config,
+    slot_map,
+)
 
 KINDS = {
     "K3": "final layer capture unreachable",
+    "K4": "norm / residual state",
     "K7": "side-path buffer widths",
 }
 """The fault kinds (fault-kinds.md) of this family, as the matrix names them."""
@@ -66,6 +76,27 @@ def _s_final_shifted(scn, c, ex):
     return Knobs(draft_config=serving_config(scn, b[:-1] + [c.L]))
 
 
+def _t_writers_mixed(scn, c, ex):
+    """R90: every other sample written by a writer that stores F for output-of id L - 1 (an HF offline
+    writer, verl's old-logprob writer), the others by SGLang's online capture, which stores B_L."""
+    import itertools
+
+    if aux_indices(c)[-1] != c.L:
+        return None
+    j, n = len(c.aux) - 1, itertools.count()
+
+    def tf(scn_, r, hs):
+        if next(n) % 2 == 0:
+            return hs
+        hs = hs.clone()
+        hs[:, j] = r.boundary("F").to(hs.dtype)
+        return hs
+
+    return Knobs(hs_transform=tf)
+
+
+_SERVED_BY_ONE = NotApplicable("a training-data fault: one engine captures every request with one rule")
+
 OPERATORS: list[Operator] = [
     Operator("slot-all-zero", "K7", "the deepest aux slot written as zeros: the capture read an empty KV page "
              "(R66, vllm#46301: hybrid verifier, block size 528 vs 22)", ("slot_degenerate",), {
@@ -87,4 +118,12 @@ OPERATORS: list[Operator] = [
                            "data files", _t_final_shifted),
         **both("draft config holds boundary ids ending in L; llama.py adds 1 and never reaches L + 1",
                 "engine knob (draft config)", _s_final_shifted)}, scenario="final+base"),
+    Operator("writers-mixed", "K4", "a dataset written by two writers that read output-of id L - 1 differently: "
+             "B_L (SGLang's online capture) in half the samples, F (an HF offline writer, verl's old-logprob writer) "
+             "in the others (R90, verl-SpeCo#20/#21)", ("writer_consistency",), {
+        "training": Apply("contract aux ends with B_L; every other sample's B_L slot written as F", "data files",
+                          _t_writers_mixed),
+        "specforge": Apply("contract aux ends with B_L; every other sample's B_L slot written as F", "data files",
+                           _t_writers_mixed),
+        "sglang-extend": _SERVED_BY_ONE, "sglang-decode": _SERVED_BY_ONE}, scenario="final+base"),
 ]

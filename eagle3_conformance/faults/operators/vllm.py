@@ -129,5 +129,6 @@ COLUMN: dict[str, Union[Apply, NotApplicable, SameKnob]] = {
         "engine meeting a boundary-id list; the same list one deeper given to vLLM is ids-shifted (K2)"),
     "slot-row-repeated": SameKnob("deepest aux slot handed over as its first row repeated over every token",
                                   "in memory (after the engine)"),
+    "writers-mixed": NotApplicable("a training-data fault (R90): one engine captures every request with one rule"),
 }
 """Operator name -> how it applies on ``vllm-extend`` (or why not, or :class:`SameKnob`)."""

@@ -150,7 +150,7 @@ def _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw, 
         run.timings["reference_greedy_s"] = time.perf_counter() - t0
     else:
         lossless = {"skip": f"{dtype}: not a losslessness oracle (near-tie flips); float32 only"}
-    extra = {}
+    extra = runtime_facts(run, draft_dir, device)
     if device == "cuda":
         gkw = dict(kw, workdir=Path(kw["workdir"]) / "graphed") if kw.get("workdir") else kw
         graphed = run_engine(target_dir, draft_dir, prompts, device=device, dtype=dtype,
@@ -159,3 +159,15 @@ def _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw, 
                                      "graphed": accept_figures(graphed.outputs)["spec_accept_length"],
                                      "noise": GRAPH_ACCEPT_NOISE}
     return EngineObservation(run, extend, decode, acc, lossless, extra, eref)
+
+
+def runtime_facts(run: EngineRun, draft_dir, device: str) -> dict[str, Any]:
+    """The draft's runtime facts of one observed run (:mod:`.runtime`): ``draft_runtime`` (its dtype, its
+    logits' finiteness) and ``draft_quantization`` (the checkpoint's declaration against what SGLang
+    built); left out when the run recorded no draft forward."""
+    from eagle3_conformance.tools.sglang_engine.runtime import draft_quantization, draft_runtime, load_runtime
+
+    recs = load_runtime(run.records_dir)
+    engine = f"sglang {run.sglang_version} ({device})"
+    out = {"draft_runtime": draft_runtime(recs, engine), "draft_quantization": draft_quantization(recs, draft_dir, engine)}
+    return {k: v for k, v in out.items() if v is not None}

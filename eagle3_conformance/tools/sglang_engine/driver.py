@@ -46,6 +46,7 @@ def engine_kwargs(spec: dict) -> dict:
     if spec.get("forward_hooks"):
         kw["forward_hooks"] = spec["forward_hooks"]
     kw.update(spec.get("engine_extra") or {})
+    kw.update(spec.get("server_args") or {})  # more ServerArgs fields, as given (e.g. disable_prefill_cuda_graph)
     return kw
 
 

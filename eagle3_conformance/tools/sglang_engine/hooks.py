@@ -54,6 +54,8 @@ from typing import Any, Optional
 
 FACTORY = "eagle3_conformance.tools.sglang_engine.hooks:draft_input_recorder"
 BOUNDARY_FACTORY = "eagle3_conformance.tools.sglang_engine.hooks:boundary_recorder"
+LOGITS_FACTORY = "eagle3_conformance.tools.sglang_engine.hooks:logits_recorder"
+RUNTIME_DIR = "runtime"
 TARGET_MODULES = ["model", "model.fc"]
 REF_FORMAT = 1
 REF_MODES = ("EXTEND", "TARGET_VERIFY")
@@ -74,8 +76,15 @@ def spec(out_dir: str | Path, reference: Optional[dict[str, Any]] = None) -> dic
             "config": cfg}
 
 
+def logits_spec(out_dir: str | Path) -> dict[str, Any]:
+    """The ``forward_hooks`` entry recording each forward's logits summary (:func:`logits_recorder`)."""
+    return {"name": "eagle3-conformance-logits", "target_modules": ["logits_processor"],
+            "hook_factory": LOGITS_FACTORY, "config": {"out_dir": str(out_dir)}}
+
+
 def specs(out_dir: str | Path, reference: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
-    """Every ``forward_hooks`` entry: :func:`spec`, plus one per recorded boundary (module docstring).
+    """Every ``forward_hooks`` entry: :func:`spec`, one per recorded boundary (module docstring), and
+    :func:`logits_spec` last.
 
     Args:
         reference: None (no boundaries), or ``{"boundaries": [...], "max_rows": int|None,
@@ -88,14 +97,71 @@ def specs(out_dir: str | Path, reference: Optional[dict[str, Any]] = None) -> li
         for mod, b in target_modules(list(reference["boundaries"]), reference.get("prefix", "model")).items():
             out.append({"name": f"eagle3-conformance-{b}", "target_modules": [mod], "hook_factory": BOUNDARY_FACTORY,
                         "config": {"out_dir": str(out_dir), "boundary": b}})
-    return out
+    return out + [logits_spec(out_dir)]
 
 
 def _state(out_dir: str) -> dict[str, Any]:
     st = _STATE.get(out_dir)
     if st is None:
-        st = _STATE[out_dir] = {"pending": {}, "errors": [], "bytes": 0, "rank": None}
+        st = _STATE[out_dir] = {"pending": {}, "errors": [], "bytes": 0, "rank": None, "last": None,
+                                "draft_model": False}
     return st
+
+
+def _runtime_record(out_dir: str, rec: dict[str, Any]) -> None:
+    """One small record of the draft's runtime under ``out_dir/runtime/`` (:mod:`.runtime` reads them)."""
+    import torch
+
+    d = Path(out_dir) / RUNTIME_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    torch.save(rec, d / f"{os.getpid()}-{next(_COUNTER):06d}.pt")
+
+
+def draft_model_record(module) -> dict[str, Any]:
+    """What the engine built for the draft (``module``: the draft's ``model``, the one holding ``fc``):
+    ``dtype`` (its fc weight's dtype: the dtype the draft runs in) and ``layers`` {module name:
+    {"method": the class of its ``quant_method``, "module": its class, "weight_dtype": its weight's dtype}} for every
+    submodule SGLang gave a ``quant_method`` (``layers/linear.py``: ``UnquantizedLinearMethod``,
+    ``Fp8LinearMethod``, ...)."""
+    layers = {}
+    for name, sub in module.named_modules():
+        qm = getattr(sub, "quant_method", None)
+        if qm is None:
+            continue
+        w = getattr(sub, "weight", None)
+        layers[name] = {"method": type(qm).__name__, "module": type(sub).__name__,
+                        "weight_dtype": str(getattr(w, "dtype", None))}
+    return {"kind": "draft_model", "dtype": str(module.fc.weight.dtype), "layers": layers}
+
+
+def logits_recorder(config: dict):
+    """``forward_hooks`` factory for every model's ``logits_processor``: per forward one record
+    ``{"kind": "logits", "role" (the role of the ``model`` forward just before, "draft" or "target"),
+    "mode", "rows", "nonfinite_rows", "dtype", "argmax" (the first 8 non-finite rows' argmax ids)}``;
+    written on the recording rank only when a reference is recorded, as the draft-input records are."""
+    out_dir = str(config["out_dir"])
+    st = _state(out_dir)
+
+    def hook(module, args, output):
+        import torch
+
+        try:
+            last = st.get("last") or {}
+            logits = getattr(output, "next_token_logits", None)
+            if logits is None or not last:
+                return None
+            x = logits.detach()
+            bad = ~torch.isfinite(x).all(dim=-1)
+            n_bad = int(bad.sum())
+            _runtime_record(out_dir, {
+                "kind": "logits", "role": last.get("role"), "mode": last.get("mode"), "rows": int(x.shape[0]),
+                "nonfinite_rows": n_bad, "dtype": str(x.dtype),
+                "argmax": x[bad][:8].float().argmax(dim=-1).tolist() if n_bad else []})
+        except Exception as e:  # noqa: BLE001 - a hook must never stop the engine
+            st["errors"].append(f"logits: {type(e).__name__}: {e}")
+        return None
+
+    return hook
 
 
 def _rank(st: dict) -> dict:
@@ -213,10 +279,15 @@ def draft_input_recorder(config: dict):
         boundaries, errors = dict(st["pending"]), list(st["errors"])
         st["pending"].clear()  # this forward's boundaries (the draft's own: dropped)
         st["errors"].clear()
+        if ref_cfg is not None and not _rank(st)["records"]:
+            st["last"] = None
+            return None  # one rank writes (module docstring)
+        st["last"] = {"role": "draft" if draft else "target", "mode": mode}  # for the logits hook
+        if draft and not st["draft_model"]:
+            st["draft_model"] = True
+            _runtime_record(str(out), draft_model_record(module))
         if fb is None or mode not in RECORD_MODES or (not draft and mode == "DECODE"):
             return None
-        if ref_cfg is not None and not _rank(st)["records"]:
-            return None  # one rank writes (module docstring)
         rec = dict(role="draft" if draft else "target", mode=mode, input_ids=_cpu(args[0]).long(),
                    positions=_cpu(args[1]).long(), req_pool_indices=_cpu(fb.req_pool_indices),
                    seq_lens=_cpu(fb.seq_lens), extend_seq_lens=_cpu(getattr(fb, "extend_seq_lens", None)),

@@ -32,6 +32,8 @@ class EngineObservation:
     acceptance: dict[str, Any]
     lossless: dict[str, Any]
     slot_boundaries: dict[str, Any] = field(default_factory=dict)
+    runtime: dict[str, Any] = field(default_factory=dict)
+    """The draft's runtime facts (:func:`runtime_facts`): ``draft_runtime``, ``draft_quantization``."""
 
 
 def observe_engine(target_dir, draft_dir, prompts: list[list[int]], *, dtype: str = "float32",
@@ -96,4 +98,23 @@ def _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, loss
     else:
         ref = {"skip": f"{dtype}: not a losslessness oracle (near-tie flips); float32 only" if lossless
                else "not compared in this run"}
-    return EngineObservation(run, extend, decode, accept_figures(run.outputs, run.metrics), ref, slots)
+    return EngineObservation(run, extend, decode, accept_figures(run.outputs, run.metrics), ref, slots,
+                             runtime_facts(run, draft_dir, device))
+
+
+def runtime_facts(run: EngineRun, draft_dir, device: str) -> dict[str, Any]:
+    """The draft's runtime facts of one run (issue 45 item 2): what vLLM built for the drafter
+    (``run.applied["draft_model"]``, :func:`.hooks.draft_model`) and its logits summaries
+    (``records/runtime.json``, :func:`.hooks.collect`); the same facts as SGLang's
+    (:mod:`eagle3_conformance.tools.shared.draft_runtime`). Left out when not recorded."""
+    import json
+
+    from eagle3_conformance.tools.shared.draft_runtime import quantization_fact, runtime_fact
+    from eagle3_conformance.tools.vllm_engine.hooks import RUNTIME_FILE
+
+    model = run.applied.get("draft_model")
+    f = Path(run.records_dir) / RUNTIME_FILE if run.records_dir else None
+    logits = json.loads(f.read_text()) if f is not None and f.is_file() else []
+    engine = f"vLLM {run.vllm_version} ({device})"
+    out = {"draft_runtime": runtime_fact(model, logits, engine), "draft_quantization": quantization_fact(model, draft_dir, engine)}
+    return {k: v for k, v in out.items() if v is not None}

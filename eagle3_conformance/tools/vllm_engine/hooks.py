@@ -22,7 +22,8 @@ Modules hooked (vLLM 0.32.0 CPU build and the GPU build share them: ``CPUModelRu
   pre-hook on the draft model the ``input_ids`` / ``positions`` of each draft forward.
 
 Records are dicts of CPU tensors, one per forward, in call order; :func:`collect` saves them as
-``NNNNNN.pt`` (``torch.save``; read back with ``weights_only=True``).
+``NNNNNN.pt`` (``torch.save``; read back with ``weights_only=True``) and the logits summaries as
+``runtime.json``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-_STATE: dict[str, Any] = {"records": [], "handles": []}
+_STATE: dict[str, Any] = {"records": [], "handles": [], "logits": []}
+RUNTIME_FILE = "runtime.json"
 
 
 def _arg(args, kwargs, i: int, name: str):
@@ -74,6 +76,34 @@ def _draft_pre(module, args, kwargs):
                               "positions": pos.detach().cpu().clone()})
 
 
+def _logits_hook(module, args, output):
+    """The drafter's ``logits_processor`` output: rows, non-finite rows, the first non-finite rows' argmax
+    (issue 45 item 2, R89)."""
+    import torch
+
+    x = output.detach() if torch.is_tensor(output) else None
+    if x is None:
+        return
+    bad = ~torch.isfinite(x).all(dim=-1)
+    n_bad = int(bad.sum())
+    _STATE["logits"].append({"kind": "logits", "role": "draft", "mode": "propose", "rows": int(x.shape[0]),
+                             "nonfinite_rows": n_bad, "dtype": str(x.dtype),
+                             "argmax": x[bad][:8].float().argmax(dim=-1).tolist() if n_bad else []})
+
+
+def draft_model(drafter) -> dict:
+    """What vLLM built for the drafter: its ``fc`` weight's dtype (the dtype the draft runs in) and, per
+    submodule with a ``quant_method``, that method's class, the module's class and the weight's dtype
+    (the same record as SGLang's, :func:`eagle3_conformance.tools.sglang_engine.hooks.draft_model_record`)."""
+    layers = {}
+    for name, sub in drafter.model.named_modules():
+        qm = getattr(sub, "quant_method", None)
+        if qm is not None:
+            layers[name] = {"method": type(qm).__name__, "module": type(sub).__name__,
+                            "weight_dtype": str(getattr(getattr(sub, "weight", None), "dtype", None))}
+    return {"kind": "draft_model", "dtype": str(drafter.model.fc.weight.dtype), "layers": layers}
+
+
 def install(worker, residual: bool = True) -> dict:
     """Register the hooks in this worker; returns what the engine applied: ``aux_layers`` (the ids
     the target captures, ``model.model.aux_hidden_state_layers``: layer k's input = B_k),
@@ -103,10 +133,15 @@ def install(worker, residual: bool = True) -> dict:
     if norm is not None:
         h.append(norm.register_forward_pre_hook(_norm_pre))
     h.append(drafter.register_forward_pre_hook(_draft_pre, with_kwargs=True))
+    _STATE["logits"].clear()
+    lp = getattr(drafter, "logits_processor", None)
+    if lp is not None:
+        h.append(lp.register_forward_hook(_logits_hook))
     return {"aux_layers": [int(i) for i in getattr(target, "aux_hidden_state_layers", ())],
             "num_layers": len(target.layers), "drafter": type(drafter).__name__,
             "fc_in": int(getattr(fc, "input_size", 0)), "fc_out": int(getattr(fc, "output_size", 0)),
-            "norm_before_fc": norm is not None}
+            "norm_before_fc": norm is not None, "draft_model": draft_model(drafter),
+            "logits_hooked": lp is not None}
 
 
 def collect(worker, out_dir: str) -> int:
@@ -123,4 +158,8 @@ def collect(worker, out_dir: str) -> int:
         torch.save(rec, out / f"{i:06d}.pt")
     n = len(recs)
     recs.clear()
+    import json
+
+    (out / RUNTIME_FILE).write_text(json.dumps(_STATE["logits"]))
+    _STATE["logits"].clear()
     return n
