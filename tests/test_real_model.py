@@ -214,8 +214,8 @@ def test_a_missing_wheel_or_file_is_a_clear_fixture_error(monkeypatch, tmp_path,
 def test_a_missing_wheel_surfaces_through_the_contract_runner(monkeypatch, tmp_path):
     """A contract whose fixture cannot be built is a PairUnavailable naming the reason."""
     from eagle3_conformance.contract import load_contract
-    from eagle3_conformance.suite.pairs import PairUnavailable, resolve_pair
     from eagle3_conformance.environment import fixture_specs
+    from eagle3_conformance.suite.pairs import PairUnavailable, resolve_pair
     from eagle3_conformance.testbed import fixtures
     from eagle3_conformance.testbed.model_cache import CACHE_ENV
 

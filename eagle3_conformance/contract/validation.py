@@ -222,8 +222,8 @@ def fixture_problems(c: Contract) -> list[tuple[KeyPath, str]]:
     is no problem: ``validate`` prints :func:`~eagle3_conformance.environment.shipped.checkout_fixture_note`."""
     if not c.fixture:
         return []
-    from eagle3_conformance.environment.shipped import checkout_fixture_note
     from eagle3_conformance.environment.fixture_specs import FixtureError, fixture_spec, known_fixtures
+    from eagle3_conformance.environment.shipped import checkout_fixture_note
 
     if checkout_fixture_note(c.fixture):  # installed package: a checkout fixture, not a misspelling
         return []

@@ -38,7 +38,10 @@ import pytest
 
 from eagle3_conformance import paths as registered_paths
 from eagle3_conformance.suite.fixtures import (  # noqa: F401  (registered as this plugin's fixtures)
-    conformance_contracts, conformance_reference, conformance_training_captures)
+    conformance_contracts,
+    conformance_reference,
+    conformance_training_captures,
+)
 from eagle3_conformance.suite.profiles import PROFILES
 
 PATHS = registered_paths.names()

@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from eagle3_conformance.environment.torch_env import DTYPE_NAMES
 from eagle3_conformance.environment.cache import CACHE_ENV, model_cache_root  # noqa: F401  (re-exported)
+from eagle3_conformance.environment.torch_env import DTYPE_NAMES
 from eagle3_conformance.testbed.fixture_base import FixtureError, build_once
 
 CONVERTER_VERSION = "1"
