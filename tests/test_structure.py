@@ -1,7 +1,8 @@
 """The shape of the package (issue #11; /ARCHITECTURE.md "rules of the house"), read from the
 code's own imports with ``ast``: imports point down and never cycle, nothing below the command
 line imports it, paths are independent and never judge, checks never import a path, every path
-module is in the registry, and a new path needs nothing but its module and one registry line.
+module is in the registry, a new path needs nothing but its module and one registry line, and
+nothing that judges imports the project's self-test (tests/layers.py ``SELF_TEST``).
 
 Imports are every ``import`` / ``from ... import`` at any depth (function-level imports are real
 dependencies too), except those under ``if TYPE_CHECKING:``.
