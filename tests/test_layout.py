@@ -57,3 +57,35 @@ def test_a_low_module_does_not_import_its_package_s_layer():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_names_moved_below_the_test_bed_keep_their_import_paths():
+    """The fixture lookup and the model cache's root moved to ``environment/`` (issue 43 item 5); the
+    test bed's modules re-export the same objects, so every old import keeps working."""
+    from eagle3_conformance.environment import cache, fixture_specs
+    from eagle3_conformance.testbed import fixture_base, fixtures, model_cache
+
+    for name in ("REPO_ROOT", "FIXTURES_DIR", "FixtureError", "fixture_spec", "known_fixtures"):
+        assert getattr(fixture_base, name) is getattr(fixture_specs, name), name
+    assert fixtures.FixtureError is fixture_specs.FixtureError and fixtures.fixture_spec is fixture_specs.fixture_spec
+    assert (model_cache.model_cache_root, model_cache.CACHE_ENV) == (cache.model_cache_root, cache.CACHE_ENV)
+
+
+def test_judging_runs_without_the_self_test():
+    """What tests/test_structure.py reads from the source holds at run time: importing every judging
+    package and running the two calls that used to import the test bed (the contract's fixture check,
+    on a known and a misspelled fixture, and the reference's cache folder) loads no self-test module."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from layers import JUDGING_LAYERS, SELF_TEST
+
+    code = (f"import importlib, sys\nfor m in {list(JUDGING_LAYERS)!r}: importlib.import_module(m)\n"
+            "from eagle3_conformance.contract import load_contract\n"
+            "from eagle3_conformance.contract.validation import fixture_problems\n"
+            "from eagle3_conformance.reference.model import default_cache_dir\n"
+            "c = load_contract('contracts/tiny-llama.yaml')\n"
+            "print(fixture_problems(c), len(fixture_problems(c.model_copy(update={'fixture': 'tiny-lama'}))))\n"
+            "print(default_cache_dir().name)\n"
+            f"print(sorted(m for m in sys.modules if any(m == p or m.startswith(p + '.') for p in {list(SELF_TEST)!r})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-3:] == ["[] 1", "reference", "[]"]

@@ -214,8 +214,9 @@ def test_a_missing_wheel_or_file_is_a_clear_fixture_error(monkeypatch, tmp_path,
 def test_a_missing_wheel_surfaces_through_the_contract_runner(monkeypatch, tmp_path):
     """A contract whose fixture cannot be built is a PairUnavailable naming the reason."""
     from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.environment import fixture_specs
     from eagle3_conformance.suite.pairs import PairUnavailable, resolve_pair
-    from eagle3_conformance.testbed import fixture_base, fixtures
+    from eagle3_conformance.testbed import fixtures
     from eagle3_conformance.testbed.model_cache import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
@@ -225,7 +226,7 @@ def test_a_missing_wheel_surfaces_through_the_contract_runner(monkeypatch, tmp_p
     spec["model"]["parts"][0]["distribution"] = "no-such-model-wheel"
     (d / "fixture.json").write_text(json.dumps(spec))
     monkeypatch.setattr(fixtures, "FIXTURES_DIR", tmp_path / "fx")
-    monkeypatch.setattr(fixture_base, "FIXTURES_DIR", tmp_path / "fx")
+    monkeypatch.setattr(fixture_specs, "FIXTURES_DIR", tmp_path / "fx")  # where fixture_spec looks
     c = load_contract(REPO / "contracts" / "smollm2-135m.yaml").model_copy(update={"fixture": "broken-real"})
     with pytest.raises(PairUnavailable, match="cannot be built.*no-such-model-wheel.*not installed"):
         resolve_pair(c)

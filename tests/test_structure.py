@@ -1,7 +1,8 @@
 """The shape of the package (issue #11; /ARCHITECTURE.md "rules of the house"), read from the
 code's own imports with ``ast``: imports point down and never cycle, nothing below the command
 line imports it, paths are independent and never judge, checks never import a path, every path
-module is in the registry, and a new path needs nothing but its module and one registry line.
+module is in the registry, a new path needs nothing but its module and one registry line, and
+nothing that judges imports the project's self-test (tests/layers.py ``SELF_TEST``).
 
 Imports are every ``import`` / ``from ... import`` at any depth (function-level imports are real
 dependencies too), except those under ``if TYPE_CHECKING:``.
@@ -51,9 +52,15 @@ def imports_of(name: str, typing: bool = False) -> frozenset[str]:
     """The package's modules that module ``name`` imports (at any depth; under TYPE_CHECKING too
     when ``typing``)."""
     f = modules()[name]
-    tree = ast.parse(f.read_text(encoding="utf-8"))
+    return imports_in(name, f.read_text(encoding="utf-8"), f.name == "__init__.py", typing)
+
+
+def imports_in(name: str, source: str, is_package: bool = False, typing: bool = False) -> frozenset[str]:
+    """:func:`imports_of` for module ``name`` holding ``source`` (a package's ``__init__`` when
+    ``is_package``): relative imports resolved from ``name``, every depth, function bodies too."""
+    tree = ast.parse(source)
     skip = set() if typing else _type_checking_blocks(tree)
-    pkg = name if f.name == "__init__.py" else name.rpartition(".")[0]
+    pkg = name if is_package else name.rpartition(".")[0]
     out = set()
     for n in ast.walk(tree):
         if id(n) in skip:
@@ -163,6 +170,89 @@ def test_the_layer_rule_sees_an_upward_import():
                              "eagle3_conformance.contract.validation": frozenset({"eagle3_conformance.testbed.trained_draft"}),
                              "eagle3_conformance.checks.shape": frozenset({"eagle3_conformance.core.findings"})})
     assert set(bad) == {"eagle3_conformance.reference (reference)", "eagle3_conformance.contract.validation (contract)"}
+
+
+# --- the self-test wall (issue 43 item 5; docs/architecture.md "The self-test wall") ----------------
+
+def _self_test_reached(graph: dict[str, frozenset[str]], transitive: bool) -> dict[str, list[str]]:
+    """judging module -> the self-test modules (tests/layers.py ``SELF_TEST``) it imports, directly or,
+    when ``transitive``, through any chain of the package's modules (``graph`` gives each module's
+    imports; a module missing from it imports nothing)."""
+    from layers import JUDGING_LAYERS, SELF_TEST
+
+    out = {}
+    for m in graph:
+        if not any(_under(m, j) for j in JUDGING_LAYERS):
+            continue
+        seen, todo = set(), list(graph[m])
+        while todo:
+            i = todo.pop()
+            if i not in seen:
+                seen.add(i)
+                todo += list(graph.get(i, ())) if transitive else []
+        bad = sorted(i for i in seen if any(_under(i, t) for t in SELF_TEST))
+        if bad:
+            out[m] = bad
+    return out
+
+
+def test_judging_never_imports_the_self_test():
+    """contract, core, checks, diagnose, report, reference, scan and engine_ids import neither the test
+    bed, nor fault injection, nor a CPU stand-in: not directly (imports inside functions and under
+    TYPE_CHECKING count), and not through another module (a verdict never depends on them)."""
+    graph = {m: imports_of(m, typing=True) for m in modules()}
+    assert _self_test_reached(graph, transitive=False) == {}
+    assert _self_test_reached(graph, transitive=True) == {}
+
+
+_WALL_BREAKER = """
+from __future__ import annotations
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from eagle3_conformance.tools.sglang_cpu.harness import SGLangCPUHarness
+
+
+def fixture_problems(c):
+    from ..testbed.fixture_base import fixture_spec  # lazy and relative: still an import
+    import eagle3_conformance.faults.matrix
+    from eagle3_conformance.tools.vllm_cpu import ids  # vLLM's own readers: not the self-test
+    return fixture_spec(c.fixture)
+"""
+
+
+def test_the_wall_sees_an_injected_import():
+    """The rule fails on a judging module that imports the self-test the ways code does (a lazy
+    relative import, a plain import, a TYPE_CHECKING import), passes vLLM's own id readers, and sees
+    an import that reaches the test bed through a module of another layer."""
+    name = "eagle3_conformance.contract.validation"
+    injected = imports_in(name, _WALL_BREAKER, typing=True)
+    graph = {m: imports_of(m, typing=True) for m in modules()} | {name: injected}
+    assert _self_test_reached(graph, transitive=False) == {name: [
+        "eagle3_conformance.faults.matrix", "eagle3_conformance.testbed.fixture_base",
+        "eagle3_conformance.tools.sglang_cpu.harness"]}
+    chain = {"eagle3_conformance.scan.sources": frozenset({"eagle3_conformance.suite.pairs"}),
+             "eagle3_conformance.suite.pairs": frozenset({"eagle3_conformance.testbed.fixtures"})}
+    assert _self_test_reached(chain, transitive=False) == {}
+    assert _self_test_reached(chain, transitive=True) == {"eagle3_conformance.scan.sources": [
+        "eagle3_conformance.testbed.fixtures"]}
+
+
+def test_the_self_test_says_it_is_internal():
+    """Every self-test prefix names modules of the package, and each says "Internal:" first: the
+    package's ``__init__`` docstring, or each module's where the prefix is not a module."""
+    from layers import SELF_TEST
+
+    unmarked, empty = [], []
+    for p in SELF_TEST:
+        mods = [p] if p in modules() else [m for m in modules() if _under(m, p)]
+        if not mods:
+            empty.append(p)
+        for m in mods:
+            doc = ast.get_docstring(ast.parse(modules()[m].read_text(encoding="utf-8"))) or ""
+            if not doc.startswith("Internal:"):
+                unmarked.append(m)
+    assert (empty, unmarked) == ([], [])
 
 
 def test_nothing_outside_the_cli_imports_it():

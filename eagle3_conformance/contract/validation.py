@@ -218,7 +218,7 @@ def _gate_vocab_position_problems(c: Contract) -> list[tuple[KeyPath, str]]:
 def fixture_problems(c: Contract) -> list[tuple[KeyPath, str]]:
     """``fixture`` names a fixture :func:`eagle3_conformance.testbed.fixtures.build_fixture` can find: a folder of
     ``fixtures/`` holding ``fixture.json``, or a folder path holding one (resolved as
-    :func:`eagle3_conformance.testbed.fixture_base.fixture_spec` resolves it), whose ``fixture.json`` is JSON.
+    :func:`eagle3_conformance.environment.fixture_specs.fixture_spec` resolves it), whose ``fixture.json`` is JSON.
     Returns (key path, message) pairs naming the known fixtures; empty when it resolves or is unset.
 
     Not part of :func:`semantic_problems` (it reads the file system); ``eagle3-conformance validate``
@@ -227,8 +227,8 @@ def fixture_problems(c: Contract) -> list[tuple[KeyPath, str]]:
     is no problem: ``validate`` prints :func:`~eagle3_conformance.environment.shipped.checkout_fixture_note`."""
     if not c.fixture:
         return []
+    from eagle3_conformance.environment.fixture_specs import FixtureError, fixture_spec, known_fixtures
     from eagle3_conformance.environment.shipped import checkout_fixture_note
-    from eagle3_conformance.testbed.fixture_base import FixtureError, fixture_spec, known_fixtures
 
     if checkout_fixture_note(c.fixture):  # installed package: a checkout fixture, not a misspelling
         return []

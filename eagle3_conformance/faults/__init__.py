@@ -1,4 +1,6 @@
-"""Fault operators and the kill matrix: every fault-kinds.md kind (K1-K14), injected on every path.
+"""Internal: the project's fault injection, no stable API (docs/architecture.md, "The self-test wall").
+
+Fault operators and the kill matrix: every fault-kinds.md kind (K1-K14), injected on every path.
 
 An operator (:mod:`eagle3_conformance.faults.operators`, one module per fault family) turns a good
 input (training data, engine wiring, draft config, or a capture after the engine) into the

@@ -166,8 +166,8 @@ def weight_index(model_dir: str | Path) -> dict[str, dict[str, str]]:
 
 
 def default_cache_dir() -> Path:
-    """``<model cache root>/reference`` (:func:`eagle3_conformance.testbed.model_cache.model_cache_root`)."""
-    from eagle3_conformance.testbed.model_cache import model_cache_root
+    """``<model cache root>/reference`` (:func:`eagle3_conformance.environment.cache.model_cache_root`)."""
+    from eagle3_conformance.environment.cache import model_cache_root
 
     return model_cache_root() / "reference"
 

@@ -4,7 +4,7 @@ and which boundaries.
 ``pip download <dist>==<version> --no-deps`` of the wheel (the package index pip is configured
 for), its sha256 recorded, then only the files of :data:`FILES` extracted (a few MB, no
 environment, nothing installed), the wheel deleted. The cache is
-``<model cache root>/engine-code/<dist>-<version>/`` (:func:`eagle3_conformance.testbed.model_cache.model_cache_root`,
+``<model cache root>/engine-code/<dist>-<version>/`` (:func:`eagle3_conformance.environment.cache.model_cache_root`,
 outside the repository) with ``manifest.json`` (wheel name, wheel sha256, sha256 of every
 extracted file); a later call reuses it after checking the files against the manifest. The
 directory is built under a temporary name and renamed into place, so a concurrent fetch never
@@ -85,7 +85,7 @@ class Fetched:
 
 
 def cache_root() -> Path:
-    from eagle3_conformance.testbed.model_cache import model_cache_root
+    from eagle3_conformance.environment.cache import model_cache_root
 
     return model_cache_root() / CACHE_DIR
 

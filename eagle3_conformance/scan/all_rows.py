@@ -164,7 +164,7 @@ def _reduce(st: PassState, s: _Stored, last: bool) -> torch.Tensor:
 def _judge(st: PassState, cap: Capture, reduced: Capture, s: _Stored, last: bool) -> list[Finding]:
     """The registry's capture checks that run on stored data, each on the view it declares."""
     from eagle3_conformance.checks import dataset as datacheck
-    from eagle3_conformance.suite.pairs import torch_dtype
+    from eagle3_conformance.environment.torch_env import torch_dtype
 
     c = st.c
     planes_are_slots = s.hs.shape[2] == c.draft.target_hidden_size

@@ -76,7 +76,7 @@ class _SpeculatorsSource:
 
     def captures(self, c: Contract, batch: list[int]) -> list[Capture]:
         if self._loader is None:
-            from eagle3_conformance.suite.pairs import torch_dtype
+            from eagle3_conformance.environment.torch_env import torch_dtype
             from eagle3_conformance.tools.speculators_loader import TrainingLoader
 
             self._loader = TrainingLoader(self.data, c.draft.target_hidden_size, c.num_slots,

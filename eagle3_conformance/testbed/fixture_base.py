@@ -1,6 +1,8 @@
-"""What every fixture kind shares: where fixtures live, the spec reader, the built result, the
-error type, the draft config writer, and :func:`build_once` (every cached build of the package:
-fixtures, converted models, the trained draft, SpecForge data). Imported by the seeded builder (:mod:`eagle3_conformance.testbed.fixtures`)
+"""What every fixture kind shares: the built result, the draft config writer, and :func:`build_once`
+(every cached build of the package: fixtures, converted models, the trained draft, SpecForge data).
+Where fixtures live, the spec reader and the error type are
+:mod:`eagle3_conformance.environment.fixture_specs` (the contract reads them there, below the test
+bed), re-exported here. Imported by the seeded builder (:mod:`eagle3_conformance.testbed.fixtures`)
 and the real-model builder (:mod:`eagle3_conformance.testbed.fixtures_real`), which never import each other's
 internals."""
 
@@ -13,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-FIXTURES_DIR = REPO_ROOT / "fixtures"
-
-
-class FixtureError(Exception):
-    """A fixture folder is missing or malformed."""
+from eagle3_conformance.environment.fixture_specs import (  # noqa: F401  (re-exported: their old import path)
+    FIXTURES_DIR,
+    REPO_ROOT,
+    FixtureError,
+    fixture_spec,
+    known_fixtures,
+)
 
 
 def build_once(root: Path, build: Callable[[Path], None], marker: str = "DONE") -> Path:
@@ -59,29 +62,6 @@ class BuiltFixture:
     draft_dir: Path
     data_dir: Path
     spec: dict[str, Any]
-
-
-def known_fixtures() -> list[str]:
-    """Names of the fixtures under :data:`FIXTURES_DIR` (folders holding ``fixture.json``; build
-    output ``_build`` and hidden folders excluded), sorted."""
-    if not FIXTURES_DIR.is_dir():
-        return []
-    return sorted(p.name for p in FIXTURES_DIR.iterdir()
-                  if p.is_dir() and not p.name.startswith(("_", ".")) and (p / "fixture.json").is_file())
-
-
-def fixture_spec(name_or_dir: str | Path) -> tuple[str, dict[str, Any]]:
-    p = Path(name_or_dir)
-    if not p.is_dir():
-        p = FIXTURES_DIR / str(name_or_dir)
-    f = p / "fixture.json"
-    if not f.is_file():
-        raise FixtureError(f"{f}: no such fixture (expected a folder under {FIXTURES_DIR})")
-    try:
-        return p.name, json.loads(f.read_text())
-    except json.JSONDecodeError as e:
-        raise FixtureError(f"{f}:{e.lineno}:{e.colno}: {e.msg}") from None
-
 
 
 def write_draft(spec: dict[str, Any], out: Path, target_dir: Path | None = None) -> None:

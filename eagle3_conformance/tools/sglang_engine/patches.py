@@ -1,4 +1,6 @@
-"""The patches config B needs in SGLang 0.5.23 (docs/REFERENCE.md section 4.1, configuration B): two for
+"""Internal: a CPU stand-in, no stable API (docs/architecture.md, "The self-test wall").
+
+The patches config B needs in SGLang 0.5.23 (docs/REFERENCE.md section 4.1, configuration B): two for
 EAGLE on torch_native, one for MLA targets (DeepSeek-V2/V3, Kimi-K2.5), one for the MLA EAGLE-3 draft.
 
 Why they exist: SGLang's only CPU EAGLE backend is ``intel_amx`` (AMX Xeons with a source-built

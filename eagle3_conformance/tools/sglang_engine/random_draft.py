@@ -1,4 +1,6 @@
-"""A random-weight EAGLE-3 draft for a draft ``config.json`` that ships without weights, so that the real
+"""Internal: the project's test bed, no stable API (docs/architecture.md, "The self-test wall").
+
+A random-weight EAGLE-3 draft for a draft ``config.json`` that ships without weights, so that the real
 ``sglang.Engine`` can serve the pair (the held-out Gemma-3-270M fixture's draft is a config only).
 
 The draft accepts nearly nothing (its weights are random), but the target forward, the aux capture

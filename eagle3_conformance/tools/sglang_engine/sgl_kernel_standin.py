@@ -1,4 +1,6 @@
-"""A stand-in ``sgl_kernel`` module for SGLang 0.5.23's CPU engine with the torch_native backend.
+"""Internal: a CPU stand-in, no stable API (docs/architecture.md, "The self-test wall").
+
+A stand-in ``sgl_kernel`` module for SGLang 0.5.23's CPU engine with the torch_native backend.
 
 Why it exists: with ``SGLANG_USE_CPU_ENGINE=1`` SGLang imports ``sgl_kernel`` (the CPU build of
 sgl-kernel) at module level, and PyPI has no CPU wheel of it. On the torch_native path (config B

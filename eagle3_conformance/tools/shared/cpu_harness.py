@@ -1,4 +1,6 @@
-"""What the CPU harnesses of the engines share (:class:`eagle3_conformance.tools.sglang_cpu.harness.SGLangCPUHarness`,
+"""Internal: a CPU stand-in, no stable API (docs/architecture.md, "The self-test wall").
+
+What the CPU harnesses of the engines share (:class:`eagle3_conformance.tools.sglang_cpu.harness.SGLangCPUHarness`,
 :class:`eagle3_conformance.tools.vllm_cpu.harness.VLLMCPUHarness`): construction timed, the draft
 directory copied with the layer ids written where the engine reads them (``draft_ids_key``), a
 failed build closed at once, the copy removed on close, and use as a context manager. Each

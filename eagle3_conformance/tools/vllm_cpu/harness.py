@@ -1,4 +1,6 @@
-"""In-process vLLM 0.33.0 harness on CPU: what reaches the EAGLE-3 draft on each model runner.
+"""Internal: a CPU stand-in, no stable API (docs/architecture.md, "The self-test wall").
+
+In-process vLLM 0.33.0 harness on CPU: what reaches the EAGLE-3 draft on each model runner.
 
 Runs vLLM's REAL config, model and draft classes, resolves the aux-layer ids with each model
 runner's own reader, applies them with the model's own setter, and observes what the draft's

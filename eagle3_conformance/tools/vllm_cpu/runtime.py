@@ -1,4 +1,6 @@
-"""Process set-up for running vLLM 0.33.0's model classes in-process on a CPU-only machine.
+"""Internal: a CPU stand-in, no stable API (docs/architecture.md, "The self-test wall").
+
+Process set-up for running vLLM 0.33.0's model classes in-process on a CPU-only machine.
 
 What is real and what stands in (docs/REFERENCE.md section 3.9 and docs/paths.md, ``vllm-cpu``):
 
