@@ -55,3 +55,7 @@ def test_example_runs(tmp_path: Path) -> None:
                          timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert re.match(r"(CONFORMS|CONFORMS ON SHAPES ONLY) \d+ findings, \d+ diagnoses", out.stdout), out.stdout
+
+
+def test_all_matches_the_lazy_table() -> None:
+    assert set(eagle3_conformance.__all__) == {"__version__", *eagle3_conformance._PUBLIC}
