@@ -3,15 +3,13 @@
 The public API is the names in ``__all__`` below (documented on ``docs/api.md``): what each verb does,
 from Python. They follow the project's compatibility policy; every other module path is internal and
 may change in any release. Importing this package is cheap: each public name is imported on first
-use (module ``__getattr__``), so torch, transformers, speculators and SGLang load only when a name that
+use (module ``__getattr__``; their types are in ``__init__.pyi``), so torch, transformers, speculators and SGLang load only when a name that
 needs them is touched.
 """
 
 from __future__ import annotations
 
 import importlib
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (8 ms): type checkers read it as True
 
 __version__ = "0.1.0"
 
@@ -68,32 +66,8 @@ __all__ = ["__version__", "ExitCode", "InputError", "UsageError", "Contract", "C
            "measure_acceptance", "Decision", "decide", "decide_paired", "overall", "Finding", "verdict",
            "render_text", "report_doc", "write_json", "Diagnosis", "diagnose_findings"]
 
-if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names come from __getattr__
-    from typing import Any
 
-    from eagle3_conformance.acceptance.decision import Decision, decide, decide_paired, overall
-    from eagle3_conformance.authoring.gate import gate_warnings, gated_contract, gated_text
-    from eagle3_conformance.authoring.init_families import derive_any_contract as derive_contract
-    from eagle3_conformance.authoring.yaml_doc import dump_contract
-    from eagle3_conformance.contract import Contract, ContractError, load_contract
-    from eagle3_conformance.core.errors import InputError, UsageError
-    from eagle3_conformance.core.exit_codes import ExitCode
-    from eagle3_conformance.core.findings import Finding
-    from eagle3_conformance.diagnose import Diagnosis
-    from eagle3_conformance.diagnose import diagnose as diagnose_findings
-    from eagle3_conformance.reference import ReferenceError, load_reference_model
-    from eagle3_conformance.report import render_text, report_doc, verdict, write_json
-    from eagle3_conformance.scan.driver import scan as check_data
-    from eagle3_conformance.scan.formats import detect_format
-    from eagle3_conformance.scan.options import ScanError, ScanOptions
-    from eagle3_conformance.scan.results import ScanResult
-    from eagle3_conformance.server_accept.session import Options as AcceptOptions
-    from eagle3_conformance.server_accept.session import measure as measure_acceptance
-    from eagle3_conformance.serving.captures import judge as judge_captures
-    from eagle3_conformance.serving.captures import read_dir as read_captures
-
-
-def __getattr__(name: str) -> "Any":
+def __getattr__(name: str) -> object:
     """Import a public name on first use (PEP 562); AttributeError for any other name."""
     try:
         module, attr = _PUBLIC[name]
