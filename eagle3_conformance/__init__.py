@@ -58,13 +58,7 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     "diagnose_findings": ("eagle3_conformance.diagnose", "diagnose"),
 }
 
-# the same names as _PUBLIC (tests/test_public_api.py checks it), written out for linters
-__all__ = ["__version__", "ExitCode", "InputError", "UsageError", "Contract", "ContractError",
-           "load_contract", "gated_contract", "gated_text", "gate_warnings", "derive_contract",
-           "dump_contract", "check_data", "ScanOptions", "ScanResult", "ScanError", "detect_format",
-           "load_reference_model", "ReferenceError", "read_captures", "judge_captures", "AcceptOptions",
-           "measure_acceptance", "Decision", "decide", "decide_paired", "overall", "Finding", "verdict",
-           "render_text", "report_doc", "write_json", "Diagnosis", "diagnose_findings"]
+__all__ = ["__version__", *_PUBLIC]  # written out in __init__.pyi for type checkers and linters
 
 
 def __getattr__(name: str) -> object:
