@@ -5,3 +5,9 @@ the modules that need them (reference capture and path adapters).
 """
 
 __version__ = "0.1.0"
+
+# The module paths that moved in 0.2.0 stay importable, with a DeprecationWarning, until 0.3.0
+# (docs/compatibility.md, eagle3_conformance/core/moved.py). The package root holds nothing else.
+from eagle3_conformance.core import moved as _moved  # noqa: E402
+
+_moved.install()

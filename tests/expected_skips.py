@@ -1,0 +1,115 @@
+"""Skips CI can see: a run fails when a test skips that is not on the checked-in list of expected skips.
+
+``tests/expected_skips.txt`` holds one section per tox environment (``[all]``, ``[vllm]``, ...); tox.ini
+names the section with ``CONFORMANCE_EXPECTED_SKIPS``. Each line is ``NODEID :: REASON``: ``NODEID`` an
+fnmatch pattern of pytest node ids, ``REASON`` text the skip's reason must contain. A skip that matches no
+line of the section fails the session (exit 1), naming the test and its reason; so does a skip whose reason
+differs from the listed one (a path that starts skipping for a new reason is a new skip). An expected skip
+that did not happen is reported, never failed (``-k`` runs a subset; a test that runs is good news).
+
+Without ``CONFORMANCE_EXPECTED_SKIPS`` (a developer's own pytest run) nothing is enforced.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+LIST = Path(__file__).with_name("expected_skips.txt")
+ENV = "CONFORMANCE_EXPECTED_SKIPS"
+
+
+@dataclass(frozen=True)
+class Expected:
+    pattern: str
+    reason: str
+    line: int
+
+    def matches(self, nodeid: str, reason: str) -> bool:
+        return fnmatch.fnmatchcase(nodeid, self.pattern) and self.reason in reason
+
+
+def load(section: str, path: Path = LIST) -> list[Expected]:
+    """The entries of ``[section]``.
+
+    Raises:
+        ValueError: the section is missing, or a line is not ``NODEID :: REASON`` (file and line named).
+    """
+    out, current, seen = [], None, set()
+    for n, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = line[1:-1].strip()
+            seen.add(current)
+            continue
+        node, sep, reason = line.partition(" :: ")
+        if current is None or not sep or not node.strip() or not reason.strip():
+            raise ValueError(f"{path}:{n}: expected 'NODEID :: REASON' inside a [section], got {raw!r}")
+        if current == section:
+            out.append(Expected(node.strip(), reason.strip(), n))
+    if section not in seen:
+        raise ValueError(f"{path}: no section [{section}] (sections: {', '.join(sorted(seen))})")
+    return out
+
+
+def skip_reason(report) -> str:
+    """The reason pytest recorded for a skipped report (``Skipped: `` prefix removed)."""
+    lr = report.longrepr
+    text = lr[2] if isinstance(lr, tuple) and len(lr) == 3 else str(lr)
+    return text.removeprefix("Skipped: ")
+
+
+class ExpectedSkips:
+    """The plugin: collects every skip of the session, fails it on an unexpected one."""
+
+    def __init__(self, section: str, entries: list[Expected]):
+        self.section, self.entries = section, entries
+        self.skips: list[tuple[str, str]] = []
+
+    def pytest_runtest_logreport(self, report) -> None:
+        if report.skipped and not hasattr(report, "wasxfail"):
+            self.skips.append((report.nodeid, skip_reason(report)))
+
+    def unexpected(self) -> list[tuple[str, str]]:
+        return [(n, r) for n, r in self.skips if not any(e.matches(n, r) for e in self.entries)]
+
+    def unused(self) -> list[Expected]:
+        return [e for e in self.entries if not any(e.matches(n, r) for n, r in self.skips)]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session, exitstatus) -> None:
+        if self.unexpected() and exitstatus in (0, 5):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        bad, unused = self.unexpected(), self.unused()
+        tr = terminalreporter
+        if bad:
+            tr.section(f"unexpected skips ({ENV}={self.section}): the run fails", red=True)
+            for n, r in bad:
+                tr.line(f"{n} :: {r}")
+            tr.line(f"expected skips are listed in {LIST.relative_to(LIST.parents[1])} [{self.section}], each with "
+                    "its reason; add the line only if the skip is right here")
+        else:
+            tr.line(f"skips: {len(self.skips)}, all expected ({LIST.name} [{self.section}])")
+        if unused and self.skips is not None:
+            tr.line(f"expected but not skipped in this run ({len(unused)}; a subset run, or the test runs now): "
+                    + ", ".join(f"line {e.line}" for e in unused[:20]))
+
+
+def register(config) -> None:
+    """Register :class:`ExpectedSkips` when ``CONFORMANCE_EXPECTED_SKIPS`` names a section."""
+    section = os.environ.get(ENV, "").strip()
+    if not section:
+        return
+    try:
+        entries = load(section)
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
+    config.pluginmanager.register(ExpectedSkips(section, entries), "expected-skips")
