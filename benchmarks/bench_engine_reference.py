@@ -80,7 +80,8 @@ def engine_run(a, c, target: Path, draft: Path, work: Path) -> tuple[dict, int]:
     prompts = eval_prompts(target, a.prompts, 48)
     t0 = time.perf_counter()
     res = run_engine_column(c, target, draft, prompts, work, max_new_tokens=a.tokens,
-                            faults=FAULTS if a.faults == "all" else (), reference=ref, log=print,
+                            faults=FAULTS if a.faults == "all" else (), reference=ref,
+                            log=lambda line: print(line, file=sys.stderr, flush=True),
                             extra={"tp_size": a.tp} if a.tp > 1 else None)
     out = {"mode": "engine", "boundaries": ref["boundaries"], "wall_s": time.perf_counter() - t0,
            "tp_size": a.tp, "prompts": a.prompts, "tokens": a.tokens,
@@ -140,52 +141,102 @@ def _rng(xs: list[int]) -> str:
     return f"{min(xs):,}" if min(xs) == max(xs) else f"{min(xs):,}-{max(xs):,}"
 
 
+def _label(d: dict) -> str:
+    if d["mode"] == "http":
+        return f"{LABELS[d['pair']]}, HTTP server"
+    return LABELS[d["pair"]] + (f", tp_size {d['tp_size']}" if d.get("tp_size", 1) > 1 else "")
+
+
 def render_agreement(docs: list[dict]) -> str:
-    rows = ["| pair | runs | verdicts equal | findings equal, finding for finding (per run) | differing |",
-            "|---|---|---|---|---|"]
+    """Per recorded run set: engine runs, fault verdicts equal under both references, findings per run,
+    findings equal finding for finding, and the checks of the findings that differ."""
+    from collections import Counter
+
+    rows = ["| pair | engine runs | fault verdicts equal | findings per run | findings equal | differing (check: count) |",
+            "|---|---|---|---|---|---|"]
     for d in docs:
         ag = d["agreement"]
-        same = sum(d["verdicts"][k] == d["engine_verdicts"].get(k) for k in d["verdicts"])
-        eq = [f"{v['equal']:,} of {v['findings']:,}" for v in ag.values()]
-        differ = sum(len(v["differ"]) for v in ag.values())
-        label = LABELS[d["pair"]] + (f", tp_size {d['tp_size']}" if d.get("tp_size", 1) > 1 else "")
-        if d["mode"] == "http":
-            label += f", HTTP server ({d['requests']} requests, {d['clients']} concurrent)"
-        rows.append(f"| {label} | {len(d['verdicts'])} | {same} of {len(d['verdicts'])} | "
-                    f"{'; '.join(eq)} | {differ} |")
+        faults = [k for k in d["verdicts"] if k != "http"]
+        same = sum(d["verdicts"][k] == d["engine_verdicts"].get(k) for k in faults)
+        verdicts = f"{same} of {len(faults)}" if faults else "-"
+        per_run = [v["findings"] for v in ag.values()]
+        equal, total = sum(v["equal"] for v in ag.values()), sum(per_run)
+        differ = Counter(a[0] if isinstance(a, (list, tuple)) else a for v in ag.values() for a, _ in v["differ"])
+        checks = ", ".join(f"{c}: {n}" for c, n in sorted(differ.items())) or "none"
+        runs = len(d["timings"]) if d["mode"] == "engine" else 1
+        rows.append(f"| {_label(d)} | {runs} | {verdicts} | {_rng(per_run)} | {equal:,} of {total:,} | {checks} |")
     return "\n".join(rows)
 
 
 def render_numeric(docs: list[dict]) -> str:
-    rows = ["| pair | traffic | boundaries | rows compared | max relative error | min cosine |",
-            "|---|---|---|---|---|---|"]
+    """The engine's recorded boundaries against the transformers forward, every row of every capture:
+    ``||engine - transformers|| / ||transformers||`` per row, the worst over all rows and boundaries."""
+    rows = ["| pair | traffic | boundaries | rows compared | worst relative error |", "|---|---|---|---|---|"]
     for d in docs:
         num = d["numeric"]
-        traffic = (f"HTTP server, {d['requests']} requests ({d['clients']} concurrent), {d['tokens']} new tokens"
-                   if d["mode"] == "http" else
-                   f"one batch of {d['prompts']} prompts, {d['tokens']} new tokens, tp_size {d.get('tp_size', 1)}")
-        rows.append(f"| {LABELS[d['pair']]} | {traffic} | {len(num)} | {sum(v['rows'] for v in num.values()):,} | "
-                    f"{max(v['max_rel_err'] for v in num.values()):.1e} | "
-                    f"{min(v['min_cos'] for v in num.values()):.7f} |")
+        traffic = (f"{d['requests']} HTTP requests ({d['clients']} at once, 2 prompts each, then a follow-up "
+                   f"on a cached prefix), {d['tokens']} new tokens" if d["mode"] == "http" else
+                   f"one batch of {d['prompts']} prompts, {d['tokens']} new tokens")
+        worst = max(v["max_rel_err"] for v in num.values())
+        rows.append(f"| {_label(d)} | {traffic} | {len(num)} | {sum(v['rows'] for v in num.values()):,} | "
+                    f"{'0 (bit-identical)' if worst == 0 else f'{worst:.1e}'} |")
     return "\n".join(rows)
 
 
 def render_cost(docs: list[dict]) -> str:
-    rows = ["| pair | runs | engine run (s) | build the engine reference (s) | judge: transformers (s) | "
-            "judge: engine (s) | rows recorded (first run) | bytes recorded (first run) |",
-            "|---|---|---|---|---|---|---|---|"]
+    """What recording and judging cost in the runs: rows and bytes of the first run, bytes per token,
+    building the engine reference, and judging against each reference (seconds, shared machine)."""
+    rows = ["| pair | rows recorded | bytes recorded | bytes / row | build the engine reference (s) | "
+            "judge: transformers (s) | judge: engine (s) | engine run (s) |", "|---|---|---|---|---|---|---|---|"]
     for d in docs:
-        st, js = d["reference_stats"], d["judge_s"]
-        tr = [v["transformers"] for v in js.values()]
-        en = [v["engine"] for v in js.values()]
-        t = list(d["timings"].values())
-        rows.append(f"| {LABELS[d['pair']]} | {len(t)} | {min(t):.0f}-{max(t):.0f} | {st.get('build_s', 0):.3f} | "
-                    f"{min(tr):.1f}-{max(tr):.1f} | {min(en):.1f}-{max(en):.1f} | {st.get('rows', 0):,} | "
-                    f"{st.get('bytes', 0):,} |")
+        st, js = d["reference_stats"], d.get("judge_s") or {}
+        tr = [v["transformers"] for v in js.values() if "transformers" in v]
+        en = [v["engine"] for v in js.values() if "engine" in v]
+        t = list(d["timings"].values()) if d["mode"] == "engine" else [d["wall_s"]]
+
+        def span(xs, f=".1f"):
+            return "-" if not xs else f"{min(xs):{f}}" if len(xs) == 1 else f"{min(xs):{f}}-{max(xs):{f}}"
+        rows.append(f"| {_label(d)} | {st['rows']:,} | {st['bytes']:,} | {st['bytes'] // max(st['rows'], 1):,} | "
+                    f"{st.get('build_s', 0):.3f} | {span(tr)} | {span(en)} | {span(t, '.0f')} |")
     return "\n".join(rows)
 
 
-RENDER = {"agreement": render_agreement, "numeric": render_numeric, "cost": render_cost}
+def render_column(docs: list[dict]) -> str:
+    """The engine kill-matrix column of one run set (docs/faults.md): each fault as a user causes it
+    (:data:`eagle3_conformance.faults.engine_column.FAULTS`), what the engine captured, the verdict under
+    each reference, the findings equal, the run's seconds."""
+    from eagle3_conformance.faults.engine_column import FAULTS
+
+    faults = {f.name: f for f in FAULTS}
+    rows = ["| fault (operator it mirrors) | kind | caused by | engine captured | verdict (transformers / engine "
+            "reference) | findings equal | s |", "|---|---|---|---|---|---|---|"]
+    for d in docs:
+        base = "every check passes" if not d["baseline_failures"] else f"{len(d['baseline_failures'])} failing"
+        ag = d["agreement"]["baseline"]
+        rows.append(f"| baseline | | the draft as shipped | {', '.join(d['captured']['baseline'])} | {base} | "
+                    f"{ag['equal']} of {ag['findings']} | {d['timings']['baseline']:.0f} |")
+        for name, (status, check) in d["verdicts"].items():
+            f, e = faults[name], d["engine_verdicts"][name]
+            same = "same" if [status, check] == e else f"{e[0]} ({e[1]})"
+            ag = d["agreement"].get(name)
+            eq = f"{ag['equal']} of {ag['findings']}" if ag else "-"
+            verdict = f"{status} (`{check}`)" if check else status
+            captured = ", ".join(d["captured"].get(name, [])) or "(no start)"
+            rows.append(f"| {name} | {f.kind} | {f.how} | {captured} | {verdict} / {same} | {eq} | "
+                        f"{d['timings'][name]:.0f} |")
+    return "\n".join(rows)
+
+
+RENDER = {"agreement": render_agreement, "numeric": render_numeric, "cost": render_cost, "column": render_column}
+
+
+def summary(d: dict, path: str) -> str:
+    """One line for the recorded block of docs/engine-reference.md: what ran, where, when."""
+    m = d["machine"]
+    runs = f"{len(d['verdicts'])} run{'s' if len(d['verdicts']) > 1 else ''}"
+    how = "HTTP server" if d["mode"] == "http" else f"sglang.Engine, tp_size {d.get('tp_size', 1)}"
+    return (f"wrote {path}: {LABELS[d['pair']]}, {runs} ({how}), SGLang {d['sglang']}, {m['cpus']} CPUs shared "
+            f"(load average {m['load_avg'][0]}), {m['date']}, {d['wall_s']:.0f} s")
 
 
 def main(argv=None) -> int:
@@ -216,9 +267,11 @@ def main(argv=None) -> int:
         out = {"pair": a.pair, "command": "python benchmarks/bench_engine_reference.py " + " ".join(argv or sys.argv[1:]),
                "sglang": _sglang_version(), "machine": _machine(), **out}
         text = json.dumps(out, indent=1, default=str)
-        print(text)
-        if a.json:
+        if a.json:  # the page's tables are rendered from the file (--render); stdout gets one line
             Path(a.json).write_text(text + "\n")
+            print(summary(out, a.json))
+        else:
+            print(text)
         return rc
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -46,7 +46,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 END = "<!-- end generated -->"
 OPEN = re.compile(r"^<!-- (generated|recorded|measured) by: (.+?) -->$")
-KINDS = {"generated": "checked in CI", "recorded": "recorded, not rerun in CI", "measured": "laid out by hand"}
+KINDS = {"generated": "checked in CI", "recorded": "recorded output, rerun by `tox -e docs -- --expensive`",
+         "measured": "written down from its output, not rerun by `tox -e docs`"}
 # Tokens that stand where a figure should be. Inline code spans are left out (a page may quote a
 # source file's own TODO); a line that is only an upper-case hyphenated word is a placeholder too.
 PLACEHOLDER_WORDS = re.compile(r"\b(TODO|TBD|XXX+|FIXME|PLACEHOLDER|AGREEMENT-TABLE|NUMERIC-[A-Z]+|COST-TIME|"
@@ -186,12 +187,25 @@ def index(blocks: list[Block]) -> str:
 
 
 def regenerate(check: bool, expensive: bool, only: str | None, log=print) -> int:
-    differ, problems = [], []
+    """Recorded blocks first (``expensive``: their commands may write the data files the checked blocks
+    render), then every checked block and caption."""
+    differ: list[Block] = []
+    if expensive:
+        differ += _pass(check, True, only, log, kinds=("recorded",))
+    differ += _pass(check, False, only, log, kinds=("generated", "recorded", "measured"))
+    problems = [p for page in pages() for p in placeholders(page)]
+    for p in problems:
+        log(f"placeholder: {p}")
+    return 1 if (check and differ) or problems else 0
+
+
+def _pass(check: bool, expensive: bool, only: str | None, log, kinds: tuple[str, ...]) -> list[Block]:
+    differ = []
     for page in pages():
         lines, blocks = parse(page)
         changed = False
         for b in reversed(blocks):  # from the end, so earlier indices stay valid
-            if only and only not in b.command:
+            if b.kind not in kinds or (only and only not in b.command):
                 continue
             t0 = time.perf_counter()
             want = new_content(lines, b, expensive)
@@ -203,10 +217,7 @@ def regenerate(check: bool, expensive: bool, only: str | None, log=print) -> int
             lines[b.start:b.end] = want.split("\n")
         if changed and not check:
             page.write_text("\n".join(lines))
-        problems += placeholders(page)
-    for p in problems:
-        log(f"placeholder: {p}")
-    return 1 if check and (differ or problems) else (1 if problems else 0)
+    return differ
 
 
 def main(argv: list[str] | None = None) -> int:
