@@ -4,7 +4,7 @@ Importing this package is cheap: torch, transformers, speculators and SGLang are
 the modules that need them (reference capture and path adapters).
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # The module paths that moved in 0.2.0 stay importable, with a DeprecationWarning, until 0.3.0
 # (docs/compatibility.md, eagle3_conformance/core/moved.py). The package root holds nothing else.

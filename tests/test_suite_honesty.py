@@ -15,9 +15,8 @@ import configparser
 import fnmatch
 from pathlib import Path
 
-import pytest
-
 import expected_skips
+import pytest
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent

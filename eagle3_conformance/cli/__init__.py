@@ -83,7 +83,8 @@ def _stdout_closed() -> int:
     return EXIT_SIGPIPE
 
 
-def _one_line_warnings(message, category, filename, lineno, file=None, line=None) -> None:
+def _one_line_warnings(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                       file: Any = None, line: Optional[str] = None) -> None:
     """A contract's deprecated key (meant for the person who wrote the contract) as one
     ``eagle3-conformance: warning:`` line; any other warning as Python prints it."""
     from eagle3_conformance.contract import ContractDeprecationWarning
