@@ -196,8 +196,12 @@ def render_cost(docs: list[dict]) -> str:
 
         def span(xs, f=".1f"):
             return "-" if not xs else f"{min(xs):{f}}" if len(xs) == 1 else f"{min(xs):{f}}-{max(xs):{f}}"
-        rows.append(f"| {_label(d)} | {st['rows']:,} | {st['bytes']:,} | {st['bytes'] // max(st['rows'], 1):,} | "
-                    f"{st.get('build_s', 0):.3f} | {span(tr)} | {span(en)} | {span(t, '.0f')} |")
+        if d["mode"] == "http":  # serving.captures counts rows, not bytes, and its build is not timed
+            size, build = "- | -", "-"
+        else:
+            size = f"{st['bytes']:,} | {st['bytes'] // max(st['rows'], 1):,}"
+            build = f"{st.get('build_s', 0):.3f}"
+        rows.append(f"| {_label(d)} | {st['rows']:,} | {size} | {build} | {span(tr)} | {span(en)} | {span(t, '.0f')} |")
     return "\n".join(rows)
 
 
@@ -233,7 +237,8 @@ RENDER = {"agreement": render_agreement, "numeric": render_numeric, "cost": rend
 def summary(d: dict, path: str) -> str:
     """One line for the recorded block of docs/engine-reference.md: what ran, where, when."""
     m = d["machine"]
-    runs = f"{len(d['verdicts'])} run{'s' if len(d['verdicts']) > 1 else ''}"
+    n = len(d["timings"]) if d["mode"] == "engine" else 1
+    runs = f"{n} run{'s' if n > 1 else ''}"
     how = "HTTP server" if d["mode"] == "http" else f"sglang.Engine, tp_size {d.get('tp_size', 1)}"
     return (f"wrote {path}: {LABELS[d['pair']]}, {runs} ({how}), SGLang {d['sglang']}, {m['cpus']} CPUs shared "
             f"(load average {m['load_avg'][0]}), {m['date']}, {d['wall_s']:.0f} s")
