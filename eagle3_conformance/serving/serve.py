@@ -7,7 +7,8 @@ sets it for ``sglang.Engine``: the environment of :func:`~.tools.sglang_engine.l
 (``SGLANG_USE_CPU_ENGINE=1``, the ``sitecustomize`` that loads the version guards, the ``sgl_kernel``
 stand-in and the patches (four: two for EAGLE on torch_native, two for MLA targets and drafts) into every process SGLang spawns) and, unless ARGS already name them,
 ``--device cpu --attention-backend torch_native``. With ``--device cuda`` (or on a CUDA host) nothing
-is stood in: the server is SGLang's own, the same command a GPU runner would run.
+is stood in: the server is SGLang's own, the same command a GPU runner would run (prepared, never run on
+a GPU).
 
 The server runs in its own process group; SIGINT / SIGTERM to this process, or its own exit, kill the
 whole group (scheduler and detokenizer included), so no process is orphaned. The exit status is the
@@ -52,8 +53,8 @@ def _parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         description="Start SGLang's real HTTP server (sglang.launch_server) with the project's CPU recipe. "
                     "Everything after '--' is passed to sglang.launch_server unchanged.")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="cpu: the CPU recipe (stand-ins, patches); cuda: SGLang as it is; auto: cuda when "
-                        "torch sees a GPU, else cpu")
+                   help="cpu: the CPU recipe (stand-ins, patches); cuda: SGLang as it is (prepared, never run "
+                        "on a GPU); auto: cuda when torch sees a GPU, else cpu")
     argv = list(argv)
     if "--" in argv:
         i = argv.index("--")
