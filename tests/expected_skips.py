@@ -76,6 +76,12 @@ class ExpectedSkips:
         if report.skipped and not hasattr(report, "wasxfail"):
             self.skips.append((report.nodeid, skip_reason(report)))
 
+    def pytest_collectreport(self, report) -> None:
+        """A module that skips while collected (``pytest.importorskip`` or ``skip(allow_module_level=True)``
+        at its top) skips every test in it: counted once, under the module's node id."""
+        if report.skipped:
+            self.skips.append((report.nodeid, skip_reason(report)))
+
     def unexpected(self) -> list[tuple[str, str]]:
         return [(n, r) for n, r in self.skips if not any(e.matches(n, r) for e in self.entries)]
 

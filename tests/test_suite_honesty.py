@@ -161,7 +161,8 @@ def test_runs():
 '''
 
 
-def _run_with_list(pytester, listed: str):
+def _with_list(pytester, listed: str) -> None:
+    """A conftest registering the real plugin with ``[all]`` = ``listed``."""
     lst = pytester.path / "skips.txt"
     lst.write_text(f"[all]\n{listed}\n")
     pytester.makeconftest(f'''
@@ -173,6 +174,10 @@ def pytest_configure(config):
     config.pluginmanager.register(
         expected_skips.ExpectedSkips("all", expected_skips.load("all", expected_skips.Path({str(lst)!r}))))
 ''')
+
+
+def _run_with_list(pytester, listed: str):
+    _with_list(pytester, listed)
     pytester.makepyfile(test_mod=_SKIPPING)
     return pytester.runpytest_subprocess("-p", "no:cacheprovider")
 
@@ -187,6 +192,16 @@ def test_a_listed_skip_with_its_reason_passes(pytester):
     res = _run_with_list(pytester, "test_mod.py::test_engine :: SGLang is not installed")
     assert res.ret == pytest.ExitCode.OK
     res.stdout.fnmatch_lines(["*skips: 1, all expected*"])
+
+
+def test_a_module_that_skips_while_collected_is_seen(pytester):
+    """``pytest.importorskip`` at a module's top skips the module at collection, before any test runs."""
+    _with_list(pytester, "")
+    pytester.makepyfile(test_gone="import pytest\npytest.importorskip('no_such_engine_module')\n\n"
+                                  "def test_x():\n    assert True\n")
+    res = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.TESTS_FAILED
+    res.stdout.fnmatch_lines(["*unexpected skips*", "test_gone.py :: *no_such_engine_module*"])
 
 
 def test_a_listed_test_skipping_for_another_reason_fails(pytester):

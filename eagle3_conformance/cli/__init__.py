@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import warnings
 from typing import Any, Optional
 
 from eagle3_conformance.cli import (
@@ -83,28 +82,7 @@ def _stdout_closed() -> int:
     return EXIT_SIGPIPE
 
 
-def _one_line_warnings(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                       file: Any = None, line: Optional[str] = None) -> None:
-    """A contract's deprecated key (meant for the person who wrote the contract) as one
-    ``eagle3-conformance: warning:`` line; any other warning as Python prints it."""
-    from eagle3_conformance.contract import ContractDeprecationWarning
-
-    if issubclass(category, ContractDeprecationWarning):
-        print(f"eagle3-conformance: warning: {message}", file=sys.stderr)
-    else:
-        print(warnings.formatwarning(message, category, filename, lineno, line), end="", file=sys.stderr)
-
-
 def main(argv: Optional[list[str]] = None) -> int:
-    from eagle3_conformance.contract import ContractDeprecationWarning
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("always", category=ContractDeprecationWarning)  # named every time it is read
-        warnings.showwarning = _one_line_warnings
-        return _main(argv)
-
-
-def _main(argv: Optional[list[str]]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from eagle3_conformance.environment.torch_env import threads_from_env

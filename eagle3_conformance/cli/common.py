@@ -15,9 +15,11 @@ The codes are the public :class:`eagle3_conformance.core.exit_codes.ExitCode`; v
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
 from eagle3_conformance.core.errors import UsageError
 from eagle3_conformance.core.exit_codes import ExitCode
@@ -71,9 +73,27 @@ def load_contract(path: str | Path) -> Contract:
     from eagle3_conformance.contract import load_contract as _load_contract
 
     try:
-        return _load_contract(path)
+        with contract_deprecations():
+            return _load_contract(path)
     except ContractError as e:
         raise UsageError(str(e)) from None
+
+
+@contextlib.contextmanager
+def contract_deprecations() -> Iterator[None]:
+    """A contract's deprecated keys (:class:`~eagle3_conformance.contract.ContractDeprecationWarning`, raised
+    while loading it) print as one ``eagle3-conformance: warning: FILE:LINE: ...`` line each, every time, for
+    the person who wrote the contract; any other warning raised inside goes on as it came."""
+    from eagle3_conformance.contract import ContractDeprecationWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ContractDeprecationWarning)
+        yield
+    for w in caught:
+        if issubclass(w.category, ContractDeprecationWarning):
+            print(f"eagle3-conformance: warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
 def _inside(p: Path, d: Path) -> bool:

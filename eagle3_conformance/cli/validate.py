@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from eagle3_conformance.cli.common import EXIT_BAD_INPUT, EXIT_OK, console
+from eagle3_conformance.cli.common import EXIT_BAD_INPUT, EXIT_OK, console, contract_deprecations
 
 
 def add_parser(sub) -> None:
@@ -28,7 +28,8 @@ def run(args) -> int:
     bad = 0
     for p in args.contracts:
         try:
-            c = load_contract(p, known_fixture=True, checks=(config_problems, final_boundary_problems))
+            with contract_deprecations():
+                c = load_contract(p, known_fixture=True, checks=(config_problems, final_boundary_problems))
         except ContractError as e:
             bad += 1
             for prob in e.problems:
