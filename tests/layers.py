@@ -16,7 +16,8 @@ P = "eagle3_conformance"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # what everything may use: names, errors, findings, what is installed, small pure helpers
-    ("foundation", (P, f"{P}.core", f"{P}.environment", f"{P}.acceptance.stats", f"{P}.testbed.fixture_base",
+    ("foundation", (P, f"{P}.core", f"{P}.environment", f"{P}.acceptance.stats", f"{P}.acceptance.decision",
+                    f"{P}.testbed.fixture_base",
                     f"{P}.testbed.model_cache", f"{P}.reference.greedy")),
     # the engines as the project observes them, their id rules, what they read from a draft config
     ("engines", (f"{P}.tools", f"{P}.engine_ids", f"{P}.released", f"{P}.draft_config")),
@@ -32,7 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                  f"{P}.htmlreport")),
     # running contracts: pairs, paths, sessions, data scans, merging, acceptance measurements, servers
     ("running", (f"{P}.suite", f"{P}.paths", f"{P}.scan", f"{P}.report.merge", f"{P}.acceptance",
-                 f"{P}.server_accept", f"{P}.serving")),
+                 f"{P}.server_accept", f"{P}.serving", f"{P}.monitor")),
     # what the commands do: authoring, validate's local configs, upgrade-check, the kill matrix
     ("commands", (f"{P}.authoring", f"{P}.upgrade", f"{P}.faults")),
     # the front doors: the command line, the pytest plugin, the server launcher

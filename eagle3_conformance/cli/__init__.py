@@ -26,6 +26,7 @@ from eagle3_conformance.cli import (
     faults,
     init,
     merge_reports,
+    monitor,
     render,
     schema,
     serve_hooks,
@@ -38,7 +39,7 @@ from eagle3_conformance.cli.common import EXIT_BAD_INPUT, error
 from eagle3_conformance.core.errors import InputError
 
 VERBS = (validate, check_data, schema, init, calibrate, translate, faults, merge_reports, check_offline, upgrade_check,
-         accept_estimate, accept, serve_hooks, captures, render, upgrade_contract)
+         accept_estimate, accept, monitor, serve_hooks, captures, render, upgrade_contract)
 """The verb modules, in the order ``conformance --help`` lists them."""
 
 

@@ -1,5 +1,6 @@
 """One self-contained HTML page from report JSON documents: the verdict header, a fingerprint
-heatmap per path, acceptance, the kill matrix, the upgrade matrix (docs/html-report.md).
+heatmap per path, acceptance, the kill matrix, the upgrade matrix, the monitor's acceptance timeline
+(docs/html-report.md).
 
 :func:`render_html` is the one entry point every verb calls with the JSON document it writes (or
 would write): ``render_html(doc, out)``. The page holds no script and loads nothing: styles inline,
@@ -81,6 +82,13 @@ def _one(doc: Any, name: str) -> dict[str, Any]:
         out["kill"] = _section("kill matrix", lambda: matrices.kill_matrices(doc, missing), missing) or []
     if kind == "upgrade":
         out["upgrade"] = _section("upgrade matrix", lambda: matrices.upgrade(doc, missing), missing)
+    if kind == "monitor":
+        from eagle3_conformance.htmlreport import timeline
+
+        m = _section("monitor", lambda: timeline.model(doc, missing), missing)
+        if m is not None:
+            m["svg"] = _section("monitor timeline", lambda: timeline.svg(doc), missing)
+        out["monitor"] = m
     return out
 
 

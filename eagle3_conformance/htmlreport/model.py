@@ -28,7 +28,8 @@ IDENTITY_CHECKS = ("slot_identity", "verifier_identity")
 
 def kind_of(doc: Any) -> str:
     """Which report ``doc`` is: ``findings``, ``kill-matrix``, ``accept-table``, ``upgrade``,
-    ``acceptance`` (an acceptance block alone) or ``unknown``."""
+    ``acceptance`` (an acceptance block alone), ``monitor`` (``eagle3-conformance monitor --json``) or
+    ``unknown``."""
     if isinstance(doc, list):
         return "kill-matrix" if doc and all(isinstance(d, dict) and ("cells" in d or "families" in d)
                                             for d in doc) else "unknown"
@@ -36,6 +37,8 @@ def kind_of(doc: Any) -> str:
         return "unknown"
     if isinstance(doc.get("findings"), list):
         return "findings"
+    if doc.get("kind") == "eagle3-conformance monitor":
+        return "monitor"
     if "cells" in doc or "families" in doc:
         return "kill-matrix"
     if isinstance(doc.get("rows"), list) and "setup" in doc:

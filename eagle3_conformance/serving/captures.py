@@ -164,9 +164,11 @@ def _check_server(d: Path, doc: dict, factories: list, models: list, c) -> None:
                             f"{t.num_hidden_layers} x {t.hidden_size} (vocab {t.vocab_size}): another pair")
 
 
-def read_dir(d: Path, c, engine_reference: bool = False) -> ServerDir:
+def read_dir(d: Path, c, engine_reference: bool = False, pid: Optional[str] = None,
+             last: Optional[int] = None) -> ServerDir:
     """Read and vet ``d`` for contract ``c`` (``engine_reference``: the target's boundaries must have
-    been recorded).
+    been recorded). ``pid``: only that server process's records; ``last``: only its last ``last``
+    records (the monitor judges what the server serving now recorded most recently).
 
     Raises:
         UsageError: ``d`` is not a directory.
@@ -187,7 +189,8 @@ def read_dir(d: Path, c, engine_reference: bool = False) -> ServerDir:
     models = [_json(p) for p in sorted(d.glob("model-*.json"))]
     _check_server(d, doc, factories, models, c)
     out = ServerDir(d, doc, factories, models)
-    for f in record_files(d):
+    files = [f for f in record_files(d) if pid is None or f.stem.partition("-")[0] == pid]
+    for f in files[-last:] if last else files:
         try:
             rec = torch.load(f, weights_only=True)
             rec["_file"] = f.name
