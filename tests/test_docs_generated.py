@@ -8,6 +8,7 @@ docs/generated.md lists every block.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import shlex
 import sys
@@ -76,11 +77,19 @@ def test_a_block_that_drifted_from_its_command_is_found(tmp_path, monkeypatch):
     assert docs_regen.new_content(lines, b, expensive=False) == docs_regen.current(lines, b)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("block", [b for b in BLOCKS if b.kind == "generated"], ids=lambda b: b.where)
+CHECKED = [pytest.param(b, id=b.where, marks=[pytest.mark.slow] if "cost" in b.options else [])
+           for b in BLOCKS if b.kind == "generated"]
+"""Every checked block; one whose marker states a cost (a command that runs a check, not only renders a
+table) is in the slow tier, which CI runs too (`tox -e all`)."""
+
+
+@pytest.mark.parametrize("block", CHECKED)
 def test_a_checked_block_is_what_its_command_prints(block):
     """Run the block's command (the environment's interpreter first on PATH) and compare. On a difference:
     `tox -e docs` rewrites the block; review the diff."""
     lines, _ = docs_regen.parse(block.page)
     want = docs_regen.new_content(lines, block, expensive=False)
-    assert want == docs_regen.current(lines, block), f"{block.where} differs from `{block.command}`: run tox -e docs"
+    have = docs_regen.current(lines, block)
+    diff = "\n".join(list(difflib.unified_diff(have.split("\n"), want.split("\n"), "on the page", "printed now",
+                                               lineterm=""))[:40])
+    assert want == have, f"{block.where} differs from `{block.command}`: run `tox -e docs`, review the diff\n{diff}"
