@@ -1,8 +1,8 @@
 """Skips CI can see: a run fails when a test skips that is not on the checked-in list of expected skips.
 
 ``tests/expected_skips.txt`` holds one section per tox environment (``[all]``, ``[vllm]``, ...); tox.ini
-names the section with ``CONFORMANCE_EXPECTED_SKIPS``. Each line is ``NODEID :: REASON``: ``NODEID`` an
-fnmatch pattern of pytest node ids, ``REASON`` text the skip's reason must contain. A skip that matches no
+names the section with ``CONFORMANCE_EXPECTED_SKIPS``. Each line is ``NODEID :: REASON``: ``NODEID`` a
+pytest node id in which ``*`` matches any text, ``REASON`` text the skip's reason must contain. A skip that matches no
 line of the section fails the session (exit 1), naming the test and its reason; so does a skip whose reason
 differs from the listed one (a path that starts skipping for a new reason is a new skip). An expected skip
 that did not happen is reported, never failed (``-k`` runs a subset; a test that runs is good news).
@@ -12,8 +12,8 @@ Without ``CONFORMANCE_EXPECTED_SKIPS`` (a developer's own pytest run) nothing is
 
 from __future__ import annotations
 
-import fnmatch
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +30,13 @@ class Expected:
     line: int
 
     def matches(self, nodeid: str, reason: str) -> bool:
-        return fnmatch.fnmatchcase(nodeid, self.pattern) and self.reason in reason
+        return node_matches(self.pattern, nodeid) and self.reason in reason
+
+
+def node_matches(pattern: str, nodeid: str) -> bool:
+    """``*`` in ``pattern`` matches any text; everything else is literal (a parametrized id's ``[...]`` too,
+    which fnmatch would read as a character class)."""
+    return re.fullmatch(".*".join(map(re.escape, pattern.split("*"))), nodeid, re.S) is not None
 
 
 def load(section: str, path: Path = LIST) -> list[Expected]:
@@ -100,8 +106,10 @@ class ExpectedSkips:
             tr.section(f"unexpected skips ({ENV}={self.section}): the run fails", red=True)
             for n, r in bad:
                 tr.line(f"{n} :: {r}")
-            tr.line(f"expected skips are listed in {LIST.relative_to(LIST.parents[1])} [{self.section}], each with "
-                    "its reason; add the line only if the skip is right here")
+            tr.line(f"Each line above is 'NODEID :: REASON'. If the skip is right in this environment, paste the line "
+                    f"under [{self.section}] in {LIST.relative_to(LIST.parents[1])} with a comment saying why (a "
+                    "`*` in NODEID matches any text; REASON may be cut to the part that does not vary); otherwise "
+                    "the test should run here: find out why it skipped.")
         else:
             tr.line(f"skips: {len(self.skips)}, all expected ({LIST.name} [{self.section}])")
         if unused and self.skips is not None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import configparser
-import fnmatch
 from pathlib import Path
 
 import expected_skips
@@ -136,7 +135,7 @@ def test_every_tox_environment_ci_runs_names_its_expected_skips():
         entries = expected_skips.load(sections[env])  # raises on a missing section or a bad line
         for e in entries:
             file = e.pattern.split("::", 1)[0]
-            assert any(fnmatch.fnmatchcase(str(p.relative_to(REPO)), file)
+            assert any(expected_skips.node_matches(file, str(p.relative_to(REPO)))
                        for p in [*TESTS.glob("test_*.py"), *(REPO / "contracts").rglob("*.yaml")]), (env, e)
 
 
@@ -202,6 +201,17 @@ def test_a_module_that_skips_while_collected_is_seen(pytester):
     res = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert res.ret == pytest.ExitCode.TESTS_FAILED
     res.stdout.fnmatch_lines(["*unexpected skips*", "test_gone.py :: *no_such_engine_module*"])
+
+
+def test_a_node_id_is_literal_but_for_its_stars():
+    """A parametrized id's brackets are literal (fnmatch would read ``[pair0-K6]`` as one character)."""
+    e = expected_skips.Expected("tests/test_k.py::test_kill[pair0-K6-x]", "masked", 1)
+    assert e.matches("tests/test_k.py::test_kill[pair0-K6-x]", "K6 is masked")
+    assert not e.matches("tests/test_k.py::test_kill[pair1-K6-x]", "K6 is masked")
+    assert not e.matches("tests/test_k.py::test_killp", "K6 is masked")
+    star = expected_skips.Expected("contracts/*.yaml::*", "drafts; the contract's method is", 2)
+    assert star.matches("contracts/heldout/g.yaml::sglang-mtp", "this path runs mtp drafts; the contract's method is eagle3")
+    assert not star.matches("tests/test_a.py::test_b", "this path runs mtp drafts; the contract's method is eagle3")
 
 
 def test_a_listed_test_skipping_for_another_reason_fails(pytester):
