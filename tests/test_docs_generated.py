@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -93,3 +94,27 @@ def test_a_checked_block_is_what_its_command_prints(block):
     diff = "\n".join(list(difflib.unified_diff(have.split("\n"), want.split("\n"), "on the page", "printed now",
                                                lineterm=""))[:40])
     assert want == have, f"{block.where} differs from `{block.command}`: run `tox -e docs`, review the diff\n{diff}"
+
+
+GPU_ROUTE = re.compile(r"conformance-profile gpu|gpu-check\.sh|gpu_accept\.sh|gpu_check\.py")
+NEVER_RUN = "never run on a gpu"
+
+
+def gpu_offers_unlabelled(page: Path) -> list[str]:
+    """``page:line`` of every mention of the GPU route (the gpu profile, scripts/gpu-check.sh and the scripts it
+    calls) with no "prepared, never run on a GPU" within four lines of it."""
+    lines = page.read_text().split("\n")
+    return [f"{page.name}:{n + 1}" for n, line in enumerate(lines) if GPU_ROUTE.search(line)
+            and NEVER_RUN not in " ".join(lines[max(0, n - 4):n + 5]).lower()]
+
+
+def test_the_gpu_route_is_labelled_wherever_it_is_offered(tmp_path):
+    """Issue 43 item 2: the GPU route has never run on a GPU, and every page that offers it says so, as do
+    the suite's option and marker help and the script itself."""
+    assert [p for page in docs_regen.pages() for p in gpu_offers_unlabelled(page)] == []
+    plugin = (REPO / "eagle3_conformance" / "suite" / "plugin.py").read_text()
+    assert "gpu (4; prepared, never run on a GPU)" in plugin and "skipped without one (prepared, never run" in plugin
+    assert "prepared, never run on a GPU" in (REPO / "scripts" / "gpu-check.sh").read_text()
+    fake = tmp_path / "p.md"  # the scan finds an offer without the label
+    fake.write_text("Run it on a GPU runner:\n\n```bash\nscripts/gpu-check.sh\n```\n")
+    assert gpu_offers_unlabelled(fake) == ["p.md:4"]
