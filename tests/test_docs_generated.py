@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import json
 import re
 import shlex
 import sys
@@ -118,3 +119,19 @@ def test_the_gpu_route_is_labelled_wherever_it_is_offered(tmp_path):
     fake = tmp_path / "p.md"  # the scan finds an offer without the label
     fake.write_text("Run it on a GPU runner:\n\n```bash\nscripts/gpu-check.sh\n```\n")
     assert gpu_offers_unlabelled(fake) == ["p.md:4"]
+
+
+def _json_written(b) -> Path | None:
+    words = shlex.split(b.command)
+    return REPO / words[words.index("--json") + 1] if "--json" in words else None
+
+
+def test_a_recorded_run_s_file_names_the_command_of_its_block():
+    """A recorded block whose command writes a JSON file (the engine reference's run sets): the file is in
+    the repository and says it was written by exactly that command, so the tables rendered from it (checked
+    blocks) trace back to the recorded run."""
+    recorded = [(b, _json_written(b)) for b in BLOCKS if b.kind == "recorded" and _json_written(b)]
+    assert recorded, "no recorded block writes a JSON file"
+    for b, path in recorded:
+        assert path.is_file(), f"{b.where}: {path} is not in the repository"
+        assert json.loads(path.read_text()).get("command") == b.command, f"{b.where}: {path} was written by another command"
