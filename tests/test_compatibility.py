@@ -126,3 +126,14 @@ def test_python_dash_m_of_an_old_path_runs_the_new_module():
                        capture_output=True, text=True, timeout=300, cwd=REPO)
     assert "eagle3_conformance.serve moved to eagle3_conformance.serving.serve" in r.stderr
     assert "run python -m eagle3_conformance.serving.serve" in r.stderr
+
+
+def test_the_changelog_s_latest_release_is_the_package_version():
+    """CHANGELOG.md's newest released section is the version the package and its metadata carry."""
+    import tomllib
+
+    import eagle3_conformance
+
+    released = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d{2}-\d{2}$", (REPO / "CHANGELOG.md").read_text(), re.M)
+    meta = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert released and released[0] == eagle3_conformance.__version__ == meta, (released[:2], meta)
