@@ -40,28 +40,52 @@ def node_matches(pattern: str, nodeid: str) -> bool:
 
 
 def load(section: str, path: Path = LIST) -> list[Expected]:
-    """The entries of ``[section]``.
+    """The entries of ``[section]``, with those of every section it names on an ``@include NAME`` line
+    (skips several environments share, such as the public pairs' contracts, are written once).
 
     Raises:
-        ValueError: the section is missing, or a line is not ``NODEID :: REASON`` (file and line named).
+        ValueError: the section (or an included one) is missing, an include loops, or a line is not
+            ``NODEID :: REASON`` (file and line named).
     """
-    out, current, seen = [], None, set()
+    sections = _sections(path)
+    out: list[Expected] = []
+    _collect(section, sections, path, out, ())
+    return out
+
+
+def _sections(path: Path) -> dict[str, list[tuple[int, str]]]:
+    """Section name -> its (line number, line) entries, comments and blank lines left out."""
+    sections: dict[str, list[tuple[int, str]]] = {}
+    current = None
     for n, raw in enumerate(path.read_text().splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         if line.startswith("[") and line.endswith("]"):
             current = line[1:-1].strip()
-            seen.add(current)
+            sections.setdefault(current, [])
             continue
         node, sep, reason = line.partition(" :: ")
-        if current is None or not sep or not node.strip() or not reason.strip():
-            raise ValueError(f"{path}:{n}: expected 'NODEID :: REASON' inside a [section], got {raw!r}")
-        if current == section:
+        include = line.startswith("@include ") and current is not None
+        if not include and (current is None or not sep or not node.strip() or not reason.strip()):
+            raise ValueError(f"{path}:{n}: expected 'NODEID :: REASON' or '@include SECTION' inside a [section], "
+                             f"got {raw!r}")
+        sections[current].append((n, line))
+    return sections
+
+
+def _collect(section: str, sections: dict, path: Path, out: list, via: tuple[str, ...]) -> None:
+    if section not in sections:
+        raise ValueError(f"{path}: no section [{section}]{f' (included by [{via[-1]}])' if via else ''} "
+                         f"(sections: {', '.join(sorted(sections))})")
+    if section in via:
+        raise ValueError(f"{path}: [{section}] includes itself ({' -> '.join((*via, section))})")
+    for n, line in sections[section]:
+        if line.startswith("@include "):
+            _collect(line.removeprefix("@include ").strip(), sections, path, out, (*via, section))
+        else:
+            node, _, reason = line.partition(" :: ")
             out.append(Expected(node.strip(), reason.strip(), n))
-    if section not in seen:
-        raise ValueError(f"{path}: no section [{section}] (sections: {', '.join(sorted(seen))})")
-    return out
 
 
 def skip_reason(report) -> str:

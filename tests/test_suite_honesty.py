@@ -203,6 +203,19 @@ def test_a_module_that_skips_while_collected_is_seen(pytester):
     res.stdout.fnmatch_lines(["*unexpected skips*", "test_gone.py :: *no_such_engine_module*"])
 
 
+def test_a_section_includes_the_lines_several_environments_share(tmp_path):
+    f = tmp_path / "skips.txt"
+    f.write_text("[all]\n@include shared\ntests/test_a.py::test_b :: no GPU here\n\n"
+                 "[shared]\ncontracts/x.yaml::* :: pair not available locally\n")
+    assert [e.pattern for e in expected_skips.load("all", f)] == ["contracts/x.yaml::*", "tests/test_a.py::test_b"]
+    f.write_text("[all]\n@include nowhere\n")
+    with pytest.raises(ValueError, match=r"no section \[nowhere\] \(included by \[all\]\)"):
+        expected_skips.load("all", f)
+    f.write_text("[all]\n@include other\n[other]\n@include all\n")
+    with pytest.raises(ValueError, match=r"\[all\] includes itself \(all -> other -> all\)"):
+        expected_skips.load("all", f)
+
+
 def test_a_node_id_is_literal_but_for_its_stars():
     """A parametrized id's brackets are literal (fnmatch would read ``[pair0-K6]`` as one character)."""
     e = expected_skips.Expected("tests/test_k.py::test_kill[pair0-K6-x]", "masked", 1)
