@@ -16,8 +16,10 @@ and the per-row floor of ``row_fingerprint`` is applied to every resolvable row 
 slot. Printed: counts, the smallest separation (angle between the declared boundary and the
 runner-up, for passing correct slots), the worst per-sample noise angle, the worst row cosine.
 
+``--whole``: one example per corpus item, the whole item (docs/gates.md, "Whole samples").
+
 Usage: python benchmarks/bench_identity_gates.py [--fixtures smollm2-135m heldout-gemma3-270m]
-       [--examples 1000] [--max-len 64]
+       [--examples 1000] [--max-len 64] [--whole]
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def _contract(name: str, dtype: str):
     raise SystemExit(f"no contract for {name}")
 
 
-def run(name: str, n_examples: int, max_len: int, seed: int = 0) -> None:
+def run(name: str, n_examples: int, max_len: int, seed: int = 0, whole: bool = False) -> None:
     from eagle3_conformance.checks import judge
     from eagle3_conformance.core import gates
     from eagle3_conformance.core.notation import all_boundaries
@@ -61,7 +63,7 @@ def run(name: str, n_examples: int, max_len: int, seed: int = 0) -> None:
     bf.model.to(torch.bfloat16)
     emulate_half_gemm(bf.model)
     rng = random.Random(seed)
-    per_item = max(1, math.ceil(n_examples / len(seqs)))
+    per_item = 1 if whole else max(1, math.ceil(n_examples / len(seqs)))
     t0 = time.time()
     stats = {m: dict(n=0, passed=0, undecidable=0, fp=0, det=0, und_wrong=0, missed=0, sep=9.0, noise=0.0,
                      row_min=1.0, rows=0, row_fp=0, excluded=0) for m in ("float32", "bfloat16")}
@@ -74,8 +76,8 @@ def run(name: str, n_examples: int, max_len: int, seed: int = 0) -> None:
         L = r32.num_layers
         names = all_boundaries(L)
         for _ in range(per_item):
-            n = rng.randint(1, min(max_len, len(ids)))
-            a = rng.randint(0, len(ids) - n)
+            n = len(ids) if whole else rng.randint(1, min(max_len, len(ids)))
+            a = 0 if whole else rng.randint(0, len(ids) - n)
             rows = torch.arange(a, a + n)
             keep = rows != 0  # exclude_positions [0]
             if not bool(keep.any()):
@@ -116,8 +118,8 @@ def run(name: str, n_examples: int, max_len: int, seed: int = 0) -> None:
                     st["rows"] += int(cos.numel())
                     st["row_min"] = min(st["row_min"], float(cos.min()))
                     st["row_fp"] += int((cos < gates.row_min_cosine(c)).sum())
-    print(f"\n{name}: {len(seqs)} corpus items, {per_item} windows each (lengths 1..{max_len}), "
-          f"{time.time() - t0:.0f} s")
+    shape = "the whole item" if whole else f"{per_item} windows each (lengths 1..{max_len})"
+    print(f"\n{name}: {len(seqs)} corpus items, {shape}, {time.time() - t0:.0f} s")
     for mode, st in stats.items():
         ex = st["n"] // (L + 1)
         print(f"  {mode:8s} examples {ex}, slot judgements {st['n']}: false positives {st['fp']}, "
@@ -134,10 +136,11 @@ def main() -> None:
     ap.add_argument("--fixtures", nargs="+", default=["smollm2-135m", "heldout-gemma3-270m"])
     ap.add_argument("--examples", type=int, default=1000)
     ap.add_argument("--max-len", type=int, default=64)
+    ap.add_argument("--whole", action="store_true", help="one example per corpus item: the whole item")
     a = ap.parse_args()
     torch.set_num_threads(1)
     for f in a.fixtures:
-        run(f, a.examples, a.max_len)
+        run(f, a.examples, a.max_len, whole=a.whole)
 
 
 if __name__ == "__main__":

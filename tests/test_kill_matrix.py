@@ -40,11 +40,17 @@ from eagle3_conformance.faults import (
 TRAIN_OPS = [op for op in OPERATORS if isinstance(op.paths["training"], Apply)]
 SERVE_OPS = [op for op in OPERATORS
              if any(isinstance(op.paths[p], Apply) for p in ("sglang-extend", "sglang-decode"))]
-COUNTS: dict[str, int] = {}
+COUNTS: dict[tuple[str, str], int] = {}
 
 
-def _count(name: str) -> None:
-    COUNTS[name] = COUNTS.get(name, 0) + 1
+def _count(path: str, op) -> None:
+    COUNTS[path, op.name] = COUNTS.get((path, op.name), 0) + 1
+
+
+def _some_example_judged(path: str, op) -> None:
+    """Every drawn example may be discarded (``assume``) or be a no-op: the test then judged nothing, and
+    must say so instead of passing."""
+    assert COUNTS.get((path, op.name), 0) > 0, f"{op.name} on {path}: no drawn example reached a verdict"
 
 
 def _no_false_positive(findings, what):
@@ -108,9 +114,10 @@ def test_kill_training(op, tmp_path_factory):
             assume(False)
         v = judge(op.checks, base, mut)
         assert v.status == "caught", f"{op.name} missed on {spec}: {v.detail}"
-        _count("training")
+        _count("training", op)
 
     prop()
+    _some_example_judged("training", op)
 
 
 # --------------------------------------------------------------------------------- SGLang
@@ -197,13 +204,14 @@ def test_kill_sglang(op, pair):
             assert v.status == "caught", f"{op.name} missed on {p} ({pair.spec.name}, aux {ex.boundaries}): {v.detail}"
             judged += 1
         assume(judged > 0)
-        _count("sglang")
+        _count(f"sglang {pair.spec.name}", op)
 
     if op.name == "hidden-sizes-crossed" and pair.spec.draft_hidden == pair.spec.target_hidden:
         pytest.skip("K6 is masked when target and draft widths are equal (the wide pair covers it)")
     if op.name == "aux-count-from-other-key" and len(pair.spec.boundaries) == 3:
         pytest.skip("R41 is masked when the draft has 3 slots, SGLang's default count (the K = 2 pair covers it)")
     prop()
+    _some_example_judged(f"sglang {pair.spec.name}", op)
     for p, c, ex, k, base in replay:
         v = judge(op.checks, base, run_path(pair, c, ex, p, POOL, k))
         assert v.status == "caught", f"{op.name} missed on {p} after rebuild ({pair.spec.name}): {v.detail}"
@@ -318,11 +326,6 @@ def test_unknown_real_pair_is_a_usage_error(capsys):
 
     assert main(["faults", "--pair", "no-such-pair"]) == 2
     assert "no real pair 'no-such-pair'" in capsys.readouterr().err
-
-
-def test_counts_report():
-    """Reports the number of hypothesis examples that reached a verdict in this session."""
-    print(f"kill-matrix examples: {COUNTS}")
 
 
 # --------------------------------------------------------------------------------- new checks

@@ -92,13 +92,29 @@ LAUNCHERS = {"verb": [sys.executable, "-m", "eagle3_conformance.cli", "serve", "
 """The two ways to start the server (issue 41): the ``serve`` verb, and the module path it keeps working."""
 
 
-def serve_and_record(tmp: Path, draft_dir: Path, target_dir: Path, launcher: str = "module",
-                     dtype: str = "float32") -> dict:
+def _post_wave(port: int, bodies: list[dict]) -> list:
+    """Post ``bodies`` concurrently (one client thread each, so the scheduler batches them); outputs in order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(bodies)) as ex:
+        outs = list(ex.map(lambda b: _post(port, b), bodies))
+    return [o for out in outs for o in (out if isinstance(out, list) else [out])]
+
+
+def serve_and_record(tmp: Path, draft_dir: Path, target_dir: Path, contract: Path = CONTRACT,
+                     waves: "list[list[dict]] | None" = None, launcher: str = "module", dtype: str = "float32") -> dict:
     """Prepare DIR with serve-hooks (recording the target's boundaries too, so both references can
-    judge the same records), serve the pair (``launcher``: a key of :data:`LAUNCHERS`), post the
-    prompts, stop; timings in seconds."""
+    judge the same records), serve the pair (``launcher``: a key of :data:`LAUNCHERS`; ``dtype``: its
+    ``--dtype``), post the prompts, stop; timings in seconds.
+
+    ``waves``: request bodies for SGLang's native ``/generate``; the bodies of one wave are posted
+    concurrently, waves one after another (default: the three prompts in one request, then the follow-up).
+    benchmarks/bench_engine_reference.py --http serves batched traffic through this function."""
+    if waves is None:
+        waves = [[{"text": PROMPTS, "sampling_params": {"temperature": 0, "max_new_tokens": 16}}],
+                 [{"text": FOLLOW_UP, "sampling_params": {"temperature": 0, "max_new_tokens": 12}}]]
     out = tmp / "records"
-    hooks = subprocess.run([sys.executable, "-m", "eagle3_conformance.cli", "serve-hooks", "--contract", str(CONTRACT),
+    hooks = subprocess.run([sys.executable, "-m", "eagle3_conformance.cli", "serve-hooks", "--contract", str(contract),
                             "--out", str(out), "--conformance-reference", "engine"],
                            capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert hooks.returncode == 0, hooks.stderr
@@ -115,12 +131,11 @@ def serve_and_record(tmp: Path, draft_dir: Path, target_dir: Path, launcher: str
     try:
         _wait_ready(proc, port, log)
         t1 = time.monotonic()
-        first = _post(port, {"text": PROMPTS, "sampling_params": {"temperature": 0, "max_new_tokens": 16}})
-        second = _post(port, {"text": FOLLOW_UP, "sampling_params": {"temperature": 0, "max_new_tokens": 12}})
+        outputs = [o for wave in waves for o in _post_wave(port, wave)]
         t2 = time.monotonic()
     finally:
         _stop(proc)
-    return {"dir": out, "outputs": [*first, second], "start_s": t1 - t0, "requests_s": t2 - t1,
+    return {"dir": out, "outputs": outputs, "start_s": t1 - t0, "requests_s": t2 - t1,
             "stop_s": time.monotonic() - t2, "pgid": proc.pid}
 
 

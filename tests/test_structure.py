@@ -135,10 +135,14 @@ def test_the_package_root_holds_no_module():
     package root holds ``__init__.py`` and nothing else, so the tree reads as the architecture."""
     assert sorted(f.name for f in PKG.glob("*.py")) == ["__init__.py"]
     init = ast.parse((PKG / "__init__.py").read_text(encoding="utf-8"))
-    # the public API's lazy table (docs/api.md): importlib and PEP 562's __getattr__/__dir__, nothing else;
-    # it names modules as strings, so the root imports nothing of the package (its types: __init__.pyi)
+    # the public API's lazy table (docs/api.md): importlib and PEP 562's __getattr__/__dir__, and the deprecated
+    # aliases of the moved module paths (docs/compatibility.md); it names modules as strings, so the root imports
+    # nothing else of the package (its types: __init__.pyi)
     imports = [ast.unparse(n) for n in init.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    assert set(imports) <= {"import importlib", "from __future__ import annotations"}
+    assert set(imports) <= {"import importlib", "from __future__ import annotations",
+                            "from eagle3_conformance.core import moved as _moved"}
+    calls = [ast.unparse(n) for n in init.body if isinstance(n, ast.Expr) and not isinstance(n.value, ast.Constant)]
+    assert calls == ["_moved.install()"]
     assert not [n for n in init.body if isinstance(n, ast.ClassDef)]
     assert {n.name for n in init.body if isinstance(n, ast.FunctionDef)} <= {"__getattr__", "__dir__"}
 

@@ -115,20 +115,26 @@ def check_engine_lossless(c: Contract, greedy: dict, path: str = "sglang-engine"
 
 @check(FACT, ("R42",), fact="graph_acceptance")
 def check_graph_acceptance(c: Contract, fig: dict, path: str = "sglang-engine") -> list[Finding]:
-    """R42 class: an engine run with CUDA graphs accepts no less than the same run eager (hooks never
-    fire on graph replay, so this is the only check that sees the graphed decode).
+    """R42 class, report only: the accept length of an engine run with CUDA graphs beside the same run
+    eager (hooks never fire on graph replay, so only acceptance sees the graphed decode).
+
+    Never a gate: how far graphed acceptance may fall below eager before it is a fault has not been
+    measured (no GPU run yet; prepared, never run on a GPU: scripts/gpu_accept.sh measures it with
+    ``accept``'s baseline rule). The finding is a ``skip`` carrying both figures; it fails only when a
+    run reported no accept length at all (the figures are missing, not judged).
 
     Args:
-        fig: ``{"eager": float, "graphed": float, "noise": float}`` (SGLang's spec_accept_length).
+        fig: ``{"eager": float, "graphed": float}`` (SGLang's spec_accept_length of each run).
     """
-    e, g, noise = fig.get("eager"), fig.get("graphed"), fig.get("noise", 0.0)
+    e, g = fig.get("eager"), fig.get("graphed")
     if e is None or g is None:
-        return [Finding("graph_acceptance", "fail", path, None, "graphed >= eager - noise", g, "CUDA graphs",
-                        "a run reported no spec_accept_length", "R42")]
-    ok = g >= e - noise
-    return [Finding("graph_acceptance", "pass" if ok else "fail", path, None, f">= {e - noise:.3f}", round(g, 3),
-                    "CUDA graphs vs eager", f"graphed spec_accept_length {g:.3f}, eager {e:.3f} (noise {noise})",
-                    "R42")]
+        return [Finding("graph_acceptance", "fail", path, None, "both runs report spec_accept_length", g,
+                        "CUDA graphs", "a run reported no spec_accept_length", "R42")]
+    return [Finding("graph_acceptance", "skip", path, None, "report only (no measured noise: not gated)",
+                    round(g, 3), "CUDA graphs vs eager",
+                    f"graphed spec_accept_length {g:.3f}, eager {e:.3f} (difference {g - e:+.3f}); not gated: "
+                    "the eager-vs-graphs spread has never been measured on a GPU (scripts/gpu_accept.sh gates it "
+                    "with accept's baseline rule)", "R42")]
 
 
 @check(FACT, ("K1", "K2"), fact="reference")

@@ -40,6 +40,7 @@ from eagle3_conformance.cli import (
     serve_hooks,
     translate,
     upgrade_check,
+    upgrade_contract,
     validate,
 )
 from eagle3_conformance.cli.common import error, resolve_contract_args
@@ -47,7 +48,7 @@ from eagle3_conformance.core.errors import InputError
 from eagle3_conformance.core.exit_codes import ExitCode
 
 VERBS = (validate, check_data, schema, init, calibrate, translate, faults, merge_reports, check_offline, upgrade_check,
-         accept_estimate, accept, monitor, serve, serve_hooks, captures, render)
+         accept_estimate, accept, monitor, serve, serve_hooks, captures, render, upgrade_contract)
 """The verb modules, in the order ``conformance --help`` lists them."""
 
 

@@ -18,9 +18,11 @@ The codes are the public :class:`eagle3_conformance.core.exit_codes.ExitCode`; v
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
 from eagle3_conformance.core.errors import UsageError
 from eagle3_conformance.core.exit_codes import ExitCode
@@ -81,7 +83,8 @@ def load_contract(path: str | Path) -> Contract:
     from eagle3_conformance.contract import ContractError
 
     try:
-        c = gated_contract(path)
+        with contract_deprecations():
+            c = gated_contract(path)
     except ContractError as e:
         lines = refusal_lines(e, path)
         if Path(path).is_file():  # a contract that was read and refused (a missing file says so itself)
@@ -146,6 +149,23 @@ def resolve_contract_args(args: argparse.Namespace) -> None:
     args.contract = pos or opt
     if not args.contract and arity == "one":
         raise UsageError("no contract given: name the CONTRACT file (positional, or --contract CONTRACT)")
+
+
+@contextlib.contextmanager
+def contract_deprecations() -> Iterator[None]:
+    """A contract's deprecated keys (:class:`~eagle3_conformance.contract.ContractDeprecationWarning`, raised
+    while loading it) print as one ``eagle3-conformance: warning: FILE:LINE: ...`` line each, every time, for
+    the person who wrote the contract; any other warning raised inside goes on as it came."""
+    from eagle3_conformance.contract import ContractDeprecationWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ContractDeprecationWarning)
+        yield
+    for w in caught:
+        if issubclass(w.category, ContractDeprecationWarning):
+            print(f"eagle3-conformance: warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
 def _inside(p: Path, d: Path) -> bool:

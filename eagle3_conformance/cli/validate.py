@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from eagle3_conformance.cli.common import add_contract_arguments, console, contract_args
+from eagle3_conformance.cli.common import add_contract_arguments, console, contract_args, contract_deprecations
 from eagle3_conformance.core.exit_codes import ExitCode
 
 
@@ -29,7 +29,8 @@ def run(args) -> int:
     bad = 0
     for p in contract_args(args, many=True):
         try:
-            c = gated_contract(p)
+            with contract_deprecations():
+                c = gated_contract(p)
         except ContractError as e:
             bad += 1
             for line in refusal_lines(e, p):

@@ -7,11 +7,18 @@ draft-method rules.
   (:class:`ContractError`);
 - :mod:`.validation`: :func:`semantic_problems`, :func:`fixture_problems`, :func:`target_mismatches`;
 - :mod:`.families`: the DFlash and MTP / NextN rules (:func:`method_problems`);
-- :mod:`.schema`: the JSON Schema generated from the models.
+- :mod:`.schema`: the JSON Schema generated from the models;
+- :mod:`.deprecations`: the deprecated keys a committed contract may still hold, and their warning.
 
 Every name is importable from ``eagle3_conformance.contract`` as before the split.
 """
 
+from eagle3_conformance.contract.deprecations import (
+    DEPRECATED_KEYS,
+    ContractDeprecationWarning,
+    DeprecatedKey,
+    deprecated_in,
+)
 from eagle3_conformance.contract.families import method_problems
 from eagle3_conformance.contract.loading import (
     MAX_CONTRACT_BYTES,
@@ -66,7 +73,8 @@ from eagle3_conformance.contract.validation import (
 )
 
 __all__ = [
-    "Alignment", "Capture", "Check", "Contract", "contract_source", "ContractError", "DFlashSpec", "Draft",
+    "Alignment", "Capture", "Check", "Contract", "ContractDeprecationWarning", "contract_source", "ContractError",
+    "DEPRECATED_KEYS", "DeprecatedKey", "deprecated_in", "DFlashSpec", "Draft",
     "DTypeName", "Engines", "fixture_problems", "Gates", "GoldenConversation", "json_schema", "LayerIds",
     "load_contract", "MAX_CONTRACT_BYTES", "MAX_NESTING", "Method", "method_problems", "MTPSpec", "NormBand",
     "NormBands", "parse_contract", "pipeline_refusal", "Positions", "Precision", "Problem", "SCHEMA_PATH", "schema_text",

@@ -11,6 +11,7 @@ from typing import Any, Callable, Optional, Sequence
 import yaml
 from pydantic import ValidationError
 
+from eagle3_conformance.contract.deprecations import warn_deprecated
 from eagle3_conformance.contract.models import Contract
 from eagle3_conformance.contract.sections import KeyPath
 from eagle3_conformance.contract.validation import fixture_problems, semantic_problems
@@ -183,6 +184,10 @@ def parse_contract(text: str, file: str = "<string>", *, known_fixture: bool = F
         ContractError: malformed YAML (with line:column), a document that is not a mapping, keys
             given twice (both lines), over-deep nesting or aliased collections, schema violations
             and unknown keys (all listed at once, each with its line), or semantic inconsistencies.
+
+    Warns:
+        ContractDeprecationWarning: once per deprecated key the text holds, with its line
+            (:mod:`eagle3_conformance.contract.deprecations`).
     """
     if len(text) > MAX_CONTRACT_BYTES:
         raise ContractError(file, [Problem((), f"{len(text)} characters; a contract is at most "
@@ -208,6 +213,7 @@ def parse_contract(text: str, file: str = "<string>", *, known_fixture: bool = F
     if dups:
         raise ContractError(file, dups)
     lines = _line_map(node)
+    warn_deprecated(data, file, lambda path: _locate(lines, path)[0])
     try:
         contract = Contract.model_validate(data)
     except ValidationError as e:

@@ -278,9 +278,10 @@ class Gates(_Strict):
     slot_identity_margin: Optional[float] = Field(
         None,
         ge=0,
-        description="Deprecated and ignored: a fixed cosine margin failed correct data on trained "
+        description="Deprecated since 0.2.0 and ignored: a fixed cosine margin failed correct data on trained "
         "models, whose adjacent boundaries differ by less (docs/gates.md). Slot identity is decided "
-        "by rank, with the noise allowance of identity_noise_deg.",
+        "by rank, with the noise allowance of identity_noise_deg. Every read warns; `eagle3-conformance "
+        "upgrade-contract` removes it; it may be refused from 0.3.0 on (docs/compatibility.md).",
     )
     slot_identity_min_cosine: Optional[float] = Field(
         None, ge=-1, le=1,

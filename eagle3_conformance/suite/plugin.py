@@ -101,7 +101,8 @@ def pytest_addoption(parser):
     g.addoption("--conformance-baseline", metavar="FILE", help="baseline for --conformance-server (accept --record)")
     g.addoption("--conformance-profile", choices=tuple(PROFILES), default="ci",
                 help="hypothesis profile of the suite's drawn examples: ci (5 per path, derandomized; default), "
-                     "dev (60), gpu (4); registered as conformance-<name>, applied to the suite only")
+                     "dev (60), gpu (4; prepared, never run on a GPU); registered as conformance-<name>, "
+                     "applied to the suite only")
     g.addoption("--conformance-reference", choices=("transformers", "engine"), default=None,
                 help="what the serving captures are judged against, overriding each contract's `reference`: "
                      "transformers (the project's own forward of the target) or engine (the target's residual "
@@ -130,7 +131,7 @@ def _asked(config) -> bool:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "conformance: the contract conformance suite (pytest -m conformance)")
-    config.addinivalue_line("markers", "gpu: needs a GPU and a real SGLang engine; skipped without one")
+    config.addinivalue_line("markers", "gpu: needs a GPU and a real SGLang engine; skipped without one (prepared, never run on a GPU)")
     config.stash[_RECORDS] = {}
     config.stash[_INVALID] = {}
     config.stash[_ASKED] = _asked(config)

@@ -6,7 +6,8 @@ a tool module is imported, never when :mod:`conformance` is.
 - :mod:`~eagle3_conformance.tools.speculators_loader`: speculators 0.9.0's ``ArrowDataset`` ->
   ``CollateFn(shift_batch)``;
 - :mod:`~eagle3_conformance.tools.sglang_cpu`: SGLang 0.5.23's target and EAGLE-3 draft classes on CPU;
-- :mod:`~eagle3_conformance.tools.sglang_engine`: a real ``sglang.Engine`` on a GPU;
+- :mod:`~eagle3_conformance.tools.sglang_engine`: a real ``sglang.Engine`` (on CPU with guarded stand-ins; on a GPU
+  prepared, never run on one);
 - :mod:`~eagle3_conformance.tools.specforge_loader`: SpecForge 0.2.0's offline loader chain
   (``OfflineManifestReader`` -> ``FeatureDataLoader`` -> ``TargetHead.preprocess``) and its layout;
 - :mod:`~eagle3_conformance.tools.offline_files`: legacy speculators ``.pt`` and SpecForge ``.ckpt``
