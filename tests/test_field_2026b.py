@@ -411,7 +411,8 @@ def test_the_catalogue_accounts_for_every_report_r84_to_r106():
         assert not re.search(r"TODO|TBD|XXX|placeholder", status + what, re.I), num
     by = {r[0]: r for r in rows}
     assert all(by[n][1] == "not in the catalogue" for n in ("R88", "R104"))
-    assert all(by[n][1] == "engine invariance (issue 45 item 1)" for n in ("R84", "R95", "R102"))
+    assert all(by[n][1] == "built (engine invariance, issue 45 item 1)" and "`engine_invariance`" in by[n][2]
+               and "faults/invariance_column.py" in text for n in ("R84", "R95", "R102"))
     for num, status, what in rows:
         if status == "not carried" and "GPU" in what:
             assert "gpu-check.sh" in what or "gpu_field_check.py" in what, num
