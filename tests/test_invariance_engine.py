@@ -78,6 +78,7 @@ def test_every_variation_equals_the_plain_run_on_the_real_pair(tmp_path, which):
         "chunked-prefill": 1, "tp2": 1}
 
 
+@pytest.mark.soak  # 7 engine starts, 4-6 minutes: `tox -e soak`, not CI
 def test_the_invariance_column_catches_every_variations_fault(tmp_path):
     """The kill matrix's invariance column, grouped (faults whose conditions never meet share a run):
     the baseline passes, every fault is caught by ``engine_invariance`` on its own variation (0 missed),

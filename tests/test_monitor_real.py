@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.soak]  # minutes of real servers: `tox -e soak`, not CI
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = str(ROOT / "contracts" / "smollm2-135m.yaml")

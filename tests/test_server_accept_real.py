@@ -173,6 +173,7 @@ def _fault_draft(name: str, tmp_path: Path) -> Path:
     return fault_draft_dir(Path(t.draft_dir), fault, tmp_path / "faults", Path(t.target_dir))
 
 
+@pytest.mark.soak  # a measurement (benchmarks/bench_accept_decision.py): `tox -e soak`, not CI
 @pytest.mark.parametrize("fault", COSTLY)
 def test_the_ci_set_decides_every_engine_column_fault_that_costs_more_than_the_tolerance(correct_runs, tmp_path,
                                                                                           fault):
@@ -195,6 +196,7 @@ def test_the_ci_set_decides_every_engine_column_fault_that_costs_more_than_the_t
     assert "position 1" in dropped, o  # the seed incident (embedding-prepended): the chain stops at position 1
 
 
+@pytest.mark.soak  # a measurement (benchmarks/bench_accept_decision.py): `tox -e soak`, not CI
 def test_ids_one_too_high_on_the_ci_set_is_inconclusive_not_met(correct_runs, tmp_path):
     """Issue 41's case: the draft config's ids all one too high (B_3, B_16, B_28: the engine column's
     ids-shifted) on the 8 x 32 set gives a paired change of [-0.092, +0.054] against a tolerance of -0.077.
