@@ -593,14 +593,9 @@ def test_the_case_rule_sees_a_collision():
     assert _case_collisions(["Docs", "docs"]) == [["Docs", "docs"]]
 
 
-#: modules still over the limit when it was set (issue 36 names the first two): split them, then drop them here
-_LONG_MODULES_NOT_YET_SPLIT = {"eagle3_conformance.tools.sglang_cpu.harness", "eagle3_conformance.authoring.init",
-                               "eagle3_conformance.released.isolated"}
-
-
 def test_no_module_over_500_lines():
     """A module has one job: none is over 500 lines (contract.py was 1,049 and diagnose.py 1,241
-    before they became packages), but for the listed ones, which may only leave the list."""
+    before they became packages; authoring/init.py, released/isolated.py and tools/sglang_cpu/harness.py
+    were the last ones split, issue 43 item 7)."""
     long = {m for m, f in modules().items() if len(f.read_text(encoding="utf-8").splitlines()) > 500}
-    assert long - _LONG_MODULES_NOT_YET_SPLIT == set()
-    assert _LONG_MODULES_NOT_YET_SPLIT - long == set(), "split: remove it from _LONG_MODULES_NOT_YET_SPLIT"
+    assert long == set(), "split these modules into modules with one job each"

@@ -1,7 +1,9 @@
 """Contract authoring, one module per verb:
 
 - :mod:`~eagle3_conformance.authoring.init`: ``eagle3-conformance init``, a contract derived from the target's
-  and the draft's ``config.json`` (read by :mod:`~eagle3_conformance.authoring.configs`);
+  and the draft's ``config.json`` (read by :mod:`~eagle3_conformance.authoring.configs`; the facts it reads:
+  :mod:`~eagle3_conformance.authoring.init_facts`; the document it writes:
+  :mod:`~eagle3_conformance.authoring.init_document`);
 - :mod:`~eagle3_conformance.authoring.calibrate`: ``eagle3-conformance calibrate``, norm bands measured on
   real data or a reference forward (the norm profile table and plot:
   :mod:`~eagle3_conformance.authoring.profile`);

@@ -5,7 +5,9 @@ the draft on extend (prefill) and on decode (target verify, then the draft exten
 
 - :mod:`~eagle3_conformance.tools.sglang_cpu.harness`: :class:`SGLangCPUHarness` (build with SGLang's
   own loader, resolver and setter; ``extend`` / ``verify`` -> Captures), and
-  :func:`shared_harness`, the one harness per process the paths share;
+  :func:`shared_harness`, the one harness per process the paths share; its decode path
+  (``verify``) is :mod:`~eagle3_conformance.tools.sglang_cpu.verify_path`, its forward errors
+  :mod:`~eagle3_conformance.tools.sglang_cpu.errors`;
 - :mod:`~eagle3_conformance.tools.sglang_cpu.runtime`: the process, the stand-in attention and pools;
 - :mod:`~eagle3_conformance.tools.sglang_cpu.releases`: one branch per served SGLang release for the
   steps whose code moved between releases (ServerArgs publishing, the id reader and apply step);
