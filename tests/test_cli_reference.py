@@ -1,0 +1,49 @@
+"""docs/cli.md is generated from the CLI's real parser (issue 43 item 8): scripts/cli_reference.py walks
+:func:`eagle3_conformance.cli.build_parser`, so every verb and option on the page is the parser's, and a
+verb or option added to the parser shows up in the output (tests/test_docs_generated.py then fails until
+`tox -e docs` rewrites the page)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from eagle3_conformance.cli import build_parser
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("cli_reference", REPO / "scripts" / "cli_reference.py")
+cli_reference = importlib.util.module_from_spec(_spec)
+sys.modules["cli_reference"] = cli_reference
+_spec.loader.exec_module(cli_reference)
+
+
+def _verbs(parser):
+    return [name for name, _, _ in cli_reference._verbs(parser)]
+
+
+def test_the_page_has_every_verb_and_option_of_the_parser():
+    page = (REPO / "docs" / "cli.md").read_text()
+    parser = build_parser()
+    assert len(_verbs(parser)) >= 18
+    for name, _, sub in cli_reference._verbs(parser):
+        assert f"\n## {name}\n" in page, name
+        for action in sub._actions:
+            for flag in action.option_strings:
+                if action.help != "==SUPPRESS==" and flag not in ("-h", "--help"):
+                    assert f"`{flag}`" in page, f"{name} {flag}"
+
+
+def test_an_option_added_to_the_parser_appears_in_the_reference():
+    """The fault: a verb or an option added to the CLI and not to the docs."""
+    parser = build_parser()
+    before = cli_reference.render(parser)
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    sub.choices["validate"].add_argument("--strictness", type=int, default=7, help="how strict, default %(default)s")
+    new = sub.add_parser("frobnicate", help="a verb nobody documented")
+    new.add_argument("--widget", metavar="W", required=True, help="the widget")
+    after = cli_reference.render(parser)
+    assert "--strictness" not in before and "frobnicate" not in before
+    assert "| `--strictness` `STRICTNESS` | `7` | how strict, default 7 |" in after
+    assert "\n## frobnicate\n\na verb nobody documented\n" in after
+    assert "| `--widget` `W` |  | (required) the widget |" in after
