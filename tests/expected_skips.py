@@ -146,6 +146,9 @@ def register(config) -> None:
     section = os.environ.get(ENV, "").strip()
     if not section:
         return
+    # the list is this session's: the pytest runs its tests start (pytester, subprocesses, the identity
+    # snapshots' plugin run, xdist's workers, whose reports the controller judges) do not inherit it
+    os.environ.pop(ENV, None)
     try:
         entries = load(section)
     except ValueError as e:

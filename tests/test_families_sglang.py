@@ -191,7 +191,8 @@ def _smollm2_dflash_contract(tmp_path, target_dir, ids):
     out = tmp_path / "smollm2-dflash.yaml"
     if out.exists():
         out.unlink()
-    assert main(["init", "--target", str(target_dir), "--draft", str(d), "-o", str(out)]) == 0
+    assert main(["init", "--target", str(target_dir), "--draft", str(d), "-o", str(out),
+                 "--dflash-sample-from-anchor", "false"]) == 0  # z-lab's convention, the one SGLang 0.5.23 samples
     return load_contract(out), cfg
 
 

@@ -296,7 +296,7 @@ def test_records_made_for_a_contract_validate_refuses_are_refused_too(correct, t
     write_manifest(d, str(refused), load_contract(refused), "engine")  # the library loader: no gate
     for f in correct["dir"].iterdir():
         if f.name != MANIFEST:
-            shutil.copy(f, d / f.name)
+            (shutil.copytree if f.is_dir() else shutil.copy)(f, d / f.name)  # records/runtime: the draft's runtime
     capsys.readouterr()
     assert main(["serve-hooks", str(refused), "--out", str(tmp_path / "again")]) == 2
     assert main(["check-captures", str(refused), str(d), "--conformance-reference", "engine"]) == 2

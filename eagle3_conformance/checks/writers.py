@@ -28,8 +28,9 @@ def slot_observations(findings: Iterable[Finding]) -> dict:
             continue
         try:
             Boundary.parse(str(f.observed))
+            Boundary.parse(str(f.expected))
         except ValueError:
-            continue  # "none": a slot matching no boundary (its own finding says so)
+            continue  # "none" / "no slot": a slot matching no boundary, or none declared (their findings say so)
         s = slots.setdefault(str(f.slot), {"declared": str(f.expected), "samples": {}})
         s["samples"][f.where] = str(f.observed)
     return {"slots": slots}

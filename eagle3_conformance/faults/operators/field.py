@@ -83,6 +83,10 @@ def _t_writers_mixed(scn, c, ex):
 
     if aux_indices(c)[-1] != c.L:
         return None
+    # the mix shows only across samples the reference fingerprints: position 0 is excluded, so a sample of one
+    # token holds no row, and both writers' samples (even and odd) need one of at least two tokens
+    if not (any(len(t) >= 2 for t in scn.samples[0::2]) and any(len(t) >= 2 for t in scn.samples[1::2])):
+        return None
     j, n = len(c.aux) - 1, itertools.count()
 
     def tf(scn_, r, hs):
