@@ -32,12 +32,13 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
+
+from eagle3_conformance.tools.vllm_engine.server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "contracts" / "smollm2-135m.yaml"
@@ -47,13 +48,6 @@ PY = sys.executable
 def load() -> str:
     return open("/proc/loadavg").read().split()[0]
 
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def pair():

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+from eagle3_conformance.tools.vllm_engine.server import free_port as _port
+
 pytestmark = [pytest.mark.slow, pytest.mark.soak]  # minutes of real servers: `tox -e soak`, not CI
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,13 +39,6 @@ CONTRACT = str(ROOT / "contracts" / "smollm2-135m.yaml")
 FAST = ["--window", "5", "--interval", "1", "--warmup", "4", "--min-steps", "15"]
 QUIET_S = 60
 
-
-def _port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 @contextmanager
