@@ -17,11 +17,8 @@ from typing import Any
 from eagle3_conformance.checks.registry import FACT, check
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.core.findings import Finding
+from eagle3_conformance.core.served_dtype import MAX_EXP, MAX_FINITE  # noqa: F401 (MAX_FINITE re-exported)
 
-#: largest finite value of each dtype the draft can run in (torch.finfo(dtype).max) and its exponent range
-#: (torch.finfo(dtype).maxexp): bfloat16 keeps float32's exponent range, float16 has 2^16
-MAX_FINITE = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38}
-MAX_EXP = {"float16": 16, "bfloat16": 128, "float32": 128}
 
 UNQUANTIZED = ("UnquantizedLinearMethod", "UnquantizedEmbeddingMethod", "none")
 """Loaded-method names that mean "no quantization" (SGLang 0.5.23 ``layers/linear.py``; vLLM the same names)."""

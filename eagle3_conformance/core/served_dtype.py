@@ -19,6 +19,12 @@ from dataclasses import dataclass
 HALF = ("float16", "bfloat16")
 _MANTISSA = {"float32": 23, "bfloat16": 7, "float16": 10}
 
+#: largest finite value of each dtype a draft can run in (torch.finfo(dtype).max) and its exponent range
+#: (torch.finfo(dtype).maxexp): bfloat16 keeps float32's exponent range, float16 has 2^16. Here, not in
+#: :mod:`eagle3_conformance.checks.runtime`, so the authoring verbs (``init``'s notes) read them without torch.
+MAX_FINITE = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38}
+MAX_EXP = {"float16": 16, "bfloat16": 128, "float32": 128}
+
 
 @dataclass(frozen=True)
 class DtypeWords:
