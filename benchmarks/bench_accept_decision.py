@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from eagle3_conformance.environment.ports import free_port
 from eagle3_conformance.environment.procgroup import kill_group
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,14 +41,8 @@ USELESS = ("untrained", "d2t-scrambled", "d2t-missing")
 START_TIMEOUT = 900
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start(target: Path, draft: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     args = ["--model-path", str(target), "--dtype", "float32", "--port", str(port), "--host", "127.0.0.1",
             "--mem-fraction-static", "0.3", "--max-total-tokens", "4096", "--random-seed", "0",
             "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft),

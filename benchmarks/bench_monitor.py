@@ -38,7 +38,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from eagle3_conformance.tools.vllm_engine.server import free_port
+from eagle3_conformance.environment.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "contracts" / "smollm2-135m.yaml"

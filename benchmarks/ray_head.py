@@ -9,15 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+from eagle3_conformance.environment.ports import free_port
+
 ROOT = Path(__file__).resolve().parent.parent  # the checkout whose package the head's workers import
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cores() -> int:
@@ -35,7 +29,7 @@ class RayHead:
     def __enter__(self) -> str:
         import socket
 
-        self.port = _free_port()
+        self.port = free_port()
         env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         self.proc = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--block", "--head",

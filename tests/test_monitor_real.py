@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_conformance.tools.vllm_engine.server import free_port as _port
+from eagle3_conformance.environment.ports import free_port as _port
 
 pytestmark = [pytest.mark.slow, pytest.mark.soak]  # minutes of real servers: `tox -e soak`, not CI
 

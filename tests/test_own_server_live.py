@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from eagle3_conformance.cli import main
+from eagle3_conformance.environment.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -41,12 +41,6 @@ PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, i
 FOLLOW_UP = "Once upon a time, in a small village by the sea"  # shares a cached prefix with PROMPTS[2]
 START_TIMEOUT = 600
 REQUEST_TIMEOUT = 300
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _post(port: int, body: dict) -> object:
@@ -118,7 +112,7 @@ def serve_and_record(tmp: Path, draft_dir: Path, target_dir: Path, contract: Pat
                             "--out", str(out), "--conformance-reference", "engine"],
                            capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert hooks.returncode == 0, hooks.stderr
-    port, log = _free_port(), tmp / "server.log"
+    port, log = free_port(), tmp / "server.log"
     args = ["--model-path", str(target_dir), "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
             str(draft_dir), "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
             "--speculative-num-draft-tokens", "4", "--dtype", dtype, "--host", "127.0.0.1", "--port", str(port),

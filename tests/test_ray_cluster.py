@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from eagle3_conformance.cli import main
+from eagle3_conformance.environment.ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "contracts" / "tiny-llama.yaml"
@@ -28,17 +29,11 @@ RAY = str(Path(sys.executable).parent / "ray")
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _node_args() -> list[str]:
     """Ports a second node on the same machine must not share with the first."""
-    return [f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
-            f"--metrics-export-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}",
-            f"--node-manager-port={_free_port()}", f"--object-manager-port={_free_port()}"]
+    return [f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+            f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
+            f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}"]
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +41,7 @@ def two_nodes(tmp_path_factory):
     """A Ray head (1 CPU, resource node_a) and a worker node (1 CPU, resource node_b), with
     token authentication off (RAY_AUTH_MODE=disabled, also for this process's driver): the
     cluster listens on 127.0.0.1 only and lives as long as this module."""
-    port = _free_port()
+    port = free_port()
     mp = pytest.MonkeyPatch()
     mp.setenv("RAY_AUTH_MODE", "disabled")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),

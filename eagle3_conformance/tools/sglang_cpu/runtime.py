@@ -7,21 +7,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from typing import Any
 
+from eagle3_conformance.environment.ports import free_port  # noqa: F401 (re-exported)
 from eagle3_conformance.environment.torch_env import prepare
 
 prepare()
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def sglang_version() -> str:

@@ -30,7 +30,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
+
+from eagle3_conformance.environment.ports import free_port  # noqa: F401 (re-exported)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 LOG_TAIL_LINES = 40
@@ -55,13 +56,6 @@ class ServerError(RuntimeError):
     def __init__(self, reason: str, log_tail: str) -> None:
         super().__init__(f"{reason}\n--- vLLM server log (last lines) ---\n{log_tail}")
         self.reason, self.log_tail = reason, log_tail
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cuda_available() -> bool:

@@ -20,13 +20,13 @@ What is real and what stands in (docs/REFERENCE.md section 3.9 and docs/paths.md
 from __future__ import annotations
 
 import os
-import socket
 from typing import Any, Optional
 
 import torch
 from torch import nn
 
 from eagle3_conformance.environment.installed import installed_version
+from eagle3_conformance.environment.ports import free_port
 
 # model modules whose ``Attention`` attribute is replaced (each does ``from ... import Attention``)
 STANDIN_MODULES = ("vllm.model_executor.models.llama", "vllm.model_executor.models.llama_eagle3")
@@ -84,12 +84,6 @@ class StandInAttention(nn.Module):
 _INIT = {"done": False}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def init_process(vllm_config: Any) -> None:
     """Once per process: vLLM's distributed groups over ``gloo`` (world size 1; built under
     ``set_current_vllm_config(vllm_config)``, which ``initialize_model_parallel`` reads,
@@ -112,7 +106,7 @@ def init_process(vllm_config: Any) -> None:
     if not model_parallel_is_initialized():
         with set_current_vllm_config(vllm_config):
             init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                         distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+                                         distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
             initialize_model_parallel(1, 1)
     for name in STANDIN_MODULES:
         mod = importlib.import_module(name)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
+from eagle3_conformance.environment.ports import free_port  # noqa: F401 (re-exported)
 from eagle3_conformance.environment.procgroup import kill_group as _kill_group
 from eagle3_conformance.environment.procgroup import last_error as _last_error
 from eagle3_conformance.environment.procgroup import log_tail as _tail
@@ -38,12 +38,6 @@ from eagle3_conformance.tools.vllm_engine.launch import (
 
 class ServerStartError(EngineStartError):
     """The server did not answer ``/health`` (vLLM's reason and log tail in the message)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def server_command(target_dir, draft_dir, port: int, *, dtype: str = "float32", num_spec_tokens: int = 3,
