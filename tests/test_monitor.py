@@ -322,6 +322,32 @@ def test_the_canarys_verdict_is_the_decision_cores_with_the_accept_length_gating
     assert verdict([met], ["accept_length below the contract's floor"], 8)[0] == DROPPED
 
 
+def test_the_canary_says_what_accept_says_on_the_same_rows():
+    """The fault (bench_monitor.py mix, 2026-12-05): the canary re-decided each of ``accept``'s rows from its
+    interval alone and reported another detectable drop (0.077) than ``accept``'s own decision on the same
+    row (0.174, the baseline's spread included): two figures for one question. The canary now carries
+    ``accept``'s decisions. Rows from accept's real comparison (server_accept.figures.compare) over 8
+    prompts whose counters vary."""
+    from eagle3_conformance.monitor.canary import verdict
+    from eagle3_conformance.server_accept.figures import compare
+    from eagle3_conformance.server_accept.result import PromptResult
+
+    def res(i, steps, committed, c1):
+        return PromptResult(f"p{i}", committed, steps, committed, [c1, c1 // 3, c1 // 9], None, 1.0, "meta_info")
+
+    base = [res(i, 20 + i, 30 + 2 * i + (i % 3) * 3, 7 + i) for i in range(8)]
+    now = [res(i, 20 + i, 29 + 2 * i + (i % 2) * 4, 7 + i - (i % 2)) for i in range(8)]
+    rows = compare(now, base, 3, 0.05)
+    v, ds = verdict(rows, [], 8)
+    for row, d in zip(rows, ds):
+        assert {k: d[k] for k in row["decision"]} == row["decision"]
+    assert ds[0]["detectable_drop"] > ds[0]["tolerance"]  # the baseline's spread is in it: accept's figure
+    from eagle3_conformance.monitor import canary
+
+    assert v == {"MET": canary.MET, "DROPPED": canary.DROPPED, "INCONCLUSIVE": canary.INCONCLUSIVE}[
+        rows[0]["decision"]["verdict"]]
+
+
 def _inconclusive_canary():
     from eagle3_conformance.monitor.canary import verdict
 

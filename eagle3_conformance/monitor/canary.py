@@ -51,8 +51,8 @@ class CanaryResult:
 
 def verdict(rows: list, failed: list, prompts: int) -> tuple[str, list]:
     """The canary's verdict from ``accept``'s comparison rows over ``prompts`` prompts and its failing
-    findings' messages: each figure's decision (:func:`eagle3_conformance.acceptance.decision.decide` on
-    its paired interval), combined as ``accept`` combines them
+    findings' messages: each figure's decision (``accept``'s own, :func:`_decision`), combined as
+    ``accept`` combines them
     (:func:`~eagle3_conformance.acceptance.decision.overall`: DROPPED when a figure dropped or a check
     failed, INCONCLUSIVE when the accept length is undecided, else MET; a later position's undecided
     tolerance, 5% of a small share, is reported, not waited for). Returns ``(verdict, decisions as JSON)``."""
@@ -60,10 +60,24 @@ def verdict(rows: list, failed: list, prompts: int) -> tuple[str, list]:
     from eagle3_conformance.acceptance.decision import INCONCLUSIVE as D_INCONCLUSIVE
     from eagle3_conformance.acceptance.decision import decide, overall
 
-    ds = [decide(r["difference"], r["now"] - r["baseline"], r["tolerance"], prompts) for r in rows]
+    ds = [_decision(r, prompts, decide) for r in rows]
     v = overall(ds, [r["figure"] == "accept length" for r in rows]) if ds else D_INCONCLUSIVE
     out = DROPPED if failed or v == D_DROPPED else INCONCLUSIVE if v == D_INCONCLUSIVE else MET
     return out, [{"figure": r["figure"], **d.to_json()} for r, d in zip(rows, ds)]
+
+
+def _decision(row: dict, prompts: int, decide: Any) -> Any:
+    """``accept``'s own decision on the row (``row["decision"]``, :func:`~eagle3_conformance.server_accept.figures`
+    computes it from the per-prompt counters, with the baseline's spread): the canary says what ``accept`` says,
+    and states the same detectable drop. A row without one (an older baseline's comparison) is decided here
+    from its interval, as ``accept`` decided before it carried decisions."""
+    from eagle3_conformance.acceptance.decision import Decision
+
+    d = row.get("decision")
+    if d:
+        return Decision(d["verdict"], (float(d["change"][0]), float(d["change"][1])), float(d["estimate"]),
+                        float(d["tolerance"]), float(d["detectable_drop"]), int(d["units"]), d.get("units_needed"))
+    return decide(row["difference"], row["now"] - row["baseline"], row["tolerance"], prompts)
 
 
 def undecided(res: dict) -> tuple[str, str]:
