@@ -355,12 +355,12 @@ def test_a_training_release_runs_its_own_capture_loop_on_tagged_layers(cache):
     patched forward on stand-in layers tagged with the boundary their output is (layer i -> B_{i+1})."""
     tiny, lmsys = str(REPO / "contracts" / "tiny-llama.yaml"), str(REPO / "contracts" / "llama-3.1-8b-instruct--lmsys-eagle3.yaml")
     code, rep = _json(tiny, lmsys, "--from", "speculators==9.9.1", "--to", "speculators==9.9.2")
-    assert code == 0, rep
     t, lm = rep["contracts"]
     assert t["captures"][0]["steps"]["extend"]["boundaries"] == ["B_2", "B_4", "B_5"]  # ids [1, 3, 4], after each layer
     assert lm["captures"][0]["steps"]["extend"]["boundaries"] == ["B_3", "B_17", "B_30"]  # default [2,16,29,31] less L-1
     assert "custom_worker.py" in t["captures"][0]["steps"]["extend"]["rule"]
     assert [v["status"] for c in rep["contracts"] for v in c["verdicts"]] == ["same tensors", "same tensors"]
+    assert code == 0, rep  # a training tool's reading of the serving config is not held to the contract
 
 
 def test_a_training_release_whose_capture_isolation_cannot_follow_cannot_run(cache):
@@ -655,6 +655,35 @@ def test_versions_that_drop_a_contract_slot_are_a_finding_not_same_tensors():
     assert r.exit_code == 1
     full = cap("sglang==0.5.23", ["B_2", "B_16", "B_32"])
     assert compare(full, full, ["B_2", "B_16", "B_32"]).status == SAME
+
+
+def test_versions_alike_that_capture_other_slots_than_the_contract_are_a_finding():
+    """A fresh user's report (2026-12-05): a contract written by ``init --engine speculators`` from a draft
+    config holding only the top-level id list (B_1 B_15 B_28); ``upgrade-check --from sglang==0.5.14 --to
+    sglang==0.5.23`` showed both columns B_2 B_16 B_29 (SGLang ignores the top-level key and serves its
+    defaults) and said ``same tensors``, exit 0. Alike, but not the contract's: a finding, exit 1."""
+    from eagle3_conformance.released.result import NOT_CONTRACT, SAME, Capture, StepCapture
+    from eagle3_conformance.upgrade import ContractResult, Report, compare
+
+    def cap(column):
+        return Capture(column, "ok", ids_read=[],
+                       steps={s: StepCapture(["B_2", "B_16", "B_29"], [1, 15, 28], "rule") for s in ("extend", "verify/decode")})
+
+    a, b = cap("sglang==0.5.14"), cap("sglang==0.5.23")
+    declared = ["B_1", "B_15", "B_28"]
+    assert compare(a, b).status == SAME
+    v = compare(a, b, declared)
+    assert v.status == NOT_CONTRACT, v
+    assert "sglang==0.5.14 and sglang==0.5.23 captures B_2 B_16 B_29, the contract declares B_1 B_15 B_28" in v.reason
+    assert "slot 0 B_2 (contract B_1)" in v.reason and "slot 2 B_29 (contract B_28)" in v.reason
+    r = Report("sglang==0.5.14", ["sglang==0.5.23"], [], [ContractResult("k1.yaml", "k1", "eagle3", "LlamaForCausalLM",
+                                                                          32, [a, b], [v])], 0.0)
+    assert r.exit_code == 1
+    assert compare(a, b, ["B_2", "B_16", "B_29"]).status == SAME
+    # a training tool reads ids translated for it, not the serving config: its reading is not held to it
+    s1, s2 = cap("speculators==0.8.1"), cap("speculators==0.9.0")
+    assert compare(s1, s2, declared).status == SAME
+    assert compare(s1, s2, declared, serves=("sglang", "speculators")).status == NOT_CONTRACT
 
 
 def test_upgrade_check_names_what_each_release_does_with_an_id_naming_b_l(cache, tmp_path):

@@ -154,7 +154,8 @@ def plain(report) -> str:
     out.append("")
     out.append(f"exit {int(report.exit_code)}: " + {
         ExitCode.CONFORMS: "same tensors for every contract",
-        ExitCode.VIOLATIONS: "a draft would receive different tensors, or fewer slots than its contract declares",
+        ExitCode.VIOLATIONS: "a draft would receive different tensors, or other or fewer slots than its contract "
+                             "declares",
         ExitCode.INPUT_ERROR: "something could not be fetched or run, or a contract was refused (see above)",
     }[report.exit_code])
     return "\n".join(out)

@@ -15,6 +15,7 @@ TRAINING_TOOLS = ("speculators", "specforge")
 SAME, DIFFERENT, CANNOT, NOT_COMPARED = "same tensors", "different tensors", "cannot run", "not compared"
 BOTH_REFUSE = "refused by both"
 SHORT = "slots not captured"  # a version captures fewer slots than the contract declares
+NOT_CONTRACT = "not the contract's tensors"  # both versions capture the same slots, and not the contract's
 STEPS = ("extend", "verify/decode")
 EAGLE_KEY = "eagle_aux_hidden_state_layer_ids"
 

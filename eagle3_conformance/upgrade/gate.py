@@ -12,7 +12,8 @@ Then each candidate (``--to``) is compared with the baseline (``--from``), slot 
 whose boundary differs is a :class:`SlotChange` naming both boundaries and the source line of
 each version's rule; a version whose own code refuses the contract (no setter for the architecture,
 its setter raises) against one that accepts it is a difference too. Statuses per contract and
-candidate: ``same tensors``, ``different tensors``, ``refused by both``,
+candidate: ``same tensors``, ``different tensors``, ``slots not captured`` or ``not the contract's
+tensors`` (both versions alike, neither capturing the contract's slots), ``refused by both``,
 ``cannot run`` (a version's rule could not be run in isolation or could not be fetched: the
 caller exits 2), ``not compared`` (the method reads no layer ids in that tool: MTP).
 """
@@ -31,6 +32,7 @@ from eagle3_conformance.released.result import (
     CANNOT,
     DIFFERENT,
     NOT_COMPARED,
+    NOT_CONTRACT,
     SAME,
     SHORT,
     STEPS,
@@ -97,7 +99,8 @@ class Report:
         if any(s.error for s in self.sources) or any(r.error for r in self.contracts) or any(
                 v.status == CANNOT for r in self.contracts for v in r.verdicts):
             return ExitCode.INPUT_ERROR
-        return (ExitCode.VIOLATIONS if any(v.status in (DIFFERENT, SHORT) for r in self.contracts for v in r.verdicts)
+        found = (DIFFERENT, SHORT, NOT_CONTRACT)
+        return (ExitCode.VIOLATIONS if any(v.status in found for r in self.contracts for v in r.verdicts)
                 else ExitCode.CONFORMS)
 
     def to_json(self) -> dict[str, Any]:
@@ -106,10 +109,11 @@ class Report:
                 "contracts": [asdict(c) for c in self.contracts]}
 
 
-def compare(base: Capture, cand: Capture, declared: Sequence[str] = ()) -> Verdict:
+def compare(base: Capture, cand: Capture, declared: Sequence[str] = (),
+            serves: Sequence[str] = ("sglang",)) -> Verdict:
     """Slot-by-slot comparison of two captures of one contract; ``declared``: the contract's aux
-    boundaries (see :func:`_against_contract`)."""
-    return _against_contract(_compare(base, cand), declared, (base, cand))
+    boundaries, ``serves``: the tools that serve the draft (see :func:`_against_contract`)."""
+    return _against_contract(_compare(base, cand), declared, (base, cand), serves)
 
 
 def _compare(base: Capture, cand: Capture) -> Verdict:
@@ -170,24 +174,42 @@ def _one(path: str, specs: list[Spec], trees: dict, baseline: list[Spec], candid
         return ContractResult(path, Path(path).stem, "?", "?", 0, [], [], error=f"cannot be read: {e}")
     caps = {s: capture(c, s, trees.get(s)) for s in specs}
     declared = [str(b) for b in c.capture.boundaries]
-    verdicts = [compare(caps[b], caps[t], declared) for b in baseline for t in candidates if t != b]
+    serves = ("sglang", "vllm") if c.engines.vllm is not None else ("sglang",)
+    verdicts = [compare(caps[b], caps[t], declared, serves) for b in baseline for t in candidates if t != b]
     return ContractResult(path, c.name, c.method, c.target.architecture, c.L, list(caps.values()), verdicts)
 
 
-def _against_contract(v: Verdict, declared: Sequence[str], caps: tuple[Capture, Capture]) -> Verdict:
-    """``v``, or ``slots not captured`` when a version captures fewer slots than the contract
-    declares (SGLang drops an out-of-range id silently): two versions dropping the same slot
-    capture the same tensors, but not the contract's."""
-    short = []
+def _against_contract(v: Verdict, declared: Sequence[str], caps: tuple[Capture, Capture],
+                      serves: Sequence[str] = ("sglang",)) -> Verdict:
+    """``v``, or a finding when a version does not capture the contract's slots: ``slots not captured``
+    when it captures fewer than the contract declares (SGLang drops an out-of-range id silently), ``not the
+    contract's tensors`` when it captures as many but other boundaries (SGLang ignoring a top-level id list
+    and serving its defaults). Two versions alike capture the same tensors, but not the contract's: the
+    upgrade changes nothing and the draft is already fed other tensors than it was trained on. The second
+    holds for the engines that serve the draft (``serves``: SGLang, and vLLM where the contract states
+    ``engines.vllm``): a training tool reads ids translated for it (``translate --to speculators``), not
+    the serving config the contract describes, so its reading of that config is not held to the contract."""
+    short, other = [], []
     for cap in caps:
+        serving = cap.column.split("==")[0] in serves
         steps = {} if cap.status != "ok" else {s: cap.steps[s].boundaries for s in STEPS}
         alike = len({tuple(b) for b in steps.values()}) == 1
         for step, got in (list(steps.items())[:1] if alike else steps.items()):
+            where = f"{cap.column}{'' if alike else ' ' + step}"
             if len(got) < len(declared):
                 lost = [f"slot {k} ({b})" for k, b in enumerate(declared) if b not in got]
-                short.append(f"{cap.column}{'' if alike else ' ' + step} captures {len(got)} slots {' '.join(got)}, "
+                short.append(f"{where} captures {len(got)} slots {' '.join(got)}, "
                              f"the contract declares {len(declared)}: contract {', '.join(lost) or 'slots'} not captured")
-    if not short or v.status not in (SAME, DIFFERENT):
+            elif serving and declared and list(got[:len(declared)]) != list(declared):
+                moved = [f"slot {k} {g} (contract {b})" for k, (g, b) in enumerate(zip(got, declared)) if g != b]
+                other.append((where, f"captures {' '.join(got)}, the contract declares {' '.join(declared)}: "
+                                     f"{', '.join(moved)}"))
+    if not (short or other) or v.status not in (SAME, DIFFERENT):
         return v
-    return Verdict(v.base, v.to, SHORT if v.status == SAME else DIFFERENT, v.changes,
-                   "; ".join(dict.fromkeys(short)) + (f" | {v.reason}" if v.reason else ""))
+    status = DIFFERENT if v.status == DIFFERENT else SHORT if short else NOT_CONTRACT
+    said: dict[str, list[str]] = {}  # one line per distinct capture, naming every column that makes it
+    for where, what in other:
+        said.setdefault(what, []).append(where)
+    lines = short + [f"{' and '.join(w)} {what}" for what, w in said.items()]
+    return Verdict(v.base, v.to, status, v.changes,
+                   "; ".join(dict.fromkeys(lines)) + (f" | {v.reason}" if v.reason else ""))
