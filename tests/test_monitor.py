@@ -101,6 +101,28 @@ def test_a_counter_reset_counts_the_new_process_from_its_start():
     assert w.resets == 1 and any(e.startswith("counter reset") for e in win.events)
 
 
+def test_a_restart_while_the_canary_runs_is_still_seen():
+    """The fault (bench_monitor.py fault --engine vllm, 2026-12-05): vLLM's server restarted while the
+    canary's requests were excluded; the scrape after the exclusion became the new base and the reset
+    went unseen ("restarts seen: 0"), so nothing could date the drop from the restart."""
+    w = Windows(1, 30, 50, 0.0)
+    w.add(snap(0, 1000, 1500, 50))
+    w.add(snap(5, 1100, 1650, 55))
+    w.exclude("canary running")
+    w.add(snap(10, 1150, 1700, 58))
+    w.add(None, "cannot connect", 15)  # the old process stops
+    w.add(snap(20, 30, 35, 2))  # the new process, still excluded
+    w.include()
+    w.add(snap(25, 60, 70, 4))
+    w.add(snap(30, 100, 120, 6))
+    assert w.resets == 1 and w.reset_times == [20]
+    win = w.close(30)
+    assert win.status == "excluded" and win.restarts == [20]  # not judged; the restart dated in it
+    assert any(e.startswith("counter reset at") for e in win.events)
+    w.add(snap(35, 140, 170, 8))
+    assert w.resets == 1  # counted once
+
+
 def test_failed_scrapes_lose_nothing_and_are_said_once_per_streak():
     w = Windows(1, 30, 50, 0.0)
     w.add(snap(0, 0, 0))

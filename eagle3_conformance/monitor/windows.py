@@ -69,6 +69,7 @@ class Windows:
         self.window_s = window_s
         self.min_steps = min_steps
         self.prev: Optional[Snapshot] = None
+        self.last_seen: Optional[Snapshot] = None  # the last snapshot read, excluded or not (resets are seen across exclusions)
         self.start = start
         self.carry_start: Optional[float] = None
         self.steps, self.nums, self.requests = 0.0, [0.0] * n_figures, 0.0
@@ -93,18 +94,22 @@ class Windows:
         if self.failing is not None:
             self.events.append(f"scrapes answer again at {hms(snap.t)}")
             self.failing = None
+        last, self.last_seen = self.last_seen, snap
+        reset = last is not None and (snap.steps < last.steps or snap.requests < last.requests
+                                      or any(a < b for a, b in zip(snap.nums, last.nums)))
+        if reset and last is not None:  # seen on any scrape, even one the canary's requests exclude
+            self.resets += 1
+            self.reset_times.append(snap.t)
+            self.open_restarts.append(snap.t)
+            self.events.append(f"counter reset at {hms(snap.t)}: the server restarted (verify steps "
+                               f"{last.steps:g} -> {snap.steps:g}); counted from its start, what it did after the "
+                               "scrape before was lost")
         prev, self.prev = self.prev, snap
         if prev is None or self.excluded:
             return
         d_steps, d_req = snap.steps - prev.steps, snap.requests - prev.requests
         d_nums = [a - b for a, b in zip(snap.nums, prev.nums)]
-        if d_steps < 0 or d_req < 0 or any(x < 0 for x in d_nums):
-            self.resets += 1
-            self.reset_times.append(snap.t)
-            self.open_restarts.append(snap.t)
-            self.events.append(f"counter reset at {hms(snap.t)}: the server restarted (verify steps "
-                               f"{prev.steps:g} -> {snap.steps:g}); counted from its start, what it did after the "
-                               "scrape before was lost")
+        if reset:
             d_steps, d_req, d_nums = snap.steps, snap.requests, list(snap.nums)
         self.steps += d_steps
         self.requests += d_req
