@@ -63,11 +63,11 @@ def choose_engine(engine: Optional[str], dr: DraftFacts) -> tuple[str, str, Opti
         else:
             raise UsageError(f"{dr.file}: the draft config has no eagle_aux_hidden_state_layer_ids and no --engine "
                              "was named: which default applies depends on the engine (fault-kinds.md K1)")
-    tool, _, version = engine.partition("==")
+    tool, _, written = engine.partition("==")
     tool = tool.strip().lower()
     if tool not in ENGINES:
         raise UsageError(f"--engine {engine!r}: expected sglang[==X.Y.Z], vllm, speculators or specforge")
-    version = version.strip() or None
+    version = written.strip() or None
     try:
         check_tool_version(tool, version)
     except TranslationError as e:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from eagle3_conformance.authoring.configs import dflash_ids, dir_name, int_field, read_config
+from eagle3_conformance.authoring.configs import dflash_ids, dir_name, int_field, read_config, sub_dict
 from eagle3_conformance.authoring.init import (
     CaptureFacts,
     DraftFacts,
@@ -49,7 +49,7 @@ def _draft_facts(cfg: dict, f: Path, d: Optional[Path], t: TargetFacts, K: int, 
     archs = cfg.get("architectures")
     if not archs or not isinstance(archs, list):
         raise DataError(f"{f}: no 'architectures' list")
-    tl = cfg.get("transformer_layer_config") if isinstance(cfg.get("transformer_layer_config"), dict) else cfg
+    tl = sub_dict(cfg, "transformer_layer_config", cfg)
     dh, dh_key = int_field(tl, "hidden_size", f)
     if dh != t.d:
         raise DataError(f"{f}: the {method} draft's hidden_size is {dh} but the target's is {t.d}: its fc reads "
@@ -97,7 +97,7 @@ def _dflash(t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], engine: Optio
         ids, location = dflash_ids(cfg)
     except DataError as e:
         raise DataError(f"{f}: {e}") from None
-    dc = cfg.get("dflash_config") if isinstance(cfg.get("dflash_config"), dict) else {}
+    dc = sub_dict(cfg, "dflash_config", {})
     n_draft = cfg.get("num_hidden_layers", 1)
     if not isinstance(n_draft, int) or isinstance(n_draft, bool) or n_draft < 1:
         raise DataError(f"{f}: num_hidden_layers must be a positive integer (the DFlash draft's depth), got {n_draft!r}")

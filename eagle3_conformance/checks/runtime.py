@@ -19,7 +19,6 @@ from eagle3_conformance.contract import Contract
 from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.core.served_dtype import MAX_EXP, MAX_FINITE  # noqa: F401 (MAX_FINITE re-exported)
 
-
 UNQUANTIZED = ("UnquantizedLinearMethod", "UnquantizedEmbeddingMethod", "none")
 """Loaded-method names that mean "no quantization" (SGLang 0.5.23 ``layers/linear.py``; vLLM the same names)."""
 

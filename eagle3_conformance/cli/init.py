@@ -108,8 +108,8 @@ def _field_notes(doc, target_config: Path) -> None:
     whose data must hold vision features if serving feeds images (R92)."""
     import json
 
-    from eagle3_conformance.core.served_dtype import MAX_EXP
     from eagle3_conformance.core.notation import Boundary
+    from eagle3_conformance.core.served_dtype import MAX_EXP
     from eagle3_conformance.engine_ids.writers import writer_notes
 
     lines = []

@@ -198,6 +198,8 @@ class ReferenceModel:
             unknown dtype or an unusable device.
     """
 
+    _norm: torch.nn.Module  # the final norm (input B_L, output F): set when the model loads
+
     def __init__(self, model_dir: str | Path, final_norm_kind: str = "rmsnorm", *, device: str = "cpu",
                  dtype: str = "float32", stream_layers: bool = False, cache_dir: Any = None):
         self.model_dir = Path(model_dir)
@@ -227,7 +229,6 @@ class ReferenceModel:
         self.num_layers = int(self.config.num_hidden_layers)
         self.hidden_size = int(self.config.hidden_size)
         self._model = None
-        self._norm = None
         self._cache: dict[tuple[int, ...], Reference] = {}
         self.forwards = 0  # forwards computed by this object
         self.disk_hits = 0  # captures read back from the disk cache
