@@ -138,9 +138,10 @@ def _fit(model, batch, where: str) -> None:
                                  f"({vocab} target ids)")
 
 
-def batches(data_dir: Path, hidden_size: int, slots: int, max_len: int = 4096) -> Iterable[dict[str, Any]]:
-    """One document per batch, as speculators' trainer gets it (``ArrowDataset`` +
-    ``CollateFn(shift_batch)``, float32)."""
+def batches(data_dir: Path, hidden_size: int, slots: int,
+            max_len: int = 4096) -> Iterable[tuple[int, dict[str, Any]]]:
+    """``(document index, batch)``: one document per batch, as speculators' trainer gets it
+    (``ArrowDataset`` + ``CollateFn(shift_batch)``, float32)."""
     import torch
     from speculators.models.eagle3.data import shift_batch
     from speculators.train.data import ArrowDataset, CollateFn

@@ -173,11 +173,11 @@ def reference_profile(c, ref_model, prompts: list[list[int]]) -> dict:
     import torch
 
     from eagle3_conformance.checks import band_rows
-    from eagle3_conformance.core.notation import all_boundaries
+    from eagle3_conformance.core.notation import Boundary, all_boundaries
     from eagle3_conformance.reference import rms
 
     L = ref_model.num_layers
-    out = {b: [] for b in all_boundaries(L)}
+    out: dict[Boundary, list[torch.Tensor]] = {b: [] for b in all_boundaries(L)}
     for ids in prompts:
         ref = ref_model.capture(ids)
         rows = torch.arange(len(ids))
@@ -272,6 +272,8 @@ def identity_problems(c, data_dir: Path, ref_model, sample: int = IDENTITY_SAMPL
 
 def bos_token(ref_dir: Optional[Path]) -> int:
     """The target's ``bos_token_id`` from its config.json (1 when it names none)."""
+    if ref_dir is None:
+        return 1
     try:
         cfg = json.loads((Path(ref_dir) / "config.json").read_text())
         b = cfg.get("bos_token_id")

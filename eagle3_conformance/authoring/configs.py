@@ -23,6 +23,7 @@ def read_config(arg: str, role: str) -> tuple[dict[str, Any], Path, Optional[Pat
         DataError: missing file, invalid JSON (with line:column), or not a JSON object.
     """
     p = Path(arg)
+    d: Optional[Path]
     if p.is_dir():
         f, d = p / "config.json", p
     else:
@@ -40,6 +41,12 @@ def read_config(arg: str, role: str) -> tuple[dict[str, Any], Path, Optional[Pat
     if not isinstance(cfg, dict):
         raise DataError(f"{f}: a config.json must hold a JSON object")
     return cfg, f, d
+
+
+def sub_dict(cfg: dict, key: str, default: dict) -> dict:
+    """``cfg[key]`` when it is a JSON object (e.g. ``dflash_config``), else ``default``."""
+    v = cfg.get(key)
+    return v if isinstance(v, dict) else default
 
 
 def int_field(cfg: dict, key: str, f: Path, *, sub: Optional[str] = None) -> tuple[int, str]:
@@ -135,7 +142,7 @@ def dflash_ids(cfg: dict) -> tuple[Optional[list[int]], str]:
     Raises:
         DataError: the ids are not a non-empty list of integers (the message names the key).
     """
-    dc = cfg.get("dflash_config") if isinstance(cfg.get("dflash_config"), dict) else {}
+    dc = sub_dict(cfg, "dflash_config", {})
     for where, key, v in (("dflash_config", "dflash_config.target_layer_ids", dc.get("target_layer_ids")),
                           ("top_level", "target_layer_ids", cfg.get("target_layer_ids"))):
         if v is None:

@@ -16,7 +16,7 @@ builders in :mod:`eagle3_conformance.authoring.init_document`; their names stay 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from eagle3_conformance.authoring.configs import read_config
 from eagle3_conformance.authoring.init_document import (  # noqa: F401 (re-exported: init_families, tests)
@@ -35,6 +35,10 @@ from eagle3_conformance.authoring.init_facts import (  # noqa: F401 (re-exported
     target_facts,
 )
 from eagle3_conformance.core.errors import DataError, UsageError
+
+if TYPE_CHECKING:
+    from ruamel.yaml.comments import CommentedMap
+
 
 ENGINES = ("sglang", "vllm", "speculators", "specforge")
 
@@ -63,11 +67,11 @@ def choose_engine(engine: Optional[str], dr: DraftFacts) -> tuple[str, str, Opti
         else:
             raise UsageError(f"{dr.file}: the draft config has no eagle_aux_hidden_state_layer_ids and no --engine "
                              "was named: which default applies depends on the engine (fault-kinds.md K1)")
-    tool, _, version = engine.partition("==")
+    tool, _, written = engine.partition("==")
     tool = tool.strip().lower()
     if tool not in ENGINES:
         raise UsageError(f"--engine {engine!r}: expected sglang[==X.Y.Z], vllm, speculators or specforge")
-    version = version.strip() or None
+    version = written.strip() or None
     try:
         check_tool_version(tool, version)
     except TranslationError as e:
@@ -269,7 +273,7 @@ def check_capture(cap: CaptureFacts, dr: DraftFacts, allow_embedding: bool) -> N
 def derive_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = None,
                     verifier: Optional[str] = None, name: Optional[str] = None,
                     allow_embedding: bool = False, out_file: Optional[Path] = None,
-                    generation_dtype: str = "auto", serving_dtype: str = "auto"):
+                    generation_dtype: str = "auto", serving_dtype: str = "auto") -> CommentedMap:
     """Derive a contract document from two config.json files.
 
     Args:

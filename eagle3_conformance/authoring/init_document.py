@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from eagle3_conformance.authoring.configs import DTYPES, one_plus_norm
 from eagle3_conformance.authoring.init_facts import CaptureFacts, DraftFacts, TargetFacts
 from eagle3_conformance.authoring.yaml_doc import eol
 from eagle3_conformance.core.errors import UsageError
+
+if TYPE_CHECKING:  # ruamel is imported where a document is built
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 SPECFORGE_LOSS_MASK_REASON = (
     "SpecForge 0.2.0 TargetHead.preprocess (modeling/target/target_head.py:103-108) shifts input_ids and target "
@@ -24,7 +27,7 @@ SERVING_DTYPES = ("auto", "float32", "bfloat16", "float16")
 """``init --serving-dtype`` values: ``auto`` = the serving engine's own dtype=auto rule."""
 
 
-def set_serving_dtype(doc, serving_dtype: str) -> None:
+def set_serving_dtype(doc: CommentedMap, serving_dtype: str) -> None:
     """``precision.serving`` = the dtype the server is launched with (``init --serving-dtype``; its
     ``--dtype``), the engine's dtype=auto answer kept in the comment; the gates' comments follow. ``auto``
     leaves the derived value (:func:`eagle3_conformance.authoring.precision.derive`).
@@ -47,7 +50,7 @@ def set_serving_dtype(doc, serving_dtype: str) -> None:
 # --- the document, one builder per section ----------------------------------------------------
 
 
-def _seq(items, flow=True):
+def _seq(items: list[Any], flow: bool = True) -> CommentedSeq:
     from ruamel.yaml.comments import CommentedSeq
 
     s = CommentedSeq(items)
@@ -238,7 +241,7 @@ def _engines(cap: CaptureFacts):
 
 
 def build_document(t: TargetFacts, dr: DraftFacts, cap: CaptureFacts, v_final: bool, name: Optional[str],
-                   allow_embedding: bool, out_dir: Path, generation_dtype: str = "auto"):
+                   allow_embedding: bool, out_dir: Path, generation_dtype: str = "auto") -> CommentedMap:
     """The contract as a ruamel ``CommentedMap`` in the schema's key order, every derived value
     commented with where it came from."""
     from ruamel.yaml.comments import CommentedMap

@@ -39,6 +39,15 @@ class TargetFacts:
     name: str
 
 
+@dataclass(frozen=True)
+class TargetSizes:
+    """The target's hidden size ``d`` and vocabulary size ``V``: all :func:`draft_facts` reads of the
+    target, when its config is not at hand (a contract's ``target.hidden_size`` / ``vocab_size``)."""
+
+    d: int
+    V: int
+
+
 @dataclass
 class DraftFacts:
     """What ``init`` reads from the draft's config.json.
@@ -96,7 +105,7 @@ def target_facts(cfg: dict, f: Path, d: Optional[Path]) -> TargetFacts:
                        tdt if tdt in DTYPES else "bfloat16", str(cfg.get("_name_or_path") or dir_name(d or f.parent)))
 
 
-def draft_facts(cfg: dict, f: Path, d: Optional[Path], t: TargetFacts) -> DraftFacts:
+def draft_facts(cfg: dict, f: Path, d: Optional[Path], t: TargetFacts | TargetSizes) -> DraftFacts:
     """Raises: DataError: no architectures, no width, or an aux slot width that is not the
     target's d (fc would be sized for the wrong width, fault-kinds.md K6)."""
     spec_fmt = is_speculators(cfg)

@@ -9,9 +9,9 @@ that method is not known, is refused with the reason (``DataError`` / ``UsageErr
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from eagle3_conformance.authoring.configs import dflash_ids, dir_name, int_field, read_config
+from eagle3_conformance.authoring.configs import dflash_ids, dir_name, int_field, read_config, sub_dict
 from eagle3_conformance.authoring.init import (
     CaptureFacts,
     DraftFacts,
@@ -25,6 +25,9 @@ from eagle3_conformance.authoring.init import (
 )
 from eagle3_conformance.authoring.yaml_doc import eol
 from eagle3_conformance.core.errors import DataError, UsageError
+
+if TYPE_CHECKING:
+    from ruamel.yaml.comments import CommentedMap
 
 #: what SGLang 0.5.23 hands an MTP / NextN head: ``spec_info.hidden_states`` = the target's
 #: stored hidden states, i.e. the tensor the LM head reads (F) unless the model body returns a
@@ -45,11 +48,11 @@ def _engine(engine: Optional[str], method: str, default: Optional[str]) -> tuple
     return engine, tool, ""
 
 
-def _draft_facts(cfg: dict, f: Path, d: Optional[Path], t: TargetFacts, K: int, method: str) -> DraftFacts:
+def _draft_facts(cfg: dict[str, Any], f: Path, d: Optional[Path], t: TargetFacts, K: int, method: str) -> DraftFacts:
     archs = cfg.get("architectures")
     if not archs or not isinstance(archs, list):
         raise DataError(f"{f}: no 'architectures' list")
-    tl = cfg.get("transformer_layer_config") if isinstance(cfg.get("transformer_layer_config"), dict) else cfg
+    tl = sub_dict(cfg, "transformer_layer_config", cfg)
     dh, dh_key = int_field(tl, "hidden_size", f)
     if dh != t.d:
         raise DataError(f"{f}: the {method} draft's hidden_size is {dh} but the target's is {t.d}: its fc reads "
@@ -61,12 +64,12 @@ def _draft_facts(cfg: dict, f: Path, d: Optional[Path], t: TargetFacts, K: int, 
                       "none", None, None, {}, None)
 
 
-def _method_comments(doc, method: str, reads: str) -> None:
+def _method_comments(doc: CommentedMap, method: str, reads: str) -> None:
     eol(doc["draft"], f"the {method} draft's width: its fc reads taps of this width", "target_hidden_size")
     eol(doc["draft"]["layer_ids"], f"no EAGLE key: a {method} draft reads {reads}", "location")
 
 
-def _block_alignment(cfg: dict, f: Path, given: Optional[bool]) -> tuple[bool, str]:
+def _block_alignment(cfg: dict[str, Any], f: Path, given: Optional[bool]) -> tuple[bool, str]:
     """Which row of a DFlash block predicts (R91): the draft config's key, else ``given`` (``init
     --dflash-sample-from-anchor``); a config key that ``given`` contradicts, or neither, is refused."""
     from eagle3_conformance.draft_config.dflash_block import BlockKeyConflict, declared_block_alignment, refusal
@@ -86,8 +89,8 @@ def _block_alignment(cfg: dict, f: Path, given: Optional[bool]) -> tuple[bool, s
                    f"{'the anchor row predicts' if given else 'row 1 predicts first'})")
 
 
-def _dflash(t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], engine: Optional[str], name, out_dir,
-            sample_from_anchor: Optional[bool] = None):
+def _dflash(t: TargetFacts, cfg: dict[str, Any], f: Path, d: Optional[Path], engine: Optional[str],
+            name: Optional[str], out_dir: Path, sample_from_anchor: Optional[bool] = None) -> CommentedMap:
     from ruamel.yaml.comments import CommentedMap
 
     from eagle3_conformance.engine_ids import TranslationError
@@ -97,7 +100,7 @@ def _dflash(t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], engine: Optio
         ids, location = dflash_ids(cfg)
     except DataError as e:
         raise DataError(f"{f}: {e}") from None
-    dc = cfg.get("dflash_config") if isinstance(cfg.get("dflash_config"), dict) else {}
+    dc = sub_dict(cfg, "dflash_config", {})
     n_draft = cfg.get("num_hidden_layers", 1)
     if not isinstance(n_draft, int) or isinstance(n_draft, bool) or n_draft < 1:
         raise DataError(f"{f}: num_hidden_layers must be a positive integer (the DFlash draft's depth), got {n_draft!r}")
@@ -168,8 +171,8 @@ def _mtp_streams(t: TargetFacts, tool: str, streams: int, f: Path) -> tuple[int,
     return streams, src
 
 
-def _mtp(t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], engine: Optional[str], name, out_dir,
-         streams: int = 1):
+def _mtp(t: TargetFacts, cfg: dict[str, Any], f: Path, d: Optional[Path], engine: Optional[str],
+         name: Optional[str], out_dir: Path, streams: int = 1) -> CommentedMap:
     from ruamel.yaml.comments import CommentedMap
 
     from eagle3_conformance.core.notation import Boundary
@@ -220,9 +223,9 @@ def _mtp(t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], engine: Optional
     return doc
 
 
-def derive_family_contract(method: str, t: TargetFacts, cfg: dict, f: Path, d: Optional[Path], *,
+def derive_family_contract(method: str, t: TargetFacts, cfg: dict[str, Any], f: Path, d: Optional[Path], *,
                            engine: Optional[str], name: Optional[str], out_dir: Path,
-                           sample_from_anchor: Optional[bool] = None, streams: int = 1):
+                           sample_from_anchor: Optional[bool] = None, streams: int = 1) -> CommentedMap:
     """A contract document for a DFlash or MTP draft (a ruamel ``CommentedMap``).
 
     Raises:
@@ -244,7 +247,7 @@ def derive_family_contract(method: str, t: TargetFacts, cfg: dict, f: Path, d: O
 def derive_any_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = None, verifier: str = "B_L",
                         name: Optional[str] = None, allow_embedding: bool = False, out_file: Optional[Path] = None,
                         generation_dtype: str = "auto", serving_dtype: str = "auto",
-                        dflash_sample_from_anchor: Optional[bool] = None):
+                        dflash_sample_from_anchor: Optional[bool] = None) -> CommentedMap:
     """``eagle3-conformance init``: the contract for whichever method the draft config is written for
     (:func:`eagle3_conformance.authoring.init.draft_method`): EAGLE-3 through
     :func:`eagle3_conformance.authoring.init.derive_contract`, DFlash and MTP through

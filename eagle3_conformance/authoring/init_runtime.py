@@ -9,10 +9,13 @@ stated), never guessed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from eagle3_conformance.authoring.yaml_doc import eol
 from eagle3_conformance.core.errors import DataError
+
+if TYPE_CHECKING:
+    from ruamel.yaml.comments import CommentedMap
 
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16", "fp32": "float32", "bf16": "bfloat16",
           "fp16": "float16", "half": "float16", "float": "float32"}
@@ -54,7 +57,7 @@ def hc_mult(tcfg: dict[str, Any], tfile: Path) -> int:
     return 1
 
 
-def annotate_runtime(doc, tcfg: dict[str, Any], tfile: Path, dcfg: dict[str, Any], dfile: Path) -> None:
+def annotate_runtime(doc: CommentedMap, tcfg: dict[str, Any], tfile: Path, dcfg: dict[str, Any], dfile: Path) -> None:
     """Write ``draft.dtype``, ``draft.quantization`` and ``target.residual_streams`` into ``doc`` (a
     ruamel map built by ``init``), before ``draft.layer_ids``, with comments and provenance."""
     draft = doc["draft"]

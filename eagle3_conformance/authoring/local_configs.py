@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Optional
 
 from eagle3_conformance.contract import contract_source
@@ -90,10 +89,11 @@ def _draft_problems(c: Any, d_dir: Path, t: Any) -> list[tuple[tuple, str]]:
     facts, or the contract's target sizes when its config is not here)."""
     from eagle3_conformance.authoring.configs import read_config
     from eagle3_conformance.authoring.init import draft_facts
+    from eagle3_conformance.authoring.init_facts import TargetSizes
 
     try:
         cfg, f, d = read_config(str(d_dir), "draft")
-        dr = draft_facts(cfg, f, d, t or SimpleNamespace(d=c.target.hidden_size, V=c.target.vocab_size))
+        dr = draft_facts(cfg, f, d, t or TargetSizes(d=c.target.hidden_size, V=c.target.vocab_size))
     except DataError as e:
         return [(("draft", "path"), f"the draft config does not fit: {e}")]
     sizes = [("hidden_size", dr.width, f"{dr.width_key} = "),

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eagle3_conformance.core.errors import DataError, UsageError
+
+if TYPE_CHECKING:  # ruamel is imported where it is used (init and calibrate only)
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedBase, CommentedMap
 
 SCHEMA_HEADER = "yaml-language-server: $schema="
 
@@ -21,23 +26,23 @@ def schema_ref(out_file: Path) -> str:
     return Path(os.path.relpath(SCHEMA_PATH, Path(out_file).resolve().parent)).as_posix()
 
 
-def eol(m, text: str, key: str) -> None:
+def eol(m: CommentedBase, text: str, key: str) -> None:
     """Attach an end-of-line comment to ``key`` of ruamel map ``m`` at a fixed column."""
     m.yaml_add_eol_comment(text, key, column=COMMENT_COLUMN)
 
 
-def section(doc, key: str):
+def section(doc: CommentedMap, key: str) -> CommentedMap:
     """The mapping at ``doc[key]`` of a ruamel round-trip document, created (empty, at the end) when absent."""
     from ruamel.yaml.comments import CommentedMap
 
-    m = doc.get(key)
+    m: CommentedMap | None = doc.get(key)  # a contract section is a mapping (validated on render)
     if m is None:
         m = CommentedMap()
         doc[key] = m
     return m
 
 
-def contract_yaml():
+def contract_yaml() -> YAML:
     """The ruamel round-trip writer both init and calibrate use (same indent and width)."""
     from ruamel.yaml import YAML
 
@@ -55,7 +60,7 @@ def strip_schema_line(text: str) -> str:
     return "".join(lines)
 
 
-def render(y, doc, out_file: Path, what: str) -> str:
+def render(y: YAML, doc: CommentedMap, out_file: Path, what: str) -> str:
     """Dump ``doc`` with the schema line (relative to ``out_file``) on top and validate it.
 
     Raises:
@@ -75,7 +80,7 @@ def render(y, doc, out_file: Path, what: str) -> str:
     return text
 
 
-def dump_contract(doc, out_file: Path) -> str:
+def dump_contract(doc: CommentedMap, out_file: Path) -> str:
     """YAML text of ``doc`` with the schema line (relative to ``out_file``) on top; validated.
 
     Raises:

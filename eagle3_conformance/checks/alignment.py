@@ -34,7 +34,7 @@ def _best_offset(slot: torch.Tensor, rows: torch.Tensor, ref_b: torch.Tensor, ke
         return None, {}
     scores = {o: float(torch.nn.functional.cosine_similarity(slot.float()[ok], st[i][ok], dim=-1).mean())
               for i, o in enumerate(offsets)}
-    return max(scores, key=scores.get), scores
+    return max(scores, key=scores.__getitem__), scores
 
 
 def _alignment(check: str, c: Contract, cap: Capture, label: str, x: torch.Tensor, b: Boundary, ref: Reference,

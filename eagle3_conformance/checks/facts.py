@@ -3,7 +3,7 @@ release the contract was validated with, the measured accept length against the 
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from eagle3_conformance.checks.registry import FACT, check
 from eagle3_conformance.contract import Contract
@@ -45,7 +45,8 @@ def check_vllm_version(c: Contract, installed: Optional[str]) -> list[Finding]:
 
 
 @check(FACT, (), gates=("gates.min_accept_length",), fact="avg_accept_length")
-def check_accept_length(c: Contract, avg_accept_length: Optional[float], path: str = "sglang-engine") -> list[Finding]:
+def check_accept_length(c: Contract, avg_accept_length: Optional[float | dict[str, Any]],
+                        path: str = "sglang-engine") -> list[Finding]:
     """Release gate: the mean accept length (tokens committed per verify step, bonus included:
     SGLang's ``avg_spec_accept_length``) >= ``gates.min_accept_length``. Acceptance is the only
     symptom most field reports had (fault-kinds.md); it gates, it does not diagnose.

@@ -141,7 +141,7 @@ def check_pre_fc_norm(c: Contract, cap: Capture) -> list[Finding]:
     d = c.draft.target_hidden_size
     raw = float((yf - xf).norm() / yf.norm().clamp_min(1e-12))
     fits = {"none": raw, "norm_before_fc": _rmsnorm_fit(xf, yf, xf.shape[-1]), "fc_norm": _rmsnorm_fit(xf, yf, d)}
-    best = min(fits, key=fits.get)
+    best = min(fits, key=fits.__getitem__)
     got = best if fits[best] <= PRE_FC_FIT_TOL else "other"
     if got == "norm_before_fc" and fits["fc_norm"] <= PRE_FC_FIT_TOL and c.draft.pre_fc_norm == "fc_norm":
         got = "fc_norm"  # K = 1: one slot is the whole concat

@@ -16,7 +16,7 @@ Adding a check is one function with its decorator in the module of its fault fam
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 #: what a check judges (its positional inputs after the contract)
 CAPTURE = "capture"        # (c, cap): one capture on its own
@@ -73,9 +73,12 @@ REGISTRY: dict[str, CheckSpec] = {}
 """name -> spec, in registration (definition) order."""
 
 
+_Check = TypeVar("_Check", bound=Callable[..., Any])  # a check function, registered unchanged
+
+
 def check(judges: str, faults: tuple[str, ...] = (), *, emits: tuple[str, ...] = (), gates: tuple[str, ...] = (),
           stored: Optional[str] = None, fact: Optional[str] = None, always: bool = False,
-          rowless: bool = False) -> Callable[[Callable], Callable]:
+          rowless: bool = False) -> Callable[[_Check], _Check]:
     """Register the decorated ``check_<name>`` function (returned unchanged).
 
     Raises:
@@ -89,7 +92,7 @@ def check(judges: str, faults: tuple[str, ...] = (), *, emits: tuple[str, ...] =
     if (judges == FACT) != (fact is not None):
         raise ValueError("a fact check names its fact, and only a fact check does")
 
-    def register(fn: Callable) -> Callable:
+    def register(fn: _Check) -> _Check:
         name = fn.__name__.removeprefix("check_")
         if name in REGISTRY:
             raise ValueError(f"check {name!r} is registered twice")

@@ -176,17 +176,18 @@ def run(args) -> int:
                 raise UsageError(f"--reference-cache {cache}: lies inside the input directory {d}; "
                                  "refusing to write there")
     ray_address = getattr(args, "ray_address", None)
-    ref_opts = {"device": getattr(args, "device", "cpu"), "dtype": getattr(args, "dtype", "float32"),
-                "stream_layers": bool(getattr(args, "stream_layers", False))}
+    ref_device: str = getattr(args, "device", "cpu")
+    ref_dtype: str = getattr(args, "dtype", "float32")
+    stream_layers = bool(getattr(args, "stream_layers", False))
     if ref_dir is not None:
         try:  # fail fast, in this process, with a one-line error (config, shards, device; no weights read)
-            load_reference_model(ref_dir, c.target, **ref_opts)
+            load_reference_model(ref_dir, c.target, device=ref_device, dtype=ref_dtype, stream_layers=stream_layers)
         except ReferenceError as e:
             raise UsageError(str(e)) from None
     opts = ScanOptions(shard=shard, workers=workers, sample=sample, seed=int(getattr(args, "seed", 0)),
                        reference_dir=ref_dir, batch_size=args.batch_size, ray_address=ray_address,
-                       ref_device=ref_opts["device"], ref_dtype=ref_opts["dtype"],
-                       stream_layers=ref_opts["stream_layers"], ref_cache=False if cache == "none" else cache,
+                       ref_device=ref_device, ref_dtype=ref_dtype,
+                       stream_layers=stream_layers, ref_cache=False if cache == "none" else cache,
                        data_format=fmt, cpus_per_worker=getattr(args, "cpus_per_worker", None))
     show = not args.quiet and sys.stderr.isatty()
     try:

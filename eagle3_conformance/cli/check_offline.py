@@ -114,12 +114,11 @@ def run(args) -> int:
     from eagle3_conformance.tools.vllm_hidden_states import find_files as find_vllm_files
 
     c = load_contract(args.contract)
-    if _specforge_dir(c, args.files):
-        files = []
-    else:
+    files: list[Path] = []  # none for a SpecForge directory: SpecForge's loader chain reads it
+    if not _specforge_dir(c, args.files):
         # a directory: every .pt / .ckpt file and every vLLM .safetensors file in it (a folder of
         # extraction files with one stray pickle is read whole, not as the pickle alone)
-        files, errs = [], []
+        errs: list[DataError] = []
         try:
             files += find_files(args.files)
         except OfflineFilesError as e:

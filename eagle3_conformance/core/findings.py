@@ -11,7 +11,7 @@ pytest plugin's ``--conformance-json``, merge-reports).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, Mapping, Optional
+from typing import Any, Iterable, Literal, Mapping, Optional, Protocol, Union
 
 Status = Literal["pass", "fail", "skip"]
 
@@ -96,6 +96,20 @@ _FIELDS = ("check", "status", "path", "slot", "expected", "observed", "where", "
 def as_finding(f: Any) -> Finding:
     """``f`` itself when it is a :class:`Finding`, else :meth:`Finding.from_json` of it."""
     return f if isinstance(f, Finding) else Finding.from_json(f)
+
+
+FindingLike = Union[Finding, dict[str, Any]]
+"""A :class:`Finding`, or its JSON form (:meth:`Finding.to_json`); the report renderers read both."""
+
+
+class _Diagnosed(Protocol):
+    """A diagnosis object (:class:`eagle3_conformance.diagnose.Diagnosis`), as a report holds it."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+DiagnosisLike = Union[_Diagnosed, Mapping[str, Any]]
+"""A diagnosis object, or its JSON form (the ``diagnoses`` entries of a :class:`Report`)."""
 
 
 @dataclass

@@ -179,7 +179,7 @@ def path_diagnoses(contract: Contract, findings: Iterable[Any], *,
             continue
         view = _PathView(path, pf, tuple(p for p in matched if p != path))
         view.slots_intact = intact
-        used: set = set()
+        used: set[str] = set()  # the checks a rule already explained on this path
         for rule in _RULES:
             found += rule(contract, view, fx, used)
     return found
@@ -199,7 +199,7 @@ def _matches_reference(fs: list[Finding]) -> bool:
 def _merge(ds: list[Diagnosis]) -> list[Diagnosis]:
     """One diagnosis per (kind, fault, title, evidence, slots): paths, checks, support and ids
     united, fix lines united in order (a training path adds its data-generation line)."""
-    out: dict[tuple, Diagnosis] = {}
+    out: dict[tuple[str, str, str, tuple[str, ...], tuple[str, ...]], Diagnosis] = {}
     for d in ds:
         key = (d.kind, d.fault, d.title, d.evidence, d.slots)
         if key in out:
@@ -215,10 +215,10 @@ def _merge(ds: list[Diagnosis]) -> list[Diagnosis]:
 def _union_fix(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
     """``a`` then the lines of ``b`` it lacks, each inserted after the line it follows in ``b``."""
     out = list(a)
-    prev = None
+    prev: Optional[str] = None
     for line in b:
         if line not in out:
-            out.insert(out.index(prev) + 1 if prev in out else len(out), line)
+            out.insert(out.index(prev) + 1 if prev is not None and prev in out else len(out), line)
         prev = line
     return tuple(out)
 

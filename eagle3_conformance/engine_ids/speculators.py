@@ -57,7 +57,7 @@ def to_boundaries(ids: Optional[Sequence[int]], L: int, *, architecture: str, ve
     same way: 0.3/0.4's generator defaults to ``[2, L//2, L-3, L-1]`` and captures after each listed
     layer (B_3, B_{L//2+1}, B_{L-2}; ``vllm_hidden_states_generator.py:102``, ``custom_worker.py``),
     as running the released code shows (tests/test_upgrade_check.py)."""
-    old = bool(version) and version_key(version) < (0, 5)
+    old = bool(version and version_key(version) < (0, 5))
     if ids is None:
         if not old:
             return [Boundary(i) for i in engine_default_aux_ids(L)]

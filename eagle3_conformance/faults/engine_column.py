@@ -160,6 +160,8 @@ def numeric_agreement_of(c, captures: list, eref, target_dir) -> dict:
     from eagle3_conformance.suite.assess import reference_loader
 
     model = reference_loader(c, target_dir)()
+    if model is None:
+        raise ValueError("numeric agreement needs the target directory (the transformers reference)")
     out: dict = {}
     for cap in captures:
         e, t = eref.capture(cap.token_ids), model.capture(cap.token_ids)

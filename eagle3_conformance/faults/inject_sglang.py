@@ -10,7 +10,7 @@ import contextlib
 import json
 import shutil
 import time
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from eagle3_conformance.environment import torch_env
 from eagle3_conformance.environment.torch_env import torch_dtype
@@ -24,14 +24,17 @@ from eagle3_conformance.faults.example import Example, Knobs, apply_capture  # n
 from eagle3_conformance.faults.scenario import Scenario, draft_config, sglang_ids, write_draft_dir  # noqa: E402
 from eagle3_conformance.faults.tokens import GOOD_TEMPLATE, render_ids  # noqa: E402
 
+if TYPE_CHECKING:
+    from eagle3_conformance.tools.sglang_cpu import SGLangCPUHarness
+
 
 class HarnessPool:
     """At most one SGLang CPU harness alive (SGLang keeps one runtime per process); rebuilds only
     when the (scenario, variant) key changes."""
 
     def __init__(self) -> None:
-        self.key = None
-        self.h = None
+        self.key: Optional[tuple[str, str]] = None
+        self.h: Optional[SGLangCPUHarness] = None
         self.builds = 0
         self.build_s = 0.0
 
@@ -41,7 +44,7 @@ class HarnessPool:
         key = (str(scn.target_dir), json.dumps(variant or {}, sort_keys=True))
         if self.h is not None and not self.h.closed and self.key == key:
             return self.h
-        draft_dir = scn.draft_dir
+        target_dir, draft_dir = scn.saved_dirs()
         dtype = torch.float32
         if variant:
             cfg = dict(scn.draft_cfg)
@@ -53,7 +56,7 @@ class HarnessPool:
             draft_dir = write_draft_dir(scn.fresh_dir("draft-variant"), cfg)
             dtype = torch_dtype(variant.get("dtype", "float32"))
         t0 = time.perf_counter()
-        self.h = SGLangCPUHarness(scn.target_dir, draft_dir, dtype=dtype)
+        self.h = SGLangCPUHarness(target_dir, draft_dir, dtype=dtype)
         self.build_s += time.perf_counter() - t0
         self.builds += 1
         self.key = key

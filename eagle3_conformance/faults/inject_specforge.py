@@ -60,7 +60,8 @@ def write_specforge(scn: Scenario, contract: Contract, k: Knobs):
 
     slots = k.slots or [str(b) for b in contract.aux] + [contract.verifier_last.tensor]
     dtype = torch_dtype(k.disk_dtype or contract.data_dtype)
-    tf = (lambda r, hs: k.hs_transform(scn, r, hs)) if k.hs_transform is not None else None
+    transform = k.hs_transform
+    tf = (lambda r, hs: transform(scn, r, hs)) if transform is not None else None
     # the scenario's in-memory target has no checkpoint directory; the column's contract states its data dtype,
     # which the writer is told (an override, as dtype-cast needs one), not derived from the config
     kw = dict(aux=slots[:-1], target=slots[-1], checkpoint=scn.ref.model.config, dtype=dtype, batch_size=1,

@@ -66,7 +66,7 @@ class VLLMPool:
             d = write_draft_dir(scn.fresh_dir("vllm-draft"), cfg)
             dtype = torch_dtype((variant or {}).get("dtype", "float32"))
             t0 = time.perf_counter()
-            self.harnesses[key] = VLLMCPUHarness(scn.target_dir, d, dtype=dtype)
+            self.harnesses[key] = VLLMCPUHarness(scn.saved_dirs()[0], d, dtype=dtype)
             self.build_s += time.perf_counter() - t0
             self.builds += 1
         return self.harnesses[key]

@@ -156,8 +156,9 @@ def _plan(sglang: bool, results: dict[tuple[str, str], Verdict], columns: Sequen
     work: dict[tuple[str, str], list[Operator]] = {}
     for op in OPERATORS:
         for path in columns:
-            if isinstance(op.paths[path], NotApplicable):
-                results[(op.name, path)] = Verdict("n/a", detail=op.paths[path].reason)
+            how = op.paths[path]
+            if isinstance(how, NotApplicable):
+                results[(op.name, path)] = Verdict("n/a", detail=how.reason)
                 continue
             if _needs_sglang(path) and not sglang:
                 results[(op.name, path)] = Verdict("not run", detail="SGLang is not installed")
@@ -184,14 +185,14 @@ def _run_group(sname: str, path: str, ops: list[Operator], world: tuple, pool: H
     base = run_path(scn, c, ex, path, pool)
     false_pos += [{"scenario": sname, **f.to_json()} for f in base if f.status == "fail"]
     # knobs that need no rebuild first, then each rebuild variant once
-    knobbed = [(op, op.paths[path].fn(scn, c, ex)) for op in ops]
+    knobbed = [(op, op.apply_on(path).fn(scn, c, ex)) for op in ops]
     knobbed.sort(key=lambda t: (bool(t[1] and t[1].variant),
                                 json.dumps((t[1].variant if t[1] else None) or {}, sort_keys=True)))
     for op, k in knobbed:
         if k is None:
             results[(op.name, path)] = Verdict("noop", detail="no-op on the matrix example")
             continue
-        own = op.paths[path].baseline
+        own = op.apply_on(path).baseline
         b = base
         if own is not None:  # the operator's own unmutated input (e.g. correct FP8 data), judged like the shared one
             b = run_path(scn, c, ex, path, pool, own(scn, c, ex))

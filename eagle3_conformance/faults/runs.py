@@ -26,11 +26,21 @@ def _run_vllm(scn, c, ex, k):
 
 Injector = Callable[[Scenario, Contract, Example, Optional[HarnessPool], Knobs], list[Finding]]
 
+
+def _on_sglang(path: str) -> Injector:
+    """The injector of an SGLang CPU path: it runs on the pool's harness (one is needed)."""
+    def run(scn: Scenario, c: Contract, ex: Example, pool: Optional[HarnessPool], k: Knobs) -> list[Finding]:
+        if pool is None:
+            raise ValueError(f"{path}: the SGLang CPU paths run on a HarnessPool; none was given")
+        return run_sglang(scn, c, ex, path, pool, k)
+    return run
+
+
 INJECTORS: dict[str, Injector] = {
     "training": lambda scn, c, ex, pool, k: run_training(scn, c, ex, k),
     "specforge": lambda scn, c, ex, pool, k: run_specforge(scn, c, ex, k),
-    "sglang-extend": lambda scn, c, ex, pool, k: run_sglang(scn, c, ex, "sglang-extend", pool, k),
-    "sglang-decode": lambda scn, c, ex, pool, k: run_sglang(scn, c, ex, "sglang-decode", pool, k),
+    "sglang-extend": _on_sglang("sglang-extend"),
+    "sglang-decode": _on_sglang("sglang-decode"),
     "vllm-extend": lambda scn, c, ex, pool, k: _run_vllm(scn, c, ex, k),
 }
 """Path name -> ``(scenario, contract, example, harness pool, knobs) -> findings``."""

@@ -46,8 +46,7 @@ class _InMemoryReference:
     def __new__(cls, model, final_norm_kind: str = "rmsnorm"):
         from eagle3_conformance.reference import ReferenceModel
 
-        rm = ReferenceModel.__new__(ReferenceModel)
-        rm.model_dir = None
+        rm = ReferenceModel.__new__(ReferenceModel)  # no model_dir: no disk cache (ReferenceModel._cache_file)
         rm.model = model
         rm.final_norm_kind = final_norm_kind
         rm.num_layers = int(model.config.num_hidden_layers)
@@ -116,6 +115,16 @@ class Scenario:
     @property
     def L(self) -> int:  # noqa: N802
         return self.spec.layers
+
+    def saved_dirs(self) -> tuple[Path, Path]:
+        """``(target_dir, draft_dir)`` on disk, for the CPU harnesses.
+
+        Raises:
+            ValueError: the scenario was built without ``for_sglang`` (neither is saved).
+        """
+        if self.target_dir is None or self.draft_dir is None:
+            raise ValueError("the scenario was built without for_sglang=True: no target or draft on disk")
+        return self.target_dir, self.draft_dir
 
     def fresh_dir(self, stem: str) -> Path:
         """A path under ``workdir`` that does not exist yet (unique per process)."""

@@ -198,6 +198,8 @@ class ReferenceModel:
             unknown dtype or an unusable device.
     """
 
+    _norm: torch.nn.Module  # the final norm (input B_L, output F): set when the model loads
+
     def __init__(self, model_dir: str | Path, final_norm_kind: str = "rmsnorm", *, device: str = "cpu",
                  dtype: str = "float32", stream_layers: bool = False, cache_dir: Any = None):
         self.model_dir = Path(model_dir)
@@ -226,27 +228,27 @@ class ReferenceModel:
             raise ReferenceError(f"{self.model_dir}: cannot read config.json: {e}") from None
         self.num_layers = int(self.config.num_hidden_layers)
         self.hidden_size = int(self.config.hidden_size)
-        self._model = None
-        self._norm = None
+        self._model: Optional[torch.nn.Module] = None
         self._cache: dict[tuple[int, ...], Reference] = {}
         self.forwards = 0  # forwards computed by this object
         self.disk_hits = 0  # captures read back from the disk cache
 
     # the model is loaded on the first capture that misses the disk cache
     @property
-    def model(self):
+    def model(self) -> torch.nn.Module:
         """The loaded torch model: the ``*ForCausalLM`` (full load) or its base model (streamed)."""
-        if self.__dict__.get("_model") is None:
-            self._model = self._load_streamed() if self.stream_layers else self._load_full()
-            base = getattr(self._model, "model", self._model) if not self.stream_layers else self._model
+        m = self.__dict__.get("_model")
+        if m is None:
+            m = self._model = self._load_streamed() if self.stream_layers else self._load_full()
+            base = getattr(m, "model", m) if not self.stream_layers else m
             self._norm = base.norm
-        return self._model
+        return m
 
     @model.setter
-    def model(self, m) -> None:  # eagle3_conformance.faults.scenario wraps an in-memory model
+    def model(self, m: torch.nn.Module) -> None:  # eagle3_conformance.faults.scenario wraps an in-memory model
         self._model = m
 
-    def _load_full(self):
+    def _load_full(self) -> torch.nn.Module:
         from transformers import AutoModelForCausalLM
 
         try:
@@ -255,7 +257,7 @@ class ReferenceModel:
         except Exception as e:  # transformers raises many types; report them as one kind
             raise ReferenceError(f"{self.model_dir}: cannot load the model: {e}") from None
 
-    def _load_streamed(self):
+    def _load_streamed(self) -> torch.nn.Module:
         """The base model with meta parameters, dispatched module by module from the shards."""
         from accelerate import dispatch_model, init_empty_weights
         from transformers import AutoModel, AutoModelForCausalLM
@@ -303,7 +305,7 @@ class ReferenceModel:
         return h.hexdigest()[:24]
 
     def _cache_file(self, ids: torch.Tensor) -> Optional[Path]:
-        root = getattr(self, "cache_dir", None)
+        root: Optional[Path] = getattr(self, "cache_dir", None)
         if root is None or getattr(self, "model_dir", None) is None:
             return None
         key = hashlib.sha256(ids.numpy().astype("<i8").tobytes()).hexdigest()[:32]
@@ -340,7 +342,7 @@ class ReferenceModel:
         except OSError:
             pass  # a read-only cache only costs recomputation
 
-    @torch.no_grad()
+    @torch.no_grad()  # type: ignore[untyped-decorator]  # torch is untyped (Any) where mypy runs: not installed
     def capture(self, token_ids: torch.Tensor | list[int]) -> Reference:
         """Run the target on one sequence and return every boundary.
 
@@ -383,10 +385,10 @@ class ReferenceModel:
         model = self.model
         seen: dict[str, torch.Tensor] = {}
 
-        def pre_hook(_mod, args):
+        def pre_hook(_mod: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> None:
             seen["B_L"] = args[0].detach().float().cpu()
 
-        def post_hook(_mod, _args, out):
+        def post_hook(_mod: torch.nn.Module, _args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
             seen["F"] = out.detach().float().cpu()
 
         h1 = self._norm.register_forward_pre_hook(pre_hook)
@@ -434,7 +436,7 @@ class ReferenceModel:
                 return f.get_tensor(self.index[name]["weight_name"]).to(DTYPES[self.dtype]).float().clone()
         return w.detach().float().cpu().clone()
 
-    @torch.no_grad()
+    @torch.no_grad()  # type: ignore[untyped-decorator]  # torch is untyped (Any) where mypy runs: not installed
     def greedy_next(self, token_ids: list[int]) -> int:
         """The target's greedy next token after ``token_ids`` (argmax of the last row's logits).
 

@@ -15,7 +15,7 @@ from eagle3_conformance.released import sglang as sg
 from eagle3_conformance.released import specforge as sf
 from eagle3_conformance.released import speculators as sp
 from eagle3_conformance.released import vllm as vl
-from eagle3_conformance.released.fetch import FetchError, fetch
+from eagle3_conformance.released.fetch import Fetched, FetchError, fetch
 from eagle3_conformance.released.isolated import SourceTree, Unavailable, Unsupported, function
 from eagle3_conformance.released.result import (
     CANNOT,
@@ -33,13 +33,14 @@ from eagle3_conformance.released.result import (
 
 def load_sources(specs: list[Spec]) -> tuple[list[Source], dict[Spec, SourceTree]]:
     """Fetch each ``tool==version`` once; a failure is recorded on its :class:`Source`."""
-    sources, trees, by_version = [], {}, {}
+    sources, trees = [], {}
+    by_version: dict[tuple[str, str], tuple[Optional[SourceTree], Optional[Fetched], str]] = {}
     for s in specs:
         key = (s.tool, s.version)
         if key not in by_version:
             try:
-                f = fetch(s.tool, s.version)
-                by_version[key] = (SourceTree(f.root, f"{s.tool} {s.version}"), f, "")
+                got = fetch(s.tool, s.version)
+                by_version[key] = (SourceTree(got.root, f"{s.tool} {s.version}"), got, "")
             except FetchError as e:
                 by_version[key] = (None, None, str(e))
         tree, f, err = by_version[key]
@@ -50,7 +51,7 @@ def load_sources(specs: list[Spec]) -> tuple[list[Source], dict[Spec, SourceTree
     return sources, trees
 
 
-_COMPANIONS: dict[tuple[str, str], object] = {}
+_COMPANIONS: dict[tuple[str, str], SourceTree | Unavailable] = {}
 
 
 def companion_tree(tool: str, version: str) -> SourceTree:
@@ -68,7 +69,7 @@ def companion_tree(tool: str, version: str) -> SourceTree:
         except FetchError as e:
             _COMPANIONS[key] = Unavailable(f"{tool}=={version}, which this rule runs through, cannot be fetched: {e}")
     got = _COMPANIONS[key]
-    if isinstance(got, Exception):
+    if isinstance(got, Unavailable):
         raise got
     return got
 
@@ -124,7 +125,7 @@ def _sglang(c, spec: Spec, tree: SourceTree) -> Capture:
     graph = sg.graph_default_calls(tree)
     if graph and rd.ids is not None:
         d = sg.run_setter(tree, arch, L, None)
-        db, _, dd = effective(d.layers_to_capture, None, d.deepest)
+        db, _, dd = effective(d.layers_to_capture or [], None, d.deepest)
         cap.steps["verify/decode"] = StepCapture(db, [None] * len(db), _rule(spec, d.entered, d.assigned_at)
                                                  + f"; CUDA graphs captured after set_eagle3_layers_to_capture() "
                                                  f"without ids at {', '.join(graph)}", dd)
@@ -146,6 +147,8 @@ def _sglang_dflash(c, spec: Spec, tree: SourceTree) -> Capture:
 
 
 def _vllm(c, spec: Spec, tree: SourceTree) -> Capture:
+    if spec.runner is None:
+        raise Unavailable(f"{spec.label}: a vLLM column names its model runner ({' or '.join(vl.RUNNERS)})")
     rd = vl.read_draft(tree, spec.runner, draft_config(c))
     cap = Capture(spec.label, "ok", reader=rd.site, ids_read=rd.ids)
     if c.method == "dflash":

@@ -72,6 +72,7 @@ def function(tree: SourceTree, module: str, name: str, cls: Optional[str] = None
         Unavailable: no such function in the tree.
     """
     m = tree.module(module)
+    fn: ast.FunctionDef | ast.AsyncFunctionDef
     if cls is not None:
         c = m.classes.get(cls)
         found = tree.method(m, c, name) if c is not None else None
@@ -79,9 +80,10 @@ def function(tree: SourceTree, module: str, name: str, cls: Optional[str] = None
             raise Unavailable(f"{tree.label}: no method {cls}.{name} in {m.rel}")
         fm, _, fn = found
     else:
-        fn, fm = m.functions.get(name), m
-        if fn is None:
+        top = m.functions.get(name)
+        if top is None:
             raise Unavailable(f"{tree.label}: no function {name} in {m.rel}")
+        fn, fm = top, m
     if overrides:
         g = _Globals(tree, fm.name)
         g.update(overrides)

@@ -21,6 +21,7 @@ from typing import Any, Optional
 from eagle3_conformance.released.source_tree import Module, SourceTree, Unavailable, _resolve_relative
 
 LOG = logging.getLogger("eagle3_conformance.released.isolated")
+_Def = ast.FunctionDef | ast.AsyncFunctionDef  # a function definition as a rule is written
 
 #: standard-library modules a rule may import (they neither load an engine nor touch a device)
 STDLIB = ("typing", "logging", "collections", "itertools", "functools", "bisect", "math", "warnings", "types")
@@ -32,7 +33,7 @@ class StubMissing(AttributeError, Unavailable):
     :class:`Unavailable` when it escapes the rule."""
 
 
-def _strip(fn: ast.FunctionDef) -> ast.FunctionDef:
+def _strip(fn: _Def) -> _Def:
     fn = copy.deepcopy(fn)
     fn.decorator_list = []
     fn.returns = None
@@ -46,7 +47,7 @@ def _strip(fn: ast.FunctionDef) -> ast.FunctionDef:
     return ast.fix_missing_locations(fn)
 
 
-def _compile(tree: SourceTree, m: Module, fn: ast.FunctionDef):
+def _compile(tree: SourceTree, m: Module, fn: _Def):
     g = _globals(tree, m.name)
     code = compile(ast.Module(body=[_strip(fn)], type_ignores=[]), str(m.path), "exec")
     exec(code, g)  # noqa: S102 - defines the released version's own function, nothing else runs

@@ -71,9 +71,12 @@ def registry(tree: SourceTree) -> dict[str, tuple[str, str]]:
     for node in ast.walk(m.tree):
         if isinstance(node, ast.Dict):
             for k, v in zip(node.keys, node.values):
-                if (isinstance(k, ast.Constant) and isinstance(v, ast.Tuple) and len(v.elts) == 2
-                        and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in v.elts)):
-                    out[k.value] = (f"vllm.model_executor.models.{v.elts[0].value}", v.elts[1].value)
+                if not (isinstance(k, ast.Constant) and isinstance(k.value, str) and isinstance(v, ast.Tuple)
+                        and len(v.elts) == 2):
+                    continue
+                mod, cls = (e.value if isinstance(e, ast.Constant) else None for e in v.elts)
+                if isinstance(mod, str) and isinstance(cls, str):
+                    out[k.value] = (f"vllm.model_executor.models.{mod}", cls)
     return out
 
 
@@ -109,10 +112,11 @@ def apply_ids(tree: SourceTree, architecture: str, L: int, ids: Optional[list[in
     target = stub(tree, mod, cls, run)
     if "SupportsEagle3" not in target._names:
         raise Unsupported(f"{tree.label}: {cls} does not support EAGLE-3 (no SupportsEagle3 among its bases)")
-    default = None
-    if not ids:
-        default = [int(i) for i in target.get_eagle3_default_aux_hidden_state_layers()]
-    target.set_aux_hidden_state_layers(tuple(ids or default))
+    default: Optional[list[int]] = None
+    chosen = ids
+    if not chosen:
+        default = chosen = [int(i) for i in target.get_eagle3_default_aux_hidden_state_layers()]
+    target.set_aux_hidden_state_layers(tuple(chosen))
     if not run.assignments:
         raise Unavailable(f"{tree.label}: {cls}.set_aux_hidden_state_layers stored no aux_hidden_state_layers")
     _, value, site, _ = run.assignments[-1]

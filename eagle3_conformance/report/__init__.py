@@ -9,10 +9,13 @@ import json
 from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
-from eagle3_conformance.core.findings import Finding, Report, as_finding
-from eagle3_conformance.report.acceptance import inconclusive
+from eagle3_conformance.core.findings import DiagnosisLike, Finding, FindingLike, Report, as_finding
+from eagle3_conformance.report.acceptance import inconclusive as inconclusive
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
 
@@ -20,7 +23,7 @@ _STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
 def summarize(findings: Iterable[Finding]) -> list[dict[str, Any]]:
     """Group findings by (path, check, slot): counts per status and the first message of the worst
     status, with its locator. Order of first appearance is kept."""
-    groups: "OrderedDict[tuple, dict[str, Any]]" = OrderedDict()
+    groups: "OrderedDict[tuple[str, str, Optional[str]], dict[str, Any]]" = OrderedDict()
     for f in findings:
         key = (f.path, f.check, f.slot)
         g = groups.setdefault(key, {"path": f.path, "check": f.check, "slot": f.slot, "fault": f.fault,
@@ -37,17 +40,17 @@ def summarize(findings: Iterable[Finding]) -> list[dict[str, Any]]:
     return out
 
 
-def _get(f, key: str):
+def _get(f: FindingLike, key: str) -> Any:
     return f.get(key) if isinstance(f, dict) else getattr(f, key)
 
 
-def slot_identity_checked(findings: Iterable) -> bool:
+def slot_identity_checked(findings: Iterable[FindingLike]) -> bool:
     """Whether any ``slot_identity`` finding passed or failed (findings or their JSON dicts):
     without one, slot identity, order and alignment were not judged at all."""
     return any(_get(f, "check") == "slot_identity" and _get(f, "status") in ("pass", "fail") for f in findings)
 
 
-def input_error(findings: Iterable) -> Optional[str]:
+def input_error(findings: Iterable[FindingLike]) -> Optional[str]:
     """Why the input could not be checked at all, read from the findings (objects or JSON dicts):
     every ``sample_available`` finding failed (no sample could be read), or the reference model
     given for the data could not be loaded (a failed ``reference`` finding on the ``data`` path,
@@ -83,7 +86,8 @@ _GATING = ("accept_length", "accept_regression")
 ``draft_acceptance`` passing alone says only that the draft accepts more than almost nothing."""
 
 
-def verdict(findings: list, unchecked_reason: Optional[str] = None, errors: Sequence[str] = ()) -> tuple[str, str]:
+def verdict(findings: Sequence[FindingLike], unchecked_reason: Optional[str] = None,
+            errors: Sequence[str] = ()) -> tuple[str, str]:
     """The final verdict: ``(kind, text)``, kind one of ``"input error"`` (:func:`input_error`:
     the data could not be checked at all), ``"violations"``, ``"not judged"`` (nothing failed, but
     ``errors`` lists paths that stopped on bad input: "path: why"), ``"conforms"``,
@@ -116,13 +120,13 @@ def verdict(findings: list, unchecked_reason: Optional[str] = None, errors: Sequ
             f"checked ({unchecked_reason or _unchecked_why(findings)})")
 
 
-def quiet_verdict(findings: list, unchecked_reason: Optional[str] = None) -> str:
+def quiet_verdict(findings: Sequence[FindingLike], unchecked_reason: Optional[str] = None) -> str:
     """The one line ``--quiet`` still prints: the verdict, the number of findings and of failures."""
     nf = sum(1 for f in findings if _get(f, "status") == "fail")
     return f"{verdict(findings, unchecked_reason)[1]}: {len(findings)} findings, {nf} failed"
 
 
-def _unchecked_why(findings: list) -> str:
+def _unchecked_why(findings: Sequence[FindingLike]) -> str:
     """Why no slot identity was judged, from the findings themselves: a skipped slot_identity
     finding's own message, else the paths that ran, none of which judges slot identity (e.g. a
     run of ``cpu-accept`` alone, which measures acceptance)."""
@@ -137,7 +141,8 @@ def _unchecked_why(findings: list) -> str:
     return "no path judged slot identity"
 
 
-def render_table(findings: list[Finding], title: str, console=None, extra: Optional[dict[str, str]] = None,
+def render_table(findings: list[Finding], title: str, console: Optional[Console] = None,
+                 extra: Optional[dict[str, str]] = None,
                  unchecked_reason: Optional[str] = None) -> None:
     """Print the findings as a table: one row per path, check and slot, in words. The verdict
     reads "CONFORMS ON SHAPES ONLY" (with ``unchecked_reason``) when nothing failed but no slot
@@ -177,7 +182,7 @@ def _pass_counts(findings: list[Finding]) -> list[Finding]:
     """Failing and skipped findings in full; passing ones folded into one entry per (path, check,
     slot) with ``count`` and the first pass's message."""
     out: list[Finding] = []
-    groups: "OrderedDict[tuple, list]" = OrderedDict()
+    groups: "OrderedDict[tuple[str, str, Optional[str]], list[Any]]" = OrderedDict()  # [first pass, count]
     for f in findings:
         if f.status != "pass":
             out.append(f)
@@ -190,7 +195,7 @@ def _pass_counts(findings: list[Finding]) -> list[Finding]:
 
 def report_doc(contract: str, findings: list[Finding], meta: Optional[dict[str, Any]] = None,
                unchecked_reason: Optional[str] = None, passes: str = "all",
-               diagnoses: Optional[Iterable] = None) -> dict[str, Any]:
+               diagnoses: Optional[Iterable[DiagnosisLike]] = None) -> dict[str, Any]:
     """The JSON report: ``{"contract", "diagnoses": [...], "findings": [...], "meta": {...}}``
     (see :func:`write_json`)."""
     items = list(findings) if passes == "all" else _pass_counts(findings)
@@ -205,7 +210,7 @@ def report_doc(contract: str, findings: list[Finding], meta: Optional[dict[str, 
 
 def write_json(out: str | Path, contract: str, findings: list[Finding], meta: Optional[dict[str, Any]] = None,
                unchecked_reason: Optional[str] = None, passes: str = "all",
-               diagnoses: Optional[Iterable] = None) -> None:
+               diagnoses: Optional[Iterable[DiagnosisLike]] = None) -> None:
     """Write ``{"contract", "diagnoses": [...], "findings": [...], "meta": {...}}`` to ``out``.
     ``diagnoses`` are :class:`eagle3_conformance.diagnose.Diagnosis` (or their dicts), ``[]`` when none.
     ``meta`` gains ``slot_identity_checked`` (bool) and ``verdict`` (the verdict line's text).
@@ -258,13 +263,13 @@ def _short_where(where: Any) -> str:
     return w.split(" (")[0] if w.startswith("sample ") else w
 
 
-def _counts(findings: list) -> tuple[int, int, int]:
+def _counts(findings: Sequence[FindingLike]) -> tuple[int, int, int]:
     st = [_get(f, "status") for f in findings]
     return st.count("pass"), st.count("fail"), st.count("skip")
 
 
-def _diag_dicts(diagnoses: Optional[Iterable]) -> list[dict[str, Any]]:
-    return [d.to_json() if hasattr(d, "to_json") else dict(d) for d in (diagnoses or [])]
+def _diag_dicts(diagnoses: Optional[Iterable[DiagnosisLike]]) -> list[dict[str, Any]]:
+    return [dict(d) if isinstance(d, Mapping) else d.to_json() for d in (diagnoses or [])]
 
 
 def _on(d: dict[str, Any]) -> str:
@@ -279,11 +284,11 @@ def _marker(diags: list[dict[str, Any]], path: str, check: str) -> str:
     return "-"
 
 
-def _groups(findings: list, statuses: tuple[str, ...]) -> list[dict[str, Any]]:
+def _groups(findings: Sequence[FindingLike], statuses: tuple[str, ...]) -> list[dict[str, Any]]:
     """Findings grouped by (check, slot) across paths, in order of first appearance: counts per
     status, the paths, and the first finding of the worst status (a failure, else a pass)."""
     rank = {"fail": 2, "pass": 1, "skip": 0}
-    groups: "OrderedDict[tuple, dict[str, Any]]" = OrderedDict()
+    groups: "OrderedDict[tuple[str, Optional[str]], dict[str, Any]]" = OrderedDict()
     for f in findings:
         f = as_finding(f)
         g = groups.setdefault((f.check, f.slot), {"check": f.check, "slot": f.slot, "pass": 0, "fail": 0, "skip": 0,
@@ -301,7 +306,7 @@ def _groups(findings: list, statuses: tuple[str, ...]) -> list[dict[str, Any]]:
     return out
 
 
-def group_lines(findings: list, diags: list[dict[str, Any]], statuses: tuple[str, ...], width: int,
+def group_lines(findings: Sequence[FindingLike], diags: list[dict[str, Any]], statuses: tuple[str, ...], width: int,
                 limit: Optional[int] = None) -> list[str]:
     """One line per (check, slot) group whose status is in ``statuses``:
     ``  N check slot  failed/judged  [path] first-sample: message`` (N: the diagnosis that accounts
@@ -341,8 +346,8 @@ def group_lines(findings: list, diags: list[dict[str, Any]], statuses: tuple[str
     return out
 
 
-def render_text(findings: list, diagnoses: Optional[Iterable] = None, *, title: str = "",
-                extra: Optional[dict[str, str]] = None, unchecked_reason: Optional[str] = None,
+def render_text(findings: Sequence[FindingLike], diagnoses: Optional[Iterable[DiagnosisLike]] = None, *,
+                title: str = "", extra: Optional[dict[str, str]] = None, unchecked_reason: Optional[str] = None,
                 verbose: bool = False, width: int = WIDTH, errors: Sequence[str] = ()) -> str:
     """The report as plain text laid out for ``width`` columns: the verdict, the diagnoses (what
     happened, the evidence, the fix), the failing checks grouped one line each (diagnosis number,
@@ -400,9 +405,9 @@ def render_text(findings: list, diagnoses: Optional[Iterable] = None, *, title: 
     return "\n".join(lines)
 
 
-def summarize_counts(findings: list, status: str) -> list[tuple[str, int, str]]:
+def summarize_counts(findings: Sequence[FindingLike], status: str) -> list[tuple[str, int, str]]:
     """``(check, count, first message)`` of the findings with ``status``, by check, in order."""
-    out: "OrderedDict[str, list]" = OrderedDict()
+    out: "OrderedDict[str, list[Any]]" = OrderedDict()  # [count, first message]
     for f in findings:
         if _get(f, "status") != status:
             continue
@@ -413,7 +418,8 @@ def summarize_counts(findings: list, status: str) -> list[tuple[str, int, str]]:
     return [(c, n, msg) for c, (n, msg) in out.items()]
 
 
-def failure_text(name: str, path: str, findings: list, diagnoses: Optional[Iterable] = None,
+def failure_text(name: str, path: str, findings: Sequence[FindingLike],
+                 diagnoses: Optional[Iterable[DiagnosisLike]] = None,
                  width: int = WIDTH) -> str:
     """The short failure text of one contract on one path (pytest's failure section): a header
     naming the failing checks and pointing at the full report, then each diagnosis (or, without one,
@@ -436,8 +442,9 @@ def _md(text: Any) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def render_markdown(findings: list, diagnoses: Optional[Iterable] = None, *, title: str = "",
-                    extra: Optional[dict[str, str]] = None, unchecked_reason: Optional[str] = None) -> str:
+def render_markdown(findings: Sequence[FindingLike], diagnoses: Optional[Iterable[DiagnosisLike]] = None, *,
+                    title: str = "", extra: Optional[dict[str, str]] = None,
+                    unchecked_reason: Optional[str] = None) -> str:
     """The report as GitHub-flavoured Markdown for CI job summaries: verdict, diagnoses (evidence
     and fix), a table of failing checks, passing and skipped findings folded in a ``<details>``."""
     findings = list(findings)

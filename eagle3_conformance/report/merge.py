@@ -100,8 +100,8 @@ def _check_mergeable(docs: list[Report], names: list[str], metas: list[dict[str,
         raise MergeError(f"the parts describe datasets of different sizes {sorted(sizes)}: not one dataset")
     ident = [(n, m["dataset_identity"], m.get("data", "?")) for n, m in zip(names, metas) if "dataset_identity" in m]
     if len({i for _, i, _ in ident}) > 1:
-        odd = next(x for x in ident if x[1] != ident[0][1])
-        raise MergeError(f"{odd[0]} checked dataset {odd[1]} (data {odd[2]}), {ident[0][0]} dataset "
+        other = next(x for x in ident if x[1] != ident[0][1])
+        raise MergeError(f"{other[0]} checked dataset {other[1]} (data {other[2]}), {ident[0][0]} dataset "
                          f"{ident[0][1]} (data {ident[0][2]}): not the same dataset")
     _check_fingerprint_settings(names, metas)
     seen: dict[str, str] = {}

@@ -85,13 +85,12 @@ class PassState:
 
     c: Contract
     block_elems: int
-    rc: Contract = None
+    rc: Contract = field(init=False)
     stats: dict[str, SlotStats] = field(default_factory=dict)
     buf: Optional[torch.Tensor] = None
 
-    def __post_init__(self):
-        if self.rc is None:
-            self.rc = rms.reduced_contract(self.c)
+    def __post_init__(self) -> None:
+        self.rc = rms.reduced_contract(self.c)
 
 
 @dataclass
@@ -156,7 +155,7 @@ def _reduce(st: PassState, s: _Stored, last: bool) -> torch.Tensor:
         buf = st.buf = torch.empty(max(1, min(rows_per_block, T)), N, H, dtype=torch.float32)
     edges = rms.band_edges(c, N, last) if H == c.draft.target_hidden_size and not s.dequant else None  # fp8: exact
     r = rms.slot_rms(hs, st.block_elems, buf, edges) if N else torch.zeros(T, 0)
-    if s.dequant:
+    if s.dequant and s.scales is not None:  # _read refuses an fp8 sample without its scales
         r = r * s.scales.reshape(T, 1).float()  # rms(q * s_t) = s_t * rms(q): one scale per token
     return r
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.scan.across import across_findings
@@ -36,7 +36,7 @@ def resolve(data_dir: str | Path, o: ScanOptions) -> ScanOptions:
 
 
 def scan(c: Contract, data_dir: str | Path, options: Optional[ScanOptions] = None, *,
-         on_progress: Optional[Callable[[int, int], None]] = None, **fields) -> ScanResult:
+         on_progress: Optional[Callable[[int, int], None]] = None, **fields: Any) -> ScanResult:
     """Scan shard ``options.shard`` of a speculators 0.9.0 dataset, or of a directory of vLLM
     extraction files, against contract ``c``.
 
@@ -74,10 +74,12 @@ def scan(c: Contract, data_dir: str | Path, options: Optional[ScanOptions] = Non
         if o.reference_dir and o.ref_cache and o.sample != 0:
             with torch_threads(o.cpus_per_worker):  # the forwards the tasks would have run, with their threads
                 prefill = prefill_reference(base)
+        cpus = o.cpus_per_worker
+        assert cpus is not None  # resolve() sets it
         try:
             parts = run_tasks(scan_part, parts_to_run, describe=describe, on_progress=on_progress,
                               address=o.ray_address, max_retries=o.max_retries, runtime_env=o.ray_runtime_env,
-                              cpus_per_task=o.cpus_per_worker)
+                              cpus_per_task=cpus)
         except TaskFailed as e:
             raise ScanError(str(e)) from None
     seconds = time.perf_counter() - t0

@@ -10,7 +10,10 @@ from typing import Optional
 from eagle3_conformance.core.errors import DataError
 from eagle3_conformance.scan.options import DISK_PATH, LOADER_PATH, ScanError
 from eagle3_conformance.tools.shared.arrow_dir import ARROW_MARKERS as _ARROW_MARKERS
-from eagle3_conformance.tools.vllm_hidden_states import PATH as VLLM_PATH
+from eagle3_conformance.tools.vllm_hidden_states import PATH as _VLLM_READER_PATH
+
+VLLM_PATH = _VLLM_READER_PATH
+"""Finding path of the sampled vLLM extraction files (:data:`eagle3_conformance.tools.vllm_hidden_states.PATH`)."""
 
 SPECULATORS = "speculators"
 """Layout: a speculators 0.9.0 dataset (Arrow ``save_to_disk`` table + ``hidden_states/hs_{i}.safetensors``)."""

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.core.errors import DataError
+
+if TYPE_CHECKING:
+    from eagle3_conformance.reference import ReferenceModel
 
 DISK_PATH = "training-disk"
 """Finding path of the all-rows scan (tensors as stored on disk for training)."""
@@ -71,7 +74,7 @@ class ScanOptions:
     data_format: str = "auto"
     cpus_per_worker: Optional[int] = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError("workers must be >= 1")
         if self.cpus_per_worker is not None and self.cpus_per_worker < 1:
@@ -104,10 +107,18 @@ class Part:
     def layout(self) -> str:
         return self.options.data_format
 
-    def reference_model(self):
-        """The (process-wide cached) reference model of this part, not loaded until needed."""
+    def reference_model(self) -> ReferenceModel:
+        """The (process-wide cached) reference model of this part, not loaded until needed.
+
+        Raises:
+            ValueError: the options name no ``reference_dir``.
+            eagle3_conformance.reference.ReferenceError: the reference model cannot be loaded.
+        """
         from eagle3_conformance.reference import load_reference_model
 
         o = self.options
+        if o.reference_dir is None:
+            raise ValueError("this scan names no reference_dir: no reference model")
+        cache = None if isinstance(o.ref_cache, bool) else o.ref_cache  # False: no disk cache
         return load_reference_model(o.reference_dir, self.contract.target, device=o.ref_device, dtype=o.ref_dtype,
-                                    stream_layers=o.stream_layers, cache_dir=o.ref_cache)
+                                    stream_layers=o.stream_layers, cache_dir=cache)

@@ -34,7 +34,7 @@ class Prefetcher:
 
     def _run(self) -> None:
         advise = hasattr(os, "posix_fadvise")
-        view = None if advise else memoryview(bytearray(self.chunk))
+        view = memoryview(bytearray(0 if advise else self.chunk))  # read into: without fadvise only
         for j, p in enumerate(self.paths):
             with self.cv:
                 while not self.stop and j > self.current + self.ahead:

@@ -33,6 +33,7 @@ import os
 import socket
 import time
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -274,7 +275,7 @@ def run_tasks(fn: Callable[[Any, Callable[[int, int], None]], dict[str, Any]], s
                 _warn_not_started([describe(specs[k]) for k in range(len(specs)) if k not in running])
             for g in ready:
                 k = gens[g]
-                msg = _next_message(g, k, lambda k=k: describe(specs[k]), pending, out, max_retries)
+                msg = _next_message(g, k, partial(describe, specs[k]), pending, out, max_retries)
                 if msg is None:
                     continue
                 running.add(k)  # a sample checked (or the result): it runs

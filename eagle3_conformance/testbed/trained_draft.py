@@ -345,7 +345,7 @@ def _build(recipe, spec, target_dir: Path, corpus_sha: str, out: Path, log) -> d
 def _versions() -> dict[str, Optional[str]]:
     from importlib import metadata
 
-    out = {}
+    out: dict[str, Optional[str]] = {}
     for p in ("speculators", "sglang", "torch", "transformers"):
         try:
             out[p] = metadata.version(p)

@@ -187,6 +187,7 @@ def load_capture(path: str | Path, contract, index: Optional[int] = None):
     fmt, problem, t = _structure(obj, path.name)
     if problem:
         return unavailable(problem, fmt)
+    assert fmt is not None  # _structure names a problem for an object of neither format
     ids = t["ids"].long()
     T = int(ids.shape[0])
     a = contract.alignment

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from eagle3_conformance.environment import torch_env
 
@@ -90,7 +90,7 @@ def read_payload(path: Path) -> Optional[dict]:
             if "hidden_states" not in keys:
                 return None
             hs = f.get_slice("hidden_states")
-            out = {"file": f"hidden_states/{path.name}", "dtype": _st_dtype(hs.get_dtype()),
+            out: dict[str, Any] = {"file": f"hidden_states/{path.name}", "dtype": _st_dtype(hs.get_dtype()),
                    "shape": list(hs.get_shape()), "scales": None, "scales_dtype": None}
             out["bad_scale"] = None
             out["scale_values"] = None

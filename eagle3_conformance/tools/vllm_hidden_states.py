@@ -136,6 +136,7 @@ def load_capture(path: str | Path, contract, index: Optional[int] = None, name: 
     t, why = read(path)
     if why:
         return unavailable(why)
+    assert t is not None  # read gives the tensors or why not
     from eagle3_conformance.tools.shared import fp8_payload
 
     hs, ids, scales = t["hidden_states"], t["token_ids"], t[SCALES_KEY]

@@ -25,12 +25,12 @@ if _no_vllm or set(vllm.COLUMN) - set(OPERATORS_BY_NAME):
                        f"unknown {sorted(set(vllm.COLUMN) - set(OPERATORS_BY_NAME))}")
 for _op in OPERATORS:  # the vllm-extend column lives in one module (operators/vllm.py)
     _v = vllm.COLUMN[_op.name]
-    _op.paths[vllm.PATH] = Apply(_v.how, _v.where, _op.paths["sglang-extend"].fn) if isinstance(_v, vllm.SameKnob) else _v
+    _op.paths[vllm.PATH] = Apply(_v.how, _v.where, _op.apply_on("sglang-extend").fn) if isinstance(_v, vllm.SameKnob) else _v
 _unregistered = [(op.name, ch) for op in OPERATORS for ch in op.checks if registry.emitting(ch) is None]
 if _unregistered:  # the catching checks are the registry's (eagle3_conformance.checks.registry)
     raise RuntimeError(f"fault operators name checks no registered check emits: {_unregistered}")
-_undeclared = [(op.name, op.kind) for op in OPERATORS
-               if not any(op.kind in registry.emitting(ch).faults for ch in op.checks)]
+_specs = [(op, [registry.emitting(ch) for ch in op.checks]) for op in OPERATORS]  # none is None (above)
+_undeclared = [(op.name, op.kind) for op, specs in _specs if not any(s and op.kind in s.faults for s in specs)]
 if _undeclared:  # a fault kind is caught by a check declared for it
     raise RuntimeError(f"fault operators whose catching checks are not declared for their kind: {_undeclared}")
 KIND_NAMES: dict[str, str] = dict(sorted(((k, v) for fam in FAMILIES for k, v in fam.KINDS.items()),

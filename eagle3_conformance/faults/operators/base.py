@@ -53,6 +53,17 @@ class Operator:
     paths: dict[str, Union[Apply, NotApplicable]]
     scenario: str = "base"
 
+    def apply_on(self, path: str) -> Apply:
+        """How the operator applies on ``path``.
+
+        Raises:
+            ValueError: it does not apply there (the reason).
+        """
+        how = self.paths[path]
+        if isinstance(how, NotApplicable):
+            raise ValueError(f"operator {self.name} does not apply on {path}: {how.reason}")
+        return how
+
 
 def aux_indices(c: Contract) -> list[int]:
     """The contract's aux boundaries as integers (``[3, 5, 6]``)."""

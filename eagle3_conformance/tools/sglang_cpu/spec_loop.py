@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeAlias
 
 import torch
 
 from eagle3_conformance.tools.sglang_cpu.harness import greedy_accepted
 
-Tensor = torch.Tensor
+Tensor: TypeAlias = torch.Tensor
 
 
 @dataclass(frozen=True)

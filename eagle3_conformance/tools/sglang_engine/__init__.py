@@ -129,6 +129,7 @@ def _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw, 
     prov = {"engine": "sglang.Engine", "sglang": run.sglang_version, "device": device,
             "attention": "torch_native (config B)" if device == "cpu" else "default",
             "engine_timings": {k: round(v, 2) for k, v in run.timings.items()}}
+    assert run.records_dir is not None  # an observed run (run_engine's observe=True) writes records
     records = load_records(run.records_dir)
     extend, decode = build_captures(records, prompts, outs, prov)
     eref = None
@@ -137,6 +138,7 @@ def _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw, 
         eref = builder(records, prompts, outs)
         eref.stats["build_s"] = time.perf_counter() - t0
     acc = accept_figures(run.outputs)
+    lossless: dict[str, Any]
     if not want_lossless:
         lossless = {"skip": "losslessness not judged: no transformers copy of the target (reference: engine, "
                             "target served at the contract's dtype)"}

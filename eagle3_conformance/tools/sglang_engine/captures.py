@@ -311,7 +311,7 @@ def accept_figures(outputs: list[dict]) -> dict[str, Any]:
     hist = merge_histograms([o["meta_info"].get("spec_correct_drafts_histogram") or [] for o in outputs])
     # SGLang grows the histogram on demand: positions up to the largest count seen (the same function
     # gives the cpu-accept loop's figures)
-    per_pos = per_position(hist, len(hist) - 1) if len(hist) > 1 and sum(hist) else []
+    per_pos = per_position(hist, len(hist) - 1) if len(hist) > 1 and sum(hist) > 0 else []
     return {"spec_accept_length": comp / verify if verify else None,
             "per_request": [o["meta_info"].get("spec_accept_length") for o in outputs],
             "spec_correct_drafts_histogram": hist, "per_position_acceptance": per_pos,

@@ -39,13 +39,13 @@ def sglang_root() -> Path:
 
 def _segment(tree: ast.Module, text: str, dotted: str) -> str:
     nodes: list = list(tree.body)
-    node = None
+    node: ast.AST = tree
     for part in dotted.split("."):
-        node = next((n for n in nodes if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
-                     and n.name == part), None)
-        if node is None:
+        found = next((n for n in nodes if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+                      and n.name == part), None)
+        if found is None:
             raise GuardError(f"{dotted}: not found")
-        nodes = list(node.body)
+        node, nodes = found, list(found.body)
     return ast.get_source_segment(text, node) or ""
 
 

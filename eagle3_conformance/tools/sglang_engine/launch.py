@@ -147,7 +147,7 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
                 device=device, dtype=dtype, max_new_tokens=max_new_tokens, num_steps=num_steps,
                 num_draft_tokens=num_draft_tokens, cuda_graph=cuda_graph, start_timeout=start_timeout,
                 generate_timeout=generate_timeout, result=str(work / "result.json"),
-                forward_hooks=((server_specs if record_kv else hook_specs)(records, reference) if observe else [])
+                forward_hooks=((server_specs if record_kv else hook_specs)(records, reference) if records else [])
                 + list(extra_hooks or []) or None, **(extra or {}))
     (work / "spec.json").write_text(json.dumps(spec))
     log = work / "engine.log"

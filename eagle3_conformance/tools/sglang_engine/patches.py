@@ -56,6 +56,15 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import sys
+from typing import Any, Callable
+
+_PATCHED = "_eagle3_conformance_patch"
+"""The attribute set on every function this module installs (a class is patched once per process)."""
+
+
+def _mark(fn: Callable[..., Any]) -> None:
+    setattr(fn, _PATCHED, True)
+
 
 GUARDS: dict[tuple[str, str], str] = {
     ("sglang.srt.speculative.draft_utils", "DraftBackendFactory._create_backend"): "3124ca2396c60d24",
@@ -122,7 +131,7 @@ def _multi_step_class():
 def _patch_draft_utils(mod) -> None:
     factory = mod.DraftBackendFactory
     original = factory._create_backend
-    if getattr(original, "_eagle3_conformance_patch", False):
+    if getattr(original, _PATCHED, False):
         return
 
     def _create_backend(self, backend_name, backend_map, error_template, stamps_children=False):
@@ -135,14 +144,14 @@ def _patch_draft_utils(mod) -> None:
             backend_map.setdefault("torch_native", lambda: ("torch_native", plain(self.draft_model_runner)))
         return original(self, backend_name, backend_map, error_template, stamps_children)
 
-    _create_backend._eagle3_conformance_patch = True
+    _mark(_create_backend)
     factory._create_backend = _create_backend
 
 
 def _patch_torch_native(mod) -> None:
     cls = mod.TorchNativeAttnBackend
     original = cls.forward_extend
-    if getattr(original, "_eagle3_conformance_patch", False):
+    if getattr(original, _PATCHED, False):
         return
 
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):
@@ -167,7 +176,7 @@ def _patch_torch_native(mod) -> None:
         finally:
             forward_batch.extend_prefix_lens, forward_batch.extend_seq_lens, forward_batch.seq_lens = saved
 
-    forward_extend._eagle3_conformance_patch = True
+    _mark(forward_extend)
     cls.forward_extend = forward_extend
 
 
@@ -178,11 +187,11 @@ def handle_attention_torch_native(attn, forward_batch):
     return h._dispatch_mla_subtype(attn, forward_batch)
 
 
-handle_attention_torch_native._eagle3_conformance_patch = True
+_mark(handle_attention_torch_native)
 
 
 def _patch_mla_dispatch(mod) -> None:
-    if getattr(mod.AttentionBackendRegistry._handlers.get("torch_native"), "_eagle3_conformance_patch", False):
+    if getattr(mod.AttentionBackendRegistry._handlers.get("torch_native"), _PATCHED, False):
         return
     if "torch_native" in mod.AttentionBackendRegistry._handlers:
         raise PatchError("SGLang registers its own torch_native handler for MLA attention: patch #11 is stale "
@@ -192,7 +201,7 @@ def _patch_mla_dispatch(mod) -> None:
 
 def _patch_mla_draft_embed(mod) -> None:
     cls = mod.Eagle3DeepseekV2ForCausalLM
-    if getattr(cls.set_embed, "_eagle3_conformance_patch", False):
+    if getattr(cls.set_embed, _PATCHED, False):
         return
 
     def _settle():
@@ -217,7 +226,7 @@ def _patch_mla_draft_embed(mod) -> None:
         _settle()
 
     for fn in (set_embed, set_embed_and_head):
-        fn._eagle3_conformance_patch = True
+        _mark(fn)
         setattr(cls, fn.__name__, fn)
 
 

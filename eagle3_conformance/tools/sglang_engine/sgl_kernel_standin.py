@@ -275,8 +275,7 @@ def build_module() -> types.ModuleType:
             raise AttributeError(name)
         return _missing(name)
 
-    mod.__getattr__ = __getattr__
-    mod.STANDIN = True
+    vars(mod).update(__getattr__=__getattr__, STANDIN=True)  # module attributes (PEP 562 __getattr__)
     return mod
 
 

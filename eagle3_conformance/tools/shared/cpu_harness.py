@@ -50,6 +50,10 @@ class CPUHarnessLifecycle:
         self._tmpdir = str(out)
         return out
 
+    def _build(self) -> None:
+        """Build the harness's runtime (each harness defines it; :meth:`_finish_build` runs it)."""
+        raise NotImplementedError
+
     def _finish_build(self) -> None:
         """Run ``self._build()``; on any failure close the harness and re-raise; record ``build``."""
         try:

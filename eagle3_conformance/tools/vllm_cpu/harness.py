@@ -310,10 +310,11 @@ class VLLMCPUHarness(CPUHarnessLifecycle):
             sl = slice(start, start + n)
             start += n
             fc_input = probe["fc_input"][sl] if "fc_input" in probe else None
+            cfg_ids = self.config_ids[r]
             prov = {
                 "vllm": self.vllm_version, "runner": r, "default_runner": self.default_runner,
-                "config_ids": None if self.config_ids[r] is None else list(self.config_ids[r]),
-                "engine_ids_source": "draft config" if self.config_ids[r] else
+                "config_ids": None if cfg_ids is None else list(cfg_ids),
+                "engine_ids_source": "draft config" if cfg_ids else
                 "model default get_eagle3_default_aux_hidden_state_layers()",
                 "aux_hidden_state_layers": list(self.target.model.aux_hidden_state_layers),
                 "target_class": type(self.target).__name__, "draft_class": type(self.draft).__name__,

@@ -109,6 +109,8 @@ def target_class(architecture: str):
     if not supports_eagle3(cls):
         raise VLLMNotAsked(f"vLLM's {cls.__name__} does not support EAGLE-3 (no SupportsEagle3)")
     mod = inspect.getmodule(cls)
+    if mod is None:
+        raise VLLMNotAsked(f"vLLM's {cls.__name__} has no module to read its decoder from: not asked")
     mixins = [c for _, c in inspect.getmembers(mod, inspect.isclass)
               if issubclass(c, EagleModelMixin) and c is not EagleModelMixin and c.__module__ == mod.__name__]
     if not mixins:

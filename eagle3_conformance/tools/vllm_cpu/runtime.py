@@ -109,6 +109,6 @@ def init_process(vllm_config: Any) -> None:
                                          distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
             initialize_model_parallel(1, 1)
     for name in STANDIN_MODULES:
-        mod = importlib.import_module(name)
+        mod: Any = importlib.import_module(name)  # a vLLM model module: its Attention is replaced
         mod.Attention = StandInAttention
     _INIT["done"] = True

@@ -97,7 +97,10 @@ def site(obj, line: Optional[str] = None) -> str:
     import sglang
 
     lines, start = inspect.getsourcelines(obj)
-    rel = Path(inspect.getsourcefile(obj)).resolve().relative_to(Path(sglang.__file__).resolve().parent.parent)
+    src = inspect.getsourcefile(obj)
+    if src is None:
+        raise RuntimeError(f"{obj!r} has no source file")
+    rel = Path(src).resolve().relative_to(Path(sglang.__file__).resolve().parent.parent)
     if line is None:
         return f"{rel.as_posix()}:{start}-{start + len(lines) - 1}"
     for i, text in enumerate(lines):

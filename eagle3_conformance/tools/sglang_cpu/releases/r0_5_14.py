@@ -104,10 +104,13 @@ def _reader_code() -> tuple[Any, int]:
     from sglang.srt.model_executor import model_runner
 
     path = inspect.getsourcefile(model_runner)
+    if path is None:
+        raise RuntimeError("the installed sglang.srt.model_executor.model_runner has no source file")
     tree = ast.parse(open(path, encoding="utf-8").read(), filename=path)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelRunner")
     init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
-    picked, line = [], None
+    picked: list[ast.stmt] = []
+    line: Optional[int] = None
     for node in init.body:
         text = ast.unparse(node)
         if isinstance(node, ast.Assign) and text.startswith(("self.eagle_", "self.dflash_")):
