@@ -166,15 +166,14 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
-def _setup(work: Path, quiet: bool = True) -> Session:
+def _setup(work: Path) -> Session:
     """A fresh ``work`` with links to the checkout's ``contracts/`` and ``scripts/`` and the pair in
-    ``work/smollm2`` (step 1's first command, not printed again by the later steps)."""
+    ``work/smollm2`` (step 1's first command, not printed: step 1 shows it again, and the target's
+    conversion on first use, about 70 s with its progress on stderr, stays out of every transcript)."""
     for name in ("contracts", "scripts"):
         (work / name).symlink_to(ROOT / name, target_is_directory=True)
-    s = Session(work)
-    if quiet:
-        pair(work / "smollm2")
-    return s
+    pair(work / "smollm2")
+    return Session(work)
 
 
 def step1(s: Session) -> bool:
@@ -224,7 +223,7 @@ def run_step(name: str) -> bool:
     """Step ``name`` of docs/tutorial.md in a fresh temporary directory; True when its verdicts are the page's."""
     work = Path(tempfile.mkdtemp(prefix="tutorial-"))
     try:
-        s = _setup(work, quiet=name != "1")
+        s = _setup(work)
         s.timed = name in TIMED
         return STEPS[name](s)
     finally:
