@@ -29,12 +29,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
+
+from eagle3_conformance.testbed.http_server import SGLANG_SEED_IDS
+from eagle3_conformance.testbed.traffic import wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = "contracts/smollm2-135m.yaml"
-SEED_IDS = [-1, 1, 14]  # SGLang's llama rule (+1): B_0 (the embedding), B_2, B_15
+SEED_IDS = SGLANG_SEED_IDS  # [-1, 1, 14]: SGLang's llama rule (+1) reads B_0 (the embedding), B_2, B_15
 TRAINED_IDS = [1, 14, 26]  # the draft was trained on B_2, B_15, B_27
 START_TIMEOUT = 900
 
@@ -121,8 +123,11 @@ class Session:
             proc = subprocess.Popen(["bash", "-c", f"exec {serve}"], cwd=self.work, env=self.env, stdout=lf,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            self._wait_ready(proc, port, log)
-            self.show(f"{serve} > {caps}.server.log 2>&1 &", "(ready: /health_generate answered)",
+            try:
+                wait_ready(f"http://127.0.0.1:{port}", START_TIMEOUT, proc)
+            except (RuntimeError, TimeoutError) as e:
+                raise RuntimeError(f"{e}; the server's log:\n{log.read_text()[-3000:]}") from None
+            self.show(f"{serve} > {caps}.server.log 2>&1 &", "(ready: /health answered)",
                       time.monotonic() - t0)
             self.sh(f"curl -s http://127.0.0.1:{port}/generate -H 'Content-Type: application/json' -d "
                     "'{\"text\": [\"The capital of France is\", \"def fibonacci(n):\", \"Once upon a time,\"], "
@@ -135,35 +140,18 @@ class Session:
                       time.monotonic() - t1)
         return self.status(f"eagle3-conformance check-captures {CONTRACT} {caps}")
 
-    @staticmethod
-    def _wait_ready(proc: subprocess.Popen, port: int, log: Path) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health_generate", timeout=60) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(2)
-        raise RuntimeError(f"the server was not ready within {START_TIMEOUT} s:\n{log.read_text()[-3000:]}")
-
 
 def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM to the launcher (it stops the server's group), then SIGKILL to the group it leads."""
+    """What the page's ``kill %1`` does: SIGTERM to the launcher, which stops the server's process group;
+    the launcher's own group killed only if it has not exited within 60 s."""
+    from eagle3_conformance.environment.procgroup import kill_group
+
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            pass
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait(timeout=30)
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
 
 
 def _setup(work: Path) -> Session:
