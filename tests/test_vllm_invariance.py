@@ -109,14 +109,15 @@ def test_none_skips_the_path_and_default_runs_every_offered_variation(monkeypatc
 
 def _pair():
     from eagle3_conformance.contract import load_contract
-    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft, eval_prompts
+    from eagle3_conformance.paths.vllm_engine_invariance import held_out_prompts
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
     from eagle3_conformance.tools.vllm_engine.pair import vllm_problem
 
     why = vllm_problem(cuda=False)
     if why:
         pytest.skip(why)
     t = ensure_trained_draft(RECIPE)
-    return load_contract(ROOT / "contracts" / "smollm2-135m.yaml"), t, eval_prompts(t.target_dir, 2, 128)
+    return load_contract(ROOT / "contracts" / "smollm2-135m.yaml"), t, held_out_prompts(t.target_dir, 2)
 
 
 @pytest.fixture(scope="module")
@@ -159,13 +160,18 @@ def test_every_variation_equals_the_plain_run_on_vllms_engine(plain_and_variatio
              for n in names}
     print(f"{len(found)} findings; largest relative difference per variation: {worst}")
     assert [f for f in found if f.status == "fail" and not _chunk_end_token(f)] == []
+    assert [f.message for f in found if f.status == "skip" and f.slot == "variation"] == []  # each shown in vLLM's records
+    hit = {v.provenance["rid"]: v.provenance["first_row"] for _, v in vobs.paired.pairs
+           if v.provenance["variation"].startswith("prefix-cache") and v.provenance["mode"] == "EXTEND"}
+    print(f"prefix-cache hits (first recomputed row): {hit}")
+    assert len(hit) == 4 and all(0 < r < 128 and r % VV.BLOCK == 0 for r in hit.values())
     chunked = [(p, v) for p, v in vobs.paired.pairs if v.provenance["variation"] == "chunked-prefill"
                and v.provenance["mode"] == "EXTEND"]
     for p, v in chunked:
         prompt = p.token_ids.tolist()
         ends = [r for r in range(VV.CHUNK - 1, len(prompt) - 1, VV.CHUNK)]
         diff = [r for r in range(len(prompt)) if int(p.draft_input_ids[r]) != int(v.draft_input_ids[r])]
-        assert diff == ends == [31, 63, 95]
+        assert diff == ends == [31, 63, 95]  # 128-token prompts
         assert [int(v.draft_input_ids[r]) for r in ends] == [prompt[-1]] * 3
         assert [int(p.draft_input_ids[r]) for r in ends] == [prompt[r + 1] for r in ends]
     tok = [f for f in found if _chunk_end_token(f)]

@@ -30,9 +30,18 @@ FAULTS: tuple[InvarianceFault, ...] = (
 
 
 def judged(c, vobs, names: list[str]) -> list:
-    """The findings of the path on one variation run (no reference model is asked for)."""
+    """The findings of the path on the variations ``names`` of one variation run (no reference model is
+    asked for; a run of more variations, the no-fault run a test made, is judged on these only)."""
+    import dataclasses
+
     from eagle3_conformance.paths.vllm_engine_invariance import NAME, observation
     from eagle3_conformance.suite.assess import assess
+    from eagle3_conformance.tools.shared.variations import Paired
+
+    pr = vobs.paired
+    vobs = dataclasses.replace(vobs, paired=Paired([(p, v) for p, v in pr.pairs if v.provenance.get("variation") in names],
+                                                   [x for x in pr.notes if x.split(":")[0] in names],
+                                                   {k: n for k, n in pr.counts.items() if k in names}))
 
     def no_reference():
         raise AssertionError("the invariance checks need no reference model")

@@ -36,7 +36,7 @@ PROMPT_TOKENS = 128  # a prefix-cache hit under EAGLE needs two whole blocks of 
 @dataclass
 class _State:
     contract: Any
-    observation: Any  # eagle3_conformance.tools.vllm_engine.variations.VariationObservation
+    observation: Any  # eagle3_conformance.tools.shared.variations.VariationObservation
     names: list
     note: str = ""
 
@@ -60,9 +60,18 @@ def _settings() -> tuple[list[str], int, int]:
     return names, counts[0], counts[1]
 
 
+def held_out_prompts(target_dir, n: int) -> list[list[int]]:
+    """``n`` prompts of :data:`PROMPT_TOKENS` tokens: held-out corpus items joined two by two (the
+    corpus items are shorter: ~90 tokens on SmolLM2), so that a shared half is two whole cache blocks."""
+    from eagle3_conformance.testbed.trained_draft import eval_prompts
+
+    items = eval_prompts(_FsPath(target_dir), 2 * n, PROMPT_TOKENS)
+    return [(list(items[2 * i]) + list(items[2 * i + 1]))[:PROMPT_TOKENS] for i in range(n)]
+
+
 def prepare(c, pair):
     """Run the plain run and the variations (an engine that does not start is a skip with vLLM's reason)."""
-    from eagle3_conformance.testbed.trained_draft import TRAINED, eval_prompts
+    from eagle3_conformance.testbed.trained_draft import TRAINED
     from eagle3_conformance.tools.shared.variations import ENV
     from eagle3_conformance.tools.vllm_engine import EngineRunError, EngineStartError
     from eagle3_conformance.tools.vllm_engine.pair import vllm_form_draft, vllm_problem
@@ -84,7 +93,7 @@ def prepare(c, pair):
         target_dir, draft_dir = got
         if c.fixture in TRAINED:
             draft_dir = vllm_form_draft(c, _FsPath(draft_dir), work)
-        obs = run_variations(target_dir, draft_dir, eval_prompts(_FsPath(target_dir), n, PROMPT_TOKENS), names=names,
+        obs = run_variations(target_dir, draft_dir, held_out_prompts(target_dir, n), names=names,
                              path=NAME, max_new_tokens=new, device=device, dtype=dtype, workdir=work / "runs")
     except (EngineStartError, EngineRunError) as e:
         return Skipped(f"{NAME}: {e.reason}")
@@ -94,15 +103,13 @@ def prepare(c, pair):
 
 
 def observation(vobs, names: list, note: str = "") -> Observation:
-    """The observation of a :class:`~eagle3_conformance.tools.vllm_engine.variations.VariationObservation`:
-    its (plain, variant) pairs and the ``engine_variations`` fact (what ran, its cost, what failed or
-    could not run, what was not asked for and why)."""
-    from eagle3_conformance.tools.shared.variations import ENV, NOT_BY_DEFAULT
+    """The observation of a :class:`~eagle3_conformance.tools.shared.variations.VariationObservation`:
+    its (plain, variant) pairs and the ``engine_variations`` fact
+    (:func:`~eagle3_conformance.tools.shared.variations.variations_fact`)."""
+    from eagle3_conformance.tools.shared.variations import variations_fact
     from eagle3_conformance.tools.vllm_engine.variations import OFFERED
 
-    fact = {"engine": f"vllm.LLM {vobs.version}", "asked": list(names), "cost": vobs.cost, "failed": vobs.failed,
-            "unavailable": vobs.unavailable, "notes": vobs.paired.notes, "counts": vobs.paired.counts, "note": note,
-            "not_asked": {n: f"{NOT_BY_DEFAULT.get(n, 'not in')} {ENV}" for n in OFFERED if n not in names}}
+    fact = variations_fact(vobs, names, OFFERED, f"vllm.LLM {vobs.version}", note)
     return Observation(variants=vobs.paired.pairs, facts={"engine_variations": fact})
 
 
