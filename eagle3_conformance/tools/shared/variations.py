@@ -213,3 +213,63 @@ def requested(value: Optional[str], offered: tuple[str, ...]) -> list[str]:
         if bad:
             raise ValueError(f"{ENV}: {', '.join(bad)} not offered by this engine (it offers {', '.join(offered)})")
     return [n for n in names if n in offered]
+
+
+def variations_fact(vobs: "VariationObservation", names: list, offered: tuple[str, ...], engine: str,
+                    note: str = "") -> dict[str, Any]:
+    """The ``engine_variations`` fact of a run (:func:`eagle3_conformance.checks.invariance.check_engine_variations`):
+    what was asked, its cost, what failed or could not run, the pairing's notes and counts, and each
+    variation the engine ``offered`` that was not asked for (and why)."""
+    return {"engine": engine, "asked": list(names), "cost": vobs.cost, "failed": vobs.failed,
+            "unavailable": vobs.unavailable, "notes": vobs.paired.notes, "counts": vobs.paired.counts, "note": note,
+            "not_asked": {n: f"{NOT_BY_DEFAULT.get(n, 'not in')} {ENV}" for n in offered if n not in names}}
+
+
+def phase(name: str, ps: Prompts, keys: list[str], **kw) -> dict[str, Any]:
+    """One driver phase: ``name``, the prompts of ``keys`` and their request ids (:func:`rid`), and ``kw``
+    (``alone``, ``flush``, ``flush_each``, ``options``: what the engine's driver reads)."""
+    return {"name": name, "prompts": [ps.prompt(k) for k in keys], "rids": [rid(name, k) for k in keys], **kw}
+
+
+@dataclass
+class VariationObservation:
+    """What the variation runs observed.
+
+    Attributes:
+        paired: the (plain, variant) captures (:class:`~eagle3_conformance.tools.shared.variations.Paired`).
+        cost: variation (and ``plain``) -> ``{"engine_starts": n, "seconds": s}``: a variation of the base
+            run costs its phases' generate seconds and no start; one with its own run, that run's wall time.
+        failed: variation -> why generation failed under it (the engine's reason): the engine broke where the
+            plain run did not.
+        unavailable: variation -> why it could not run here (the engine refused to start with it, or the
+            machine lacks what it needs: TP 2 on one core).
+        meta: request id -> the engine's per-request meta (SGLang's ``meta_info`` subset: ``cached_tokens`` ...).
+        version: the engine's version.
+        timings: engine run -> its timings.
+    """
+
+    paired: Paired
+    cost: dict[str, dict[str, float]] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)
+    meta: dict[str, dict] = field(default_factory=dict)
+    timings: dict[str, dict[str, float]] = field(default_factory=dict)
+    version: str = ""
+
+
+def variation_cost(run: str, timings: dict, wanted: list[Variation]) -> dict[str, dict[str, float]]:
+    """Variation (and ``plain``) -> ``{"engine_starts", "seconds"}`` of one engine run: a variation of the base
+    run costs its phases' seconds (``timings["phase <name>_s"]``; the warm-up requests shared by the cache
+    variations) and no start; one with its own run, that run's wall time."""
+    if run != "base":
+        return {v.name: {"engine_starts": 1, "seconds": round(timings.get("wall_s", 0.0), 2)}
+                for v in wanted if v.run == run}
+    ph = {k[len("phase "):-2]: v for k, v in timings.items() if k.startswith("phase ")}
+    out = {PLAIN: {"engine_starts": 1, "seconds": round(timings.get("wall_s", 0.0) - sum(
+        v for k, v in ph.items() if k != PLAIN), 2)}}
+    cache = [v.name for v in wanted if v.name.startswith("prefix-cache")]
+    for v in wanted:
+        if v.run == "base":
+            s = ph.get(v.name, 0.0) + (ph.get(WARM, 0.0) / len(cache) if v.name in cache else 0.0)
+            out[v.name] = {"engine_starts": 0, "seconds": round(s, 2)}
+    return out

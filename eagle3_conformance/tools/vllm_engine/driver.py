@@ -75,6 +75,9 @@ def _start(spec: dict, res: dict):
 
     res["vllm_version"] = vllm.__version__
     llm = LLM(**llm_kwargs(spec))
+    if spec.get("faults"):  # before the hooks: their fc pre-hook then records what the fault handed the draft
+        from eagle3_conformance.tools.vllm_engine import fault_hooks
+        llm.collective_rpc(fault_hooks.install, args=(list(spec["faults"]),))
     if spec.get("records"):
         from eagle3_conformance.tools.vllm_engine import hooks
         res["applied"] = llm.collective_rpc(hooks.install, kwargs={"residual": spec.get("residual", True)})[0]
@@ -85,11 +88,57 @@ def _generate(llm, spec: dict, res: dict) -> None:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
+    if spec.get("phases"):
+        run_phases(llm, spec, res)
+        return
+
     sp = SamplingParams(temperature=0.0, max_tokens=spec["max_new_tokens"], ignore_eos=spec.get("ignore_eos", True))
     print(GENERATION_STARTED, flush=True)
     outs = llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in spec["prompts"]], sp, use_tqdm=False)
     res["outputs"] = _outputs(outs)
     res["metrics"] = _metrics(llm)
+    if spec.get("records"):
+        from eagle3_conformance.tools.vllm_engine import hooks
+        res["n_records"] = llm.collective_rpc(hooks.collect, args=(spec["records"],))[0]
+
+
+def run_phases(llm, spec: dict, res: dict) -> None:
+    """The invariance runs' phases, in order, in this one engine (:mod:`.variations`). Each phase
+    ``{"name", "prompts", "rids", "alone", "flush", "flush_each", "options"}``: ``flush`` resets vLLM's
+    prefix cache first (``LLM.reset_prefix_cache``), ``flush_each`` before each prompt, ``alone`` serves
+    each prompt in its own ``generate`` call (else all in one batch), ``options`` are more
+    ``SamplingParams`` (``prompt_logprobs``). ``res["outputs"]`` carry ``rid`` (the phase's request id)
+    and vLLM's ``request_id``; ``res["phase_errors"]``: phase -> ``{"kind": "refused" | "failed",
+    "error"}`` (vLLM refused the request's parameters / generation broke); a dead engine ends the phases."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    outs, errors, t = [], {}, res["timings"]
+    print(GENERATION_STARTED, flush=True)
+    for ph in spec["phases"]:
+        t0 = time.perf_counter()
+        n = len(ph["prompts"])
+        groups = [[i] for i in range(n)] if ph.get("alone") else [list(range(n))]
+        try:
+            sp = SamplingParams(temperature=0.0, max_tokens=spec["max_new_tokens"], ignore_eos=True,
+                                **(ph.get("options") or {}))
+            if ph.get("flush"):
+                llm.reset_prefix_cache()
+            for g in groups:
+                if ph.get("flush_each"):
+                    llm.reset_prefix_cache()
+                got = llm.generate([TokensPrompt(prompt_token_ids=list(ph["prompts"][i])) for i in g], sp,
+                                   use_tqdm=False)
+                outs += [{**o, "rid": ph["rids"][i]} for i, o in zip(g, _outputs(got))]
+        except (ValueError, TypeError) as e:  # vLLM's validation of the request's parameters
+            errors[ph["name"]] = {"kind": "refused", "error": f"{type(e).__name__}: {e}"}
+        except Exception as e:  # noqa: BLE001 - generation broke under this phase; a dead engine ends them
+            errors[ph["name"]] = {"kind": "failed", "error": f"{type(e).__name__}: {e}"}
+            if "Dead" in type(e).__name__:
+                break
+        key = f"phase {ph['name']}_s"
+        t[key] = t.get(key, 0.0) + time.perf_counter() - t0
+    res.update(outputs=outs, phase_errors=errors, metrics=_metrics(llm))
     if spec.get("records"):
         from eagle3_conformance.tools.vllm_engine import hooks
         res["n_records"] = llm.collective_rpc(hooks.collect, args=(spec["records"],))[0]

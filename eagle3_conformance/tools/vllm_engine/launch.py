@@ -150,7 +150,8 @@ def root_cause(log: Path) -> str:
 def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str = "cpu", dtype: str = "float32",
                max_new_tokens: int = 32, num_spec_tokens: int = 3, observe: bool = True, residual: bool = True,
                start_timeout: float = 420, generate_timeout: float = 300, workdir: Optional[Path] = None,
-               llm_extra: Optional[dict] = None) -> EngineRun:
+               llm_extra: Optional[dict] = None, phases: Optional[list[dict]] = None,
+               faults: tuple[str, ...] = ()) -> EngineRun:
     """Start the real ``vllm.LLM`` with EAGLE-3 (a chain of ``num_spec_tokens`` drafts), generate greedily
     for ``prompts`` (token ids) in one batch, shut down; the driver's process group is killed
     afterwards and this run's leftovers removed.
@@ -160,6 +161,9 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
         workdir: spec, result, log and records (default: a new temp dir left for
             the caller; :func:`eagle3_conformance.tools.vllm_engine.observe_engine` removes its own).
         llm_extra: more ``vllm.LLM`` keyword arguments (what a user passes to the server).
+        phases: instead of one batch of ``prompts``, the driver's phases in order (:func:`.driver.run_phases`:
+            each ``{"name", "prompts", "rids", "alone", "flush", "flush_each", "options"}``; the invariance runs).
+        faults: in-worker faults (:mod:`.fault_hooks`) installed through ``collective_rpc`` before the hooks.
 
     Raises:
         EngineStartError: vLLM did not start (its reason and log tail).
@@ -175,7 +179,7 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
                 device=device, dtype=dtype, max_new_tokens=max_new_tokens, num_spec_tokens=num_spec_tokens,
                 start_timeout=start_timeout, generate_timeout=generate_timeout, result=str(work / "result.json"),
                 records=str(records) if records else None, residual=residual, llm_extra=llm_extra or {},
-                tmpdir=str(tmp))
+                tmpdir=str(tmp), phases=phases, faults=list(faults))
     (work / "spec.json").write_text(json.dumps(spec))
     before = {p.name for p in SHM.glob("psm_*")}
     log, t0, limit = work / "engine.log", time.perf_counter(), start_timeout + generate_timeout + 90
