@@ -106,6 +106,9 @@ def _draft_problems(c: Any, d_dir: Path, t: Any) -> list[tuple[tuple, str]]:
     from eagle3_conformance.draft_config.draft_norms import norm_problems
 
     out += norm_problems(c, cfg, f)  # issue 37: Eagle3.1 norms as each tool reads them
+    from eagle3_conformance.authoring.capture_checks import contract_top_level_problems
+
+    out += contract_top_level_problems(c, dr)  # K1: init refuses it with the same line
     raw = _raw_id_problems(c, f)
     ids = _id_problems(c, dr, f)
     if raw:  # the negative ids are named there with their line

@@ -1,0 +1,101 @@
+"""The draft-config checks ``init`` applies before it derives a contract, and the contract gate
+(:mod:`eagle3_conformance.authoring.gate`, so ``validate``, the pytest plugin and every verb) applies to
+the configs at ``target.path`` / ``draft.path``: one function per check, called by both, so both say the
+same thing (the project's one-verdict rule).
+
+- :func:`ignored_top_level`: a draft config whose only aux id list is the top-level key, served or trained
+  by an engine that reads the nested key only (SGLang, SpecForge), where that engine's defaults are not the
+  boundaries the top-level list names (fault-kinds.md K1); :func:`contract_top_level_problems` is its gate side.
+
+Pure: reads the config's text for line numbers; engine rules are asked through
+:mod:`eagle3_conformance.engine_ids` (SGLang only where the caller names it). Nothing imports torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+NESTED_READERS = {"sglang": "SGLang", "specforge": "SpecForge"}
+"""Tools that read only the nested ``eagle_config.eagle_aux_hidden_state_layer_ids`` (SGLang 0.5.23
+``spec_aux_hidden_state.py:185-196``; SpecForge 0.2.0 ``resolve_eagle_capture_layers``) and tap their
+defaults when it is absent."""
+
+
+def _line(f: Path, key: tuple[str, ...]) -> str:
+    from eagle3_conformance.draft_config.config_ids import key_lines
+
+    try:
+        return str(key_lines(f.read_text()).get(key, "?"))
+    except OSError:
+        return "?"
+
+
+def ignored_top_level(f: Path, top: Sequence, L: int, tool: str, taps: Sequence, *, architecture: str,
+                      version: Optional[str] = None) -> Optional[str]:
+    """Why a draft config whose only id list is the top-level key cannot be run by ``tool``; None when
+    ``tool`` reads the top-level key, or when the boundaries that list names (vLLM and speculators read
+    it: id k = B_k, REFERENCE.md 2.1, 5.3) are the ones ``tool`` taps (``taps``, its defaults).
+
+    Args:
+        f: the draft's ``config.json`` (its key's line is named).
+        top: the top-level ``eagle_aux_hidden_state_layer_ids`` as written.
+        L: the target's ``num_hidden_layers``.
+        tool: ``sglang``, ``specforge`` (checked), or another tool (None).
+        taps: what ``tool`` captures with no nested key: its defaults, asked of its rule.
+        architecture / version: for the ids ``tool`` would need (:func:`eagle3_conformance.engine_ids.boundaries_to_tool`).
+
+    Returns:
+        One line naming the file and line, which key each engine reads, what ``tool`` taps, and what to write.
+    """
+    from eagle3_conformance.core.notation import Boundary
+    from eagle3_conformance.engine_ids import SGLANG_KEY, TOP_KEY, TranslationError, boundaries_to_tool
+
+    name = NESTED_READERS.get(tool)
+    if name is None or not isinstance(top, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                            and 0 <= i <= L for i in top):
+        return None  # a tool that reads the key, or ids the id checks refuse with their own words
+    named = [Boundary(i) for i in top]
+    tapped = [Boundary.parse(str(b)) for b in taps]
+    if named == tapped:
+        return None
+    shown = [str(b) for b in named]
+    try:
+        ids = boundaries_to_tool(tool, named, L, architecture=architecture, version=version).ids
+        fix = (f"if the draft was trained on {shown}, move them to the key {name} reads: \"eagle_config\": "
+               f"{{\"eagle_aux_hidden_state_layer_ids\": {list(ids)}}} ({name}'s ids for {shown}) in place of the "
+               f"top-level list; if it was trained on {[str(b) for b in tapped]}, write that top-level list as "
+               f"{[b.index for b in tapped]}")
+    except TranslationError as e:
+        fix = f"{name} cannot be made to tap {shown} ({e}); serve or train this draft with vLLM or speculators"
+    return (f"{f}:{_line(f, (TOP_KEY,))}: {TOP_KEY} = {list(top)} is the only aux id list, at the top level: "
+            f"vLLM and speculators read it ({shown}), but {name} reads only {SGLANG_KEY}, ignores this list and "
+            f"taps its defaults {[str(b) for b in tapped]} instead (fault-kinds.md K1): {fix}")
+
+
+def contract_top_level_problems(c, dr) -> list[tuple[tuple, str]]:
+    """:func:`ignored_top_level` for a contract (the gate): each tool it names that reads the nested key only
+    (SGLang: ``engines.sglang_validated`` / ``engines.sglang_model_file``; SpecForge: ``training.tool``), with
+    that tool's defaults asked of its rule (the contract's ``capture.boundaries`` where SGLang is not here to
+    ask). ``dr``: the draft config's facts (:func:`eagle3_conformance.authoring.init_facts.draft_facts`)."""
+    from eagle3_conformance.engine_ids import TranslationError, tool_to_boundaries
+
+    if dr.top is None or dr.nested is not None:
+        return []
+    named = []
+    if c.engines.sglang_validated or c.engines.sglang_model_file:
+        named.append(("sglang", c.engines.sglang_validated[-1] if c.engines.sglang_validated else None))
+    if c.training.tool == "specforge":
+        named.append(("specforge", c.training.version))
+    out = []
+    for tool, version in named:
+        try:
+            taps = tool_to_boundaries(tool, None, c.L, architecture=c.target.architecture, version=version)
+        except TranslationError:
+            taps = list(c.capture.boundaries)
+        why = ignored_top_level(dr.file, dr.top, c.L, tool, taps, architecture=c.target.architecture,
+                                version=version)
+        if why:
+            out.append((("draft", "layer_ids", "values"), why))
+    return out
+

@@ -1,0 +1,95 @@
+"""Authoring seams a fresh user hit (newuser-findings 2026-12-05): each test repeats the user's action with
+the fault injected the way the user caused it. Expected boundaries are worked by hand from REFERENCE.md
+2.1-2.3 and 3.2 (Llama, L = 32: engine defaults [2, L//2, L-3] = B_2, B_16, B_29; SGLang llama.py reads a
+nested id i as B_{i+1}; vLLM and speculators read a top-level id k as B_k), not taken from the code under
+test."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eagle3_conformance.cli import main
+
+
+def _target(L=32, d=64, arch="LlamaForCausalLM"):
+    return {"architectures": [arch], "model_type": "llama", "num_hidden_layers": L, "hidden_size": d,
+            "vocab_size": 512, "torch_dtype": "bfloat16"}
+
+
+def _draft(top=None, nested=None, **extra):
+    c = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 64,
+         "target_hidden_size": 64, "vocab_size": 512, "draft_vocab_size": 256, **extra}
+    if nested is not None:
+        c["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": nested}
+    if top is not None:
+        c["eagle_aux_hidden_state_layer_ids"] = top
+    return c
+
+
+def _write(d: Path, cfg: dict) -> Path:
+    """``d/config.json`` written one key a line (as exports are), so key lines are countable."""
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(cfg, indent=1))
+    return d
+
+
+def _line(f: Path, key: str) -> int:
+    return next(i for i, ln in enumerate(f.read_text().splitlines(), 1) if ln.strip().startswith(f'"{key}"'))
+
+
+def _init(tmp: Path, *argv: str) -> int:
+    return main(["init", *argv])
+
+
+# --- #1: a top-level-only id list under an engine that reads the nested key -----------------------------
+
+
+@pytest.mark.parametrize("engine,name", [("sglang", "SGLang"), ("specforge", "SpecForge")])
+def test_init_refuses_a_top_level_list_the_engine_ignores(tmp_path, capsys, engine, name):
+    t = _write(tmp_path / "target", _target())
+    d = _write(tmp_path / "d_k1", _draft(top=[1, 15, 28]))  # the user's K1 draft: top-level ids only
+    out = tmp_path / "k1.yaml"
+    rc = _init(tmp_path, "--target", str(t), "--draft", str(d), "--engine", engine, "-o", str(out))
+    err = capsys.readouterr().err
+    cfg = d / "config.json"
+    assert rc == 2 and not out.exists(), err
+    assert f"{cfg}:{_line(cfg, 'eagle_aux_hidden_state_layer_ids')}: eagle_aux_hidden_state_layer_ids = [1, 15, 28]" in err
+    assert f"{name} reads only eagle_config.eagle_aux_hidden_state_layer_ids" in err
+    assert "['B_2', 'B_16', 'B_29']" in err and "vLLM and speculators read it (['B_1', 'B_15', 'B_28'])" in err
+    # B_1, B_15, B_28 as SGLang / SpecForge output-of ids: 0, 14, 27
+    assert '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 14, 27]}' in err
+    assert "Traceback" not in err and "internal error" not in err
+
+
+@pytest.mark.parametrize("engine", ["sglang", "specforge"])
+def test_a_top_level_list_that_is_the_engines_default_is_written_and_validates(tmp_path, capsys, engine):
+    t = _write(tmp_path / "target", _target())
+    d = _write(tmp_path / "d", _draft(top=[2, 16, 29]))  # B_2, B_16, B_29 under either reading of the key
+    out = tmp_path / "ok.yaml"
+    assert _init(tmp_path, "--target", str(t), "--draft", str(d), "--engine", engine, "-o", str(out)) == 0
+    assert "aux ['B_2', 'B_16', 'B_29']" in capsys.readouterr().out
+    assert main(["validate", str(out)]) == 0
+
+
+@pytest.mark.parametrize("engine,name", [("sglang", "SGLang"), ("specforge", "SpecForge")])
+def test_the_gate_refuses_a_contract_whose_draft_config_has_only_an_ignored_top_level_list(tmp_path, capsys,
+                                                                                          engine, name):
+    """The contract was derived where the lists coincided; the draft was then re-exported with its trained ids
+    at the top level only (the user's k1 draft): validate and every verb refuse it with init's words."""
+    t = _write(tmp_path / "target", _target())
+    d = _write(tmp_path / "d", _draft(top=[2, 16, 29]))
+    out = tmp_path / "c.yaml"
+    assert _init(tmp_path, "--target", str(t), "--draft", str(d), "--engine", engine, "-o", str(out)) == 0
+    _write(d, _draft(top=[1, 15, 28]))
+    capsys.readouterr()
+    assert main(["validate", str(out)]) == 2
+    said = capsys.readouterr().out
+    cfg = d / "config.json"
+    n = out.read_text().splitlines().index("  layer_ids:") + 2
+    assert f"{out}:{n}:5: draft.layer_ids.values: {cfg}:{_line(cfg, 'eagle_aux_hidden_state_layer_ids')}: " in said
+    assert f"{name} reads only eagle_config.eagle_aux_hidden_state_layer_ids" in said and "[0, 14, 27]" in said
+    assert main(["translate", str(out), "--to", "vllm"]) == 2
+    assert f"{name} reads only" in capsys.readouterr().err
