@@ -93,3 +93,48 @@ def test_the_gate_refuses_a_contract_whose_draft_config_has_only_an_ignored_top_
     assert f"{name} reads only eagle_config.eagle_aux_hidden_state_layer_ids" in said and "[0, 14, 27]" in said
     assert main(["translate", str(out), "--to", "vllm"]) == 2
     assert f"{name} reads only" in capsys.readouterr().err
+
+
+# --- #6: the gate applies init's capture checks to the configs at target.path / draft.path --------------
+
+
+def _contract(tmp: Path, capsys, draft: dict, *engine: str) -> tuple[Path, Path, Path]:
+    t = _write(tmp / "target", _target())
+    d = _write(tmp / "d", draft)
+    out = tmp / "c.yaml"
+    assert _init(tmp, "--target", str(t), "--draft", str(d), *engine, "-o", str(out)) == 0
+    capsys.readouterr()
+    return t, d, out
+
+
+def test_init_and_the_gate_refuse_num_aux_hidden_states_that_is_not_k(tmp_path, capsys):
+    """The user's draft config says num_aux_hidden_states 4 next to 3 ids (a 4-slot fc): init refused it,
+    validate on a contract pointing at that config said ok."""
+    t, d, out = _contract(tmp_path, capsys, _draft(nested=[1, 15, 28]))
+    _write(d, _draft(nested=[1, 15, 28], num_aux_hidden_states=4))
+    cfg = d / "config.json"
+    where = f"{cfg}:{_line(cfg, 'num_aux_hidden_states')}: num_aux_hidden_states = 4 but "
+    assert main(["validate", str(out)]) == 2
+    said = capsys.readouterr().out
+    assert where in said and "3 slots ['B_2', 'B_16', 'B_29']: fc width mismatch" in said, said
+    assert _init(tmp_path, "--target", str(t), "--draft", str(d), "-o", str(tmp_path / "new.yaml")) == 2
+    err = capsys.readouterr().err
+    assert where in err and "fc width mismatch" in err and not (tmp_path / "new.yaml").exists()
+
+
+def test_init_and_the_gate_refuse_a_full_model_as_the_draft(tmp_path, capsys):
+    """The user ran init --target target --draft target (a 32-layer LlamaForCausalLM as its own EAGLE-3
+    draft): a contract was written and validate said ok."""
+    t = _write(tmp_path / "target", _target())
+    out = tmp_path / "self.yaml"
+    assert _init(tmp_path, "--target", str(t), "--draft", str(t), "--engine", "vllm", "-o", str(out)) == 2
+    err = capsys.readouterr().err
+    assert f"{t / 'config.json'}: not an EAGLE-3 draft: a full LlamaForCausalLM with num_hidden_layers = 32" in err
+    assert not out.exists()
+    _, d, c = _contract(tmp_path / "pair", capsys, _draft(nested=[1, 15, 28]))
+    text = c.read_text()
+    assert "\n  path: d\n" in text
+    c.write_text(text.replace("\n  path: d\n", "\n  path: target\n"))  # the draft's path at the target model
+    assert main(["validate", str(c)]) == 2
+    said = capsys.readouterr().out
+    assert "draft.path: " in said and "not an EAGLE-3 draft: a full LlamaForCausalLM" in said, said

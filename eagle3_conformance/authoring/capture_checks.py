@@ -6,6 +6,8 @@ same thing (the project's one-verdict rule).
 - :func:`ignored_top_level`: a draft config whose only aux id list is the top-level key, served or trained
   by an engine that reads the nested key only (SGLang, SpecForge), where that engine's defaults are not the
   boundaries the top-level list names (fault-kinds.md K1); :func:`contract_top_level_problems` is its gate side.
+- :func:`num_aux_problem`: ``num_aux_hidden_states`` against the aux slots captured (the fc width).
+- :func:`not_a_draft`: the config given as the draft is a full model (many layers, no draft key).
 
 Pure: reads the config's text for line numbers; engine rules are asked through
 :mod:`eagle3_conformance.engine_ids` (SGLang only where the caller names it). Nothing imports torch.
@@ -99,3 +101,46 @@ def contract_top_level_problems(c, dr) -> list[tuple[tuple, str]]:
             out.append((("draft", "layer_ids", "values"), why))
     return out
 
+
+
+def num_aux_problem(dr, boundaries: Sequence, who: str) -> Optional[str]:
+    """Why the draft config's ``num_aux_hidden_states`` cannot be the number of aux slots ``who`` captures
+    (``boundaries``): the draft's fc is built for ``num_aux_hidden_states x target_hidden_size`` inputs, the
+    concat is ``len(boundaries)`` slots wide (R41: a 4-slot draft, fc built for 3). None when it agrees or is
+    absent. ``dr``: :class:`eagle3_conformance.authoring.init_facts.DraftFacts`."""
+    n = dr.num_aux
+    if n is None:
+        return None
+    K = len(boundaries)
+    where = f"{dr.file}:{_line(dr.file, ('num_aux_hidden_states',))}: num_aux_hidden_states = {n!r}"
+    if isinstance(n, bool) or not isinstance(n, int):
+        return f"{where} is not an integer slot count"
+    if n == K:
+        return None
+    return f"{where} but {who} {K} slots {[str(b) for b in boundaries]}: fc width mismatch"
+
+
+def _layers(cfg: dict) -> Optional[int]:
+    n = cfg.get("num_hidden_layers", (cfg.get("text_config") or {}).get("num_hidden_layers")
+                if isinstance(cfg.get("text_config"), dict) else None)
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
+def _arch(cfg: dict) -> str:
+    a = cfg.get("architectures")
+    return str(a[0]) if isinstance(a, list) and a else "no architectures"
+
+
+def not_a_draft(cfg: dict, f: Path) -> Optional[str]:
+    """Why the config given as an EAGLE-3 draft is a full model instead: no key of any draft method
+    (:func:`eagle3_conformance.authoring.configs.draft_method_keys`: no ``eagle_config``, no aux id list, no
+    ``*Eagle3*`` / ``*DFlash*`` architecture, no ``speculators_config``) and more than one decoder layer (an
+    EAGLE-3 draft has one; exports that carry no EAGLE key, such as EAGLE's own, have one). None otherwise."""
+    from eagle3_conformance.authoring.configs import draft_method_keys, is_speculators
+
+    n = _layers(cfg)
+    if draft_method_keys(cfg) or is_speculators(cfg) or n is None or n <= 1:
+        return None
+    return (f"{f}: not an EAGLE-3 draft: a full {_arch(cfg)} with num_hidden_layers = {n} and no draft key "
+            "(eagle_config, eagle_aux_hidden_state_layer_ids, an *Eagle3* architecture, speculators_config); "
+            "the draft's config is the EAGLE-3 head's own (one decoder layer)")

@@ -278,10 +278,11 @@ def refuse_ambiguous_ids(config_file: Path, engine: str) -> None:
 def check_capture(cap: CaptureFacts, dr: DraftFacts, allow_embedding: bool) -> None:
     """Raises: DataError: num_aux_hidden_states disagrees with K; UsageError: B_0 is captured
     without ``--allow-embedding``."""
-    K = len(cap.boundaries)
-    if dr.num_aux is not None and int(dr.num_aux) != K:
-        raise DataError(f"{dr.file}: num_aux_hidden_states = {dr.num_aux} but {cap.engine} captures {K} slots "
-                        f"{[str(b) for b in cap.boundaries]}: fc width mismatch")
+    from eagle3_conformance.authoring.capture_checks import num_aux_problem
+
+    why = num_aux_problem(dr, cap.boundaries, f"{cap.engine} captures")
+    if why:
+        raise DataError(why)
     if any(b.index == 0 for b in cap.boundaries) and not allow_embedding:
         raise UsageError(f"{dr.file}: the ids capture B_0 (the embedding output); pass --allow-embedding if intended")
 
@@ -312,8 +313,13 @@ def derive_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = 
             says why).
         UsageError: no engine named where one is needed, or an unknown engine or verifier.
     """
+    from eagle3_conformance.authoring.capture_checks import not_a_draft
+
     tcfg, tfile, tdir = read_config(target_arg, "target")
     dcfg, dfile, ddir = read_config(draft_arg, "draft")
+    why = not_a_draft(dcfg, dfile)
+    if why:
+        raise DataError(why)
     t = target_facts(tcfg, tfile, tdir)
     method = draft_method(dcfg, dfile)
     if method != "eagle3":  # DFlash / MTP: eagle3_conformance.authoring.init_families.derive_any_contract

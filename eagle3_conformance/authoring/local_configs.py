@@ -88,11 +88,15 @@ def config_problems(c: Any) -> list[tuple[tuple, str]]:
 def _draft_problems(c: Any, d_dir: Path, t: Any) -> list[tuple[tuple, str]]:
     """The draft section against the draft's config (read as ``init`` reads it; ``t`` the target's
     facts, or the contract's target sizes when its config is not here)."""
+    from eagle3_conformance.authoring.capture_checks import contract_top_level_problems, not_a_draft, num_aux_problem
     from eagle3_conformance.authoring.configs import read_config
     from eagle3_conformance.authoring.init import draft_facts
 
     try:
         cfg, f, d = read_config(str(d_dir), "draft")
+        full = not_a_draft(cfg, f)  # as init refuses it
+        if full:
+            return [(("draft", "path"), full)]
         dr = draft_facts(cfg, f, d, t or SimpleNamespace(d=c.target.hidden_size, V=c.target.vocab_size))
     except DataError as e:
         return [(("draft", "path"), f"the draft config does not fit: {e}")]
@@ -106,9 +110,10 @@ def _draft_problems(c: Any, d_dir: Path, t: Any) -> list[tuple[tuple, str]]:
     from eagle3_conformance.draft_config.draft_norms import norm_problems
 
     out += norm_problems(c, cfg, f)  # issue 37: Eagle3.1 norms as each tool reads them
-    from eagle3_conformance.authoring.capture_checks import contract_top_level_problems
-
     out += contract_top_level_problems(c, dr)  # K1: init refuses it with the same line
+    width = num_aux_problem(dr, c.capture.boundaries, "the contract's capture.boundaries hold")
+    if width:  # as init refuses it
+        out.append((("capture", "boundaries"), width))
     raw = _raw_id_problems(c, f)
     ids = _id_problems(c, dr, f)
     if raw:  # the negative ids are named there with their line
