@@ -138,3 +138,26 @@ def test_init_and_the_gate_refuse_a_full_model_as_the_draft(tmp_path, capsys):
     assert main(["validate", str(c)]) == 2
     said = capsys.readouterr().out
     assert "draft.path: " in said and "not an EAGLE-3 draft: a full LlamaForCausalLM" in said, said
+
+
+# --- #13: non-integer ids: init gives validate's file:line error, exit 2 ---------------------------------
+
+
+@pytest.mark.parametrize("ids,why", [
+    ("2,16,29", "= 2,16,29: not a list of layer ids (str)"),     # the user's string
+    ([2.0, 16, 29], "= [2.0, 16, 29]: 2.0 is not an integer layer id"),
+    ([1, None, 28], "= [1, None, 28]: None is not an integer layer id"),
+])
+def test_init_names_non_integer_ids_with_validates_file_and_line(tmp_path, capsys, ids, why):
+    t, d, out = _contract(tmp_path, capsys, _draft(nested=[1, 15, 28]))
+    bad = _draft(nested=[1, 15, 28])
+    bad["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = ids
+    _write(d, bad)
+    cfg = d / "config.json"
+    said = f"{cfg}:{_line(cfg, 'eagle_aux_hidden_state_layer_ids')}: eagle_config.eagle_aux_hidden_state_layer_ids {why}"
+    assert main(["validate", str(out)]) == 2
+    assert said in capsys.readouterr().out
+    assert _init(tmp_path, "--target", str(t), "--draft", str(d), "-o", str(tmp_path / "n.yaml")) == 2
+    err = capsys.readouterr().err
+    assert said in err and "internal error" not in err and not (tmp_path / "n.yaml").exists(), err
+

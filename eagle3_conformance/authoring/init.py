@@ -314,12 +314,13 @@ def derive_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = 
         UsageError: no engine named where one is needed, or an unknown engine or verifier.
     """
     from eagle3_conformance.authoring.capture_checks import not_a_draft
+    from eagle3_conformance.draft_config.config_ids import non_integer_ids
 
     tcfg, tfile, tdir = read_config(target_arg, "target")
     dcfg, dfile, ddir = read_config(draft_arg, "draft")
-    why = not_a_draft(dcfg, dfile)
-    if why:
-        raise DataError(why)
+    why = [not_a_draft(dcfg, dfile)] + non_integer_ids(dfile)  # validate's words (config_ids.id_problems)
+    if any(why):
+        raise DataError("\n".join(w for w in why if w))
     t = target_facts(tcfg, tfile, tdir)
     method = draft_method(dcfg, dfile)
     if method != "eagle3":  # DFlash / MTP: eagle3_conformance.authoring.init_families.derive_any_contract

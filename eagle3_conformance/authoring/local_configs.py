@@ -149,6 +149,8 @@ def _id_problems(c: Any, dr: Any, f: Path) -> list[tuple[tuple, str]]:
     if where == "absent":
         return []
     ids, key = found[where]
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        return []  # not integers: _raw_id_problems names them with their line
     probs = layer_id_problems(c.target.num_hidden_layers, c.capture.boundaries, ids, where,
                               sglang=bool(c.engines.sglang_validated), model_file=c.engines.sglang_model_file,
                               architecture=c.target.architecture)

@@ -165,12 +165,35 @@ def _norm(v: Any) -> Any:
             for x in v] if isinstance(v, list) else v
 
 
-def _list_problems(path: tuple[str, ...], ids: Any, L: int, num_slots: int, allow_b0: bool) -> list[str]:
+def _type_problem(ids: Any) -> Optional[str]:
+    """Why ``ids`` is not a list of integer layer ids (a string, a float, null, a bool), or None."""
     if not isinstance(ids, list):
-        return [f"not a list of layer ids ({type(ids).__name__})"]
+        return f"not a list of layer ids ({type(ids).__name__})"
     bad = [x for x in ids if isinstance(x, bool) or not isinstance(x, int)]
-    if bad:
-        return [f"{bad[0]!r} is not an integer layer id"]
+    return f"{bad[0]!r} is not an integer layer id" if bad else None
+
+
+def non_integer_ids(config_file: str | Path) -> list[str]:
+    """The EAGLE-3 aux id lists in the draft config that are not lists of integers, each naming the file, the
+    key and its line (the words :func:`id_problems` uses, so ``init`` and ``validate`` say the same thing);
+    empty when none or the file cannot be read (the config readers report that)."""
+    f = Path(config_file)
+    try:
+        text = f.read_text()
+        cfg = json.loads(text)
+    except (OSError, ValueError):
+        return []
+    if not isinstance(cfg, dict):
+        return []
+    lines = key_lines(text)
+    return [f"{f}:{lines.get(p, '?')}: {_KEYS[p]} = {ids}: {why}" for p, ids in raw_ids(cfg).items()
+            if p != DFLASH and (why := _type_problem(ids))]
+
+
+def _list_problems(path: tuple[str, ...], ids: Any, L: int, num_slots: int, allow_b0: bool) -> list[str]:
+    why = _type_problem(ids)
+    if why:
+        return [why]
     out = []
     dflash = path == DFLASH
     neg = [x for x in ids if x < 0 and not (x == -1 and path == NESTED and allow_b0)]
