@@ -51,6 +51,7 @@ def dcfg(layout, ids, d=64, arch="LlamaForCausalLMEagle3", **extra):
 def run_init(tmp, target, draft, *extra, out="c.yaml"):
     t, d = write_pair(tmp, target, draft)
     o = tmp / "contracts" / out
+    o.parent.mkdir(exist_ok=True)  # init creates no directory (tests/test_authoring_seams.py)
     rc = main(["init", "--target", str(t), "--draft", str(d), "-o", str(o), *extra])
     return rc, o
 

@@ -161,3 +161,51 @@ def test_init_names_non_integer_ids_with_validates_file_and_line(tmp_path, capsy
     err = capsys.readouterr().err
     assert said in err and "internal error" not in err and not (tmp_path / "n.yaml").exists(), err
 
+
+# --- #4 / #5: init's output path -----------------------------------------------------------------------
+
+
+def test_init_into_a_directory_that_does_not_exist_refuses_and_creates_none(tmp_path, capsys):
+    """The user's `init -o /nonexistent/x.yaml` created /nonexistent; check-offline refuses the same path."""
+    t = _write(tmp_path / "target", _target())
+    d = _write(tmp_path / "d", _draft(nested=[1, 15, 28]))
+    out = tmp_path / "nonexistent" / "x.yaml"
+    assert _init(tmp_path, "--target", str(t), "--draft", str(d), "-o", str(out)) == 2
+    err = capsys.readouterr().err
+    assert f"-o {out}: parent directory {out.parent} does not exist" in err, err
+    assert not out.parent.exists()
+
+
+def test_init_from_config_files_in_the_working_directory_writes_next_to_them(tmp_path, capsys, monkeypatch):
+    """The user's `init --target tcfg.json --draft d_ok/config.json -o z.yaml` (configs given as files in the
+    cwd) was refused as "-o lies inside the input directory ."."""
+    monkeypatch.chdir(tmp_path)
+    Path("tcfg.json").write_text(json.dumps(_target(), indent=1))
+    _write(tmp_path / "d_ok", _draft(nested=[1, 15, 28]))
+    assert _init(tmp_path, "--target", "tcfg.json", "--draft", "d_ok/config.json", "-o", "z.yaml") == 0, \
+        capsys.readouterr().err
+    Path("config.json").write_text(json.dumps(_target(), indent=1))  # a bare config.json in the cwd
+    assert _init(tmp_path, "--target", "config.json", "--draft", "d_ok", "-o", "y.yaml") == 0
+    assert Path("z.yaml").is_file() and Path("y.yaml").is_file()
+
+
+def test_init_never_writes_into_a_model_directory_given_by_its_config(tmp_path, capsys, monkeypatch):
+    """The protection -o's input-directory check exists for (f72caed): a config.json next to the model's
+    weights names the model directory, and nothing is written into it."""
+    monkeypatch.chdir(tmp_path)
+    Path("config.json").write_text(json.dumps(_target(), indent=1))
+    Path("model.safetensors").write_bytes(b"")
+    _write(tmp_path / "d_ok", _draft(nested=[1, 15, 28]))
+    assert _init(tmp_path, "--target", "config.json", "--draft", "d_ok", "-o", "c.yaml") == 2
+    assert "lies inside the input directory" in capsys.readouterr().err and not Path("c.yaml").exists()
+
+
+def test_init_reports_a_malformed_input_before_the_output_path(tmp_path, capsys, monkeypatch):
+    """The user's malformed --target badcfg.json was hidden behind the -o refusal."""
+    monkeypatch.chdir(tmp_path)
+    Path("badcfg.json").write_text('{\n "num_hidden_layers": 32,\n oops\n}')
+    _write(tmp_path / "d_ok", _draft(nested=[1, 15, 28]))
+    assert _init(tmp_path, "--target", "badcfg.json", "--draft", "d_ok", "-o", "d_ok/z.yaml") == 2
+    err = capsys.readouterr().err
+    assert "badcfg.json:3:" in err and "invalid JSON" in err and "-o" not in err, err
+
