@@ -209,3 +209,23 @@ def test_init_reports_a_malformed_input_before_the_output_path(tmp_path, capsys,
     err = capsys.readouterr().err
     assert "badcfg.json:3:" in err and "invalid JSON" in err and "-o" not in err, err
 
+
+# --- #12: calibrate's --reference defaults to the contract's reference, as its help says -------------------
+
+
+def test_calibrate_with_neither_data_nor_reference_uses_the_contracts_reference(tmp_path, capsys):
+    """The user's `calibrate s.yaml -o cal.yaml`: the help says --reference defaults to the contract's fixture
+    or target.path; it said "calibrate needs --data DIR or --reference MODEL_DIR" (exit 2)."""
+    from eagle3_conformance.testbed.fixtures import build_fixture
+
+    build_fixture("tiny-llama")  # the contract's fixture: its target is the default reference
+    src = tmp_path / "s.yaml"
+    src.write_text((Path(__file__).resolve().parents[1] / "contracts" / "tiny-llama.yaml").read_text())
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", str(src), "-o", str(out)]) == 0, capsys.readouterr().err
+    said = capsys.readouterr().out
+    assert "B_0 (embedding output)" in said, said  # the profile of every boundary: a reference forward ran
+    assert f"wrote {out}: norm bands calibrated" in said.replace("\n", "")
+    assert "status: calibrated" in out.read_text()
+    assert main(["calibrate", str(src), "--no-reference", "-o", str(tmp_path / "x.yaml")]) == 2
+    assert "calibrate needs --data DIR or --reference MODEL_DIR" in capsys.readouterr().err
