@@ -229,3 +229,29 @@ def test_calibrate_with_neither_data_nor_reference_uses_the_contracts_reference(
     assert "status: calibrated" in out.read_text()
     assert main(["calibrate", str(src), "--no-reference", "-o", str(tmp_path / "x.yaml")]) == 2
     assert "calibrate needs --data DIR or --reference MODEL_DIR" in capsys.readouterr().err
+
+
+# --- #14: --target and --draft swapped ------------------------------------------------------------------
+
+
+def test_swapped_target_and_draft_are_named_as_swapped(tmp_path, capsys):
+    """The user's swapped init said "target/config.json: the ids capture B_0"."""
+    t = _write(tmp_path / "target", _target())
+    d = _write(tmp_path / "draft", _draft(nested=[1, 15, 28], num_hidden_layers=1))
+    out = tmp_path / "c.yaml"
+    assert _init(tmp_path, "--target", str(d), "--draft", str(t), "--engine", "sglang", "-o", str(out)) == 2
+    err = capsys.readouterr().err
+    assert f"{d / 'config.json'} (--target) is a draft (eagle_config, architectures ['LlamaForCausalLMEagle3']; " \
+           "num_hidden_layers = 1)" in err, err
+    assert f"{t / 'config.json'} (--draft) is a full model (LlamaForCausalLM, num_hidden_layers = 32" in err
+    assert "swapped?" in err and "B_0" not in err and not out.exists()
+    # a contract whose two paths were swapped by hand: the gate says the same
+    assert _init(tmp_path, "--target", str(t), "--draft", str(d), "--engine", "sglang", "-o", str(out)) == 0
+    capsys.readouterr()
+    text = out.read_text()
+    assert "\n  path: target " in text and "\n  path: draft\n" in text
+    out.write_text(text.replace("\n  path: target ", "\n  path: @T@ ").replace("\n  path: draft\n", "\n  path: target\n")
+                   .replace("\n  path: @T@ ", "\n  path: draft "))
+    assert main(["validate", str(out)]) == 2
+    said = capsys.readouterr().out
+    assert "target.path: " in said and "(target.path) is a draft" in said and "swapped?" in said, said

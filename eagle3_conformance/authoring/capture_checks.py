@@ -144,3 +144,33 @@ def not_a_draft(cfg: dict, f: Path) -> Optional[str]:
     return (f"{f}: not an EAGLE-3 draft: a full {_arch(cfg)} with num_hidden_layers = {n} and no draft key "
             "(eagle_config, eagle_aux_hidden_state_layer_ids, an *Eagle3* architecture, speculators_config); "
             "the draft's config is the EAGLE-3 head's own (one decoder layer)")
+
+
+def _draft_like(cfg: dict) -> list[str]:
+    """The draft keys of a config (EAGLE-3 or DFlash method keys, the speculators format); empty for a model."""
+    from eagle3_conformance.authoring.configs import draft_method_keys, is_speculators
+
+    keys = draft_method_keys(cfg)
+    out = keys.get("eagle3", []) + keys.get("dflash", [])
+    return out + (["speculators_config"] if is_speculators(cfg) and not out else [])
+
+
+def role_problem(tcfg: Optional[dict], tfile: Optional[Path], dcfg: Optional[dict], dfile: Optional[Path], *,
+                 names: tuple[str, str] = ("--target", "--draft")) -> Optional[tuple[str, str]]:
+    """Whether the configs given as the target and the draft are what they are given as: ``(role, message)``
+    with role ``"target"`` or ``"draft"``, or None. Refused: a target config with draft keys (an EAGLE-3 /
+    DFlash architecture, ``eagle_config``, ``speculators_config``), saying "swapped?" when the draft config is a
+    full model (:func:`not_a_draft`); a draft config that is a full model. Either config may be None (not here).
+    ``names``: how the caller names the two (``init``'s flags, or the contract's ``target.path`` / ``draft.path``)."""
+    full = not_a_draft(dcfg, dfile) if dcfg is not None and dfile is not None else None
+    keys = _draft_like(tcfg) if tcfg is not None else []
+    if keys:
+        n = _layers(tcfg or {})
+        what = f"{tfile} ({names[0]}) is a draft ({', '.join(keys)}" + (f"; num_hidden_layers = {n})" if n else ")")
+        if full:
+            return "target", (f"{what} and {dfile} ({names[1]}) is a full model ({_arch(dcfg or {})}, "
+                              f"num_hidden_layers = {_layers(dcfg or {})}, no draft key): {names[0]} and {names[1]} "
+                              f"swapped? {names[0]} is the model whose hidden states the draft reads, {names[1]} the "
+                              "draft")
+        return "target", f"{what}, not the model whose hidden states the draft reads"
+    return ("draft", full) if full else None

@@ -313,14 +313,15 @@ def derive_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = 
             says why).
         UsageError: no engine named where one is needed, or an unknown engine or verifier.
     """
-    from eagle3_conformance.authoring.capture_checks import not_a_draft
+    from eagle3_conformance.authoring.capture_checks import role_problem
     from eagle3_conformance.draft_config.config_ids import non_integer_ids
 
     tcfg, tfile, tdir = read_config(target_arg, "target")
     dcfg, dfile, ddir = read_config(draft_arg, "draft")
-    why = [not_a_draft(dcfg, dfile)] + non_integer_ids(dfile)  # validate's words (config_ids.id_problems)
-    if any(why):
-        raise DataError("\n".join(w for w in why if w))
+    role = role_problem(tcfg, tfile, dcfg, dfile)  # the gate's words (local_configs.config_problems)
+    why = ([role[1]] if role else []) + non_integer_ids(dfile)  # validate's words (config_ids.id_problems)
+    if why:
+        raise DataError("\n".join(why))
     t = target_facts(tcfg, tfile, tdir)
     method = draft_method(dcfg, dfile)
     if method != "eagle3":  # DFlash / MTP: eagle3_conformance.authoring.init_families.derive_any_contract

@@ -76,8 +76,12 @@ def config_problems(c: Any) -> list[tuple[tuple, str]]:
             out += [(("target", k), f"{want} here, but the target config {f} has {keys[k]} = {v}")
                     for k, v, want in target_mismatches(got, list(archs), c.target)]
     d_dir = _local_dir(c, c.draft.path)
-    if d_dir is not None and c.method in ("eagle3", "eagle1", "eagle2"):
-        out += _draft_problems(c, d_dir, t)
+    if c.method in ("eagle3", "eagle1", "eagle2"):
+        role = _role_problem(t_dir, d_dir)
+        if role:  # init refuses it with the same words; nothing else about these configs means anything
+            return out + [((role[0], "path"), role[1])]
+        if d_dir is not None:
+            out += _draft_problems(c, d_dir, t)
     if c.method == "dflash":  # issue 37, R58: the fallbacks each engine would use; the local DFlash config
         from eagle3_conformance.draft_config.dflash_fallback import dflash_config_problems
 
@@ -85,18 +89,34 @@ def config_problems(c: Any) -> list[tuple[tuple, str]]:
     return out
 
 
+def _role_problem(t_dir: Optional[Path], d_dir: Optional[Path]) -> Optional[tuple[str, str]]:
+    """:func:`eagle3_conformance.authoring.capture_checks.role_problem` on the configs at ``target.path`` /
+    ``draft.path`` (either may be absent); an unreadable config is left to the readers."""
+    import json
+
+    from eagle3_conformance.authoring.capture_checks import role_problem
+
+    def read(d: Optional[Path]) -> tuple[Optional[dict], Optional[Path]]:
+        if d is None:
+            return None, None
+        try:
+            cfg = json.loads((d / "config.json").read_text())
+        except (OSError, ValueError):
+            return None, None
+        return (cfg, d / "config.json") if isinstance(cfg, dict) else (None, None)
+
+    return role_problem(*read(t_dir), *read(d_dir), names=("target.path", "draft.path"))
+
+
 def _draft_problems(c: Any, d_dir: Path, t: Any) -> list[tuple[tuple, str]]:
     """The draft section against the draft's config (read as ``init`` reads it; ``t`` the target's
     facts, or the contract's target sizes when its config is not here)."""
-    from eagle3_conformance.authoring.capture_checks import contract_top_level_problems, not_a_draft, num_aux_problem
+    from eagle3_conformance.authoring.capture_checks import contract_top_level_problems, num_aux_problem
     from eagle3_conformance.authoring.configs import read_config
     from eagle3_conformance.authoring.init import draft_facts
 
     try:
         cfg, f, d = read_config(str(d_dir), "draft")
-        full = not_a_draft(cfg, f)  # as init refuses it
-        if full:
-            return [(("draft", "path"), full)]
         dr = draft_facts(cfg, f, d, t or SimpleNamespace(d=c.target.hidden_size, V=c.target.vocab_size))
     except DataError as e:
         return [(("draft", "path"), f"the draft config does not fit: {e}")]
