@@ -235,6 +235,7 @@ def snapshot_invocations() -> dict[str, Any]:
             (tmp / role).mkdir()
             shutil.copy(Path(d) / "config.json", tmp / role / "config.json")
         out = tmp / "init" / "derived.yaml"
+        out.parent.mkdir()  # init creates no directory (tests/test_authoring_seams.py)
         record("init", ["init", "--target", tmp / "tiny-target", "--draft", tmp / "tiny-draft", "-o", out],
                files=(out,))
         record("init exists", ["init", "--target", tmp / "tiny-target", "--draft", tmp / "tiny-draft", "-o", out])

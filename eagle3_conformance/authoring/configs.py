@@ -74,11 +74,13 @@ def one_plus_norm(model_type: str) -> bool:
 
 
 def draft_ids(cfg: dict) -> tuple[Optional[list[int]], Optional[list[int]]]:
-    """(nested ids, top-level ids) as written, each None when absent."""
+    """(nested ids, top-level ids) as written, each None when absent. A value that is not a list of integers
+    is returned as written (a string stays a string): :func:`eagle3_conformance.draft_config.config_ids.id_problems`
+    names it with its line, and nothing reads it as ids."""
     eagle = cfg.get("eagle_config")
     nested = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
     top = cfg.get("eagle_aux_hidden_state_layer_ids")
-    return (list(nested) if nested is not None else None), (list(top) if top is not None else None)
+    return (list(nested) if isinstance(nested, list) else nested), (list(top) if isinstance(top, list) else top)
 
 
 def is_speculators(cfg: dict) -> bool:

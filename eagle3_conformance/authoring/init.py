@@ -121,9 +121,8 @@ def _tool_capture(engine: str, tool: str, version: Optional[str], inferred: str,
     if tool == "specforge":
         if nested is not None:
             loc = "nested"
-        elif top is not None:
-            raise DataError(f"{dr.file}: SpecForge reads the nested key only; the top-level ids {top} "
-                            "would be ignored for the default [1, L//2-1, L-4]")
+        elif top is not None:  # ignored: SpecForge trains on its default [1, L//2-1, L-4] (check_top_level)
+            loc = "top_level"
     else:
         if top is not None:
             loc = "top_level"
@@ -134,6 +133,8 @@ def _tool_capture(engine: str, tool: str, version: Optional[str], inferred: str,
                             "would be ignored")
     loc = loc or "absent"
     bds = tool_to_boundaries(tool, ids, t.L, architecture=t.arch, version=version, allow_embedding=allow_embedding)
+    if loc == "top_level" and tool == "specforge":
+        ids = top
     where = {"nested": SGLANG_KEY, "top_level": f"top-level {TOP_KEY}", "absent": "no key"}[loc]
     src = f"{dr.file.name}: {where} = {ids}" if ids is not None else f"{dr.file.name}: no ids; {tool} default"
     rule = {"vllm": "vLLM boundary ids (REFERENCE.md 2.1)",
@@ -229,7 +230,9 @@ def capture_of(engine: str, tool: str, version: Optional[str], inferred: str, t:
 
     try:
         if tool == "sglang":
-            return _sglang_capture(engine, version, inferred, t, dr, allow_embedding)
+            return check_top_level(_sglang_capture(engine, version, inferred, t, dr, allow_embedding), t, dr)
+        if tool == "specforge":
+            return check_top_level(_tool_capture(engine, tool, version, inferred, t, dr, allow_embedding), t, dr)
         if tool == "vllm" and version:
             return _vllm_capture(engine, version, inferred, t, dr)
         if tool == "vllm" and dr.top is None and dr.nested is not None:
@@ -237,6 +240,23 @@ def capture_of(engine: str, tool: str, version: Optional[str], inferred: str, t:
         return _tool_capture(engine, tool, version, inferred, t, dr, allow_embedding)
     except TranslationError as e:
         raise DataError(f"{dr.file}: {e}") from None
+
+
+def check_top_level(cap: CaptureFacts, t: TargetFacts, dr: DraftFacts) -> CaptureFacts:
+    """``cap``, once a top-level-only id list is one the engine (SGLang, SpecForge: nested key only) taps
+    anyway (:func:`eagle3_conformance.authoring.capture_checks.ignored_top_level`, which the gate applies too).
+
+    Raises:
+        DataError: the engine ignores the list and taps other boundaries (K1); the message says what to write.
+    """
+    from eagle3_conformance.authoring.capture_checks import ignored_top_level
+
+    if cap.location == "top_level" and dr.top is not None:
+        why = ignored_top_level(dr.file, dr.top, t.L, cap.tool, cap.boundaries, architecture=t.arch,
+                                version=cap.version)
+        if why:
+            raise DataError(f"{why}. init writes no contract from it")
+    return cap
 
 
 def refuse_ambiguous_ids(config_file: Path, engine: str) -> None:
@@ -262,10 +282,11 @@ def refuse_ambiguous_ids(config_file: Path, engine: str) -> None:
 def check_capture(cap: CaptureFacts, dr: DraftFacts, allow_embedding: bool) -> None:
     """Raises: DataError: num_aux_hidden_states disagrees with K; UsageError: B_0 is captured
     without ``--allow-embedding``."""
-    K = len(cap.boundaries)
-    if dr.num_aux is not None and int(dr.num_aux) != K:
-        raise DataError(f"{dr.file}: num_aux_hidden_states = {dr.num_aux} but {cap.engine} captures {K} slots "
-                        f"{[str(b) for b in cap.boundaries]}: fc width mismatch")
+    from eagle3_conformance.authoring.capture_checks import num_aux_problem
+
+    why = num_aux_problem(dr, cap.boundaries, f"{cap.engine} captures")
+    if why:
+        raise DataError(why)
     if any(b.index == 0 for b in cap.boundaries) and not allow_embedding:
         raise UsageError(f"{dr.file}: the ids capture B_0 (the embedding output); pass --allow-embedding if intended")
 
@@ -296,8 +317,15 @@ def derive_contract(target_arg: str, draft_arg: str, *, engine: Optional[str] = 
             says why).
         UsageError: no engine named where one is needed, or an unknown engine or verifier.
     """
+    from eagle3_conformance.authoring.capture_checks import role_problem
+    from eagle3_conformance.draft_config.config_ids import non_integer_ids
+
     tcfg, tfile, tdir = read_config(target_arg, "target")
     dcfg, dfile, ddir = read_config(draft_arg, "draft")
+    role = role_problem(tcfg, tfile, dcfg, dfile)  # the gate's words (local_configs.config_problems)
+    why = ([role[1]] if role else []) + non_integer_ids(dfile)  # validate's words (config_ids.id_problems)
+    if why:
+        raise DataError("\n".join(why))
     t = target_facts(tcfg, tfile, tdir)
     method = draft_method(dcfg, dfile)
     if method != "eagle3":  # DFlash / MTP: eagle3_conformance.authoring.init_families.derive_any_contract

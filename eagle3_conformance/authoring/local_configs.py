@@ -75,8 +75,12 @@ def config_problems(c: Any) -> list[tuple[tuple, str]]:
             out += [(("target", k), f"{want} here, but the target config {f} has {keys[k]} = {v}")
                     for k, v, want in target_mismatches(got, list(archs), c.target)]
     d_dir = _local_dir(c, c.draft.path)
-    if d_dir is not None and c.method in ("eagle3", "eagle1", "eagle2"):
-        out += _draft_problems(c, d_dir, t)
+    if c.method in ("eagle3", "eagle1", "eagle2"):
+        role = _role_problem(t_dir, d_dir)
+        if role:  # init refuses it with the same words; nothing else about these configs means anything
+            return out + [((role[0], "path"), role[1])]
+        if d_dir is not None:
+            out += _draft_problems(c, d_dir, t)
     if c.method == "dflash":  # issue 37, R58: the fallbacks each engine would use; the local DFlash config
         from eagle3_conformance.draft_config.dflash_fallback import dflash_config_problems
 
@@ -84,9 +88,29 @@ def config_problems(c: Any) -> list[tuple[tuple, str]]:
     return out
 
 
+def _role_problem(t_dir: Optional[Path], d_dir: Optional[Path]) -> Optional[tuple[str, str]]:
+    """:func:`eagle3_conformance.authoring.capture_checks.role_problem` on the configs at ``target.path`` /
+    ``draft.path`` (either may be absent); an unreadable config is left to the readers."""
+    import json
+
+    from eagle3_conformance.authoring.capture_checks import role_problem
+
+    def read(d: Optional[Path]) -> tuple[Optional[dict], Optional[Path]]:
+        if d is None:
+            return None, None
+        try:
+            cfg = json.loads((d / "config.json").read_text())
+        except (OSError, ValueError):
+            return None, None
+        return (cfg, d / "config.json") if isinstance(cfg, dict) else (None, None)
+
+    return role_problem(*read(t_dir), *read(d_dir), names=("target.path", "draft.path"))
+
+
 def _draft_problems(c: Any, d_dir: Path, t: Any) -> list[tuple[tuple, str]]:
     """The draft section against the draft's config (read as ``init`` reads it; ``t`` the target's
     facts, or the contract's target sizes when its config is not here)."""
+    from eagle3_conformance.authoring.capture_checks import contract_top_level_problems, num_aux_problem
     from eagle3_conformance.authoring.configs import read_config
     from eagle3_conformance.authoring.init import draft_facts
     from eagle3_conformance.authoring.init_facts import TargetSizes
@@ -106,6 +130,10 @@ def _draft_problems(c: Any, d_dir: Path, t: Any) -> list[tuple[tuple, str]]:
     from eagle3_conformance.draft_config.draft_norms import norm_problems
 
     out += norm_problems(c, cfg, f)  # issue 37: Eagle3.1 norms as each tool reads them
+    out += contract_top_level_problems(c, dr)  # K1: init refuses it with the same line
+    width = num_aux_problem(dr, c.capture.boundaries, "the contract's capture.boundaries hold")
+    if width:  # as init refuses it
+        out.append((("capture", "boundaries"), width))
     raw = _raw_id_problems(c, f)
     ids = _id_problems(c, dr, f)
     if raw:  # the negative ids are named there with their line
@@ -141,6 +169,8 @@ def _id_problems(c: Any, dr: Any, f: Path) -> list[tuple[tuple, str]]:
     if where == "absent":
         return []
     ids, key = found[where]
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        return []  # not integers: _raw_id_problems names them with their line
     probs = layer_id_problems(c.target.num_hidden_layers, c.capture.boundaries, ids, where,
                               sglang=bool(c.engines.sglang_validated), model_file=c.engines.sglang_model_file,
                               architecture=c.target.architecture)

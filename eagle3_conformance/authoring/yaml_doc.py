@@ -90,12 +90,14 @@ def dump_contract(doc: CommentedMap, out_file: Path) -> str:
 
 
 def write_new(out: Path, text: str, force: bool) -> None:
-    """Write ``text`` to ``out``, creating its directory.
+    """Write ``text`` to ``out``; its directory must exist (the callers check it first, as every verb's outputs
+    are checked: :func:`eagle3_conformance.cli.common.check_output`); no directory is created.
 
     Raises:
-        UsageError: ``out`` exists and ``force`` is not given.
+        UsageError: ``out`` exists and ``force`` is not given, or its directory does not exist.
     """
     if out.exists() and not force:
         raise UsageError(f"{out}: exists; refusing to overwrite (pass --force)")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.parent.is_dir():
+        raise UsageError(f"{out}: parent directory {out.parent} does not exist")
     out.write_text(text, encoding="utf-8")

@@ -40,16 +40,19 @@ def add_parser(sub) -> None:
     c.set_defaults(func=run)
 
 
-def _output(args, src_path: Path) -> Optional[Path]:
-    """The file to write (None: print only).
+def _output(args, src_path: Path, ref_dir: Optional[Path]) -> Optional[Path]:
+    """The file to write (None: print only). ``ref_dir``: the reference, ``--reference`` or by default the
+    contract's fixture or ``target.path`` (:func:`eagle3_conformance.cli.common.resolve_reference`), as the
+    help says.
 
     Raises:
         UsageError: a bad safety factor, nothing to calibrate from, or an output that conflicts.
     """
     if args.safety_factor < 1:
         raise UsageError(f"--safety-factor {args.safety_factor}: must be >= 1 (REFERENCE.md 7.3: 1.5-2)")
-    if not args.data and not args.reference:
-        raise UsageError("calibrate needs --data DIR or --reference MODEL_DIR")
+    if not args.data and ref_dir is None:
+        raise UsageError("calibrate needs --data DIR or --reference MODEL_DIR"
+                         + ("" if args.no_reference else " (the contract names no fixture and no target.path)"))
     if args.in_place and args.output:
         raise UsageError("give either -o OUT or --in-place, not both")
     if args.in_place:
@@ -122,10 +125,10 @@ def run(args) -> int:
 
     src_path = Path(args.contract)
     c = load_contract(args.contract)
-    out = _output(args, src_path)
+    ref_dir = resolve_reference(c, args)
+    out = _output(args, src_path, ref_dir)
     con = console()
     data = check_data_dir(args.data) if args.data else None
-    ref_dir = resolve_reference(c, args)
     ref_origin = None
     if ref_dir is not None:
         ref_origin = str(ref_dir) if args.reference else f"{ref_dir} (from {args.contract})"

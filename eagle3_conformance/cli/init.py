@@ -3,7 +3,8 @@ files (:func:`eagle3_conformance.authoring.init_families.derive_any_contract`: E
 the draft config's own keys); never writes over an input, and never writes a contract ``validate`` would
 refuse: the text passes the contract gate every verb applies
 (:func:`eagle3_conformance.authoring.gate.gated_text`) before it is written (exit 2 and nothing written
-otherwise; a draft config whose two id lists differ is refused with both keys named)."""
+otherwise; a draft config whose two id lists differ is refused with both keys named). ``-o``'s directory
+must exist (init creates none)."""
 
 from __future__ import annotations
 
@@ -46,11 +47,7 @@ def run(args) -> int:
     from eagle3_conformance.authoring.init_families import derive_any_contract
     from eagle3_conformance.authoring.yaml_doc import dump_contract, write_new
 
-    inputs = [Path(a) / "config.json" if Path(a).is_dir() else Path(a) for a in (args.target, args.draft)]
-    # a directory, or the directory of a config file given by name; a path that does not exist is
-    # no directory to protect (derive_any_contract reports it missing)
-    dirs = [Path(a) if Path(a).is_dir() else Path(a).parent for a in (args.target, args.draft) if Path(a).exists()]
-    out = check_output(args.output, "-o", inputs=tuple(inputs), input_dirs=tuple(dirs), need_parent=False)
+    out = _output(args)
     doc = derive_any_contract(args.target, args.draft, engine=args.engine, verifier=args.verifier,
                           name=args.name, allow_embedding=args.allow_embedding, out_file=out,
                           generation_dtype=args.generation_dtype, serving_dtype=args.serving_dtype,
@@ -64,8 +61,27 @@ def run(args) -> int:
           f"width {c['feature_width']}, bands uncalibrated")
     _final_notes(out)
     _norm_notes(args.draft)
-    _field_notes(doc, inputs[0])
+    _field_notes(doc, Path(args.target) / "config.json" if Path(args.target).is_dir() else Path(args.target))
     return ExitCode.CONFORMS
+
+
+def _output(args) -> Path:
+    """``-o``, once both configs read (an unreadable or malformed input is reported first) and the path is
+    neither an input nor inside a model directory: a directory given as ``--target`` / ``--draft``, or the
+    directory of a ``config.json`` given by name that holds the model's weights (what ``read_config`` records
+    as ``target.path`` / ``draft.path``, f72caed: init never writes over or into its inputs). A config file
+    with no weights beside it (a bare ``config.json`` in the working directory) protects only itself. The
+    parent directory must exist: init creates none.
+
+    Raises:
+        DataError: an input config is missing or malformed (file:line:column).
+        UsageError: ``-o`` is an input, lies inside a model directory, is a directory, or has no parent.
+    """
+    from eagle3_conformance.authoring.configs import read_config
+
+    read = [read_config(a, role) for a, role in ((args.target, "target"), (args.draft, "draft"))]
+    return check_output(args.output, "-o", inputs=tuple(f for _, f, _ in read),
+                        input_dirs=tuple(d for _, _, d in read if d is not None))
 
 
 def _gate(text: str, out: Path, args) -> None:

@@ -96,6 +96,17 @@ def raw_ids(cfg: dict) -> dict[tuple[str, ...], Any]:
     return {p: _get(cfg, p) for p in _KEYS if _get(cfg, p) is not None}
 
 
+def _read(f: Path, text: Optional[str] = None) -> Optional[tuple[str, dict]]:
+    """(text, JSON object) of the config ``f`` (``text``: already read); None when it cannot be read or is not
+    an object (the config readers report that)."""
+    try:
+        text = f.read_text() if text is None else text
+        cfg = json.loads(text)
+    except (OSError, ValueError):
+        return None
+    return (text, cfg) if isinstance(cfg, dict) else None
+
+
 def id_problems(config_file: str | Path, L: int, num_slots: int, *, allow_b0: bool = False,
                 text: Optional[str] = None) -> list[tuple[str, str]]:
     """Bad layer ids in the draft config ``config_file`` for a target of ``L`` layers and a contract of
@@ -110,13 +121,10 @@ def id_problems(config_file: str | Path, L: int, num_slots: int, *, allow_b0: bo
         text: the file's text, when already read.
     """
     f = Path(config_file)
-    try:
-        text = f.read_text() if text is None else text
-        cfg = json.loads(text)
-    except (OSError, ValueError):
+    read = _read(f, text)
+    if read is None:
         return []
-    if not isinstance(cfg, dict):
-        return []
+    text, cfg = read
     lines = key_lines(text)
     found = raw_ids(cfg)
     out: list[tuple[str, str]] = []
@@ -150,14 +158,8 @@ def ambiguous_ids(config_file: str | Path) -> Optional[str]:
     engine reads which and what to do; None when it does not (or the file cannot be read: the config
     readers report that)."""
     f = Path(config_file)
-    try:
-        text = f.read_text()
-        cfg = json.loads(text)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(cfg, dict):
-        return None
-    return _differing(f, raw_ids(cfg), key_lines(text))
+    read = _read(f)
+    return None if read is None else _differing(f, raw_ids(read[1]), key_lines(read[0]))
 
 
 def _norm(v: Any) -> Any:
@@ -165,12 +167,32 @@ def _norm(v: Any) -> Any:
             for x in v] if isinstance(v, list) else v
 
 
-def _list_problems(path: tuple[str, ...], ids: Any, L: int, num_slots: int, allow_b0: bool) -> list[str]:
+def _type_problem(ids: Any) -> Optional[str]:
+    """Why ``ids`` is not a list of integer layer ids (a string, a float, null, a bool), or None."""
     if not isinstance(ids, list):
-        return [f"not a list of layer ids ({type(ids).__name__})"]
+        return f"not a list of layer ids ({type(ids).__name__})"
     bad = [x for x in ids if isinstance(x, bool) or not isinstance(x, int)]
-    if bad:
-        return [f"{bad[0]!r} is not an integer layer id"]
+    return f"{bad[0]!r} is not an integer layer id" if bad else None
+
+
+def non_integer_ids(config_file: str | Path) -> list[str]:
+    """The EAGLE-3 aux id lists in the draft config that are not lists of integers, each naming the file, the
+    key and its line (the words :func:`id_problems` uses, so ``init`` and ``validate`` say the same thing);
+    empty when none or the file cannot be read (the config readers report that)."""
+    f = Path(config_file)
+    read = _read(f)
+    if read is None:
+        return []
+    text, cfg = read
+    lines = key_lines(text)
+    return [f"{f}:{lines.get(p, '?')}: {_KEYS[p]} = {ids}: {why}" for p, ids in raw_ids(cfg).items()
+            if p != DFLASH and (why := _type_problem(ids))]
+
+
+def _list_problems(path: tuple[str, ...], ids: Any, L: int, num_slots: int, allow_b0: bool) -> list[str]:
+    why = _type_problem(ids)
+    if why:
+        return [why]
     out = []
     dflash = path == DFLASH
     neg = [x for x in ids if x < 0 and not (x == -1 and path == NESTED and allow_b0)]
