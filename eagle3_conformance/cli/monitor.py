@@ -128,6 +128,8 @@ def run(a) -> int:
     from eagle3_conformance.monitor.session import Monitor
 
     _check_args(a)
+    import prometheus_client  # noqa: F401  (the [monitor] extra, checked before the server is contacted)
+
     c = load_contract(a.contract) if a.contract else None
     opts, info, doc, scrape, canary, diag, identity = _build(a, c)
     expo = Exposition()

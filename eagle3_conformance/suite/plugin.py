@@ -22,10 +22,8 @@ Options, markers, collection and the report only; the work is in :mod:`eagle3_co
   ``conformance_training_captures``.
 - Prints the report at the end (verdict and diagnoses first, failing checks one line each, passes
   folded unless ``-v``; 100 columns) and writes ``--conformance-json OUT`` (with ``diagnoses``).
-- Nothing checked is never green: when the suite is asked for and every conformance item skipped,
-  the report says ``NOTHING CHECKED: every path skipped`` with the skip reasons grouped (no ``-rs``
-  needed) and the session exits with pytest's ``NO_TESTS_COLLECTED`` (5, "no tests ran"), the
-  status pytest gives a run that tested nothing; with no contract collected it names ``--contract``.
+- Nothing checked is never green: every conformance item skipped is NOTHING CHECKED, with the reasons,
+  and pytest's NO_TESTS_COLLECTED (5) (:mod:`eagle3_conformance.suite.outcomes`).
 - A failing item's failure text is short (its diagnoses, one line each); ``--junitxml``
   records carry the properties ``contract``, ``contract_file``, ``conformance_path``, ``check``
   (one per failing check) and ``diagnosis``.
@@ -78,9 +76,7 @@ class _Record:
 _RECORDS = pytest.StashKey[dict]()
 """(contract file, contract name) -> its :class:`_Record`, in the order the contracts ran."""
 _ASKED = pytest.StashKey[bool]()  # the session asks for the suite (see _asked)
-_OUTCOMES = pytest.StashKey[dict]()
-"""conformance item node id -> ``(label, outcome)``: outcome None until it ran, then ``passed``, ``failed`` or
-``skipped: REASON`` (:func:`nothing_checked`)."""
+_OUTCOMES = pytest.StashKey[dict]()  # node id -> (label, outcome): eagle3_conformance.suite.outcomes
 _FILES = pytest.StashKey[list]()  # the contract files collected
 _INVALID = pytest.StashKey[dict]()
 """contract file -> the ContractError that stopped it (its ``contract`` item fails; the report says INPUT ERROR)."""
@@ -142,8 +138,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a GPU and a real SGLang engine; skipped without one (prepared, never run on a GPU)")
     config.stash[_RECORDS] = {}
     config.stash[_INVALID] = {}
-    config.stash[_OUTCOMES] = {}
-    config.stash[_FILES] = []
+    config.stash[_OUTCOMES], config.stash[_FILES] = {}, []
     config.stash[_ASKED] = _asked(config)
     _check_paths(config.getoption("--conformance-paths"))
     _check_contracts(config.getoption("--contract"))
@@ -389,8 +384,7 @@ class ServerAcceptItem(PathItem):
 
 
 def pytest_collection_finish(session):
-    """The chosen items' paths start what they start ahead (session.warm_items); not with --collect-only.
-    Each chosen conformance item is noted, to tell at the end whether any of them checked anything."""
+    """The chosen items' paths start what they start ahead (session.warm_items); not with --collect-only."""
     if session.config.option.collectonly or not session.config.stash.get(_ASKED, False):
         return
     session.config.stash[_OUTCOMES] = {i.nodeid: (i.reportinfo()[2], None) for i in session.items
@@ -419,61 +413,18 @@ def pytest_runtest_call(item):
 def pytest_runtest_makereport(item, call):
     """Note each conformance item's outcome (:data:`_OUTCOMES`): a skip in any phase with its reason."""
     outcome = yield
-    rep = outcome.get_result()
-    seen = item.config.stash.get(_OUTCOMES, {})
-    if rep.nodeid not in seen:
-        return
-    label, was = seen[rep.nodeid]
-    if rep.skipped:
-        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
-        seen[rep.nodeid] = (label, "skipped: " + str(reason).removeprefix("Skipped: "))
-    elif rep.failed:
-        seen[rep.nodeid] = (label, "failed")
-    elif rep.when == "call" and was is None:
-        seen[rep.nodeid] = (label, "passed")
+    from eagle3_conformance.suite.outcomes import note
 
-
-def nothing_checked(config) -> Optional[dict[str, list[str]]]:
-    """When the suite was asked for and every conformance item that was chosen skipped: the skip
-    reasons, each with the items (``contract::path``) it skipped; else None (something ran, failed or
-    did not finish, or the suite was not asked for)."""
-    seen = config.stash.get(_OUTCOMES, {})
-    if not config.stash.get(_ASKED, False) or not seen:
-        return None
-    if not all(o is not None and o.startswith("skipped: ") for _, o in seen.values()):
-        return None
-    by: dict[str, list[str]] = {}
-    for label, o in seen.values():
-        by.setdefault(o.removeprefix("skipped: "), []).append(label)
-    return by
+    note(item.config.stash.get(_OUTCOMES, {}), outcome.get_result())
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """A session that asked for the suite and checked nothing is not green: pytest's NO_TESTS_COLLECTED
-    (5), the status of a run that tested nothing (a failure, an interrupt keep theirs)."""
-    if exitstatus == pytest.ExitCode.OK and nothing_checked(session.config):
+    """A session that asked for the suite and checked nothing exits 5 (pytest's NO_TESTS_COLLECTED), not 0."""
+    from eagle3_conformance.suite.outcomes import nothing_checked
+
+    if (exitstatus == pytest.ExitCode.OK and session.config.stash.get(_ASKED, False)
+            and nothing_checked(session.config.stash.get(_OUTCOMES, {}))):
         session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
-
-
-def _nothing_lines(config) -> list[str]:
-    """The report's lines when the suite checked nothing (see :func:`nothing_checked`), else none."""
-    if not config.stash.get(_ASKED, False) or config.option.collectonly or config.stash.get(_INVALID, {}):
-        return []
-    if not config.stash.get(_OUTCOMES, {}):
-        if config.stash.get(_FILES, []):
-            return ["NOTHING CHECKED: no conformance item was selected (-k, -m or --conformance-paths "
-                    "deselected every one)"]
-        return ["NOTHING CHECKED: no contract was collected: name one with --contract PATH (a contract YAML; "
-                "`eagle3-conformance init` writes one), or run where a contracts/ directory holds contract files"]
-    by = nothing_checked(config)
-    if by is None:
-        return []
-    n = sum(len(v) for v in by.values())
-    lines = [f"NOTHING CHECKED: every path skipped ({n} item(s)); exit status 5 (pytest's \"no tests ran\"), "
-             "not a pass. Why each skipped:"]
-    for reason, labels in by.items():
-        lines += [f"  {reason}", f"    {', '.join(labels)}"]
-    return lines
 
 
 def _sglang_version() -> Optional[str]:
@@ -496,7 +447,10 @@ def _invalid_lines(invalid: dict) -> list[str]:
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     store = config.stash.get(_RECORDS, {})
     invalid = config.stash.get(_INVALID, {})
-    nothing = _nothing_lines(config)
+    from eagle3_conformance.suite.outcomes import nothing_lines
+
+    asked = config.stash.get(_ASKED, False) and not config.option.collectonly and not invalid
+    nothing = nothing_lines(config.stash.get(_OUTCOMES, {}), bool(config.stash.get(_FILES, []))) if asked else []
     if not store and not invalid and not nothing:
         return
     from eagle3_conformance.report import WIDTH, render_text
