@@ -482,3 +482,37 @@ def test_plugin_contract_contradicting_its_target_path_is_an_input_error(pyteste
     res.stdout.fnmatch_lines([f"*{c}:*: target.hidden_size: 32 here, but the target config "
                               f"{b.target_dir / 'config.json'} has hidden_size = 64*"])
     assert "CONFORMS" not in res.stdout.str() and "Traceback" not in res.stdout.str()
+
+
+def test_version_and_debug_after_the_verb(capsys, tmp_path):
+    """newuser finding 16: no ``--version`` (``__version__`` existed), and errors said "run with --debug"
+    while ``validate X --debug`` was refused as an unknown argument."""
+    from eagle3_conformance import __version__
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"eagle3-conformance {__version__}"
+    missing = str(tmp_path / "nope.yaml")
+    assert main(["validate", missing]) == main(["validate", missing, "--debug"]) == 2
+    assert "unrecognized arguments" not in capsys.readouterr().err
+    from eagle3_conformance.cli import build_parser
+
+    assert build_parser().parse_args(["validate", missing, "--debug"]).debug is True
+    assert build_parser().parse_args(["--debug", "validate", missing]).debug is True
+    assert build_parser().parse_args(["validate", missing]).debug is False
+
+
+def test_readme_names_every_verb_and_only_real_report_options():
+    """newuser finding 16: the README's verb list lacked monitor and upgrade-contract, and said translate
+    takes --markdown (it takes --json only)."""
+    import re
+
+    from eagle3_conformance.cli import build_parser
+
+    readme = (REPO / "README.md").read_text()
+    listed = readme.split("`eagle3-conformance --help` lists the verbs:", 1)[1].split("One convention", 1)[0]
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert set(re.findall(r"`([a-z][a-z-]*)`", listed)) == set(sub.choices)
+    translate = sub.choices["translate"].format_help()
+    assert "--markdown" not in translate and "`translate` takes `--json` only" in readme
+    assert "| `[html]` |" in readme and "| `[monitor]` |" in readme
