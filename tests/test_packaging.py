@@ -168,6 +168,9 @@ sys.exit(main())
 '''
 
 
+README = (REPO / "README.md").read_text()
+
+
 def _core_only(args, cwd, hide_also: str = ""):
     return subprocess.run([sys.executable, "-c", _NO_TORCH, *args], cwd=cwd, capture_output=True, text=True,
                           timeout=120, env={**os.environ, "HIDE_ALSO": hide_also})
@@ -194,6 +197,21 @@ def test_authoring_verbs_run_without_torch(tmp_path):
     assert p.returncode == 0 and "ok my-pair.yaml" in p.stdout, p.stdout + p.stderr
     p = _core_only(["translate", "my-pair.yaml", "--to", "specforge"], tmp_path)
     assert p.returncode == 0 and "ids:" in p.stdout, p.stdout + p.stderr
+    # newuser finding 10: "sglang cannot capture [...]: sglang is not installed" read as a refusal of the ids
+    p = _core_only(["translate", "my-pair.yaml", "--to", "sglang"], tmp_path)
+    assert p.returncode == 2 and "cannot capture" not in p.stderr, p.stderr
+    assert "cannot translate to sglang here: sglang is not installed" in p.stderr
+    assert "pip install 'eagle3-conformance[sglang]'" in p.stderr, p.stderr
+    # the README's --engine spelling: plain vllm applies the recorded rule anywhere; a pin asks that release's
+    # code, so without vLLM it is refused and says how to go on
+    p = _core_only(["init", "--target", "models/target", "--draft", "models/draft", "--engine", "vllm", "-o",
+                    "v.yaml"], tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    p = _core_only(["init", "--target", "models/target", "--draft", "models/draft", "--engine", "vllm==0.33.0",
+                    "-o", "v2.yaml"], tmp_path)
+    assert p.returncode == 2 and "vLLM==0.33.0 is not installed" in p.stderr, p.stderr
+    assert "without a version" in p.stderr and "tox -e vllm" in p.stderr and not (tmp_path / "v2.yaml").exists()
+    assert "`vllm` (`vllm==X.Y.Z` asks that release's model runners, so only where it is" in README
     # the same blocker does stop a verb that needs torch: the test can fail
     (tmp_path / "data").mkdir()
     p = _core_only(["check-data", "my-pair.yaml", "--data", "data", "--no-reference"], tmp_path)
