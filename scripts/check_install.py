@@ -9,7 +9,8 @@ and run there, outside the checkout:
    then with hypothesis: its tests pass and see no hypothesis profile, no warning filter, no torch
    and no collected contract from the plugin;
 3. ``pytest -m conformance --contract`` on the user's pair against the engines installed there
-   (none: every path says why it skips; nothing crashes).
+   (none: every path says why it skips, the report says NOTHING CHECKED with the reasons, no ``-rs``
+   needed, and pytest exits 5, "no tests ran"; nothing crashes).
 
 Usage: python scripts/check_install.py [WORK_DIR]   (default: a temporary directory, removed)
 Needs: the running interpreter with setuptools >= 68 (the build backend; the lock has it) and
@@ -221,9 +222,11 @@ def unrelated_project(bin_: Path, proj: Path, hypothesis: bool) -> None:
 
 def conformance_suite(bin_: Path, user: Path) -> None:
     """``pytest -m conformance --contract`` on the user's pair: every path says why it cannot run
-    with the engines installed here (none), nothing errors."""
-    run([bin_ / "python", "-m", "pytest", "-m", "conformance", "--contract", "my-pair.yaml", "-rs",
-         "-p", "no:cacheprovider"], user, words=("skipped", "torch is not installed"))
+    with the engines installed here (none), nothing errors, and a run that checked nothing is not green:
+    NOTHING CHECKED with the reasons grouped (without -rs), pytest's exit 5 ("no tests ran")."""
+    run([bin_ / "python", "-m", "pytest", "-m", "conformance", "--contract", "my-pair.yaml",
+         "-p", "no:cacheprovider"], user, expect=5,
+        words=("skipped", "NOTHING CHECKED: every path skipped", "torch is not installed"))
 
 
 def main(argv: list[str]) -> int:

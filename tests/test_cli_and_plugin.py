@@ -223,6 +223,32 @@ def test_engine_path_skips_cleanly_without_a_trained_draft(pytester):
     res.stdout.fnmatch_lines(["*sglang-engine: no trained draft for this pair*"])
 
 
+def test_a_suite_that_checked_nothing_says_so_and_exits_5(pytester):
+    """newuser finding 2: ``pytest -m conformance --contract ok.yaml`` where every path skipped printed
+    "12 skipped", exit 0, no report; the reasons only with -rs. Now the report says NOTHING CHECKED with
+    the reasons grouped (no -rs) and the exit status is pytest's NO_TESTS_COLLECTED (5): nothing was tested."""
+    res = pytester.runpytest("-m", "conformance", "--contract", str(TINY), "-p", "no:cacheprovider",
+                             "--conformance-paths", "sglang-engine")
+    res.assert_outcomes(skipped=1)
+    assert res.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    res.stdout.fnmatch_lines(["*conformance report*", "NOTHING CHECKED: every path skipped (1 item*",
+                              "*no trained draft for this pair*", "*tiny-llama-eagle3::sglang-engine*"])
+    assert "CONFORMS" not in res.stdout.str()
+    # one path that ran is a check: the session's status is pytest's own
+    ran = pytester.runpytest("-m", "conformance", "--contract", str(TINY), "-p", "no:cacheprovider",
+                             "--conformance-paths", "training,sglang-engine")
+    ran.assert_outcomes(passed=1, skipped=1)
+    assert ran.ret == 0 and "NOTHING CHECKED" not in ran.stdout.str()
+
+
+def test_the_suite_asked_for_without_a_contract_names_contract(pytester):
+    """newuser finding 17: ``pytest -m conformance`` with no contract said only "no tests ran" (exit 5)."""
+    pytester.makeini("[pytest]\n")
+    res = pytester.runpytest("-m", "conformance", "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    res.stdout.fnmatch_lines(["NOTHING CHECKED: no contract was collected*--contract PATH*"])
+
+
 def test_accept_length_gate():
     from conftest import contract_with
 
@@ -411,10 +437,12 @@ def test_plugin_applies_validates_local_config_checks(pytester, tmp_path, capsys
 
     t, d = write_pair(tmp_path, tcfg(), dcfg("nested", [1, 3, 4]))
     c = tmp_path / "contracts" / "c.yaml"
+    c.parent.mkdir()  # init writes into an existing directory only
     assert main(["init", "--target", str(t), "--draft", str(d), "-o", str(c)]) == 0
     ok = pytester.runpytest("-m", "conformance", "--contract", str(c), "-p", "no:cacheprovider",
                             "--conformance-paths", "training")
-    assert ok.ret == 0  # the pair as init wrote it: no contract item, its path skips (no data here)
+    # the pair as init wrote it: no contract item, its path skips (no data here): nothing checked, exit 5
+    assert ok.ret == pytest.ExitCode.NO_TESTS_COLLECTED and "NOTHING CHECKED" in ok.stdout.str()
     cfg = json.loads((d / "config.json").read_text())
     cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [-1, 1, 3]
     (d / "config.json").write_text(json.dumps(cfg))
@@ -455,3 +483,37 @@ def test_plugin_contract_contradicting_its_target_path_is_an_input_error(pyteste
     res.stdout.fnmatch_lines([f"*{c}:*: target.hidden_size: 32 here, but the target config "
                               f"{b.target_dir / 'config.json'} has hidden_size = 64*"])
     assert "CONFORMS" not in res.stdout.str() and "Traceback" not in res.stdout.str()
+
+
+def test_version_and_debug_after_the_verb(capsys, tmp_path):
+    """newuser finding 16: no ``--version`` (``__version__`` existed), and errors said "run with --debug"
+    while ``validate X --debug`` was refused as an unknown argument."""
+    from eagle3_conformance import __version__
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"eagle3-conformance {__version__}"
+    missing = str(tmp_path / "nope.yaml")
+    assert main(["validate", missing]) == main(["validate", missing, "--debug"]) == 2
+    assert "unrecognized arguments" not in capsys.readouterr().err
+    from eagle3_conformance.cli import build_parser
+
+    assert build_parser().parse_args(["validate", missing, "--debug"]).debug is True
+    assert build_parser().parse_args(["--debug", "validate", missing]).debug is True
+    assert build_parser().parse_args(["validate", missing]).debug is False
+
+
+def test_readme_names_every_verb_and_only_real_report_options():
+    """newuser finding 16: the README's verb list lacked monitor and upgrade-contract, and said translate
+    takes --markdown (it takes --json only)."""
+    import re
+
+    from eagle3_conformance.cli import build_parser
+
+    readme = (REPO / "README.md").read_text()
+    listed = readme.split("`eagle3-conformance --help` lists the verbs:", 1)[1].split("One convention", 1)[0]
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert set(re.findall(r"`([a-z][a-z-]*)`", listed)) == set(sub.choices)
+    translate = sub.choices["translate"].format_help()
+    assert "--markdown" not in translate and "`translate` takes `--json` only" in readme
+    assert "| `[html]` |" in readme and "| `[monitor]` |" in readme

@@ -165,5 +165,5 @@ def pytest_runtest_setup(item):
     assert r.ret == 0 and not log.exists()
     r = pytester.runpytest_inprocess("-m", "conformance", "-p", "no:randomly", "--contract", "c.yaml",
                                      "--conformance-paths", "training", "-q")
-    assert r.ret == 0, r.stdout.str()
+    assert r.ret == pytest.ExitCode.NO_TESTS_COLLECTED, r.stdout.str()  # its one path skipped: nothing checked
     assert log.read_text().splitlines() == ["warm tiny-llama-eagle3", "run training", "discard"]

@@ -583,3 +583,64 @@ def test_the_captures_judged_are_the_newest_server_processes(tmp_path):
     assert newest_pid(tmp_path / "nothing") is None
     out = judge_recent(str(tmp_path), object(), reference="engine", max_captures=4, reference_dir=None)
     assert "error" in out and "manifest" in out["error"]  # not a serve-hooks directory: said, never raised
+
+
+# --- a /metrics without the verify-step counter: cannot judge (newuser finding 8) ------------------------
+
+
+def test_a_server_without_the_verify_step_counter_is_inconclusive_not_no_alarm(fake, tmp_path, capsys):
+    """The user's stub: /metrics has SGLang's gauges and request counter but no
+    sglang:spec_verify_calls_total while requests flow. Before: every window '0 steps, N requests'
+    (sparse, carried), verdict NO ALARM, exit 0. Now: each window cannot be judged, the verdict says so,
+    names the counter it looked for and the engine, exit 3 (INCONCLUSIVE)."""
+    import re
+
+    state = {"n": 0}
+
+    def text():
+        state["n"] += 1
+        t = with_counts(5 + 60 * state["n"], 8 + 92 * state["n"], 1 + 3 * state["n"])
+        return re.sub(r"^.*sglang:spec_verify_calls_total.*\n", "", t, flags=re.M)
+    f = fake(metrics_text=text)
+    out = tmp_path / "m.json"
+    rc, o, e = _monitor(capsys, "--server", f.url, "--baseline", str(_baseline_file(tmp_path)), "--duration", "3",
+                        "--window", "1", "--interval", "0.2", "--warmup", "2", "--min-steps", "10",
+                        "--json", str(out))
+    assert rc == 3, o + e
+    assert "verdict: INCONCLUSIVE" in o and "NO ALARM" not in o
+    assert "sglang:spec_verify_calls_total" in o and "sglang" in o
+    doc = json.loads(out.read_text())
+    assert doc["exit_code"] == 3 and doc["summary"]["by_status"].get("unreadable", 0) >= 2
+    assert "judged" not in doc["summary"]["by_status"]
+
+
+def test_windows_with_requests_and_no_step_counter_are_unreadable_and_judged_ones_still_decide():
+    w = Windows(1, 30, 50, 0.0)
+    w.add(Snapshot(0, 0, [0], 0, missing=(metrics.SGLANG_STEPS,)))
+    w.add(Snapshot(10, 0, [150], 5, missing=(metrics.SGLANG_STEPS,)))
+    first = w.close(30)
+    assert first.status == "unreadable" and metrics.SGLANG_STEPS in first.events[-1]
+    assert w.steps == 0 and w.requests == 0  # not carried
+    w.add(Snapshot(40, 0, [150], 5, missing=(metrics.SGLANG_STEPS,)))
+    assert w.close(60).status == "idle"  # no request finished: nothing was missed
+    # a session with judged windows decides; one with none cannot
+    s = Script(lambda t: 1.53)
+    o = run(s, 600)
+    assert o.exit_code == 0 and o.cannot_judge() is None
+    idle = run(Script(lambda t: 1.53, idle=[(0, 10_000)]), 600)
+    assert idle.exit_code == 3 and "no window had" in (idle.cannot_judge() or "")
+    assert render.verdict(idle).startswith("INCONCLUSIVE")
+
+
+def test_snapshot_names_the_missing_counters_but_a_declared_unincremented_one_is_present():
+    m = metrics.parse(SGLANG_TEXT.read_text())
+    assert metrics.snapshot("sglang", 3, m, 0.0).missing == ()
+    m.pop(metrics.SGLANG_STEPS)
+    assert metrics.snapshot("sglang", 3, m, 0.0).missing == (metrics.SGLANG_STEPS,)
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    r = CollectorRegistry()
+    Counter("vllm:spec_decode_num_drafts", "", ["model_name"], registry=r)  # declared, no sample yet
+    Counter("vllm:spec_decode_num_accepted_tokens", "", ["model_name"], registry=r)
+    assert metrics.snapshot("vllm", 3, metrics.parse(generate_latest(r).decode()), 0.0).missing == ()
+    assert metrics.snapshot("vllm", 3, {}, 0.0).missing == (metrics.VLLM_DRAFTS, metrics.VLLM_ACCEPTED)

@@ -7,6 +7,7 @@ environment: :func:`test_install_as_users_get_it` (slow; scripts/check_install.p
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -150,7 +151,9 @@ def test_install_as_users_get_it(tmp_path):
 _NO_TORCH = '''
 import importlib.metadata as md
 import sys
-HEAVY = ("torch", "numpy", "transformers", "safetensors", "sglang", "vllm", "speculators", "specforge")
+import os
+HEAVY = ("torch", "numpy", "transformers", "safetensors", "sglang", "vllm", "speculators", "specforge",
+         *filter(None, os.environ.get("HIDE_ALSO", "").split(",")))
 for heavy in HEAVY:
     sys.modules[heavy] = None
 _version = md.version
@@ -165,9 +168,12 @@ sys.exit(main())
 '''
 
 
-def _core_only(args, cwd):
+README = (REPO / "README.md").read_text()
+
+
+def _core_only(args, cwd, hide_also: str = ""):
     return subprocess.run([sys.executable, "-c", _NO_TORCH, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, env={**os.environ, "HIDE_ALSO": hide_also})
 
 
 def test_authoring_verbs_run_without_torch(tmp_path):
@@ -191,7 +197,56 @@ def test_authoring_verbs_run_without_torch(tmp_path):
     assert p.returncode == 0 and "ok my-pair.yaml" in p.stdout, p.stdout + p.stderr
     p = _core_only(["translate", "my-pair.yaml", "--to", "specforge"], tmp_path)
     assert p.returncode == 0 and "ids:" in p.stdout, p.stdout + p.stderr
+    # newuser finding 10: "sglang cannot capture [...]: sglang is not installed" read as a refusal of the ids
+    p = _core_only(["translate", "my-pair.yaml", "--to", "sglang"], tmp_path)
+    assert p.returncode == 2 and "cannot capture" not in p.stderr, p.stderr
+    assert "cannot translate to sglang here: sglang is not installed" in p.stderr
+    assert "pip install 'eagle3-conformance[sglang]'" in p.stderr, p.stderr
+    # the README's --engine spelling: plain vllm applies the recorded rule anywhere; a pin asks that release's
+    # code, so without vLLM it is refused and says how to go on
+    p = _core_only(["init", "--target", "models/target", "--draft", "models/draft", "--engine", "vllm", "-o",
+                    "v.yaml"], tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    p = _core_only(["init", "--target", "models/target", "--draft", "models/draft", "--engine", "vllm==0.33.0",
+                    "-o", "v2.yaml"], tmp_path)
+    assert p.returncode == 2 and "vLLM==0.33.0 is not installed" in p.stderr, p.stderr
+    assert "without a version" in p.stderr and "tox -e vllm" in p.stderr and not (tmp_path / "v2.yaml").exists()
+    assert "`vllm` (`vllm==X.Y.Z` asks that release's model runners, so only where it is" in README
     # the same blocker does stop a verb that needs torch: the test can fail
     (tmp_path / "data").mkdir()
     p = _core_only(["check-data", "my-pair.yaml", "--data", "data", "--no-reference"], tmp_path)
     assert p.returncode == 2 and "torch is not installed" in p.stderr, p.stdout + p.stderr
+
+
+def test_accept_monitor_and_merge_reports_run_without_torch(tmp_path, tiny):
+    """newuser findings 3 and 7 on a core-only install: ``accept`` sent its 64 requests, then died with
+    "torch is not installed" (exit 2, no baseline written: the checks package imported torch for helpers
+    accept does not use); ``merge-reports`` (JSON only) needed torch; ``monitor`` without
+    prometheus_client said "internal error ... ModuleNotFoundError". Now accept and merge-reports run
+    there, and monitor names the extra to install. Shown failing on the old ``import torch`` in
+    checks/common.py (accept and merge-reports exit 2)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    try:
+        from test_server_accept import CONTRACT, sglang
+    finally:
+        sys.path.remove(str(REPO / "tests"))
+    f = sglang()
+    try:
+        p = _core_only(["accept", "--server", f.url, "--contract", CONTRACT, "--prompts", "8", "--record",
+                        "b.json"], tmp_path)
+        assert p.returncode == 0 and (tmp_path / "b.json").exists(), p.stdout + p.stderr
+        assert "ACCEPTANCE" in p.stdout and "torch" not in p.stderr, p.stdout + p.stderr
+        p = _core_only(["monitor", "--server", f.url, "--baseline", "b.json", "--duration", "1"], tmp_path,
+                       hide_also="prometheus_client")
+        assert p.returncode == 2 and "eagle3-conformance[monitor]" in p.stderr, p.stdout + p.stderr
+        assert "internal error" not in p.stderr and "Traceback" not in p.stderr, p.stderr
+    finally:
+        f.close()
+    from eagle3_conformance.cli import main
+
+    base = ["check-data", str(REPO / "contracts" / "tiny-llama.yaml"), "--data", str(tiny.data_dir),
+            "--no-reference", "--quiet"]
+    assert main([*base, "--shard", "0/2", "--json", str(tmp_path / "s0.json")]) == 0
+    assert main([*base, "--shard", "1/2", "--json", str(tmp_path / "s1.json")]) == 0
+    p = _core_only(["merge-reports", "m.json", "s0.json", "s1.json"], tmp_path)
+    assert p.returncode == 0 and "merged 2 reports into m.json" in p.stdout, p.stdout + p.stderr

@@ -3,9 +3,7 @@ search), draft input ids, loss mask and position ids paired with row t at the co
 
 from __future__ import annotations
 
-from typing import Optional
-
-import torch
+from typing import TYPE_CHECKING, Optional
 
 from eagle3_conformance.checks.common import GATE_NOISE, finding, keep_rows
 from eagle3_conformance.checks.registry import CAPTURE, REFERENCE, TENSORS, check
@@ -14,7 +12,13 @@ from eagle3_conformance.core import gates
 from eagle3_conformance.core.capture import Capture
 from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.core.notation import Boundary
-from eagle3_conformance.reference import Reference
+
+if TYPE_CHECKING:
+    import torch
+
+    from eagle3_conformance.reference import Reference
+else:  # imported at first use: the package loads without torch (core installs)
+    from eagle3_conformance.environment.torch_env import lazy_torch as torch
 
 
 def _best_offset(slot: torch.Tensor, rows: torch.Tensor, ref_b: torch.Tensor, keep: torch.Tensor, max_cos: float,

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
+from eagle3_conformance import reference
 from eagle3_conformance.checks.common import finding, slot_label, verifier_rows
 from eagle3_conformance.checks.registry import CAPTURE, SLOT_RMS, check
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.core.capture import Capture
 from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.core.notation import Boundary
-from eagle3_conformance.reference import rms
+
+if TYPE_CHECKING:
+    import torch
+else:  # imported at first use: the package loads without torch (core installs)
+    from eagle3_conformance.environment.torch_env import lazy_torch as torch
 
 
 def band_rows(c: Contract, rows: torch.Tensor, x: torch.Tensor, band=None) -> torch.Tensor:
@@ -23,7 +28,7 @@ def band_rows(c: Contract, rows: torch.Tensor, x: torch.Tensor, band=None) -> to
     keep = ~torch.isin(rows, torch.tensor(sorted(set(c.norm_bands.exclude_positions)), dtype=torch.long))
     ratio = c.norm_bands.massive_activation_ratio
     if ratio and bool(keep.any()):
-        r = rms(x)
+        r = reference.rms(x)
         med = (band.lo * band.hi) ** 0.5 if band is not None and band.lo > 0 else r[keep].median()
         keep &= r <= ratio * med
     return keep
@@ -56,7 +61,7 @@ def check_norm_bands(c: Contract, cap: Capture) -> list[Finding]:
         if not bool(keep.any()):
             out.append(finding("norm_band", "skip", cap, label, [band.lo, band.hi], None, "every row is excluded", "K4"))
             continue
-        r = rms(x[keep])
+        r = reference.rms(x[keep])
         lo, hi = float(r.min()), float(r.max())
         outside = ((r < band.lo) | (r > band.hi)).sum().item()
         ok = outside == 0

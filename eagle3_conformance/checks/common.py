@@ -3,12 +3,17 @@ slot labels, the verifier's token rows and the rows a fingerprint may use."""
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.core.capture import Capture
 from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.environment.torch_env import dtype_name  # noqa: F401  (the checks' import of it)
+
+if TYPE_CHECKING:
+    import torch
+else:  # imported at first use: the package loads without torch (core installs)
+    from eagle3_conformance.environment.torch_env import lazy_torch as torch
 
 
 def finding(check, status, cap: Capture, slot, expected, observed, message, fault, gate: str = "") -> Finding:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from eagle3_conformance.checks.common import GATE_CROSS_PATH
 from eagle3_conformance.checks.registry import PAIR, check
@@ -10,6 +10,11 @@ from eagle3_conformance.contract import Contract
 from eagle3_conformance.core import gates
 from eagle3_conformance.core.capture import Capture
 from eagle3_conformance.core.findings import Finding
+
+if TYPE_CHECKING:
+    import torch
+else:  # imported at first use: the package loads without torch (core installs)
+    from eagle3_conformance.environment.torch_env import lazy_torch as torch
 
 
 @check(PAIR, ("K13", "K9", "K5"), gates=(GATE_CROSS_PATH,))

@@ -8,13 +8,18 @@ calibrated, lets such a slot through, and a fingerprint needs a reference; this 
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from eagle3_conformance.checks.common import finding
 from eagle3_conformance.checks.registry import CAPTURE, TENSORS, check
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.core.capture import Capture
 from eagle3_conformance.core.findings import Finding
+
+if TYPE_CHECKING:
+    import torch
+else:  # imported at first use: the package loads without torch (core installs)
+    from eagle3_conformance.environment.torch_env import lazy_torch as torch
 
 
 def _blocks(c: Contract, cap: Capture) -> list[tuple[str, str, torch.Tensor]]:

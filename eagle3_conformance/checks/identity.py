@@ -6,9 +6,7 @@ verdict with a precision-noise allowance is docs/gates.md's."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Optional
-
-import torch
+from typing import TYPE_CHECKING, Any, Optional
 
 from eagle3_conformance.checks.common import (
     GATE_NOISE,
@@ -26,7 +24,13 @@ from eagle3_conformance.core import gates
 from eagle3_conformance.core.capture import Capture
 from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.core.notation import Boundary
-from eagle3_conformance.reference import Reference
+
+if TYPE_CHECKING:
+    import torch
+
+    from eagle3_conformance.reference import Reference
+else:  # imported at first use: the package loads without torch (core installs)
+    from eagle3_conformance.environment.torch_env import lazy_torch as torch
 
 
 def similarity_profile(slot: torch.Tensor, rows: torch.Tensor, ref: Reference, keep: torch.Tensor) -> torch.Tensor:

@@ -25,9 +25,7 @@ and positions are integers: they must be equal.
 from __future__ import annotations
 
 import math
-from typing import Optional
-
-import torch
+from typing import TYPE_CHECKING, Optional
 
 from eagle3_conformance.checks.common import GATE_CROSS_PATH, slot_label
 from eagle3_conformance.checks.registry import FACT, VARIANT, check
@@ -35,6 +33,11 @@ from eagle3_conformance.contract import Contract
 from eagle3_conformance.core import gates
 from eagle3_conformance.core.capture import Capture
 from eagle3_conformance.core.findings import Finding, Status
+
+if TYPE_CHECKING:
+    import torch
+else:  # imported at first use: the package loads without torch (core installs)
+    from eagle3_conformance.environment.torch_env import lazy_torch as torch
 
 CHECK = "engine_invariance"
 #: the variation a capture was made under (provenance key) and the first row the engine recomputed

@@ -3,9 +3,7 @@ pre-fc norm (what reached fc is the draft input transformed as declared)."""
 
 from __future__ import annotations
 
-from typing import Optional
-
-import torch
+from typing import TYPE_CHECKING, Optional
 
 from eagle3_conformance.checks.common import GATE_ROW_FLOOR, finding, keep_rows, slot_label, usable, verifier_rows
 from eagle3_conformance.checks.registry import CAPTURE, REFERENCE, TENSORS, check
@@ -14,12 +12,20 @@ from eagle3_conformance.core import gates
 from eagle3_conformance.core.capture import Capture
 from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.core.notation import Boundary
-from eagle3_conformance.reference import Reference, rms
+
+if TYPE_CHECKING:
+    import torch
+
+    from eagle3_conformance.reference import Reference
+else:  # imported at first use: the package loads without torch (core installs)
+    from eagle3_conformance.environment.torch_env import lazy_torch as torch
 
 
 def _ratio_stats(x: torch.Tensor, r: torch.Tensor) -> dict:
     """Per-token RMS of ``x`` against ``r`` ([n, d] each): median ratio, its p90/p10 spread, and
     the median and p90/p10 spread of ``x``'s own per-token RMS."""
+    from eagle3_conformance.reference import rms
+
     rx, rr = rms(x), rms(r)
     ok = (rr > 0) & torch.isfinite(rx) & torch.isfinite(rr)
     rx, rr = rx[ok], rr[ok]

@@ -38,9 +38,7 @@ FP8 payloads read without ``FP8Transfer`` (values never rescaled) are not judged
 from __future__ import annotations
 
 import math
-from typing import Optional
-
-import torch
+from typing import TYPE_CHECKING, Optional
 
 from eagle3_conformance.checks.common import finding, keep_rows, usable, verifier_rows
 from eagle3_conformance.checks.identity import identify, resolvable
@@ -51,7 +49,13 @@ from eagle3_conformance.core import gates
 from eagle3_conformance.core.capture import Capture
 from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.core.notation import Boundary
-from eagle3_conformance.reference import Reference
+
+if TYPE_CHECKING:
+    import torch
+
+    from eagle3_conformance.reference import Reference
+else:  # imported at first use: the package loads without torch (core installs)
+    from eagle3_conformance.environment.torch_env import lazy_torch as torch
 
 #: median per-row angle (degrees) above which data is not float32-produced (see the module docstring)
 FLOAT32_MEDIAN_ANGLE_DEG = 0.3

@@ -14,7 +14,7 @@ returns nothing on correct data.
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from eagle3_conformance.checks.common import finding, keep_rows, usable, verifier_rows
 from eagle3_conformance.checks.identity import identify
@@ -24,7 +24,13 @@ from eagle3_conformance.core import gates
 from eagle3_conformance.core.capture import Capture
 from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.core.notation import Boundary
-from eagle3_conformance.reference import Reference
+
+if TYPE_CHECKING:
+    import torch
+
+    from eagle3_conformance.reference import Reference
+else:  # imported at first use: the package loads without torch (core installs)
+    from eagle3_conformance.environment.torch_env import lazy_torch as torch
 
 RESIDUAL_CHECK = "residual_missing"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from eagle3_conformance.checks.common import GATE_ROW_FLOOR, finding, keep_rows, no_rows, usable
 from eagle3_conformance.checks.identity import resolvable
@@ -11,7 +11,13 @@ from eagle3_conformance.contract import Contract
 from eagle3_conformance.core import gates
 from eagle3_conformance.core.capture import Capture
 from eagle3_conformance.core.findings import Finding
-from eagle3_conformance.reference import Reference
+
+if TYPE_CHECKING:
+    import torch
+
+    from eagle3_conformance.reference import Reference
+else:  # imported at first use: the package loads without torch (core installs)
+    from eagle3_conformance.environment.torch_env import lazy_torch as torch
 
 
 @check(REFERENCE, ("K4", "K8", "K13"), gates=(GATE_ROW_FLOOR,))

@@ -3,7 +3,7 @@ target_hidden_size, are dtypes the contract's, are values finite, is there one r
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from eagle3_conformance.checks.common import dtype_name, finding
 from eagle3_conformance.checks.registry import CAPTURE, DTYPES, ROW_RMS, TENSORS, check
@@ -11,6 +11,11 @@ from eagle3_conformance.contract import Contract
 from eagle3_conformance.core.capture import Capture
 from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.core.served_dtype import served_dtype_words
+
+if TYPE_CHECKING:
+    import torch
+else:  # imported at first use: the package loads without torch (core installs)
+    from eagle3_conformance.environment.torch_env import lazy_torch as torch
 
 
 @check(CAPTURE, ("K8", "K11", "K13"), stored=TENSORS, always=True)

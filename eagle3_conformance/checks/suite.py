@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from eagle3_conformance.checks.common import finding
 from eagle3_conformance.checks.registry import CAPTURE, REFERENCE, of
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.core.capture import Capture
 from eagle3_conformance.core.findings import Finding
-from eagle3_conformance.reference import Reference
+
+if TYPE_CHECKING:
+    from eagle3_conformance.reference import Reference
 
 
 def run_checks(c: Contract, cap: Capture, ref: Optional[Reference]) -> list[Finding]:

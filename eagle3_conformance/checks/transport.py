@@ -3,7 +3,7 @@ relative error of what the trainer receives against the reference."""
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from eagle3_conformance.checks.common import finding, keep_rows, slot_label, usable, verifier_rows
 from eagle3_conformance.checks.identity import identify
@@ -12,7 +12,13 @@ from eagle3_conformance.contract import Contract
 from eagle3_conformance.core import gates
 from eagle3_conformance.core.capture import Capture
 from eagle3_conformance.core.findings import Finding
-from eagle3_conformance.reference import Reference
+
+if TYPE_CHECKING:
+    import torch
+
+    from eagle3_conformance.reference import Reference
+else:  # imported at first use: the package loads without torch (core installs)
+    from eagle3_conformance.environment.torch_env import lazy_torch as torch
 
 GATE_FP8 = "gates.fp8_max_relative_error"
 

@@ -5,8 +5,7 @@ field reports R43, R52)."""
 from __future__ import annotations
 
 from collections import Counter
-
-import torch
+from typing import TYPE_CHECKING
 
 from eagle3_conformance.checks.common import GATE_ROW_FLOOR, finding, usable
 from eagle3_conformance.checks.registry import REFERENCE, check
@@ -14,7 +13,13 @@ from eagle3_conformance.contract import Contract
 from eagle3_conformance.core import gates
 from eagle3_conformance.core.capture import Capture
 from eagle3_conformance.core.findings import Finding
-from eagle3_conformance.reference import Reference
+
+if TYPE_CHECKING:
+    import torch
+
+    from eagle3_conformance.reference import Reference
+else:  # imported at first use: the package loads without torch (core installs)
+    from eagle3_conformance.environment.torch_env import lazy_torch as torch
 
 
 def _row_matches(c: Contract, cap: Capture, ref: Reference, n: int) -> list[tuple[int, float, int, float]]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from eagle3_conformance import reference
 from eagle3_conformance.checks.common import GATE_NOISE, GATE_ROW_FLOOR, finding, keep_rows, no_rows, verifier_rows
 from eagle3_conformance.checks.identity import identify, identity_finding, judge, profile_record
 from eagle3_conformance.checks.registry import CAPTURE, REFERENCE, TENSORS, check
@@ -9,7 +12,9 @@ from eagle3_conformance.contract import Contract
 from eagle3_conformance.core.capture import Capture
 from eagle3_conformance.core.findings import Finding
 from eagle3_conformance.core.notation import Boundary
-from eagle3_conformance.reference import Reference, rms
+
+if TYPE_CHECKING:
+    from eagle3_conformance.reference import Reference
 
 
 @check(REFERENCE, ("K3", "K4", "K13"), gates=(GATE_NOISE, GATE_ROW_FLOOR))
@@ -45,7 +50,7 @@ def check_verifier_norm_state(c: Contract, cap: Capture, ref: Reference, tol: fl
         return []
     g = ref.effective_gamma()
     safe = g.abs() > 1e-3
-    per_token = rms(y[:, safe] / g[safe])
+    per_token = reference.rms(y[:, safe] / g[safe])
     r = per_token.median().item()
     # The identity separates F from B_L only if the target's own B_L does not satisfy it too: on
     # a target whose pre-norm tokens all have rms(x/gamma) ~ 1 the magnitudes cannot tell (a
@@ -54,7 +59,7 @@ def check_verifier_norm_state(c: Contract, cap: Capture, ref: Reference, tol: fl
     rows = verifier_rows(c, cap)
     rows = rows[(rows >= 0) & (rows < ref.stack.shape[1])]
     if rows.numel():
-        pre = rms(ref.boundary(last)[rows][:, safe] / g[safe])
+        pre = reference.rms(ref.boundary(last)[rows][:, safe] / g[safe])
         if bool(((pre - 1.0).abs() <= tol).float().mean() >= 0.95):
             return [finding("verifier_norm_state", "skip", cap, "verifier", f"{c.verifier_last.norm}-norm",
                             f"median rms(y/gamma) = {r:.3f}",

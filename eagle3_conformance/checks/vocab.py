@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
-import torch
+from typing import TYPE_CHECKING, Optional
 
 from eagle3_conformance.checks.registry import FACT, MAPPING, TOKENIZER, check
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.core.findings import Finding
+
+if TYPE_CHECKING:
+    import torch
+else:  # imported at first use: the package loads without torch (core installs)
+    from eagle3_conformance.environment.torch_env import lazy_torch as torch
 
 
 def mapping_sha256(target_ids: torch.Tensor) -> str:

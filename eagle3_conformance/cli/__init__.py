@@ -69,10 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
                "on data that was read, including some unreadable samples among readable ones); 2 bad input or "
                "usage (INPUT ERROR: nothing could be read, the reference is unusable, a contract `validate` "
                "refuses, a bad argument); 3 INCONCLUSIVE (accept: the data cannot decide)")
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    from eagle3_conformance import __version__
+
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    p.add_argument("--debug", action="store_true", help="show tracebacks (before or after the verb)")
     sub = p.add_subparsers(dest="command", required=True)
     for verb in VERBS:
         verb.add_parser(sub)
+    for verb_parser in sub.choices.values():  # `VERB ... --debug` too (errors say "run with --debug")
+        verb_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return p
 
 

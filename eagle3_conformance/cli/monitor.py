@@ -2,7 +2,8 @@
 running server's acceptance through its own Prometheus metrics (:mod:`eagle3_conformance.monitor`).
 
 Exit 0: no alarm stands at the end (an alarm the canary cleared as a traffic-mix shift does not
-stand). Exit 1: an alarm stands. Exit 2: input error: no ``/metrics`` (SGLang without
+stand). Exit 1: an alarm stands. Exit 3 (INCONCLUSIVE): no alarm, and no window was judged (the
+server's ``/metrics`` lacks the verify-step counters while requests finish, or too few verify steps). Exit 2: input error: no ``/metrics`` (SGLang without
 ``--enable-metrics``), no speculative decoding, a baseline of another pair, contract, tool version or
 prompt set, nothing answering at the URL; or, mid-run, a restart onto another pair.
 """
@@ -24,8 +25,9 @@ def add_parser(sub) -> None:
     p.add_argument("--baseline", required=True, metavar="B.json", help="an `accept --record` baseline of this pair")
     add_contract_arguments(p, required=False, what="the pair's contract: enables the canary (accept --baseline on "
                                                    "the held-out prompts) and the captures' diagnosis")
-    p.add_argument("--duration", type=float, metavar="S", help="run S seconds, then exit 0 (no alarm) or 1 (alarm); "
-                                                               "default: until stopped (SIGINT / SIGTERM)")
+    p.add_argument("--duration", type=float, metavar="S", help="run S seconds, then exit 0 (no alarm), 1 (alarm) or 3 "
+                                                               "(no window judged); default: until stopped "
+                                                               "(SIGINT / SIGTERM)")
     p.add_argument("--window", type=float, default=30.0, metavar="S", help="window length (30 s)")
     p.add_argument("--interval", type=float, default=5.0, metavar="S", help="seconds between scrapes (5)")
     p.add_argument("--warmup", type=int, default=10, metavar="N", help="judged windows that calibrate the reference "
@@ -126,6 +128,8 @@ def run(a) -> int:
     from eagle3_conformance.monitor.session import Monitor
 
     _check_args(a)
+    import prometheus_client  # noqa: F401  (the [monitor] extra, checked before the server is contacted)
+
     c = load_contract(a.contract) if a.contract else None
     opts, info, doc, scrape, canary, diag, identity = _build(a, c)
     expo = Exposition()

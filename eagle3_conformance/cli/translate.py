@@ -37,6 +37,8 @@ def run(args) -> int:
                                version=args.engine_version, verifier=c.verifier_last.parsed,
                                allow_embedding=c.capture.allow_embedding)
     except TranslationError as e:
+        if e.not_installed:  # no answer about the boundaries: the tool's own code is not here to ask
+            raise UsageError(f"{args.contract}: cannot translate to {args.to} here: {e}") from None
         # name what the tool refuses: the verifier slot (speculators cannot store F) or the aux list
         what = (f"the verifier slot {c.verifier_last.parsed}" if e.verifier else c.capture.boundaries)
         raise UsageError(f"{args.contract}: {args.to} cannot capture {what}: {e}") from None

@@ -14,9 +14,13 @@ reports bookkeeping, never a guess.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-import torch
+if TYPE_CHECKING:
+    import torch
+else:  # imported at first use: the package loads without torch (core installs)
+    from eagle3_conformance.environment.torch_env import lazy_torch as torch
+
 
 
 @dataclass

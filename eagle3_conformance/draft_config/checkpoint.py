@@ -48,7 +48,12 @@ def read_draft_vocab(draft_dir: str | Path) -> dict[str, Any]:
     files = _tensor_files(d) if d.is_dir() else []
     if not files:
         return {"skip": f"{d}: no *.safetensors weights to read d2t/t2d from", "source": str(d)}
-    from safetensors import safe_open
+    try:  # safe_open(..., "pt") hands torch tensors: a core install (accept) says so instead of dying
+        import torch  # noqa: F401
+        from safetensors import safe_open
+    except ModuleNotFoundError as e:
+        return {"skip": f"{d}: d2t/t2d not read: {e.name} is not installed (pip install "
+                        "'eagle3-conformance[reference]')", "source": str(d)}
 
     out: dict[str, Any] = {"source": str(d), "draft_vocab_size": cfg.get("draft_vocab_size"),
                            "config_vocab_size": cfg.get("vocab_size"),

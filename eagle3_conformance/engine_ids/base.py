@@ -23,11 +23,14 @@ TOP_KEY = "eagle_aux_hidden_state_layer_ids"
 class TranslationError(ValueError):
     """A tool cannot express the boundaries, or the mapping is ambiguous or unknown. The message
     is one line and says why. ``verifier`` is True when the verifier slot, not the aux list, is
-    what the tool cannot store (speculators and F), so callers name the right part of a contract."""
+    what the tool cannot store (speculators and F), so callers name the right part of a contract.
+    ``not_installed`` is True when the tool's own code, which would answer, is not installed here: no
+    verdict on the boundaries (callers say "cannot translate here", not "cannot capture")."""
 
-    def __init__(self, message: str, *, verifier: bool = False) -> None:
+    def __init__(self, message: str, *, verifier: bool = False, not_installed: bool = False) -> None:
         super().__init__(message)
         self.verifier = verifier
+        self.not_installed = not_installed
 
 
 def engine_default_aux_ids(num_layers: int) -> list[int]:

@@ -217,7 +217,8 @@ def _known_rule(architecture: str, version: str, installed: SGLangRule) -> SGLan
     if vk > _NEWEST_KNOWN:
         raise TranslationError(f"sglang {version} is newer than {'.'.join(map(str, _NEWEST_KNOWN))}, the newest "
                                f"release whose id rules are recorded (REFERENCE.md 3.2), and it is not installed "
-                               f"(installed: {installed.version}): install it so that its own setter can be asked")
+                               f"(installed: {installed.version}): install it so that its own setter can be asked",
+                               not_installed=True)
 
     default = engine_default_aux_ids
 
@@ -238,7 +239,7 @@ def _known_rule(architecture: str, version: str, installed: SGLangRule) -> SGLan
     else:
         raise TranslationError(f"sglang {version} is not installed (installed: {installed.version}) and no "
                                f"rule is known for {file}.py at that release; install it or name the "
-                               "installed version")
+                               "installed version", not_installed=True)
     return SGLangRule(architecture, file, installed.model_class, version, src,
                       installed.captures_final and file != "deepseek_v2", apply)
 
@@ -252,7 +253,8 @@ def sglang_rule(architecture: str, version: Optional[str] = None) -> SGLangRule:
     """
     inst = installed_sglang_version()
     if inst is None:
-        raise TranslationError("sglang is not installed: its id rule cannot be asked of its code")
+        raise TranslationError("sglang is not installed: its id rule cannot be asked of its code (pip install "
+                               "'eagle3-conformance[sglang]')", not_installed=True)
     rule = _installed_rule(architecture, inst)
     if version is None or version_key(version) == version_key(inst):
         return rule

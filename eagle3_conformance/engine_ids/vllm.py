@@ -35,7 +35,7 @@ def _vllm_asked(bs: list[Boundary], L: int, architecture: str, version: str, all
         nested = read_draft({**base, "eagle_config": {TOP_KEY: ids, "use_aux_hidden_state": True}}, L, architecture,
                             version)
     except VLLMNotAsked as e:
-        raise TranslationError(str(e)) from None
+        raise TranslationError(str(e), not_installed=e.not_installed) from None
     bad = {r: top[r].boundaries for r in RUNNERS if top[r].boundaries != want}
     if bad:
         raise TranslationError(f"vLLM {version}: top-level ids {ids} capture "

@@ -26,7 +26,7 @@ def _model():
         from dflash import model  # z-lab's package (imports torch and transformers' qwen3 classes)
     except ImportError as e:
         raise TranslationError(f"zlab: the z-lab reference package is not installed here (pip install --no-deps "
-                               f"dflash=={VERSION}): {e}") from None
+                               f"dflash=={VERSION}): {e}", not_installed=True) from None
     return model
 
 

@@ -82,6 +82,7 @@ EXTRA_OF: dict[str, str] = {
     "speculators": "speculators", "datasets": "speculators", "pyarrow": "speculators", "hs_connectors": "speculators",
     "sglang": "sglang", "vllm": "vllm", "specforge": "specforge", "ray": "ray", "hypothesis": "pytest",
     "pytest": "pytest", "jinja2": "html", "markupsafe": "html", "matplotlib": "html", "playwright": "browser-test",
+    "prometheus_client": "monitor",
 }
 """Top-level module -> the extra of pyproject.toml that installs it."""
 

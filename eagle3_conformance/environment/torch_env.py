@@ -150,3 +150,25 @@ def define_torchvision_schemas() -> None:
             )
         except RuntimeError:
             pass  # already defined (a second call, or the hook ran first)
+
+
+class _LazyTorch:
+    """``torch``, imported at its first use. The checks package (and :mod:`eagle3_conformance.core.capture`)
+    binds this as ``torch`` so that importing it needs no torch: the checks a core install runs on the
+    engines' own counters (``accept``'s acceptance and regression checks, ``merge-reports``' JSON) load
+    there, and a check that does use tensors raises ``ModuleNotFoundError: No module named 'torch'``
+    when it runs (the CLI says which extra to install). Type checkers see the real module
+    (``if TYPE_CHECKING: import torch``)."""
+
+    def __getattr__(self, name: str):
+        if "_mod" not in self.__dict__:
+            import torch
+
+            self.__dict__["_mod"] = torch
+        return getattr(self.__dict__["_mod"], name)
+
+    def __repr__(self) -> str:
+        return "<torch, imported at first use>"
+
+
+lazy_torch = _LazyTorch()

@@ -53,7 +53,7 @@ class Exposition:
         self.canary_time = Gauge("eagle3_monitor_canary_last_run_timestamp_seconds", "when the last canary started",
                                  registry=r)
         self.windows = Counter("eagle3_monitor_windows", "windows closed, by status (judged, sparse, idle, "
-                               "excluded)", ["status"], registry=r)
+                               "excluded, unreadable)", ["status"], registry=r)
         self.scrape_failures = Counter("eagle3_monitor_scrape_failures", "failed scrapes of the server's "
                                        "/metrics", registry=r)
         self.resets = Counter("eagle3_monitor_counter_resets", "server restarts seen as counter resets", registry=r)
@@ -67,7 +67,7 @@ class Exposition:
         self.diagnosis = Info("eagle3_monitor_diagnosis", "the last alarm's diagnosis and fix (empty when none)",
                               registry=r)
         self.server: Any = None
-        for s in ("judged", "sparse", "idle", "excluded"):
+        for s in ("judged", "sparse", "idle", "excluded", "unreadable"):
             self.windows.labels(status=s)
         self.alarm.set(0)
         self.canary.state("none")

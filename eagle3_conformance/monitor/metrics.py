@@ -43,6 +43,8 @@ VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 VLLM_REQUESTS = "vllm:request_success_total"
+#: the counters each engine's accept length is read from: without them a window cannot be judged
+COUNTED = {"sglang": (SGLANG_STEPS, SGLANG_TOKENS), "vllm": (VLLM_DRAFTS, VLLM_ACCEPTED)}
 
 
 class ScrapeError(ServerError):
@@ -63,6 +65,8 @@ class Snapshot:
         nums: the figures' numerators so far: ``[committed]`` (SGLang), ``[committed, c_1..c_k]`` (vLLM).
         requests: finished requests so far.
         gauges: the engine's own acceptance gauges at this scrape (SGLang), by metric name.
+        missing: the :data:`COUNTED` counters this scrape's ``/metrics`` does not export at all (read as 0;
+            a window in which requests finished cannot be judged without them: :mod:`.windows`).
     """
 
     t: float
@@ -70,6 +74,7 @@ class Snapshot:
     nums: list[float]
     requests: float
     gauges: dict[str, float] = field(default_factory=dict)
+    missing: tuple[str, ...] = ()
 
 
 def parse(text: str, where: str = "/metrics") -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -101,15 +106,18 @@ def total(m: dict, name: str, **match: str) -> Optional[float]:
 
 def snapshot(kind: str, k: int, m: dict, t: float) -> Snapshot:
     """The :class:`Snapshot` of parsed metrics ``m`` of a ``kind`` server with ``k`` draft positions.
-    A counter not exported yet (a labelled counter has no sample before its first increment) reads 0."""
+    A counter declared but not incremented yet (a labelled counter has no sample before its first
+    increment) reads 0; one :data:`COUNTED` counter the text does not declare at all reads 0 too and is
+    named in :attr:`Snapshot.missing`."""
+    missing = tuple(n for n in COUNTED[kind] if n not in m)
     if kind == "sglang":
         gauges = {g: v for g in SGLANG_GAUGES if (v := total(m, g)) is not None and not math.isnan(v)}
         return Snapshot(t, total(m, SGLANG_STEPS) or 0.0, [total(m, SGLANG_TOKENS) or 0.0],
-                        total(m, SGLANG_REQUESTS) or 0.0, gauges)
+                        total(m, SGLANG_REQUESTS) or 0.0, gauges, missing)
     steps = total(m, VLLM_DRAFTS) or 0.0
     acc = total(m, VLLM_ACCEPTED) or 0.0
     per_pos = [total(m, VLLM_PER_POS, position=str(i)) or 0.0 for i in range(k)]
-    return Snapshot(t, steps, [steps + acc, *per_pos], total(m, VLLM_REQUESTS) or 0.0)
+    return Snapshot(t, steps, [steps + acc, *per_pos], total(m, VLLM_REQUESTS) or 0.0, missing=missing)
 
 
 def figures(kind: str, k: int) -> list[str]:

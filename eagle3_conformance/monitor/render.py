@@ -17,7 +17,10 @@ KIND = "eagle3-conformance monitor"
 
 
 def verdict(o: Outcome) -> str:
-    """``NO ALARM``, or ``ALARM`` with what the standing alarms turned out to be."""
+    """``NO ALARM``, ``ALARM`` with what the standing alarms turned out to be, or ``INCONCLUSIVE`` with
+    why nothing was judged (:meth:`Outcome.cannot_judge`)."""
+    if not o.raised and (why := o.cannot_judge()):
+        return f"INCONCLUSIVE: {why}"
     if not o.raised:
         cleared = len(o.alarms)
         return "NO ALARM" + (f" ({cleared} drift alarm(s) cleared by the canary as traffic-mix shifts)" if cleared else "")

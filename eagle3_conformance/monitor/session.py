@@ -43,7 +43,8 @@ class Options:
 @dataclass
 class Outcome:
     """What a session found: the windows, the alarms, the calibrations, the canaries, the session's
-    events, the server, the expected detection at the end, and the exit code (0, 1)."""
+    events, the server, the expected detection at the end, the counters ``/metrics`` lacked
+    (``missing``), and the exit code (0, 1, 3)."""
 
     info: Any
     windows: list[Window]
@@ -57,6 +58,7 @@ class Outcome:
     ended: float
     settings: dict = field(default_factory=dict)
     restarts: list = field(default_factory=list)
+    missing: list = field(default_factory=list)
 
     @property
     def raised(self) -> list[Alarm]:
@@ -67,7 +69,30 @@ class Outcome:
     def exit_code(self) -> int:
         from eagle3_conformance.core.exit_codes import ExitCode
 
-        return int(ExitCode.VIOLATIONS if self.raised else ExitCode.CONFORMS)
+        if self.raised:
+            return int(ExitCode.VIOLATIONS)
+        return int(ExitCode.INCONCLUSIVE if self.cannot_judge() else ExitCode.CONFORMS)
+
+    def cannot_judge(self) -> Optional[str]:
+        """Why the session compared nothing with the baseline, in words; None when it did (a judged
+        window, or a canary that met the baseline). No alarm from a session that judged nothing is
+        INCONCLUSIVE, not NO ALARM: its windows had no readable verify-step counter (``unreadable``:
+        the counters named, with the engine identified), or too few verify steps (idle, sparse)."""
+        if any(w.status == "judged" for w in self.windows) or any(c.get("verdict") == MET for c in self.canaries):
+            return None
+        unread = [w for w in self.windows if w.status == "unreadable"]
+        if unread:
+            names = ", ".join(self.missing) or "its verify-step counters"
+            return (f"cannot judge: the {self.info.kind} server's /metrics has no {names}, the counters "
+                    f"the accept length is read from (docs/monitor.md); {len(unread)} window(s) in which "
+                    f"{sum(w.requests for w in unread):g} requests finished could not be judged. A server build, "
+                    "proxy or stand-in that does not export them cannot be monitored")
+        by: dict[str, int] = {}
+        for w in self.windows:
+            by[w.status] = by.get(w.status, 0) + 1
+        said = ", ".join(f"{v} {k}" for k, v in sorted(by.items())) or "none closed"
+        return (f"no window had {self.settings.get('min_steps', 0):g} verify steps or more (windows: {said}): "
+                "nothing was compared with the baseline; watch longer under traffic, or lower --min-steps")
 
 
 def baseline_figures(doc: dict, figures: list[str]) -> tuple[list[float], list[Optional[float]]]:
@@ -181,7 +206,7 @@ class Monitor:
         rate = steps_per_second(self.win.closed)
         return Outcome(self.info, self.win.closed, self.judge.alarms, self.judge.calibrations, self.canaries,
                        self.events, self.judge.expected_detection(rate), rate, t0, end, self._settings_json(),
-                       list(self.win.reset_times))
+                       list(self.win.reset_times), list(self.win.missing_seen))
 
     def _settings_json(self) -> dict:
         o = self.o

@@ -12,6 +12,11 @@ and idle time.
 - **Idle and sparse windows.** A window with fewer than ``min_steps`` verify steps is not judged: its
   counts are carried into the next window (``sparse``), and a window in which no request finished is
   ``idle``. The drift statistic does not move on either.
+- **Unreadable windows.** Requests finished but the server's ``/metrics`` does not export the counters
+  the accept length is read from (:data:`~.metrics.COUNTED`: a build or a stand-in without them): the
+  window cannot be judged and says which counters it lacked (``unreadable``; not carried, since no
+  later window can recover the steps). A session with no judged window ends INCONCLUSIVE
+  (:meth:`eagle3_conformance.monitor.session.Outcome.cannot_judge`), never NO ALARM.
 - **Excluded windows.** While the monitor's own canary runs, the server's counters also count the
   canary's requests: :meth:`Windows.exclude` drops the window's counts and re-bases on the next scrape.
 """
@@ -33,7 +38,8 @@ class Window:
         start, end: wall-clock seconds (``time.time()``).
         steps, nums, requests: the counters' increase over the window (carried counts included).
         status: ``judged`` (enough steps: the drift test reads it), ``sparse`` (too few steps: carried
-            into the next window), ``idle`` (no request finished), ``excluded`` (a canary ran).
+            into the next window), ``idle`` (no request finished), ``excluded`` (a canary ran),
+            ``unreadable`` (requests finished, the verify-step counters are absent from ``/metrics``).
         events: what happened in it (restart, failed scrapes, canary, alarm), in words.
         restarts: the times (epoch s) of the counter resets seen in it: the first scrape that read the
             new process's counters (the restart itself lies between the scrape before and this one).
@@ -82,6 +88,8 @@ class Windows:
         self.resets = 0
         self.reset_times: list[float] = []
         self.scrape_failures = 0
+        self.missing: tuple[str, ...] = ()
+        self.missing_seen: dict[str, None] = {}
 
     def add(self, snap: Optional[Snapshot], error: str = "", now: float = 0.0) -> None:
         """One scrape: its snapshot, or None and the ``error`` in words (a failed scrape at ``now``)."""
@@ -94,6 +102,8 @@ class Windows:
         if self.failing is not None:
             self.events.append(f"scrapes answer again at {hms(snap.t)}")
             self.failing = None
+        self.missing = snap.missing
+        self.missing_seen.update(dict.fromkeys(snap.missing))
         last, self.last_seen = self.last_seen, snap
         reset = last is not None and (snap.steps < last.steps or snap.requests < last.requests
                                       or any(a < b for a, b in zip(snap.nums, last.nums)))
@@ -136,6 +146,8 @@ class Windows:
         start = self.carry_start if self.carry_start is not None else self.start
         if self.excluded_in_window:
             status = "excluded"
+        elif self.missing and self.requests > 0:
+            status = "unreadable"
         elif self.steps >= self.min_steps:
             status = "judged"
         elif self.requests == 0 and self.steps == 0:
@@ -148,6 +160,9 @@ class Windows:
             w.events.append(f"{self.steps:g} verify steps < {self.min_steps:g}: carried into the next window")
             self.carry_start = start
         else:
+            if status == "unreadable":
+                w.events.append(f"cannot judge: {self.requests:g} requests finished but /metrics has no "
+                                f"{', '.join(self.missing)} (the counters the accept length is read from)")
             self.carry_start = None
             self.steps, self.nums, self.requests = 0.0, [0.0] * self.n, 0.0
         self.excluded_in_window = bool(self.excluded)

@@ -32,6 +32,7 @@ from typing import Any, Optional
 
 from eagle3_conformance.core.errors import DataError
 from eagle3_conformance.core.findings import Finding, Report
+from eagle3_conformance.report.slot_stats import merge_slot_stats
 
 _FINDING_KEYS = ("check", "status", "path", "slot", "expected", "observed", "where")
 
@@ -187,8 +188,6 @@ def _sum_parts(meta: dict[str, Any], metas: list[dict[str, Any]]) -> None:
         meta["fingerprint_sample"]["indices"] = sorted({i for f in fs for i in f.get("indices", [])})
     stats = [m["slot_stats"] for m in metas if isinstance(m.get("slot_stats"), dict)]
     if stats:
-        from eagle3_conformance.scan import merge_slot_stats
-
         meta["slot_stats"] = merge_slot_stats(stats)
     scopes = [m["scope"] for m in metas if isinstance(m.get("scope"), dict)]
     if scopes:
@@ -204,11 +203,28 @@ def _shard_index(shard: Any) -> tuple[int, int]:
         return (1, 0)
 
 
+def merged_across_findings(c: Any, findings: list[Finding], meta: dict) -> list[Finding]:
+    """The checks across samples on the merged findings of sharded parts: writer consistency always
+    (JSON only: no torch); vision data when the contract is multimodal and the parts' data directory
+    (``meta["data"]``) is on this machine (:func:`eagle3_conformance.scan.across.vision_data` reads it)."""
+    from eagle3_conformance.checks import check_vision_features, writer_findings
+
+    out = writer_findings(c, findings)
+    data, fmt = meta.get("data"), meta.get("format")
+    if c.multimodal is not None and isinstance(data, str) and fmt and Path(data).is_dir():
+        from eagle3_conformance.scan.across import vision_data
+
+        fig = vision_data(c, data, fmt)
+        if fig is not None:
+            out += check_vision_features(c, fig, path="data")
+    return out
+
+
 def merge_docs(docs: list[Report], names: list[str], allow_missing: bool = False, contract: Any = None) -> Report:
     """Merge reports (as loaded by :func:`load_report`) into one, without diagnoses. Missing
     shards add a ``shards_complete`` finding: status fail, or skip with ``allow_missing``. With
     ``contract``, the checks across samples run on the merged findings
-    (:func:`eagle3_conformance.scan.across.merged_across_findings`).
+    (:func:`merged_across_findings`).
 
     Raises:
         MergeError: see :func:`_check_mergeable`.
@@ -235,8 +251,6 @@ def merge_docs(docs: list[Report], names: list[str], allow_missing: bool = False
         meta["samples"] = int(n) if n.isdigit() else n
     findings += _shard_coverage(meta, [m.get("shard") for m in metas], allow_missing)
     if contract is not None and any(str((m.get("shard") or "0/1")).split("/")[-1] != "1" for m in metas):
-        from eagle3_conformance.scan.across import merged_across_findings
-
         findings += merged_across_findings(contract, findings, meta)
     _sum_parts(meta, metas)
     if any(m.get("threads_per_worker") for m in metas):  # what each part ran with (older parts: none)
@@ -257,7 +271,7 @@ def merge_reports(out: str | Path, inputs: list[str | Path], allow_missing: bool
 
     With ``contract`` (the :class:`eagle3_conformance.contract.Contract` the parts were judged against:
     see :func:`parts_contract`), the checks across samples run on the merged findings
-    (:func:`eagle3_conformance.scan.across.merged_across_findings`: a shard of several leaves them out)
+    (:func:`merged_across_findings`: a shard of several leaves them out)
     and the merged findings are diagnosed as one run
     (:func:`eagle3_conformance.diagnose.diagnose`) and the document gains ``diagnoses``.
 

@@ -4,7 +4,9 @@ multimodal contract, whether the data were written with vision features (R92,
 :func:`eagle3_conformance.checks.multimodal.check_vision_features` on :func:`vision_data`).
 
 They need every sample: a run of one shard of several (``--shard i/N``, N > 1) leaves them out and
-``merge-reports`` runs them on the merged findings (:func:`merged_across_findings`).
+``merge-reports`` runs them on the merged findings
+(:func:`eagle3_conformance.report.merge.merged_across_findings`, which imports this module, and the scan
+package with torch, only for the vision data check).
 """
 
 from __future__ import annotations
@@ -57,18 +59,4 @@ def across_findings(c: Contract, data_dir: str | Path, fmt: str, findings: list[
     fig = vision_data(c, data_dir, fmt)
     if fig is not None:
         out += check_vision_features(c, fig, path="data")
-    return out
-
-
-def merged_across_findings(c: Contract, findings: list[Finding], meta: dict) -> list[Finding]:
-    """The checks across samples on the merged findings of sharded parts: writer consistency always;
-    vision data when the parts' data directory (``meta["data"]``) is on this machine."""
-    from eagle3_conformance.checks import check_vision_features, writer_findings
-
-    out = writer_findings(c, findings)
-    data, fmt = meta.get("data"), meta.get("format")
-    if c.multimodal is not None and isinstance(data, str) and fmt and Path(data).is_dir():
-        fig = vision_data(c, data, fmt)
-        if fig is not None:
-            out += check_vision_features(c, fig, path="data")
     return out

@@ -22,6 +22,7 @@ from eagle3_conformance.checks import registry
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.core.capture import Capture
 from eagle3_conformance.core.findings import Finding
+from eagle3_conformance.report.slot_stats import merge_slot_stats  # noqa: F401  (JSON only: merge-reports runs it without torch)
 from eagle3_conformance.scan.options import DISK_PATH
 from eagle3_conformance.scan.ray_tasks import torch_threads
 from eagle3_conformance.tools.shared.fp8_payload import SCALES_KEY  # hs-connectors' FP8 scales key
@@ -52,24 +53,6 @@ class SlotStats:
             self.rms_sum += float(v.double().sum())
             self.rms_min = min(self.rms_min, float(v.min()))
             self.rms_max = max(self.rms_max, float(v.max()))
-
-
-def merge_slot_stats(parts: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """Combine per-slot RMS statistics of several parts (rows, finite_rows, rms_sum summed; min,
-    max combined; ``rms_mean`` = rms_sum / finite_rows recomputed)."""
-    out: dict[str, dict[str, Any]] = {}
-    for p in parts:
-        for label, s in p.items():
-            o = out.setdefault(label, {"rows": 0, "finite_rows": 0, "rms_sum": 0.0, "rms_min": None, "rms_max": None})
-            o["rows"] += int(s["rows"])
-            o["finite_rows"] += int(s["finite_rows"])
-            o["rms_sum"] += float(s["rms_sum"])
-            for k, fn in (("rms_min", min), ("rms_max", max)):
-                if s.get(k) is not None:
-                    o[k] = s[k] if o[k] is None else fn(o[k], s[k])
-    for o in out.values():
-        o["rms_mean"] = o["rms_sum"] / o["finite_rows"] if o["finite_rows"] else None
-    return out
 
 
 @dataclass

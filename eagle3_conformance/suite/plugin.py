@@ -22,6 +22,8 @@ Options, markers, collection and the report only; the work is in :mod:`eagle3_co
   ``conformance_training_captures``.
 - Prints the report at the end (verdict and diagnoses first, failing checks one line each, passes
   folded unless ``-v``; 100 columns) and writes ``--conformance-json OUT`` (with ``diagnoses``).
+- Nothing checked is never green: every conformance item skipped is NOTHING CHECKED, with the reasons,
+  and pytest's NO_TESTS_COLLECTED (5) (:mod:`eagle3_conformance.suite.outcomes`).
 - A failing item's failure text is short (its diagnoses, one line each); ``--junitxml``
   records carry the properties ``contract``, ``contract_file``, ``conformance_path``, ``check``
   (one per failing check) and ``diagnosis``.
@@ -74,6 +76,8 @@ class _Record:
 _RECORDS = pytest.StashKey[dict]()
 """(contract file, contract name) -> its :class:`_Record`, in the order the contracts ran."""
 _ASKED = pytest.StashKey[bool]()  # the session asks for the suite (see _asked)
+_OUTCOMES = pytest.StashKey[dict]()  # node id -> (label, outcome): eagle3_conformance.suite.outcomes
+_FILES = pytest.StashKey[list]()  # the contract files collected
 _INVALID = pytest.StashKey[dict]()
 """contract file -> the ContractError that stopped it (its ``contract`` item fails; the report says INPUT ERROR)."""
 
@@ -137,6 +141,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a GPU and a real SGLang engine; skipped without one (prepared, never run on a GPU)")
     config.stash[_RECORDS] = {}
     config.stash[_INVALID] = {}
+    config.stash[_OUTCOMES], config.stash[_FILES] = {}, []
     config.stash[_ASKED] = _asked(config)
     _check_paths(config.getoption("--conformance-paths"))
     _check_contracts(config.getoption("--contract"))
@@ -192,6 +197,7 @@ def pytest_collect_file(file_path: Path, parent):
             return None
     elif file_path.parent.name != "contracts" or not _looks_like_contract(file_path):
         return None
+    parent.config.stash[_FILES].append(file_path)
     return ContractFile.from_parent(parent, path=file_path)
 
 
@@ -384,6 +390,8 @@ def pytest_collection_finish(session):
     """The chosen items' paths start what they start ahead (session.warm_items); not with --collect-only."""
     if session.config.option.collectonly or not session.config.stash.get(_ASKED, False):
         return
+    session.config.stash[_OUTCOMES] = {i.nodeid: (i.reportinfo()[2], None) for i in session.items
+                                       if isinstance(i, (PathItem, ContractErrorItem))}
     from eagle3_conformance.suite.session import warm_items
     items = [(i.conformance_path, i._judged_contract()) for i in session.items if isinstance(i, PathItem)]
     for discard in warm_items(items):  # the real engine's run; stopped at the end if not taken
@@ -402,6 +410,24 @@ def pytest_runtest_call(item):
             warnings.filterwarnings(action, category=category, module=module)
         warnings.filterwarnings("ignore", message="MultiPlatformOp is deprecated", category=DeprecationWarning)
         yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Note each conformance item's outcome (:data:`_OUTCOMES`): a skip in any phase with its reason."""
+    outcome = yield
+    from eagle3_conformance.suite.outcomes import note
+
+    note(item.config.stash.get(_OUTCOMES, {}), outcome.get_result())
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A session that asked for the suite and checked nothing exits 5 (pytest's NO_TESTS_COLLECTED), not 0."""
+    from eagle3_conformance.suite.outcomes import nothing_checked
+
+    if (exitstatus == pytest.ExitCode.OK and session.config.stash.get(_ASKED, False)
+            and nothing_checked(session.config.stash.get(_OUTCOMES, {}))):
+        session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
 
 
 def _sglang_version() -> Optional[str]:
@@ -424,12 +450,19 @@ def _invalid_lines(invalid: dict) -> list[str]:
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     store = config.stash.get(_RECORDS, {})
     invalid = config.stash.get(_INVALID, {})
-    if not store and not invalid:
+    from eagle3_conformance.suite.outcomes import nothing_lines, only_the_suite
+
+    asked = config.stash.get(_ASKED, False) and not config.option.collectonly and not invalid
+    seen = config.stash.get(_OUTCOMES, {})
+    nothing = nothing_lines(seen, bool(config.stash.get(_FILES, []))) if asked and (seen or only_the_suite(config)) else []
+    if not store and not invalid and not nothing:
         return
     from eagle3_conformance.report import WIDTH, render_text
 
     width = min(terminalreporter._tw.fullwidth, WIDTH)
     terminalreporter.write_sep("=", "conformance report")
+    for line in nothing:
+        terminalreporter.write_line(line)
     for line in _invalid_lines(invalid):
         terminalreporter.write_line(line)
     if invalid:

@@ -46,7 +46,12 @@ READERS = {
 
 class VLLMNotAsked(ValueError):
     """vLLM's code could not be asked: not installed, another release, or an architecture whose
-    capture is not the mixin's. One line, says why."""
+    capture is not the mixin's. One line, says why. ``not_installed``: the release asked for is not the
+    installed one (or none is): no answer about the ids, only about this machine."""
+
+    def __init__(self, message: str, *, not_installed: bool = False) -> None:
+        super().__init__(message)
+        self.not_installed = not_installed
 
 
 @dataclass(frozen=True)
@@ -72,11 +77,13 @@ class RunnerReading:
 def _require(version: Optional[str]) -> str:
     inst = installed_version("vllm")
     if inst is None:
-        raise VLLMNotAsked(f"vLLM{'==' + version if version else ''} is not installed in this environment; its "
-                           "id readers are asked in the vLLM environment (tox -e vllm, .tox/vllm-lock)")
+        raise VLLMNotAsked(f"vLLM{'==' + version if version else ''} is not installed in this environment; a "
+                           "pinned release's id readers are its own code, asked where it is installed (pip install "
+                           f"vllm{'==' + version if version else ''}; this project: tox -e vllm); without it, "
+                           "name the engine without a version (the recorded rule)", not_installed=True)
     if version is not None and version != inst:
         raise VLLMNotAsked(f"vLLM {version} was asked for but {inst} is installed; only the installed release's "
-                           "code can be asked")
+                           "code can be asked", not_installed=True)
     return inst
 
 

@@ -1,0 +1,74 @@
+"""What the conformance items of a pytest session came to, and the report's words when they checked
+nothing (the plugin, :mod:`eagle3_conformance.suite.plugin`, keeps the record and calls these).
+
+The record: conformance item node id -> ``(label, outcome)``; ``label`` is ``contract::path``, the outcome
+None until the item ran, then ``passed``, ``failed`` or ``skipped: REASON``. A session that asked for the
+suite and in which every chosen item skipped checked nothing: it is reported as NOTHING CHECKED with the
+reasons grouped, and exits with pytest's NO_TESTS_COLLECTED (5), never as a pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+def note(seen: dict[str, tuple[str, Optional[str]]], rep: Any) -> None:
+    """Record one phase's report ``rep`` (a ``pytest.TestReport``) of a conformance item in ``seen``: a
+    skip in any phase with its reason, a failure in any phase, a pass of the call phase."""
+    if rep.nodeid not in seen:
+        return
+    label, was = seen[rep.nodeid]
+    if rep.skipped:
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        seen[rep.nodeid] = (label, "skipped: " + str(reason).removeprefix("Skipped: "))
+    elif rep.failed:
+        seen[rep.nodeid] = (label, "failed")
+    elif rep.when == "call" and was is None:
+        seen[rep.nodeid] = (label, "passed")
+
+
+def nothing_checked(seen: dict[str, tuple[str, Optional[str]]]) -> Optional[dict[str, list[str]]]:
+    """When every item of ``seen`` (at least one) skipped: each skip reason with the items it skipped;
+    else None (something passed, failed or did not finish)."""
+    if not seen or not all(o is not None and o.startswith("skipped: ") for _, o in seen.values()):
+        return None
+    by: dict[str, list[str]] = {}
+    for label, o in seen.values():
+        by.setdefault(str(o).removeprefix("skipped: "), []).append(label)
+    return by
+
+
+def nothing_lines(seen: dict[str, tuple[str, Optional[str]]], files_collected: bool) -> list[str]:
+    """The conformance report's lines of a session that asked for the suite and checked nothing (no item
+    chosen: why, and how to name a contract; every item skipped: the reasons grouped), else none."""
+    if not seen:
+        if files_collected:
+            return ["NOTHING CHECKED: no conformance item was selected (-k, -m or --conformance-paths "
+                    "deselected every one)"]
+        return ["NOTHING CHECKED: no contract was collected: name one with --contract PATH (a contract YAML; "
+                "`eagle3-conformance init` writes one), or run where a contracts/ directory holds contract files"]
+    by = nothing_checked(seen)
+    if by is None:
+        return []
+    n = sum(len(v) for v in by.values())
+    lines = [f"NOTHING CHECKED: every path skipped ({n} item(s)); exit status 5 (pytest's \"no tests ran\"), "
+             "not a pass. Why each skipped:"]
+    for reason, labels in by.items():
+        lines += [f"  {reason}", f"    {', '.join(labels)}"]
+    return lines
+
+
+def only_the_suite(config: Any) -> bool:
+    """The session asks for the suite alone: ``--contract``, or a ``-m`` expression that holds for a
+    ``conformance`` item and not for another (``-m conformance``: yes; ``-m 'not slow'`` selects both:
+    no, and a run of a project's own tests with it is told nothing about contracts)."""
+    if config.getoption("--contract"):
+        return True
+    try:
+        from _pytest.mark.expression import Expression
+
+        compiled = Expression.compile((config.getoption("markexpr", "") or "").strip() or "conformance")
+        return bool(compiled.evaluate(lambda name, /, **kw: name == "conformance")) and not compiled.evaluate(
+            lambda name, /, **kw: False)
+    except Exception:  # another pytest's private API, or a bad expression (pytest reports it)
+        return False
