@@ -38,10 +38,10 @@ def commands(toxworkdir: Path, suite_args: list[str]) -> tuple[list[list[str]], 
     """(lane 1, lane 2): the main job's commands, as tox.ini ran them."""
     py = str(toxworkdir / "cpu-lock" / "bin" / "python")
     spec = "contracts/specforge/smollm2-135m.yaml"
-    suite = [py, "-m", "pytest", "-m", "conformance", "-p", "no:randomly", "-rs", "--conformance-html",
-             str(toxworkdir / "conformance-report.html"), "contracts", *suite_args]
-    specforge = [py, "-m", "pytest", "-m", "conformance", "-p", "no:randomly", "-rs", "-q", "--contract", spec,
-                 "--conformance-paths", "specforge", "--conformance-html",
+    suite = [py, "-m", "pytest", "-m", "conformance", "-p", "no:randomly", "-rs", "--conformance-durations",
+             "--conformance-html", str(toxworkdir / "conformance-report.html"), "contracts", *suite_args]
+    specforge = [py, "-m", "pytest", "-m", "conformance", "-p", "no:randomly", "-rs", "-q", "--conformance-durations",
+                 "--contract", spec, "--conformance-paths", "specforge", "--conformance-html",
                  str(toxworkdir / "conformance-report-specforge.html"), spec]
     faults = [str(toxworkdir / "cpu-lock" / "bin" / "eagle3-conformance"), "faults", "--pair", "synthetic",
               "--pair", "smollm2-135m", "--html", str(toxworkdir / "kill-matrix.html")]

@@ -23,11 +23,12 @@ def job(monkeypatch):
 
 def test_the_commands_are_the_main_job_s_three(job, tmp_path):
     (suite,), (specforge, faults) = job.commands(tmp_path, ["-k", "training"])
-    assert suite[1:] == ["-m", "pytest", "-m", "conformance", "-p", "no:randomly", "-rs", "--conformance-html",
-                         str(tmp_path / "conformance-report.html"), "contracts", "-k", "training"]
+    assert suite[1:] == ["-m", "pytest", "-m", "conformance", "-p", "no:randomly", "-rs", "--conformance-durations",
+                         "--conformance-html", str(tmp_path / "conformance-report.html"), "contracts", "-k", "training"]
     spec = "contracts/specforge/smollm2-135m.yaml"
-    assert specforge[1:] == ["-m", "pytest", "-m", "conformance", "-p", "no:randomly", "-rs", "-q", "--contract", spec,
-                             "--conformance-paths", "specforge", "--conformance-html",
+    assert specforge[1:] == ["-m", "pytest", "-m", "conformance", "-p", "no:randomly", "-rs", "-q",
+                             "--conformance-durations", "--contract", spec, "--conformance-paths", "specforge",
+                             "--conformance-html",
                              str(tmp_path / "conformance-report-specforge.html"), spec]
     assert faults[1:] == ["faults", "--pair", "synthetic", "--pair", "smollm2-135m", "--html",
                           str(tmp_path / "kill-matrix.html")]

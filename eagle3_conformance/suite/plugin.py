@@ -22,6 +22,8 @@ Options, markers, collection and the report only; the work is in :mod:`eagle3_co
   ``conformance_training_captures``.
 - Prints the report at the end (verdict and diagnoses first, failing checks one line each, passes
   folded unless ``-v``; 100 columns) and writes ``--conformance-json OUT`` (with ``diagnoses``).
+- ``--conformance-durations``: after the report, the seconds each path took on the session's clock (its
+  items' setup, call and teardown, summed over contracts), the slowest first.
 - A failing item's failure text is short (its diagnoses, one line each); ``--junitxml``
   records carry the properties ``contract``, ``contract_file``, ``conformance_path``, ``check``
   (one per failing check) and ``diagnosis``.
@@ -29,6 +31,7 @@ Options, markers, collection and the report only; the work is in :mod:`eagle3_co
 
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +77,7 @@ class _Record:
 _RECORDS = pytest.StashKey[dict]()
 """(contract file, contract name) -> its :class:`_Record`, in the order the contracts ran."""
 _ASKED = pytest.StashKey[bool]()  # the session asks for the suite (see _asked)
+_SECONDS = pytest.StashKey[dict]()  # path -> seconds its items took (setup + call + teardown)
 _INVALID = pytest.StashKey[dict]()
 """contract file -> the ContractError that stopped it (its ``contract`` item fails; the report says INPUT ERROR)."""
 
@@ -107,6 +111,9 @@ def pytest_addoption(parser):
                 help="what the serving captures are judged against, overriding each contract's `reference`: "
                      "transformers (the project's own forward of the target) or engine (the target's residual "
                      "stream recorded by the engine's own forward_hooks; docs/engine-reference.md)")
+    g.addoption("--conformance-durations", action="store_true",
+                help="after the report, print the seconds each path took (setup + call + teardown, summed over "
+                     "contracts; a run started ahead counts only the wait for it), the slowest first")
 
 
 def _asked(config) -> bool:
@@ -134,6 +141,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a GPU and a real SGLang engine; skipped without one (prepared, never run on a GPU)")
     config.stash[_RECORDS] = {}
     config.stash[_INVALID] = {}
+    config.stash[_SECONDS] = {}
     config.stash[_ASKED] = _asked(config)
     _check_paths(config.getoption("--conformance-paths"))
     _check_contracts(config.getoption("--contract"))
@@ -388,6 +396,23 @@ def pytest_collection_finish(session):
 
 
 @pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """The seconds of each path's items (``--conformance-durations``)."""
+    t0 = time.perf_counter()
+    yield
+    if isinstance(item, PathItem):
+        seconds = item.config.stash[_SECONDS]
+        seconds[item.conformance_path] = seconds.get(item.conformance_path, 0.0) + time.perf_counter() - t0
+
+
+def durations_line(seconds: dict[str, float]) -> str:
+    """``seconds per path: a 12.3, b 4.0, ...; total 16.3`` (the slowest first)."""
+    ordered = sorted(seconds.items(), key=lambda kv: -kv[1])
+    return ("seconds per path: " + ", ".join(f"{p} {s:.1f}" for p, s in ordered)
+            + f"; total {sum(seconds.values()):.1f}")
+
+
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     """The suite's items run with the engines' import-time warnings silenced (:data:`ENGINE_WARNINGS`);
     every other item, and the session, keep their own filters."""
@@ -419,6 +444,12 @@ def _invalid_lines(invalid: dict) -> list[str]:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    _write_report(terminalreporter, config)
+    if config.getoption("--conformance-durations") and config.stash.get(_SECONDS, None):
+        terminalreporter.write_line(durations_line(config.stash[_SECONDS]))
+
+
+def _write_report(terminalreporter, config) -> None:
     store = config.stash.get(_RECORDS, {})
     invalid = config.stash.get(_INVALID, {})
     if not store and not invalid:
