@@ -244,7 +244,7 @@ def test_a_changed_input_of_the_reference_is_another_disk_cache_entry(tiny, tmp_
 
 
 def test_the_suite_s_reference_reads_the_disk_cache_unless_told_not_to(tiny, tmp_path, monkeypatch):
-    from eagle3_conformance.suite.assess import suite_reference_model
+    from eagle3_conformance.reference.suite_model import suite_reference_model
 
     monkeypatch.setenv("CONFORMANCE_MODEL_CACHE", str(tmp_path / "root"))
     m = suite_reference_model(tiny.target_dir, "rmsnorm")

@@ -38,7 +38,7 @@ class _State:
 
 
 def prepare(c, pair) -> _State:
-    from eagle3_conformance.suite.assess import suite_reference_model
+    from eagle3_conformance.reference.suite_model import suite_reference_model
     from eagle3_conformance.suite.pairs import torch_dtype
     from eagle3_conformance.testbed.corpus import prompt_pool
     from eagle3_conformance.tools.sglang_cpu import shared_harness
