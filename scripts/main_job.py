@@ -13,7 +13,9 @@ pinned wheel, its data; a marker check once built, about 1 s), so a first run co
 lane. ``CONFORMANCE_MAIN_JOB_LANES=1`` runs the three one after the other.
 
 Lane 1's output is shown as it comes; lane 2's is kept and shown whole once each of its commands ends
-(after lane 1's), so the two never interleave. Each command's seconds are printed at the end. Exit
+(after lane 1's), so the two never interleave. Each command's seconds and CPU seconds are printed at the
+end (where the time goes: the suite's seconds per path, ``--conformance-durations``, and the kill matrices'
+seconds per column are in their own output). Wall time on two cores is at least the CPU seconds / 2. Exit
 status: the first failing command's in the order above (0 when all three pass); Ctrl-C reaches every
 command (one process group), which stop as they do on their own.
 
@@ -38,23 +40,36 @@ def commands(toxworkdir: Path, suite_args: list[str]) -> tuple[list[list[str]], 
     """(lane 1, lane 2): the main job's commands, as tox.ini ran them."""
     py = str(toxworkdir / "cpu-lock" / "bin" / "python")
     spec = "contracts/specforge/smollm2-135m.yaml"
-    suite = [py, "-m", "pytest", "-m", "conformance", "-p", "no:randomly", "-rs", "--conformance-html",
-             str(toxworkdir / "conformance-report.html"), "contracts", *suite_args]
-    specforge = [py, "-m", "pytest", "-m", "conformance", "-p", "no:randomly", "-rs", "-q", "--contract", spec,
-                 "--conformance-paths", "specforge", "--conformance-html",
+    suite = [py, "-m", "pytest", "-m", "conformance", "-p", "no:randomly", "-rs", "--conformance-durations",
+             "--conformance-html", str(toxworkdir / "conformance-report.html"), "contracts", *suite_args]
+    specforge = [py, "-m", "pytest", "-m", "conformance", "-p", "no:randomly", "-rs", "-q", "--conformance-durations",
+                 "--contract", spec, "--conformance-paths", "specforge", "--conformance-html",
                  str(toxworkdir / "conformance-report-specforge.html"), spec]
     faults = [str(toxworkdir / "cpu-lock" / "bin" / "eagle3-conformance"), "faults", "--pair", "synthetic",
               "--pair", "smollm2-135m", "--html", str(toxworkdir / "kill-matrix.html")]
     return [suite], [specforge, faults]
 
 
+def call(cmd: list[str], **kw) -> tuple[int, float]:
+    """``subprocess.call(cmd, **kw)``, and the CPU seconds (user + system) the command and the processes it
+    waited for used (``os.wait4``'s rusage of that one child: the two lanes' figures do not mix)."""
+    with subprocess.Popen(cmd, **kw) as proc:
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:  # Ctrl-C: the command gets it too (one process group); wait as call() does
+            proc.wait()
+            raise
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_utime + usage.ru_stime
+
+
 def _run_kept(cmd: list[str], results: dict) -> None:
-    """Run ``cmd`` with its output in a temporary file; record (exit status, seconds, output)."""
+    """Run ``cmd`` with its output in a temporary file; record (exit status, seconds, output, CPU seconds)."""
     with tempfile.TemporaryFile() as out:
         t0 = time.perf_counter()
-        code = subprocess.call(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        code, cpu = call(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
         out.seek(0)
-        results[id(cmd)] = (code, time.perf_counter() - t0, out.read().decode(errors="replace"))
+        results[id(cmd)] = (code, time.perf_counter() - t0, out.read().decode(errors="replace"), cpu)
 
 
 def _lane(cmds: list[list[str]], results: dict) -> None:
@@ -82,8 +97,8 @@ def run(toxworkdir: Path, suite_args: list[str], lanes: int = 2) -> int:
         second.start()
     print(f"main job [lane 1] {shlex.join(lane1[0])}", flush=True)
     t1 = time.perf_counter()
-    code1 = subprocess.call(lane1[0], cwd=ROOT)
-    times = [("suite", time.perf_counter() - t1, code1)]
+    code1, cpu1 = call(lane1[0], cwd=ROOT)
+    times = [("suite", time.perf_counter() - t1, code1, cpu1)]
     if lanes == 1 and code1 == 0:
         _lane(lane2, results)
     if lanes > 1:
@@ -92,12 +107,14 @@ def run(toxworkdir: Path, suite_args: list[str], lanes: int = 2) -> int:
     for name, cmd in zip(("specforge contract", "kill matrices"), lane2):
         if id(cmd) not in results:
             continue
-        c, sec, out = results[id(cmd)]
+        c, sec, out, cpu = results[id(cmd)]
         print(f"\nmain job [lane 2] {shlex.join(cmd)}\n{out}", end="", flush=True)
-        times.append((name, sec, c))
+        times.append((name, sec, c, cpu))
         code = code or c
-    print("\nmain job: " + ", ".join(f"{n} {s:.0f} s{'' if c == 0 else f' (exit {c})'}" for n, s, c in times)
-          + f"; wall {time.perf_counter() - t0:.0f} s ({lanes} lane{'s' if lanes > 1 else ''})", flush=True)
+    print("\nmain job: " + ", ".join(f"{n} {s:.0f} s (CPU {u:.0f} s){'' if c == 0 else f' (exit {c})'}"
+                                     for n, s, c, u in times)
+          + f"; wall {time.perf_counter() - t0:.0f} s ({lanes} lane{'s' if lanes > 1 else ''}), CPU "
+          + f"{sum(t[3] for t in times):.0f} s on {os.cpu_count()} cores", flush=True)
     return code
 
 

@@ -167,3 +167,78 @@ def pytest_runtest_setup(item):
                                      "--conformance-paths", "training", "-q")
     assert r.ret == pytest.ExitCode.NO_TESTS_COLLECTED, r.stdout.str()  # its one path skipped: nothing checked
     assert log.read_text().splitlines() == ["warm tiny-llama-eagle3", "run training", "discard"]
+
+
+def test_a_cancelled_job_kills_the_engine_running_and_each_one_started_after():
+    """A job whose function starts engines one after the other (run_variations: the base run, then the
+    chunked one): cancel kills the one running, and the next is killed as it starts."""
+    seen: list = []
+
+    def two_engines(*, workdir, started):
+        for _ in range(2):
+            proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+            seen.append(proc.pid)
+            started(proc)
+            proc.wait()
+        return "both ran"
+
+    job = ahead.Job(two_engines)
+    deadline = time.monotonic() + 30
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    job.discard()
+    assert len(seen) == 2 and all(_gone(p) for p in seen) and time.monotonic() - t0 < 30
+    assert job.result() == "both ran"  # each wait ended with the kill, not the 60 s
+
+
+def test_invariance_prepare_takes_the_runs_warm_started_and_only_those(monkeypatch):
+    """sglang-engine-invariance's warm starts run_variations with prepare's arguments; prepare takes that job
+    (no second engine), returns its observation and discards it; a second warm of the same plan starts nothing."""
+    from eagle3_conformance.paths import sglang_engine_invariance as inv
+    from eagle3_conformance.tools.sglang_engine import variations
+
+    plan = inv._Plan("t", "d", [[1, 2]], ("batch",), 8, "cpu", "float32", "")
+    calls: list = []
+
+    def fake_run_variations(target_dir, draft_dir, prompts, *, workdir, started=None, **kw):
+        calls.append((target_dir, draft_dir, prompts, kw, started is not None))
+        return "observed"
+
+    monkeypatch.setattr(inv, "_planned", lambda c, pair: plan)
+    monkeypatch.setattr(variations, "run_variations", fake_run_variations)
+    monkeypatch.setattr(inv, "_AHEAD", {})
+    discard = inv.warm(object(), object())
+    assert discard is not None and inv.warm(object(), object()) is None
+    state = inv.prepare(object(), object())
+    assert state.observation == "observed" and state.names == ["batch"] and inv._AHEAD == {}
+    assert calls == [("t", "d", [[1, 2]], plan.kwargs(), True)]  # one run, the ahead job's (started= handed)
+    discard()  # the session's discard after prepare took it: nothing left, nothing raised
+    monkeypatch.setattr(inv, "_AHEAD", {})
+    assert inv.prepare(object(), object()).observation == "observed" and len(calls) == 2  # not warmed: its own run
+    assert calls[1][4] is False
+
+
+def test_the_plugin_prints_each_path_s_seconds_when_asked(pytester):
+    """--conformance-durations: one line after the report, each path's seconds (a skipped path's too)."""
+    import shutil
+    from pathlib import Path as FsPath
+
+    repo = FsPath(__file__).resolve().parent.parent
+    shutil.copy(repo / "contracts" / "tiny-llama.yaml", pytester.path / "c.yaml")
+    args = ["-m", "conformance", "-p", "no:randomly", "--contract", "c.yaml", "--conformance-paths",
+            "vllm-engine,sglang-mtp", "-q"]
+    r = pytester.runpytest_subprocess(*args, "--conformance-durations")
+    line, = [x for x in r.outlines if x.startswith("seconds per path: ")]
+    assert "vllm-engine " in line and "sglang-mtp " in line and "; total " in line
+    assert not [x for x in pytester.runpytest_subprocess(*args).outlines if x.startswith("seconds per path")]
+
+
+def test_the_kill_matrix_s_seconds_per_column_sum_its_scenarios():
+    from eagle3_conformance.faults.render import column_seconds
+
+    m = {"paths": ("training", "sglang-extend"), "timings": {
+        "build base": 5.0, "base training": 1.0, "final training": 2.0, "base sglang-extend": 4.0,
+        "harness builds": 9.0, "total": 20.0}}
+    assert column_seconds(m) == {"sglang-extend": 4.0, "training": 3.0}
+    assert list(column_seconds(m)) == ["sglang-extend", "training"]  # the slowest first

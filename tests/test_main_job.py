@@ -23,11 +23,12 @@ def job(monkeypatch):
 
 def test_the_commands_are_the_main_job_s_three(job, tmp_path):
     (suite,), (specforge, faults) = job.commands(tmp_path, ["-k", "training"])
-    assert suite[1:] == ["-m", "pytest", "-m", "conformance", "-p", "no:randomly", "-rs", "--conformance-html",
-                         str(tmp_path / "conformance-report.html"), "contracts", "-k", "training"]
+    assert suite[1:] == ["-m", "pytest", "-m", "conformance", "-p", "no:randomly", "-rs", "--conformance-durations",
+                         "--conformance-html", str(tmp_path / "conformance-report.html"), "contracts", "-k", "training"]
     spec = "contracts/specforge/smollm2-135m.yaml"
-    assert specforge[1:] == ["-m", "pytest", "-m", "conformance", "-p", "no:randomly", "-rs", "-q", "--contract", spec,
-                             "--conformance-paths", "specforge", "--conformance-html",
+    assert specforge[1:] == ["-m", "pytest", "-m", "conformance", "-p", "no:randomly", "-rs", "-q",
+                             "--conformance-durations", "--contract", spec, "--conformance-paths", "specforge",
+                             "--conformance-html",
                              str(tmp_path / "conformance-report-specforge.html"), spec]
     assert faults[1:] == ["faults", "--pair", "synthetic", "--pair", "smollm2-135m", "--html",
                           str(tmp_path / "kill-matrix.html")]
@@ -62,6 +63,18 @@ def test_lane_2_runs_beside_lane_1_and_its_output_follows_whole(job, tmp_path, m
     assert out.index("output of suite") < out.index("[lane 2]") < out.index("output of specforge") \
         < out.index("output of faults")
     assert "main job: suite" in out and "specforge contract" in out and "kill matrices" in out
+    assert out.count(" s (CPU ") == 3 and "CPU " in out.rsplit("; wall", 1)[1]
+
+
+def test_each_command_s_cpu_seconds_are_its_own(job):
+    """call() returns the exit status and the CPU seconds of that child and what it waited for: a command
+    that burns 0.5 s of CPU in a grandchild reads at least that, one that sleeps reads almost none."""
+    burn = ("import subprocess, sys; subprocess.run([sys.executable, '-c', "
+            "'import time\\nwhile time.process_time() < 0.5: pass']); raise SystemExit(3)")
+    code, cpu = job.call([sys.executable, "-c", burn])
+    assert code == 3 and cpu >= 0.5
+    code, cpu = job.call([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    assert code == 0 and cpu < 0.45
 
 
 @pytest.mark.parametrize("codes,want", [((1, 0, 0), 1), ((0, 3, 0), 3), ((0, 0, 5), 5), ((2, 0, 5), 2)])

@@ -97,7 +97,7 @@ def test_command_missing_an_optional_dependency_names_the_extra(monkeypatch, cap
     ("slow or conformance", True), ("slow", False),
 ])
 def test_the_suite_is_asked_for_by_the_mark_expression(expr, asked):
-    from eagle3_conformance.suite.plugin import _asked
+    from eagle3_conformance.suite.outcomes import asked as _asked
 
     opts = {"--contract": [], "markexpr": expr}
     config = type("C", (), {"getoption": lambda self, name, default=None: opts.get(name, default)})()

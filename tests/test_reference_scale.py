@@ -205,3 +205,51 @@ def test_streamed_forward_equals_full_forward_on_real_smollm2_bf16_weights():
     b = ReferenceModel(target, stream_layers=True).capture(ids)
     assert a.stack.shape == (full.num_layers + 2, 48, full.hidden_size)
     assert torch.equal(a.stack, b.stack), float((a.stack - b.stack).abs().max())
+
+
+def test_a_changed_input_of_the_reference_is_another_disk_cache_entry(tiny, tmp_path, monkeypatch):
+    """The disk cache key covers what computed the boundaries: a weight file rewritten (its mtime), another
+    torch or transformers version, another reference source each miss the old entry and run the target again;
+    the same inputs hit it, bit for bit."""
+    import os
+
+    import transformers
+
+    import eagle3_conformance.reference.model as model_mod
+
+    target = tmp_path / "target"
+    shutil.copytree(tiny.target_dir, target)
+    ids = _ids(9, 256, seed=3)
+    a = ReferenceModel(target, cache_dir=tmp_path / "cache").capture(ids)
+
+    def again():
+        m = ReferenceModel(target, cache_dir=tmp_path / "cache")
+        out = m.capture(ids)
+        assert torch.equal(out.stack, a.stack)
+        return m.forwards if hasattr(m, "forwards") else 0
+
+    assert again() == 0  # the same inputs: read back
+    weights = next(target.glob("*.safetensors"))
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    assert again() == 1  # a rewritten weight file: recomputed
+    assert again() == 0
+    monkeypatch.setattr(torch, "__version__", "0.0.0-other")
+    assert again() == 1
+    monkeypatch.setattr(transformers, "__version__", "0.0.0-other")
+    assert again() == 1
+    source = tmp_path / "model.py"
+    source.write_text(Path(model_mod.__file__).read_text() + "\n# changed\n")
+    monkeypatch.setattr(model_mod, "__file__", str(source))
+    assert again() == 1
+
+
+def test_the_suite_s_reference_reads_the_disk_cache_unless_told_not_to(tiny, tmp_path, monkeypatch):
+    from eagle3_conformance.reference.suite_model import suite_reference_model
+
+    monkeypatch.setenv("CONFORMANCE_MODEL_CACHE", str(tmp_path / "root"))
+    m = suite_reference_model(tiny.target_dir, "rmsnorm")
+    assert m.cache_dir == tmp_path / "root" / "reference"
+    m.capture(_ids(7, 256, seed=4))
+    assert list((tmp_path / "root" / "reference").rglob("*.safetensors"))
+    monkeypatch.setenv("CONFORMANCE_REFERENCE_CACHE", "0")
+    assert suite_reference_model(tiny.target_dir, "rmsnorm").cache_dir is None

@@ -64,6 +64,20 @@ def render_matrix(m: dict[str, Any], console=None) -> None:
                   + (f"{m['vllm_harness_builds']} vLLM harness builds ({tm.get('vllm harness builds', 0):.1f} s), "
                      if m.get("vllm_harness_builds") else "")
                   + f"total {tm['total']:.1f} s")
+    per_path = column_seconds(m)
+    if per_path:
+        console.print("seconds per column: " + ", ".join(f"{p} {t:.1f}" for p, t in per_path.items()))
+
+
+def column_seconds(m: dict[str, Any]) -> dict[str, float]:
+    """Seconds per column of a kill matrix (:func:`eagle3_conformance.faults.matrix.run_matrix`'s
+    ``timings``: its ``"<scenario> <path>"`` groups, summed over scenarios), the slowest first."""
+    out: dict[str, float] = {}
+    for key, t in m["timings"].items():
+        _, _, path = key.rpartition(" ")
+        if path in m["paths"] and not key.startswith("build "):
+            out[path] = out.get(path, 0.0) + t
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def acceptance_json(t: dict[str, Any]) -> dict[str, Any]:

@@ -38,13 +38,13 @@ class _State:
 
 
 def prepare(c, pair) -> _State:
-    from eagle3_conformance.reference import load_reference_model
+    from eagle3_conformance.reference.suite_model import suite_reference_model
     from eagle3_conformance.suite.pairs import torch_dtype
     from eagle3_conformance.testbed.corpus import prompt_pool
     from eagle3_conformance.tools.sglang_cpu import shared_harness
 
     h = shared_harness(pair.target_dir, pair.draft_dir, torch_dtype(c.serving_dtype))
-    return _State(c, h, load_reference_model(pair.target_dir, c.target), prompt_pool(pair.target_dir))
+    return _State(c, h, suite_reference_model(pair.target_dir, c.target), prompt_pool(pair.target_dir))
 
 
 def observe(s: _State, draw) -> Observation:

@@ -9,7 +9,9 @@ no chunking, no logprobs, TP 1) and under each variation SGLang offers
 start; only when asked: ``CONFORMANCE_ENGINE_VARIATIONS=all`` or a comma list; ``none`` skips the path).
 Every draft input row of every variation, extend and verify, is compared with the plain run's by
 :func:`eagle3_conformance.checks.invariance.check_engine_invariance` (no reference model); the fact
-``engine_variations`` says what ran, what it cost and what could not run.
+``engine_variations`` says what ran, what it cost and what could not run. Under pytest the runs start in
+the background once the session's items are chosen (:func:`warm`, as ``sglang-engine``'s), so their engine
+starts overlap the paths before this one; ``prepare`` then takes them.
 
 Which pair: the fixture pair with a trained draft, or a user's pair (:func:`~eagle3_conformance.paths.base.engine_pair`).
 A half-precision contract runs at float32 on CPU (:func:`~eagle3_conformance.paths.base.run_dtype`), judged
@@ -39,13 +41,40 @@ class _State:
     note: str = ""
 
 
-def prepare(c, pair):
-    """Run the plain run and the variations (an engine that does not start is a skip with SGLang's reason)."""
+@dataclass(frozen=True)
+class _Plan:
+    """The runs a contract asks for: what :func:`prepare` (and :func:`warm`, ahead of it) hands
+    :func:`eagle3_conformance.tools.sglang_engine.variations.run_variations`."""
+
+    target_dir: Any
+    draft_dir: Any
+    prompts: Any  # list[list[int]]
+    names: tuple
+    max_new_tokens: int
+    device: str
+    dtype: str
+    note: str
+
+    def key(self) -> str:
+        import json
+
+        return json.dumps([str(self.target_dir), str(self.draft_dir), self.prompts, self.names, self.max_new_tokens,
+                           self.device, self.dtype], default=str)
+
+    def kwargs(self) -> dict:
+        return {"names": list(self.names), "path": NAME, "max_new_tokens": self.max_new_tokens,
+                "device": self.device, "dtype": self.dtype}
+
+
+def _planned(c, pair) -> "_Plan | Skipped":
+    """The runs :func:`prepare` makes for ``c`` (or why it makes none).
+
+    Raises:
+        UsageError: a bad ``CONFORMANCE_ENGINE_VARIATIONS`` / ``CONFORMANCE_INVARIANCE_*`` value."""
     from eagle3_conformance.contract import pipeline_refusal
     from eagle3_conformance.core.errors import UsageError
     from eagle3_conformance.testbed.trained_draft import eval_prompts
-    from eagle3_conformance.tools.sglang_engine import EngineStartError
-    from eagle3_conformance.tools.sglang_engine.variations import OFFERED, run_variations
+    from eagle3_conformance.tools.sglang_engine.variations import OFFERED
     from eagle3_conformance.tools.shared.variations import ENV, requested
 
     got = engine_pair(c, pair, NAME)
@@ -67,15 +96,52 @@ def prepare(c, pair):
     target_dir, draft_dir = got
     device = engine_device()
     dtype, note = run_dtype(c, device)
-    work = _FsPath(tempfile.mkdtemp(prefix="sglang-invariance-"))
+    return _Plan(target_dir, draft_dir, eval_prompts(_FsPath(target_dir), n, PROMPT_TOKENS), tuple(names), new, device,
+                 dtype, note)
+
+
+_AHEAD: dict[str, Any] = {}
+"""Runs :func:`warm` started, by :meth:`_Plan.key`; :func:`prepare` takes its own."""
+
+
+def warm(c, pair):
+    """Start :func:`prepare`'s engine runs now, in the background (one after the other, as ``prepare`` runs
+    them: the base run's start and phases, then the chunked run's, about 60-100 s on the shared 2-core
+    machine, overlap the paths before this one). Returns the job's ``discard`` (kills the engine if it still
+    runs), or None when there is nothing to start. The runs, their arguments and what is judged are
+    :func:`prepare`'s."""
+    from eagle3_conformance.tools.sglang_engine.ahead import Job
+    from eagle3_conformance.tools.sglang_engine.variations import run_variations
+
+    plan = _planned(c, pair)
+    if isinstance(plan, Skipped) or plan.key() in _AHEAD:
+        return None
+    job = Job(run_variations, plan.target_dir, plan.draft_dir, plan.prompts, **plan.kwargs())
+    _AHEAD[plan.key()] = job
+    return job.discard
+
+
+def prepare(c, pair):
+    """Run the plain run and the variations (an engine that does not start is a skip with SGLang's reason);
+    the runs :func:`warm` started for the same arguments are taken instead."""
+    from eagle3_conformance.tools.sglang_engine import EngineStartError
+    from eagle3_conformance.tools.sglang_engine.variations import run_variations
+
+    plan = _planned(c, pair)
+    if isinstance(plan, Skipped):
+        return plan
+    job = _AHEAD.pop(plan.key(), None)
+    work = _FsPath(tempfile.mkdtemp(prefix="sglang-invariance-")) if job is None else job.workdir
     try:
-        obs = run_variations(target_dir, draft_dir, eval_prompts(_FsPath(target_dir), n, PROMPT_TOKENS), names=names,
-                             path=NAME, max_new_tokens=new, device=device, dtype=dtype, workdir=work)
+        obs = job.result() if job is not None else run_variations(plan.target_dir, plan.draft_dir, plan.prompts,
+                                                                  workdir=work, **plan.kwargs())
     except EngineStartError as e:
         return Skipped(f"{NAME}: {e}")
     finally:
+        if job is not None:
+            job.discard()
         shutil.rmtree(work, ignore_errors=True)
-    return _State(c, obs, names, note)
+    return _State(c, obs, list(plan.names), plan.note)
 
 
 def _count(var: str, default: int) -> int:
@@ -109,4 +175,5 @@ PATH = Path(
     needs=Needs(modules=("sglang", "speculators")),
     prepare=prepare,
     first=first,
+    warm=warm,
 )

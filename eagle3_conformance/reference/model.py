@@ -295,9 +295,12 @@ class ReferenceModel:
             log.setLevel(level)
 
     def model_key(self) -> str:
-        """sha256 naming this model's boundaries in the disk cache: config.json bytes, every
-        weight file's name, size and mtime, the compute dtype, device type and final-norm kind."""
-        h = hashlib.sha256((self.model_dir / "config.json").read_bytes())
+        """sha256 naming this model's boundaries in the disk cache: config.json bytes, every weight file's name,
+        size and mtime, compute dtype, device type, final-norm kind, torch and transformers versions, this source."""
+        import transformers
+
+        h = hashlib.sha256((self.model_dir / "config.json").read_bytes() + Path(__file__).read_bytes())
+        h.update(f"torch {torch.__version__}; transformers {transformers.__version__};".encode())
         for f in sorted({v["safetensors_file"] for v in self.index.values()}):
             st = os.stat(f)
             h.update(f"{Path(f).name}:{st.st_size}:{st.st_mtime_ns};".encode())

@@ -134,8 +134,8 @@ def reference_loader(c: Contract, target_dir) -> Callable[[], Optional[Any]]:
     def get():
         if target_dir is None:
             return None
-        from eagle3_conformance.reference import load_reference_model
+        from eagle3_conformance.reference.suite_model import suite_reference_model
 
-        return load_reference_model(target_dir, c.target)
+        return suite_reference_model(target_dir, c.target)
 
     return get

@@ -68,7 +68,47 @@ def only_the_suite(config: Any) -> bool:
         from _pytest.mark.expression import Expression
 
         compiled = Expression.compile((config.getoption("markexpr", "") or "").strip() or "conformance")
-        return bool(compiled.evaluate(lambda name, /, **kw: name == "conformance")) and not compiled.evaluate(
-            lambda name, /, **kw: False)
+        return bool(compiled.evaluate(is_conformance)) and not compiled.evaluate(lambda name, /, **kw: False)
     except Exception:  # another pytest's private API, or a bad expression (pytest reports it)
         return False
+
+
+def asked(config: Any) -> bool:
+    """The session asks for the suite: ``--contract`` given, or the ``-m`` expression selects an
+    item marked ``conformance`` (``-m conformance``: yes; ``-m 'not conformance'``, no ``-m``: no)."""
+    if config.getoption("--contract"):
+        return True
+    expr = (config.getoption("markexpr", "") or "").strip()
+    if not expr:
+        return False
+    try:
+        from _pytest.mark.expression import Expression
+
+        compiled = Expression.compile(expr)
+    except Exception:  # another pytest's private API, or a bad expression (pytest reports it)
+        return "conformance" in expr and "not conformance" not in expr
+    return bool(compiled.evaluate(is_conformance))
+
+
+def is_conformance(name: str, /, **kwargs: str | int | bool | None) -> bool:
+    """The ``-m`` matcher: true for the ``conformance`` marker. Keyword arguments (pytest >= 8.2
+    passes them for ``marker(arg=...)`` forms) are accepted and ignored; older pytest passes none."""
+    return name == "conformance"
+
+
+def durations_line(seconds: dict[str, float]) -> str:
+    """``seconds per path: a 12.3, b 4.0, ...; total 16.3`` (the slowest first)."""
+    ordered = sorted(seconds.items(), key=lambda kv: -kv[1])
+    return ("seconds per path: " + ", ".join(f"{p} {s:.1f}" for p, s in ordered)
+            + f"; total {sum(seconds.values()):.1f}")
+
+
+def invalid_lines(invalid: dict[str, Any]) -> list[str]:
+    """The report's lines for the contracts that did not load: the verdict, then each problem
+    (file:line:column: key: message), as ``eagle3-conformance validate`` prints them."""
+    lines = []
+    for file, e in invalid.items():
+        lines.append(f"INPUT ERROR: {file}: the contract does not load or contradicts its local configs "
+                     f"({len(e.problems)} problem(s)); no path was run")
+        lines += [f"  {p.format(e.file)}" for p in e.problems]
+    return lines

@@ -24,6 +24,8 @@ Options, markers, collection and the report only; the work is in :mod:`eagle3_co
   folded unless ``-v``; 100 columns) and writes ``--conformance-json OUT`` (with ``diagnoses``).
 - Nothing checked is never green: every conformance item skipped is NOTHING CHECKED, with the reasons,
   and pytest's NO_TESTS_COLLECTED (5) (:mod:`eagle3_conformance.suite.outcomes`).
+- ``--conformance-durations``: after the report, the seconds each path took on the session's clock (its
+  items' setup, call and teardown, summed over contracts), the slowest first.
 - A failing item's failure text is short (its diagnoses, one line each); ``--junitxml``
   records carry the properties ``contract``, ``contract_file``, ``conformance_path``, ``check``
   (one per failing check) and ``diagnosis``.
@@ -31,6 +33,7 @@ Options, markers, collection and the report only; the work is in :mod:`eagle3_co
 
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +47,7 @@ from eagle3_conformance.suite.fixtures import (  # noqa: F401  (registered as th
     conformance_reference,
     conformance_training_captures,
 )
+from eagle3_conformance.suite.outcomes import asked, durations_line, invalid_lines
 from eagle3_conformance.suite.profiles import PROFILES
 
 PATHS = registered_paths.names()
@@ -75,9 +79,10 @@ class _Record:
 
 _RECORDS = pytest.StashKey[dict]()
 """(contract file, contract name) -> its :class:`_Record`, in the order the contracts ran."""
-_ASKED = pytest.StashKey[bool]()  # the session asks for the suite (see _asked)
+_ASKED = pytest.StashKey[bool]()  # the session asks for the suite (see suite.outcomes.asked)
 _OUTCOMES = pytest.StashKey[dict]()  # node id -> (label, outcome): eagle3_conformance.suite.outcomes
 _FILES = pytest.StashKey[list]()  # the contract files collected
+_SECONDS = pytest.StashKey[dict]()  # path -> seconds its items took (setup + call + teardown)
 _INVALID = pytest.StashKey[dict]()
 """contract file -> the ContractError that stopped it (its ``contract`` item fails; the report says INPUT ERROR)."""
 
@@ -111,29 +116,9 @@ def pytest_addoption(parser):
                 help="what the serving captures are judged against, overriding each contract's `reference`: "
                      "transformers (the project's own forward of the target) or engine (the target's residual "
                      "stream recorded by the engine's own forward_hooks; docs/engine-reference.md)")
-
-
-def _asked(config) -> bool:
-    """The session asks for the suite: ``--contract`` given, or the ``-m`` expression selects an
-    item marked ``conformance`` (``-m conformance``: yes; ``-m 'not conformance'``, no ``-m``: no)."""
-    if config.getoption("--contract"):
-        return True
-    expr = (config.getoption("markexpr", "") or "").strip()
-    if not expr:
-        return False
-    try:
-        from _pytest.mark.expression import Expression
-
-        compiled = Expression.compile(expr)
-    except Exception:  # another pytest's private API, or a bad expression (pytest reports it)
-        return "conformance" in expr and "not conformance" not in expr
-    return bool(compiled.evaluate(_is_conformance))
-
-
-def _is_conformance(name: str, /, **kwargs: str | int | bool | None) -> bool:
-    """The ``-m`` matcher: true for the ``conformance`` marker. Keyword arguments (pytest >= 8.2
-    passes them for ``marker(arg=...)`` forms) are accepted and ignored; older pytest passes none."""
-    return name == "conformance"
+    g.addoption("--conformance-durations", action="store_true",
+                help="after the report, print the seconds each path took (setup + call + teardown, summed over "
+                     "contracts; a run started ahead counts only the wait for it), the slowest first")
 
 
 def pytest_configure(config):
@@ -142,7 +127,8 @@ def pytest_configure(config):
     config.stash[_RECORDS] = {}
     config.stash[_INVALID] = {}
     config.stash[_OUTCOMES], config.stash[_FILES] = {}, []
-    config.stash[_ASKED] = _asked(config)
+    config.stash[_SECONDS] = {}
+    config.stash[_ASKED] = asked(config)
     _check_paths(config.getoption("--conformance-paths"))
     _check_contracts(config.getoption("--contract"))
     for opt in ("--conformance-json", "--conformance-html"):
@@ -399,6 +385,16 @@ def pytest_collection_finish(session):
 
 
 @pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """The seconds of each path's items (``--conformance-durations``)."""
+    t0 = time.perf_counter()
+    yield
+    if isinstance(item, PathItem):
+        seconds = item.config.stash[_SECONDS]
+        seconds[item.conformance_path] = seconds.get(item.conformance_path, 0.0) + time.perf_counter() - t0
+
+
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     """The suite's items run with the engines' import-time warnings silenced (:data:`ENGINE_WARNINGS`);
     every other item, and the session, keep their own filters."""
@@ -436,25 +432,20 @@ def _sglang_version() -> Optional[str]:
     return installed_version("sglang")
 
 
-def _invalid_lines(invalid: dict) -> list[str]:
-    """The report's lines for the contracts that did not load: the verdict, then each problem
-    (file:line:column: key: message), as ``eagle3-conformance validate`` prints them."""
-    lines = []
-    for file, e in invalid.items():
-        lines.append(f"INPUT ERROR: {file}: the contract does not load or contradicts its local configs "
-                     f"({len(e.problems)} problem(s)); no path was run")
-        lines += [f"  {p.format(e.file)}" for p in e.problems]
-    return lines
-
-
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    _write_report(terminalreporter, config)
+    if config.getoption("--conformance-durations") and config.stash.get(_SECONDS, None):
+        terminalreporter.write_line(durations_line(config.stash[_SECONDS]))
+
+
+def _write_report(terminalreporter, config) -> None:
     store = config.stash.get(_RECORDS, {})
     invalid = config.stash.get(_INVALID, {})
     from eagle3_conformance.suite.outcomes import nothing_lines, only_the_suite
 
-    asked = config.stash.get(_ASKED, False) and not config.option.collectonly and not invalid
+    suite = config.stash.get(_ASKED, False) and not config.option.collectonly and not invalid
     seen = config.stash.get(_OUTCOMES, {})
-    nothing = nothing_lines(seen, bool(config.stash.get(_FILES, []))) if asked and (seen or only_the_suite(config)) else []
+    nothing = nothing_lines(seen, bool(config.stash.get(_FILES, []))) if suite and (seen or only_the_suite(config)) else []
     if not store and not invalid and not nothing:
         return
     from eagle3_conformance.report import WIDTH, render_text
@@ -463,7 +454,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.write_sep("=", "conformance report")
     for line in nothing:
         terminalreporter.write_line(line)
-    for line in _invalid_lines(invalid):
+    for line in invalid_lines(invalid):
         terminalreporter.write_line(line)
     if invalid:
         terminalreporter.write_line("")
@@ -482,7 +473,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         from eagle3_conformance.environment.validated import record, tool_versions
         from eagle3_conformance.report import report_doc, write_document
 
-        meta = {"validated_on": [record(rec.contract, rec.findings, errors=rec.errors) for rec in store.values()],
+        meta: dict[str, Any] = {"validated_on": [record(rec.contract, rec.findings, errors=rec.errors) for rec in store.values()],
                 "tool_versions": tool_versions()}
         errors = [{"contract": n, "path": e.split(": ", 1)[0], "error": e.split(": ", 1)[1]}
                   for (_, n), rec in store.items() for e in rec.errors]

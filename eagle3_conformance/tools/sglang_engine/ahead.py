@@ -1,8 +1,10 @@
-"""An engine run started ahead of its turn (:class:`EngineJob`): :func:`.launch.run_engine` in a
-background thread, so the engine's start and generation (its own processes) overlap the work that runs
-before the result is needed. The run is the same call with the same arguments; only when it starts
-changes. The caller takes the :class:`.launch.EngineRun` (or the run's error) with :meth:`EngineJob.result`,
-or cancels the job, which kills the engine's whole process group: a job never outlives its process."""
+"""A run started ahead of its turn: :class:`Job` runs a function that starts engine processes
+(:func:`.launch.run_engine`, or :func:`.variations.run_variations`, several engine runs one after the other)
+in a background thread, so the engines' start and generation (their own processes) overlap the work that
+runs before the result is needed. The run is the same call with the same arguments; only when it starts
+changes. The caller takes the result (or the run's error) with :meth:`Job.result`, or cancels the job, which
+kills the engine's whole process group (every later one too, as it starts): a job never outlives its process.
+:class:`EngineJob` is the job of one :func:`.launch.run_engine` call."""
 
 from __future__ import annotations
 
@@ -12,29 +14,32 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Generic, Optional, TypeVar
 
 from eagle3_conformance.environment.procgroup import kill_group
 from eagle3_conformance.tools.sglang_engine.launch import EngineRun, run_engine
 
+T = TypeVar("T")
 
-class EngineJob:
-    """``run_engine(target_dir, draft_dir, prompts, workdir=<a new temp dir>, **kw)`` running in a
-    background thread.
+
+class Job(Generic[T]):
+    """``fn(*args, workdir=<a new temp dir>, started=<callback>, **kw)`` running in a background thread.
+    ``fn`` hands every engine process it starts to ``started`` (as :func:`.launch.run_engine` does), so
+    :meth:`cancel` can kill it.
 
     Attributes:
         workdir: the run's folder (spec, log, records); the caller removes it (:meth:`discard`).
     """
 
-    def __init__(self, target_dir, draft_dir, prompts: list[list[int]], **kw: Any) -> None:
+    def __init__(self, fn: Callable[..., T], *args: Any, **kw: Any) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="sglang-engine-"))
         self._proc: Optional[subprocess.Popen] = None
         self._cancelled = False
         self._lock = threading.Lock()
-        self._run: Optional[EngineRun] = None
+        self._run: Optional[T] = None
         self._error: Optional[BaseException] = None
-        self._thread = threading.Thread(target=self._main, args=(target_dir, draft_dir, prompts, kw),
-                                        name="sglang-engine-ahead", daemon=True)
+        self._thread = threading.Thread(target=self._main, args=(fn, args, kw), name="sglang-engine-ahead",
+                                        daemon=True)
         atexit.register(self.discard)  # an interpreter that exits first still kills the engine
         self._thread.start()
 
@@ -45,17 +50,17 @@ class EngineJob:
         if cancelled:
             kill_group(proc)
 
-    def _main(self, target_dir, draft_dir, prompts, kw) -> None:
+    def _main(self, fn, args, kw) -> None:
         try:
-            self._run = run_engine(target_dir, draft_dir, prompts, workdir=self.workdir, started=self._started, **kw)
+            self._run = fn(*args, workdir=self.workdir, started=self._started, **kw)
         except BaseException as e:  # noqa: BLE001 - handed to the caller by result()
             self._error = e
 
-    def result(self) -> EngineRun:
-        """The run, once it is over (waits for it).
+    def result(self) -> T:
+        """The run's result, once it is over (waits for it).
 
         Raises:
-            EngineStartError / EngineRunError: as :func:`.launch.run_engine` raised them.
+            whatever ``fn`` raised (EngineStartError / EngineRunError for :func:`.launch.run_engine`).
         """
         self._thread.join()
         if self._error is not None:
@@ -64,7 +69,8 @@ class EngineJob:
         return self._run
 
     def cancel(self) -> None:
-        """Kill the engine's process group if it still runs, and wait for the thread (never raises)."""
+        """Kill the engine's process group if it still runs (and any ``fn`` starts later, as it starts),
+        and wait for the thread (never raises)."""
         with self._lock:
             self._cancelled = True
             proc = self._proc
@@ -77,3 +83,15 @@ class EngineJob:
         self.cancel()
         shutil.rmtree(self.workdir, ignore_errors=True)
         atexit.unregister(self.discard)
+
+
+class EngineJob(Job[EngineRun]):
+    """``run_engine(target_dir, draft_dir, prompts, workdir=<a new temp dir>, **kw)`` running in a
+    background thread (:class:`Job`)."""
+
+    def __init__(self, target_dir, draft_dir, prompts: list[list[int]], **kw: Any) -> None:
+        super().__init__(_run_engine, target_dir, draft_dir, prompts, **kw)
+
+
+def _run_engine(*args: Any, **kw: Any) -> EngineRun:
+    return run_engine(*args, **kw)  # looked up at call time (tests replace it)

@@ -84,11 +84,13 @@ def first_stream(records: list[dict]) -> tuple[list[dict], int]:
 def run_variations(target_dir, draft_dir, prompts: list[list[int]], *, names: Optional[list[str]] = None,
                    path: str = "sglang-engine", max_new_tokens: int = 8, device: str = "cpu",
                    dtype: str = "float32", workdir: Path, faults: tuple[str, ...] = (),
-                   log=lambda s: None) -> VariationObservation:
+                   log=lambda s: None, started=None) -> VariationObservation:
     """Run the plain run and each variation of ``names`` (all: None), pair the captures.
 
     Args:
         faults: in-engine faults (:mod:`.fault_hooks`) added to every engine run (the kill matrix).
+        started: handed to each :func:`.launch.run_engine` call (:class:`.ahead.Job` keeps each engine's
+            process to cancel the runs started ahead).
 
     Raises:
         EngineStartError / EngineRunError: the base run (the plain run's) failed.
@@ -107,7 +109,7 @@ def run_variations(target_dir, draft_dir, prompts: list[list[int]], *, names: Op
         t0 = time.perf_counter()
         try:
             er = run_engine(target_dir, draft_dir, ps.p, device=device, dtype=dtype, max_new_tokens=max_new_tokens,
-                            workdir=workdir / run, record_kv=True, extra_hooks=hooks,
+                            workdir=workdir / run, record_kv=True, extra_hooks=hooks, started=started,
                             extra={"phases": phases(run, ps, wanted), **RUN_EXTRA[run]})
         except (EngineStartError, EngineRunError, ValueError) as e:
             if run == "base":

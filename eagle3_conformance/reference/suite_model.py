@@ -1,0 +1,20 @@
+"""The reference model the conformance suite judges with: the target's boundaries cached on disk across runs."""
+
+from __future__ import annotations
+
+import os
+
+from eagle3_conformance.reference.model import ReferenceModel, default_cache_dir, load_reference_model
+
+CACHE_ENV = "CONFORMANCE_REFERENCE_CACHE"
+
+
+def suite_reference_model(target_dir, target) -> ReferenceModel:
+    """The suite's (process-wide cached) reference model of ``target_dir``
+    (:func:`eagle3_conformance.reference.load_reference_model`), its boundaries cached on disk in
+    :func:`eagle3_conformance.reference.default_cache_dir` (keyed by the model's files, the compute dtype, the
+    torch and transformers versions and the reference's code, and the token ids; the derandomized suite asks
+    for the same tokens each run, so a warm run reads them back instead of running the target again);
+    ``CONFORMANCE_REFERENCE_CACHE=0``: memory only."""
+    cache = None if os.environ.get(CACHE_ENV, "1") == "0" else default_cache_dir()
+    return load_reference_model(target_dir, target, cache_dir=cache)
