@@ -156,11 +156,9 @@ def observation(vobs, names: list, note: str = "") -> Observation:
     its (plain, variant) pairs, and the ``engine_variations`` fact (what ran, its cost, what failed or
     could not run, what was not asked for and why)."""
     from eagle3_conformance.tools.sglang_engine.variations import OFFERED
-    from eagle3_conformance.tools.shared.variations import ENV, NOT_BY_DEFAULT
+    from eagle3_conformance.tools.shared.variations import variations_fact
 
-    fact = {"engine": f"sglang.Engine {vobs.version}", "asked": list(names), "cost": vobs.cost, "failed": vobs.failed,
-            "unavailable": vobs.unavailable, "notes": vobs.paired.notes, "counts": vobs.paired.counts, "note": note,
-            "not_asked": {n: f"{NOT_BY_DEFAULT.get(n, 'not in')} {ENV}" for n in OFFERED if n not in names}}
+    fact = variations_fact(vobs, names, OFFERED, f"sglang.Engine {vobs.version}", note)
     return Observation(variants=vobs.paired.pairs, facts={"engine_variations": fact})
 
 
