@@ -29,7 +29,6 @@ Where and how (:class:`ReferenceModel` arguments, ``check-data --device/--dtype/
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from functools import cached_property
@@ -40,17 +39,13 @@ from eagle3_conformance.contract.validation import target_mismatches
 from eagle3_conformance.core.notation import Boundary, all_boundaries, boundary_row
 from eagle3_conformance.environment import torch_env
 from eagle3_conformance.environment.torch_env import DTYPE_NAMES, torch_dtype
+from eagle3_conformance.reference.weights import MissingBoundary as MissingBoundary
+from eagle3_conformance.reference.weights import ReferenceError as ReferenceError
+from eagle3_conformance.reference.weights import missing_weights as missing_weights
+from eagle3_conformance.reference.weights import weight_index as weight_index
 
 torch_env.prepare()
 import torch  # noqa: E402
-
-
-class ReferenceError(Exception):
-    """The reference model directory cannot be used (missing config or weights, bad format)."""
-
-
-class MissingBoundary(ReferenceError, KeyError):
-    """A partial reference (the engine's own records) holds no such boundary."""
 
 
 @dataclass
@@ -127,55 +122,11 @@ DTYPES = {name: torch_dtype(name) for name in DTYPE_NAMES}
 """Compute dtypes of the reference forward (``--dtype``)."""
 
 
-def weight_index(model_dir: str | Path) -> dict[str, dict[str, str]]:
-    """Where every checkpoint tensor lives: ``{name: {"safetensors_file", "weight_name"}}``.
-
-    Reads ``model.safetensors.index.json`` (its ``weight_map``) when present, else every
-    ``*.safetensors`` file; only the headers are read.
-
-    Raises:
-        ReferenceError: a shard listed in the index is missing, a shard cannot be read, or the
-            index is not JSON; the message names the file.
-    """
-    from safetensors import safe_open
-
-    d = Path(model_dir)
-    idx = d / "model.safetensors.index.json"
-    if idx.is_file():
-        try:
-            wm = json.loads(idx.read_text())["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ReferenceError(f"{idx}: not a safetensors index (needs a 'weight_map'): {e}") from None
-        files = sorted(set(wm.values()))
-        missing = [f for f in files if not (d / f).is_file()]
-        if missing:
-            names = sorted(k for k, f in wm.items() if f == missing[0])
-            raise ReferenceError(f"{idx}: weight shard(s) {', '.join(missing)} missing from {d} "
-                                 f"({missing[0]} holds {len(names)} tensors, e.g. {names[0]})")
-    else:
-        files = sorted(p.name for p in d.glob("*.safetensors"))
-    out: dict[str, dict[str, str]] = {}
-    for f in files:
-        try:
-            with safe_open(str(d / f), framework="pt") as h:
-                for k in h.keys():
-                    out[k] = {"safetensors_file": str(d / f), "weight_name": k}
-        except Exception as e:  # safetensors raises SafetensorError / OSError on a bad file
-            raise ReferenceError(f"{d / f}: cannot read the safetensors header: {e}") from None
-    return out
-
-
 def default_cache_dir() -> Path:
     """``<model cache root>/reference`` (:func:`eagle3_conformance.environment.cache.model_cache_root`)."""
     from eagle3_conformance.environment.cache import model_cache_root
 
     return model_cache_root() / "reference"
-
-
-def missing_weights(model_dir: str | Path) -> Optional[str]:
-    """Why ``model_dir`` cannot be the reference model, nor be loaded by an engine: it holds no
-    ``*.safetensors`` file (e.g. a config-only directory made for ``init``); else None."""
-    return None if any(Path(model_dir).glob("*.safetensors")) else f"{model_dir}: no *.safetensors weights"
 
 
 class ReferenceModel:
