@@ -211,6 +211,10 @@ def test_not_a_prepared_directory(tmp_path, capsys):
     assert "no manifest.json" in capsys.readouterr().err
     assert main(["check-captures", str(tmp_path / "nope"), "--contract", str(CONTRACT)]) == 2
     assert "no such capture directory" in capsys.readouterr().err
+    (tmp_path / "manifest.json").write_text("{}")  # a record file given instead of its directory
+    assert main(["check-captures", str(tmp_path / "manifest.json"), "--contract", str(CONTRACT)]) == 2
+    assert f"a file, not a capture directory: give the directory serve-hooks' --out wrote ({tmp_path}" in \
+        capsys.readouterr().err
 
 
 def test_the_engine_runs_known_prompts_name_requests_by_prompt():

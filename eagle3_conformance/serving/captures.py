@@ -229,6 +229,9 @@ def read_dir(d: Path, c: Contract, engine_reference: bool = False, pid: Optional
     from eagle3_conformance.tools.sglang_engine.captures import record_files
 
     d = Path(d)
+    if d.is_file():  # a record file given for its directory (a fresh user's report)
+        raise UsageError(f"{d}: a file, not a capture directory: give the directory serve-hooks' --out wrote "
+                         f"({d.parent}, if this is one of its records)")
     if not d.is_dir():
         raise UsageError(f"{d}: no such capture directory")
     doc = _check_manifest(d, c)
