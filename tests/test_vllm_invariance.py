@@ -10,9 +10,9 @@ the prefix-cache hit's normed state (R95), a batch neighbour's rows (R79, R105) 
 
 Times on the shared 2-core machine (``pytest --durations``): the fixture's two engine starts 210-447 s
 under load (three runs) and 222 s on a quieter machine; the fault column's one more start 142-164 s under
-load for R95 alone, 57 s for the three faults on the quieter machine (benchmarks/bench_vllm_invariance_column.py
+load for R95 alone, 57-67 s for the three faults (two runs) (benchmarks/bench_vllm_invariance_column.py
 compares the two runs side by side); slow tier, ``tox -e vllm-cpu``. Soak tier (``-m soak``): the unpadded
-drafter batch's two starts 64-154 s, the soak faults' two 127 s.
+drafter batch's two starts 64-156 s, the soak faults' two 127-134 s.
 """
 
 from __future__ import annotations
