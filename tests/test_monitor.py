@@ -644,3 +644,30 @@ def test_snapshot_names_the_missing_counters_but_a_declared_unincremented_one_is
     Counter("vllm:spec_decode_num_accepted_tokens", "", ["model_name"], registry=r)
     assert metrics.snapshot("vllm", 3, metrics.parse(generate_latest(r).decode()), 0.0).missing == ()
     assert metrics.snapshot("vllm", 3, {}, 0.0).missing == (metrics.VLLM_DRAFTS, metrics.VLLM_ACCEPTED)
+
+
+def test_a_session_that_ended_while_calibrating_is_inconclusive_not_no_alarm(fake, tmp_path, capsys):
+    """A session that judged windows but ended before ``--warmup`` of them (the default 10) had calibrated
+    nothing: no reference level, no comparison with the baseline, no drift test. Before: NO ALARM, exit 0
+    (a judged window counted as a judgement). Now: INCONCLUSIVE, exit 3, with the reason and how to go on."""
+    state = {"n": 0}
+
+    def text():
+        state["n"] += 1
+        return with_counts(5 + 60 * state["n"], 8 + 92 * state["n"], 1 + 3 * state["n"])
+    f = fake(metrics_text=text)
+    out = tmp_path / "m.json"
+    rc, o, e = _monitor(capsys, "--server", f.url, "--baseline", str(_baseline_file(tmp_path)), "--duration", "3",
+                        "--window", "1", "--interval", "0.2", "--min-steps", "10", "--json", str(out))
+    doc = json.loads(out.read_text())
+    judged = doc["summary"]["by_status"].get("judged", 0)
+    assert 1 <= judged < 10 and doc["calibrations"] == [], doc["summary"]  # the windows were judged, none calibrated
+    assert rc == 3, o + e
+    assert "NO ALARM" not in o and "verdict: INCONCLUSIVE" in o, o
+    assert f"ended while calibrating: {judged} judged window(s) of the 10 that calibrate" in o, o
+    assert "lower --warmup" in o and doc["exit_code"] == 3 and doc["verdict"].startswith("INCONCLUSIVE")
+    # the same windows with --warmup 2 calibrate and decide (the session above could not, by its length alone)
+    state["n"] = 0
+    rc, o, e = _monitor(capsys, "--server", f.url, "--baseline", str(_baseline_file(tmp_path)), "--duration", "3",
+                        "--window", "1", "--interval", "0.2", "--warmup", "2", "--min-steps", "10")
+    assert rc == 0 and "NO ALARM" in o, o + e
