@@ -556,3 +556,21 @@ def test_plugin_diagnoses_an_engine_default_capture_on_the_first_drawn_example(p
                               # list the draft already holds
                               "*draft config.json, eagle_config.eagle_aux_hidden_state_layer_ids:*", "*[[]0, 2, 3[]]*",
                               "*1 slot_identity   slot 0 *slot 0 is B_2", "*contract says B_1*"])
+
+
+def test_conformance_json_of_a_suite_that_checked_nothing_says_nothing_checked(pytester, tmp_path):
+    """``--conformance-json`` when every path skipped: the terminal said NOTHING CHECKED (exit 5) while the
+    JSON a CI job reads said "CONFORMS ON SHAPES ONLY" for contract "" (the verdict of no findings). Now the
+    file holds the terminal's verdict, the contract, and each item with its reason; a file left by an earlier
+    run is replaced. Shown failing before (the verdict was CONFORMS ON SHAPES ONLY)."""
+    out = tmp_path / "r.json"
+    out.write_text('{"meta": {"verdict": "CONFORMS"}}')  # a stale report of an earlier run
+    res = pytester.runpytest("-m", "conformance", "--contract", str(TINY), "-p", "no:cacheprovider",
+                             "--conformance-paths", "sglang-engine", "--conformance-json", str(out))
+    assert res.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    doc = json.loads(out.read_text())
+    assert doc["meta"]["verdict"].startswith("NOTHING CHECKED: every path skipped (1 item(s))"), doc["meta"]
+    assert doc["contract"] == "tiny-llama-eagle3" and doc["findings"] == []
+    [skip] = doc["meta"]["skipped"]
+    assert skip["item"] == "tiny-llama-eagle3::sglang-engine" and "no trained draft for this pair" in skip["reason"]
+    res.stdout.fnmatch_lines([doc["meta"]["verdict"] + "*"])  # the terminal's words
