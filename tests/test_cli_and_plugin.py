@@ -574,3 +574,20 @@ def test_conformance_json_of_a_suite_that_checked_nothing_says_nothing_checked(p
     [skip] = doc["meta"]["skipped"]
     assert skip["item"] == "tiny-llama-eagle3::sglang-engine" and "no trained draft for this pair" in skip["reason"]
     res.stdout.fnmatch_lines([doc["meta"]["verdict"] + "*"])  # the terminal's words
+
+
+def test_reports_name_the_reference_by_its_absolute_path(tiny, tmp_path, monkeypatch, capsys):
+    """newuser finding 17: a contract written by ``init`` holds ``target.path`` relative to itself; named from
+    its own directory (``check-data c.yaml``), the report's reference read ``../../../root/.cache/...``. Now the
+    pair is resolved against the contract's absolute directory: the report names the directory itself.
+    Shown failing before (``reference: ../..`` in the report)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["init", "--target", str(tiny.target_dir), "--draft", str(tiny.draft_dir), "-o", "c.yaml"]) == 0
+    assert "path: ../" in (work / "c.yaml").read_text()  # init writes it relative to the contract
+    capsys.readouterr()
+    main(["check-data", "c.yaml", "--data", str(tiny.data_dir), "--json", "r.json"])
+    out = capsys.readouterr().out
+    assert f"reference: {tiny.target_dir}" in out and "reference: ../" not in out, out
+    assert json.loads((work / "r.json").read_text())["meta"]["reference"] == str(tiny.target_dir)

@@ -671,3 +671,30 @@ def test_a_session_that_ended_while_calibrating_is_inconclusive_not_no_alarm(fak
     rc, o, e = _monitor(capsys, "--server", f.url, "--baseline", str(_baseline_file(tmp_path)), "--duration", "3",
                         "--window", "1", "--interval", "0.2", "--warmup", "2", "--min-steps", "10")
     assert rc == 0 and "NO ALARM" in o, o + e
+
+
+def test_the_server_identity_waits_no_longer_than_the_scrape_timeout(tmp_path, capsys):
+    """newuser finding 17: ``--scrape-timeout 10`` and the server's identity (``/server_info``) was still
+    waited for 30 s (three scrape timeouts). Now each identity request gets the scrape timeout: a server that
+    takes 0.6 s to answer is refused after --scrape-timeout 0.3, not waited for. Shown failing before (the
+    identity request waited up to 0.9 s, got the answer, and the session went on to /metrics)."""
+    import time
+
+    from test_server_accept import Fake
+
+    def slow(h, path, body):
+        if path == "/server_info":
+            time.sleep(0.6)
+            return h._send(200, SERVER_INFO)
+        h._send(404, {"detail": "Not Found"})
+    f = Fake(slow)
+    try:
+        t0 = time.monotonic()
+        rc, o, e = _monitor(capsys, "--server", f.url, "--baseline", str(_baseline_file(tmp_path)), "--duration", "1",
+                            "--scrape-timeout", "0.3")
+        took = time.monotonic() - t0
+    finally:
+        f.close()
+    assert rc == 2, o + e
+    assert "server identity: GET " in e and "/server_info: no answer within 0.3 s" in e and "Traceback" not in e, e
+    assert took < 0.6, took  # the 0.3 s timeout of the identity request, not the server's 0.6 s

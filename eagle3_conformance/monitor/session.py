@@ -150,7 +150,7 @@ def connect(opts: Options, contract=None) -> tuple[Any, dict]:
 
         baseline.check_offline(doc, opts.baseline, prompt_version=prompts.PROMPT_SET_VERSION,
                                prompt_sha256=prompts.prompt_set_sha256())
-    adapter = server_accept.connect(opts.server, timeout=min(30.0, opts.scrape_timeout * 3))
+    adapter = server_accept.connect(opts.server, timeout=opts.scrape_timeout)  # each identity request, as a scrape
     baseline.check_server(doc, opts.baseline, adapter.info)
     m = metrics.parse(metrics.scrape_text(opts.server, opts.scrape_timeout), f"{opts.server}/metrics")
     metrics.check_exports(adapter.info.kind, m, opts.server)
