@@ -12,6 +12,7 @@ import json
 import math
 import random
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -492,6 +493,17 @@ def with_counts(steps, tokens, requests) -> str:
     return text
 
 
+def growing_counts() -> tuple[dict, Callable[[], str]]:
+    """``(state, text)``: SGLang's /metrics text whose counters grow at each scrape (60 verify steps, 92 tokens,
+    3 requests; accept length 92/60 = 1.533), ``state["n"]`` the scrapes so far."""
+    state = {"n": 0}
+
+    def text() -> str:
+        state["n"] += 1
+        return with_counts(5 + 60 * state["n"], 8 + 92 * state["n"], 1 + 3 * state["n"])
+    return state, text
+
+
 def _baseline_file(tmp_path, model="/models/smollm2"):
     from eagle3_conformance.server_accept import baseline
 
@@ -546,11 +558,7 @@ def test_nothing_answering_and_a_broken_baseline_exit_2(fake, tmp_path, capsys):
 
 def test_the_verb_runs_against_a_scripted_server_and_serves_its_verdict(fake, tmp_path, capsys):
     """The whole verb for a few seconds: scrapes, windows, its own /metrics, --json and --html."""
-    state = {"n": 0}
-
-    def text():
-        state["n"] += 1
-        return with_counts(5 + 60 * state["n"], 8 + 92 * state["n"], 1 + 3 * state["n"])
+    state, text = growing_counts()
     f = fake(metrics_text=text)
     out = tmp_path / "m.json"
     rc, o, e = _monitor(capsys, "--server", f.url, "--baseline", str(_baseline_file(tmp_path)), "--duration", "4",
@@ -650,11 +658,7 @@ def test_a_session_that_ended_while_calibrating_is_inconclusive_not_no_alarm(fak
     """A session that judged windows but ended before ``--warmup`` of them (the default 10) had calibrated
     nothing: no reference level, no comparison with the baseline, no drift test. Before: NO ALARM, exit 0
     (a judged window counted as a judgement). Now: INCONCLUSIVE, exit 3, with the reason and how to go on."""
-    state = {"n": 0}
-
-    def text():
-        state["n"] += 1
-        return with_counts(5 + 60 * state["n"], 8 + 92 * state["n"], 1 + 3 * state["n"])
+    state, text = growing_counts()
     f = fake(metrics_text=text)
     out = tmp_path / "m.json"
     rc, o, e = _monitor(capsys, "--server", f.url, "--baseline", str(_baseline_file(tmp_path)), "--duration", "3",
