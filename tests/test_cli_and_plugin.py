@@ -591,3 +591,14 @@ def test_reports_name_the_reference_by_its_absolute_path(tiny, tmp_path, monkeyp
     out = capsys.readouterr().out
     assert f"reference: {tiny.target_dir}" in out and "reference: ../" not in out, out
     assert json.loads((work / "r.json").read_text())["meta"]["reference"] == str(tiny.target_dir)
+
+
+@pytest.mark.parametrize("excluded,shortest", [([0], 3), ([], 2), ([1], 3), ([0, 1], 4), ([0, 2], 4), ([5], 2)])
+def test_the_shortest_drawn_prompt_holds_two_positions_not_excluded(tiny_contract, excluded, shortest):
+    """``min_prompt_len``: two kept positions (one to fingerprint, a second for the shift checks), worked by
+    hand: [0] keeps 1, 2 -> 3 tokens; [0, 2] keeps 1, 3 -> 4; [5] keeps 0, 1 -> 2."""
+    from eagle3_conformance.paths.base import min_prompt_len
+
+    c = tiny_contract.model_copy(update={"norm_bands": tiny_contract.norm_bands.model_copy(
+        update={"exclude_positions": excluded})})
+    assert min_prompt_len(c) == shortest
