@@ -4,7 +4,9 @@ The public API is the names in ``__all__`` below (documented on ``docs/api.md``)
 from Python. They follow the project's compatibility policy; every other module path is internal and
 may change in any release. Importing this package is cheap: each public name is imported on first
 use (module ``__getattr__``; their types are in ``__init__.pyi``), so torch, transformers, speculators and SGLang load only when a name that
-needs them is touched.
+needs them is touched. On a core-only install (no torch) every name imports; the two functions that
+need torch to run (``check_data``, ``load_reference_model``) raise ``ModuleNotFoundError`` naming the
+extra to install (``[reference]``) when called.
 """
 
 from __future__ import annotations
@@ -73,7 +75,12 @@ def __getattr__(name: str) -> object:
         module, attr = _PUBLIC[name]
     except KeyError:
         raise AttributeError(f"module 'eagle3_conformance' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), attr)
+    try:
+        value = getattr(importlib.import_module(module), attr)
+    except ModuleNotFoundError as e:  # an extra is missing: a stand-in that says which (or e re-raised)
+        from eagle3_conformance.environment.engines import needs_extra
+
+        return needs_extra(f"eagle3_conformance.{name}", e)
     globals()[name] = value
     return value
 

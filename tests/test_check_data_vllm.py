@@ -458,3 +458,25 @@ def test_nonpositive_fp8_scale_fails_naming_file_and_token(write, tmp_path, caps
     assert {f["path"] for f in bad_f} == {DISK_PATH, VLLM_PATH}  # the all-rows pass and the loader
     assert {f["where"] for f in bad_f} == {"sample 3 (req-3.safetensors)"}
     assert all("req-3.safetensors" in f["message"] and "at token 5 is" in f["message"] for f in bad_f)
+
+
+def test_check_data_and_check_offline_say_what_their_finding_counts_count(good_dir, tmp_path, capsys):
+    """newuser finding 17: check-data and check-offline on the same files gave 224 and 159 findings and
+    neither said why. By design: check-data adds an all-rows pass over every stored sample to the per-file
+    findings of its fingerprint sample, which are check-offline's (test above). Now both reports say what
+    they count, and with every file sampled the sampled part is check-offline's count."""
+    rc, doc, _ = _check(tmp_path, capsys, good_dir, "--sample", -1)
+    assert rc == 0
+    rc = main(["check-data", str(TINY), "--data", str(good_dir), "--sample", "-1"])
+    data_out = " ".join(capsys.readouterr().out.split())
+    rc2 = main(["check-offline", str(TINY), "--files", str(good_dir), "--json", str(tmp_path / "o.json")])
+    offline_out = " ".join(capsys.readouterr().out.split())
+    assert rc == rc2 == 0
+    n_off = len(json.loads((tmp_path / "o.json").read_text())["findings"])
+    by = Counter(f["path"] for f in doc["findings"])
+    assert by[VLLM_PATH] == n_off and len(doc["findings"]) > n_off  # the two counts differ, by design
+    assert (f"counted: {by[DISK_PATH]} findings of the all-rows pass over every stored sample ({DISK_PATH}), "
+            f"{n_off} of the fingerprint sample read as its trainer reads it (check-offline gives these alone"
+            in data_out), data_out
+    assert f"counted: {n_off} findings, each file read as its trainer reads it (check-data on the same files adds" \
+        in offline_out, offline_out

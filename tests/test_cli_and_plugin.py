@@ -517,3 +517,88 @@ def test_readme_names_every_verb_and_only_real_report_options():
     translate = sub.choices["translate"].format_help()
     assert "--markdown" not in translate and "`translate` takes `--json` only" in readme
     assert "| `[html]` |" in readme and "| `[monitor]` |" in readme
+
+
+def test_plugin_diagnoses_an_engine_default_capture_on_the_first_drawn_example(pytester, tmp_path, capsys):
+    """newuser finding 9: ``pytest -m conformance --contract k1s.yaml -k sglang-extend`` on a K1 pair (the
+    draft's trained ids at the top level only: speculators reads them, SGLang ignores them and captures its
+    defaults) failed on engine_mapping, but the first drawn example was a 1-token prompt, every row at an
+    excluded position: slot_identity, slot_order and row_fingerprint skipped, no DIAGNOSIS and no fix.
+    The paths now draw prompts long enough to fingerprint (``paths.base.min_prompt_len``). Shown failing
+    before (the report had no DIAGNOSIS block; slot_identity said "every row is at an excluded position").
+    Its fix then named the top-level list the draft already had (vLLM's key, from the contract's location);
+    an engine-default diagnosis on an SGLang path now names SGLang's nested key.
+    Expected boundaries by hand: speculators reads top-level [1, 3, 4] as B_1, B_3, B_4; SGLang's defaults
+    for L = 8 are B_2, B_4, B_5 (REFERENCE.md 2.1-2.3)."""
+    pytest.importorskip("sglang")
+    from eagle3_conformance.testbed.fixtures import build_fixture
+
+    fx = build_fixture("tiny-llama")
+    cfg = json.loads((fx.draft_dir / "config.json").read_text())
+    cfg.pop("eagle_config")
+    cfg["eagle_aux_hidden_state_layer_ids"] = [1, 3, 4]
+    draft = tmp_path / "d_k1"
+    draft.mkdir()
+    (draft / "config.json").write_text(json.dumps(cfg, indent=1))
+    c = tmp_path / "k1s.yaml"
+    assert main(["init", "--target", str(fx.target_dir), "--draft", str(draft), "--engine", "speculators",
+                 "-o", str(c)]) == 0
+    assert "aux ['B_1', 'B_3', 'B_4']" in capsys.readouterr().out
+    res = pytester.runpytest_subprocess("-m", "conformance", "--contract", str(c), "-p", "no:cacheprovider", "-v",
+                                        "-k", "sglang-extend")
+    res.assert_outcomes(failed=1)
+    out = res.stdout.str()
+    assert "every row is at an excluded position" not in out, out
+    res.stdout.fnmatch_lines(["DIAGNOSIS 1/1: K1 engine-default, on sglang-extend*",
+                              "*slots hold [[]B_2, B_4, B_5[]]: the default layers (2, L//2, L-3) for*",
+                              "*fix:*SGLang reads only the nested key*",
+                              # in SGLang's key and convention (nested id i captures B_{i+1}), not the top-level
+                              # list the draft already holds
+                              "*draft config.json, eagle_config.eagle_aux_hidden_state_layer_ids:*", "*[[]0, 2, 3[]]*",
+                              "*1 slot_identity   slot 0 *slot 0 is B_2", "*contract says B_1*"])
+
+
+def test_conformance_json_of_a_suite_that_checked_nothing_says_nothing_checked(pytester, tmp_path):
+    """``--conformance-json`` when every path skipped: the terminal said NOTHING CHECKED (exit 5) while the
+    JSON a CI job reads said "CONFORMS ON SHAPES ONLY" for contract "" (the verdict of no findings). Now the
+    file holds the terminal's verdict, the contract, and each item with its reason; a file left by an earlier
+    run is replaced. Shown failing before (the verdict was CONFORMS ON SHAPES ONLY)."""
+    out = tmp_path / "r.json"
+    out.write_text('{"meta": {"verdict": "CONFORMS"}}')  # a stale report of an earlier run
+    res = pytester.runpytest("-m", "conformance", "--contract", str(TINY), "-p", "no:cacheprovider",
+                             "--conformance-paths", "sglang-engine", "--conformance-json", str(out))
+    assert res.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    doc = json.loads(out.read_text())
+    assert doc["meta"]["verdict"].startswith("NOTHING CHECKED: every path skipped (1 item(s))"), doc["meta"]
+    assert doc["contract"] == "tiny-llama-eagle3" and doc["findings"] == []
+    [skip] = doc["meta"]["skipped"]
+    assert skip["item"] == "tiny-llama-eagle3::sglang-engine" and "no trained draft for this pair" in skip["reason"]
+    res.stdout.fnmatch_lines([doc["meta"]["verdict"] + "*"])  # the terminal's words
+
+
+def test_reports_name_the_reference_by_its_absolute_path(tiny, tmp_path, monkeypatch, capsys):
+    """newuser finding 17: a contract written by ``init`` holds ``target.path`` relative to itself; named from
+    its own directory (``check-data c.yaml``), the report's reference read ``../../../root/.cache/...``. Now the
+    pair is resolved against the contract's absolute directory: the report names the directory itself.
+    Shown failing before (``reference: ../..`` in the report)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["init", "--target", str(tiny.target_dir), "--draft", str(tiny.draft_dir), "-o", "c.yaml"]) == 0
+    assert "path: ../" in (work / "c.yaml").read_text()  # init writes it relative to the contract
+    capsys.readouterr()
+    main(["check-data", "c.yaml", "--data", str(tiny.data_dir), "--json", "r.json"])
+    out = capsys.readouterr().out
+    assert f"reference: {tiny.target_dir}" in out and "reference: ../" not in out, out
+    assert json.loads((work / "r.json").read_text())["meta"]["reference"] == str(tiny.target_dir)
+
+
+@pytest.mark.parametrize("excluded,shortest", [([0], 3), ([], 2), ([1], 3), ([0, 1], 4), ([0, 2], 4), ([5], 2)])
+def test_the_shortest_drawn_prompt_holds_two_positions_not_excluded(tiny_contract, excluded, shortest):
+    """``min_prompt_len``: two kept positions (one to fingerprint, a second for the shift checks), worked by
+    hand: [0] keeps 1, 2 -> 3 tokens; [0, 2] keeps 1, 3 -> 4; [5] keeps 0, 1 -> 2."""
+    from eagle3_conformance.paths.base import min_prompt_len
+
+    c = tiny_contract.model_copy(update={"norm_bands": tiny_contract.norm_bands.model_copy(
+        update={"exclude_positions": excluded})})
+    assert min_prompt_len(c) == shortest

@@ -267,3 +267,19 @@ def test_the_contract_knows_the_trained_fixtures_without_the_builder():
     from eagle3_conformance.testbed.trained_draft import TRAINED
 
     assert set(shipped.TRAINED_FIXTURES) == set(TRAINED)
+
+
+def test_init_from_an_installed_package_points_the_schema_line_at_its_absolute_path(tmp_path, monkeypatch):
+    """newuser finding 17: from an installed package, init's ``$schema`` line was the installed schema relative
+    to the contract (``../../venv/lib/python3.11/site-packages/...``), broken once the contract moved. Now it
+    is the installed schema's absolute path; a checkout keeps the relative path (the shipped contracts, above).
+    The built wheel in a clean venv checks the same (scripts/check_install.py). Shown failing before (the
+    line started with ``../``)."""
+    from eagle3_conformance.authoring import yaml_doc
+    from eagle3_conformance.environment import shipped
+
+    monkeypatch.setattr(shipped, "in_checkout", lambda: False)
+    ref = yaml_doc.schema_ref(tmp_path / "moved" / "c.yaml")
+    assert ref == SCHEMA_PATH.resolve().as_posix() and Path(ref).is_absolute()
+    monkeypatch.setattr(shipped, "in_checkout", lambda: True)
+    assert yaml_doc.schema_ref(REPO / "contracts" / "c.yaml") == "schema/contract.schema.json"

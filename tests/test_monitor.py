@@ -12,6 +12,7 @@ import json
 import math
 import random
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -492,6 +493,17 @@ def with_counts(steps, tokens, requests) -> str:
     return text
 
 
+def growing_counts() -> tuple[dict, Callable[[], str]]:
+    """``(state, text)``: SGLang's /metrics text whose counters grow at each scrape (60 verify steps, 92 tokens,
+    3 requests; accept length 92/60 = 1.533), ``state["n"]`` the scrapes so far."""
+    state = {"n": 0}
+
+    def text() -> str:
+        state["n"] += 1
+        return with_counts(5 + 60 * state["n"], 8 + 92 * state["n"], 1 + 3 * state["n"])
+    return state, text
+
+
 def _baseline_file(tmp_path, model="/models/smollm2"):
     from eagle3_conformance.server_accept import baseline
 
@@ -546,11 +558,7 @@ def test_nothing_answering_and_a_broken_baseline_exit_2(fake, tmp_path, capsys):
 
 def test_the_verb_runs_against_a_scripted_server_and_serves_its_verdict(fake, tmp_path, capsys):
     """The whole verb for a few seconds: scrapes, windows, its own /metrics, --json and --html."""
-    state = {"n": 0}
-
-    def text():
-        state["n"] += 1
-        return with_counts(5 + 60 * state["n"], 8 + 92 * state["n"], 1 + 3 * state["n"])
+    state, text = growing_counts()
     f = fake(metrics_text=text)
     out = tmp_path / "m.json"
     rc, o, e = _monitor(capsys, "--server", f.url, "--baseline", str(_baseline_file(tmp_path)), "--duration", "4",
@@ -644,3 +652,53 @@ def test_snapshot_names_the_missing_counters_but_a_declared_unincremented_one_is
     Counter("vllm:spec_decode_num_accepted_tokens", "", ["model_name"], registry=r)
     assert metrics.snapshot("vllm", 3, metrics.parse(generate_latest(r).decode()), 0.0).missing == ()
     assert metrics.snapshot("vllm", 3, {}, 0.0).missing == (metrics.VLLM_DRAFTS, metrics.VLLM_ACCEPTED)
+
+
+def test_a_session_that_ended_while_calibrating_is_inconclusive_not_no_alarm(fake, tmp_path, capsys):
+    """A session that judged windows but ended before ``--warmup`` of them (the default 10) had calibrated
+    nothing: no reference level, no comparison with the baseline, no drift test. Before: NO ALARM, exit 0
+    (a judged window counted as a judgement). Now: INCONCLUSIVE, exit 3, with the reason and how to go on."""
+    state, text = growing_counts()
+    f = fake(metrics_text=text)
+    out = tmp_path / "m.json"
+    rc, o, e = _monitor(capsys, "--server", f.url, "--baseline", str(_baseline_file(tmp_path)), "--duration", "3",
+                        "--window", "1", "--interval", "0.2", "--min-steps", "10", "--json", str(out))
+    doc = json.loads(out.read_text())
+    judged = doc["summary"]["by_status"].get("judged", 0)
+    assert 1 <= judged < 10 and doc["calibrations"] == [], doc["summary"]  # the windows were judged, none calibrated
+    assert rc == 3, o + e
+    assert "NO ALARM" not in o and "verdict: INCONCLUSIVE" in o, o
+    assert f"ended while calibrating: {judged} judged window(s) of the 10 that calibrate" in o, o
+    assert "lower --warmup" in o and doc["exit_code"] == 3 and doc["verdict"].startswith("INCONCLUSIVE")
+    # the same windows with --warmup 2 calibrate and decide (the session above could not, by its length alone)
+    state["n"] = 0
+    rc, o, e = _monitor(capsys, "--server", f.url, "--baseline", str(_baseline_file(tmp_path)), "--duration", "3",
+                        "--window", "1", "--interval", "0.2", "--warmup", "2", "--min-steps", "10")
+    assert rc == 0 and "NO ALARM" in o, o + e
+
+
+def test_the_server_identity_waits_no_longer_than_the_scrape_timeout(tmp_path, capsys):
+    """newuser finding 17: ``--scrape-timeout 10`` and the server's identity (``/server_info``) was still
+    waited for 30 s (three scrape timeouts). Now each identity request gets the scrape timeout: a server that
+    takes 0.6 s to answer is refused after --scrape-timeout 0.3, not waited for. Shown failing before (the
+    identity request waited up to 0.9 s, got the answer, and the session went on to /metrics)."""
+    import time
+
+    from test_server_accept import Fake
+
+    def slow(h, path, body):
+        if path == "/server_info":
+            time.sleep(0.6)
+            return h._send(200, SERVER_INFO)
+        h._send(404, {"detail": "Not Found"})
+    f = Fake(slow)
+    try:
+        t0 = time.monotonic()
+        rc, o, e = _monitor(capsys, "--server", f.url, "--baseline", str(_baseline_file(tmp_path)), "--duration", "1",
+                            "--scrape-timeout", "0.3")
+        took = time.monotonic() - t0
+    finally:
+        f.close()
+    assert rc == 2, o + e
+    assert "server identity: GET " in e and "/server_info: no answer within 0.3 s" in e and "Traceback" not in e, e
+    assert took < 0.6, took  # the 0.3 s timeout of the identity request, not the server's 0.6 s

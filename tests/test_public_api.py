@@ -139,3 +139,46 @@ def test_the_api_page_states_the_typing_figures() -> None:
     stated = re.search(r"strict flags cover (\d+) modules", page)
     assert stated is not None and int(stated.group(1)) == len(strict), (stated, len(strict))
     assert re.search(r"`ignore_errors`: (\d+) modules", page).group(1) == str(len(_ignored(_mypy_overrides())))
+
+
+_CORE_ONLY_API = '''
+import sys
+for heavy in ("torch", "numpy", "transformers", "safetensors", "sglang", "vllm", "speculators", "specforge"):
+    sys.modules[heavy] = None
+from eagle3_conformance import *
+import eagle3_conformance as e
+from eagle3_conformance.core.errors import DataError
+print(sorted(n for n in e.__all__ if getattr(getattr(e, n), "__module__", "") == "eagle3_conformance"))
+options = ScanOptions(sample=4, seed=1)
+print(type(options).__name__, options.sample, issubclass(ScanError, DataError), issubclass(ReferenceError, Exception),
+      ScanResult.__name__)
+try:
+    detect_format(sys.argv[1])
+except ScanError as err:
+    print("ScanError", err)
+for name in ("check_data", "load_reference_model"):
+    try:
+        getattr(e, name)()
+    except ImportError as err:
+        print(type(err).__name__, err)
+'''
+
+
+def test_every_public_name_imports_without_torch(tmp_path: Path) -> None:
+    """newuser finding 7: on a core-only install ``from eagle3_conformance import *``, or touching
+    ``ScanOptions``, ``ScanError``, ``ScanResult``, ``detect_format``, ``check_data``, ``ReferenceError``,
+    raised a bare ``ModuleNotFoundError: torch`` (the ``scan`` package imported its whole scan, and
+    ``reference`` its model, to define them). Now every name imports there; the two functions that need
+    torch to run say which extra to install when called. Shown failing before the fix (the star import
+    raised)."""
+    out = subprocess.run([sys.executable, "-c", _CORE_ONLY_API, str(tmp_path)], capture_output=True, text=True, cwd=REPO,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "['check_data', 'load_reference_model']", out.stdout  # the only stand-ins
+    assert lines[1] == "ScanOptions 4 True True ScanResult", out.stdout
+    assert lines[2].startswith("ScanError ") and str(tmp_path) in lines[2], out.stdout  # an empty dir: no layout
+    for name, line in zip(("check_data", "load_reference_model"), lines[3:], strict=True):
+        assert line == (f"ModuleNotFoundError eagle3_conformance.{name} cannot run here: torch is not installed "
+                        "in this environment (pip install 'eagle3-conformance[reference]')"), out.stdout
+

@@ -606,3 +606,48 @@ def test_a_floor_is_written_from_a_good_run_and_validates_without_calibrated_ban
     assert rc == 2 and "not written" in err and not (tmp_path / "bad.yaml").exists(), o + err
     rc, o, err = accept(capsys, "--server", f.url, "--contract", str(out), "--prompts", "8", "--write-floor", str(out))
     assert rc == 2 and "refusing to overwrite" in err, err
+
+
+def test_a_floor_is_named_by_its_measure_and_not_offered_from_counters_that_disagree(tmp_path, capsys):
+    """newuser finding 15: a stub whose ``completion_tokens`` said 2 tokens per verify step while its
+    correct-drafts histogram said 1 + 1.647 accepted drafts per step: ``accept`` printed ``accept length
+    2.000 [2.000, 2.000]`` and "a floor from this run ... accept length 2.647", no warning. The two figures
+    measure different things (the floor's leaves out SGLang's prefill token) and here they also contradicted
+    each other by far more than that token and answers cut at --max-tokens explain. Now the floor line names
+    its own measure, a run whose counters disagree says so and offers no floor, and --write-floor refuses.
+    Expected by hand: histogram [3, 4, 6, 4]: 17 steps, 4 + 12 + 12 = 28 accepted drafts, 8 prompts."""
+    def contradicting(h, body):
+        doc = _answer([3, 4, 6, 4])
+        doc["choices"][0]["meta_info"]["completion_tokens"] = 34  # 2 per verify step
+        return h._send(200, doc)
+
+    f = sglang(chat=contradicting)
+    try:
+        rc, out, err = accept(capsys, "--server", f.url, "--contract", CONTRACT, "--prompts", "8", "--record",
+                              str(tmp_path / "b.json"), "--json", str(tmp_path / "r.json"))
+        assert rc == 0, out + err
+        assert "accept length  2.000  [2.000, 2.000]" in out
+        assert ("warning: the server's counters disagree: its returned tokens give accept length 2.000 per verify "
+                "step, its accepted drafts 1 + 1.647 = 2.647") in out
+        assert "explain -16 to 8 tokens of difference, not -88" in out  # 8 prefill tokens; 8 x k=3 cut short
+        assert "a floor from this run" not in out
+        assert "the server's counters disagree" in json.loads((tmp_path / "r.json").read_text())["meta"][
+            "counters_disagree"]
+        rc, out, err = accept(capsys, "--server", f.url, "--contract", CONTRACT, "--prompts", "8", "--write-floor",
+                              str(tmp_path / "floored.yaml"))
+        assert rc == 2 and "not written: the server's counters disagree" in err and not (tmp_path / "floored.yaml").exists()
+    finally:
+        f.close()
+    # consistent counters (the scripted server: completion tokens = steps + accepted drafts + the prefill token):
+    # no warning, and the floor line names 1 + accepted drafts per verify step, not the accept length
+    g = sglang()
+    try:
+        rc, out, err = accept(capsys, "--server", g.url, "--contract", CONTRACT, "--prompts", "8", "--record",
+                              str(tmp_path / "b2.json"))
+        assert rc == 0 and "counters disagree" not in out, out + err
+        # [10, 4, 2, 1]: 17 steps, 4 + 4 + 3 = 11 accepted drafts -> 28 / 17 = 1.647; accept length 29 / 17 = 1.706
+        assert "accept length  1.706" in out
+        assert ("a floor from this run: gates.min_accept_length: 1.647 (the lower end of its 1 + accepted drafts "
+                "per verify step, 1.647 [1.647, 1.647]: on SGLang the accept length less its prefill token") in out
+    finally:
+        g.close()

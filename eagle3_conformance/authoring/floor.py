@@ -15,8 +15,8 @@ from eagle3_conformance.core.errors import UsageError
 def floor_comment(fl: dict, source: str) -> str:
     """The end-of-line comment: where the floor came from, the run's accept length and interval."""
     lo, hi = fl["interval"]
-    return (f"{source}: accept length {fl['value']:.3f} [{lo:.3f}, {hi:.3f}] (1 + accepted drafts per verify step, "
-            f"95% over {fl['units']} units, {fl['steps']} verify steps); the floor is the interval's lower end")
+    return (f"{source}: 1 + accepted drafts per verify step {fl['value']:.3f} [{lo:.3f}, {hi:.3f}] (95% over "
+            f"{fl['units']} units, {fl['steps']} verify steps); the floor is the interval's lower end")
 
 
 def with_floor(contract_text: str, floor: float, comment: str, out_file: Path) -> str:

@@ -20,9 +20,15 @@ COMMENT_COLUMN = 36
 
 
 def schema_ref(out_file: Path) -> str:
-    """The schema path relative to ``out_file``'s directory (for the yaml-language-server line)."""
+    """The schema path for the yaml-language-server line: in a checkout, relative to ``out_file``'s directory
+    (contracts and schema travel with the repository); from an installed package, the installed schema's
+    absolute path (newuser finding 17: a path relative to the contract climbed into the venv's
+    site-packages, ``../../venv/lib/...``, and broke as soon as the contract moved)."""
     from eagle3_conformance.contract import SCHEMA_PATH
+    from eagle3_conformance.environment.shipped import in_checkout
 
+    if not in_checkout():
+        return Path(SCHEMA_PATH).resolve().as_posix()
     return Path(os.path.relpath(SCHEMA_PATH, Path(out_file).resolve().parent)).as_posix()
 
 

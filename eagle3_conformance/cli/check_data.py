@@ -118,6 +118,20 @@ def _options(args) -> tuple[tuple[int, int], int, int]:
     return shard, workers, sample
 
 
+def _counted(findings) -> str:
+    """What the findings count, by the reader that made them (newuser finding 17: check-data and check-offline
+    gave 224 and 159 findings on the same files, and neither said why)."""
+    from collections import Counter
+
+    from eagle3_conformance.scan import DISK_PATH, LOADER_PATH, VLLM_PATH
+
+    by = Counter(f.path for f in findings)
+    disk, sampled = by.pop(DISK_PATH, 0), by.pop(LOADER_PATH, 0) + by.pop(VLLM_PATH, 0)
+    return (f"{disk} findings of the all-rows pass over every stored sample ({DISK_PATH}), {sampled} of the "
+            f"fingerprint sample read as its trainer reads it (check-offline gives these alone, for every file it "
+            f"reads), {sum(by.values())} of the dataset as a whole")
+
+
 def _print(args, c, res, diagnoses) -> None:
     """The report (verdict and diagnoses first), or with ``--quiet`` the verdict line and one line
     per diagnosis; ``--markdown`` writes the same report as Markdown."""
@@ -129,7 +143,7 @@ def _print(args, c, res, diagnoses) -> None:
     m = res.meta
     verbose = bool(getattr(args, "verbose", False))
     extra = {"data": m["data"], "format": m["format"], "samples": f"{m['shard_samples']} of {m['samples']} (shard {m['shard']}, "
-             f"{SHARDING})", "reference": m["reference"]}
+             f"{SHARDING})", "reference": m["reference"], "counted": _counted(findings)}
     if verbose:
         extra.update({f"scope {k}": v for k, v in m["scope"].items()})
     extra["read"] = (f"{human_bytes(m['bytes'])} in {m['seconds']:.2f} s "

@@ -167,7 +167,10 @@ def run(args) -> int:
                 "; .pt/.ckpt: torch.load(weights_only=True)" if any(f.suffix != ".safetensors" for f in files) else "")
     extra = {"files": str(args.files), "samples": str(len(files)),
              "reference": str(ref_dir) if ref_dir else "none (slot identity not checked)",
-             "loader": loader}
+             "loader": loader,
+             "counted": (f"{len(findings)} findings, each file read as its trainer reads it (check-data on the same "
+                         "files adds an all-rows pass over every stored sample: more findings, the same per-file "
+                         "ones on its fingerprint sample)")}
     _report(args, c, findings, extra)
     if bad_reference:
         error(bad_reference)

@@ -38,7 +38,7 @@ def add_parser(sub) -> None:
                                                                  "figure (0.05, accept's default)")
     p.add_argument("--false-alarms-per-day", type=float, default=0.1, metavar="R",
                    help="the false-alarm rate the threshold is set for (0.1: one per ten days)")
-    p.add_argument("--scrape-timeout", type=float, default=10.0, metavar="S", help="seconds per scrape (10)")
+    p.add_argument("--scrape-timeout", type=float, default=10.0, metavar="S", help="seconds per scrape, and per request of the server's identity at start (10)")
     p.add_argument("--canary-every", type=float, metavar="S", help="also run the canary every S seconds (needs "
                                                                    "--contract)")
     p.add_argument("--canary-concurrency", type=int, default=4, metavar="N", help="canary requests in flight (4)")

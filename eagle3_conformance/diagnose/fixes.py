@@ -87,9 +87,11 @@ class _Fixer:
         except Exception as e:  # an engine that cannot be asked (not installed, import error)
             return None, f"{type(e).__name__}: {e}"
 
-    def draft_config(self, boundaries: Sequence[str], ids: dict) -> list[str]:
-        """Where and what to write in the draft config so the serving engine captures ``boundaries``."""
-        tool = _draft_tool(self.c)
+    def draft_config(self, boundaries: Sequence[str], ids: dict, tool: Optional[str] = None) -> list[str]:
+        """Where and what to write in the draft config so the serving engine captures ``boundaries``:
+        ``tool``'s key (None: the tool whose key the contract's ids sit in, :func:`_draft_tool`)."""
+        own = _draft_tool(self.c)
+        tool = tool or own
         t, err = self._tool(tool, boundaries)
         if t is None:
             ids[tool] = {"error": err}
@@ -101,7 +103,7 @@ class _Fixer:
                 else f"{t.holds_for.split(' (')[0]}")
         lines = [f"draft config.json, {key}: {_fmt_ids(t.ids)}  ({rule})"]
         have = self.c.draft.layer_ids.values
-        if have is not None and list(have) != list(t.ids):
+        if tool == own and have is not None and list(have) != list(t.ids):  # another tool's key: not the contract's
             lines.append(f"the contract's draft.layer_ids.values {_fmt_ids(have)} say otherwise: write "
                          f"{_fmt_ids(t.ids)} there too")
         return lines

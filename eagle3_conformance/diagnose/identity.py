@@ -108,7 +108,7 @@ def _engine_default(c: Contract, v: _PathView, fx: _Fixer, used: set) -> list[Di
     else:
         title = "the engine never saw the draft's ids and captured its default layers"
         fix = ["SGLang reads only the nested key; a top-level or misspelled key falls back to the defaults "
-               "silently (fault-kinds.md K1):"] + fx.draft_config(declared, ids)
+               "silently (fault-kinds.md K1):"] + fx.draft_config(declared, ids, tool="sglang")
     used.update(_IDENTITY_CHECKS)
     return [Diagnosis("engine-default", "K1", title, tuple(ev), tuple(fix), (v.path,), tuple(j.label for j in aux),
                       _explained(v, _IDENTITY_CHECKS), {v.path: v.support(aux)}, ids)]

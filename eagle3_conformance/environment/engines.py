@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from importlib.metadata import PackageNotFoundError, version
-from typing import Optional
+from typing import Callable, Optional
 
 TESTED: dict[str, str] = {
     "sglang": "==0.5.23",       # requirements/cpu-lock.txt; tools/sglang_cpu (harness, stand-in attention)
@@ -95,3 +95,26 @@ def missing_dependency(e: ModuleNotFoundError) -> Optional[str]:
     if extra is None:
         return None
     return f"{top} is not installed in this environment (pip install 'eagle3-conformance[{extra}]')"
+
+
+def needs_extra(name: str, e: ModuleNotFoundError) -> Callable[..., object]:
+    """What a public function (``name``) whose module could not be imported for ``e`` is on this install:
+    a function that raises ``ModuleNotFoundError`` (an ``ImportError``) naming the extra to install
+    when called. So on a core-only install ``from eagle3_conformance import *`` and every other name
+    still work (newuser finding 7); ``check_data`` and ``load_reference_model`` need ``[reference]``.
+
+    Raises:
+        ModuleNotFoundError: ``e`` itself when it names no optional dependency (a bug, shown as it is).
+    """
+    why = missing_dependency(e)
+    if why is None:
+        raise e
+    module = e.name
+
+    def stand_in(*args: object, **kwargs: object) -> object:
+        raise ModuleNotFoundError(f"{name} cannot run here: {why}", name=module)
+
+    stand_in.__name__ = stand_in.__qualname__ = name.rpartition(".")[2]
+    stand_in.__module__ = name.rpartition(".")[0]
+    stand_in.__doc__ = f"Not usable on this install: {why}. Calling it raises ModuleNotFoundError saying so."
+    return stand_in

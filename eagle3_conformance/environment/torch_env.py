@@ -83,7 +83,7 @@ def prepare() -> None:
     models are tiny, and on a busy 2-core machine OpenMP's spin-waiting made a 64-wide forward
     take 2 s with 2 threads instead of 8 ms with 1 (measured). Sets ``OMP_WAIT_POLICY=PASSIVE`` unless
     set (only effective when torch is not imported yet). Raises nothing; an environment without
-    torchvision is left alone.
+    torchvision, or without torch (a core-only install), is left alone.
     """
     global _done
     if _done:
@@ -106,7 +106,10 @@ def prepare() -> None:
     for name in ("sglang", "datasets", "transformers", "speculators", "httpx"):
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module=r"(sglang|transformers|datasets|triton|requests)(\..*)?$")
-    import torch
+    try:
+        import torch
+    except ImportError:  # a core-only install: nothing to set; what needs torch says so when it runs
+        return
 
     try:
         threads = threads_from_env()

@@ -74,12 +74,20 @@ class Outcome:
         return int(ExitCode.INCONCLUSIVE if self.cannot_judge() else ExitCode.CONFORMS)
 
     def cannot_judge(self) -> Optional[str]:
-        """Why the session compared nothing with the baseline, in words; None when it did (a judged
-        window, or a canary that met the baseline). No alarm from a session that judged nothing is
-        INCONCLUSIVE, not NO ALARM: its windows had no readable verify-step counter (``unreadable``:
-        the counters named, with the engine identified), or too few verify steps (idle, sparse)."""
-        if any(w.status == "judged" for w in self.windows) or any(c.get("verdict") == MET for c in self.canaries):
+        """Why the session compared nothing with the baseline, in words; None when it did (a calibration
+        finished: its level is compared with the baseline's and the drift test starts; or a canary met the
+        baseline). No alarm from a session that judged nothing is INCONCLUSIVE, not NO ALARM: its windows
+        had no readable verify-step counter (``unreadable``: the counters named, with the engine
+        identified), or too few verify steps (idle, sparse), or its judged windows were all calibration
+        that never finished (fewer than ``--warmup``)."""
+        if self.calibrations or any(c.get("verdict") == MET for c in self.canaries):
             return None
+        judged = [w for w in self.windows if w.status == "judged"]
+        if judged:
+            warmup = self.settings.get("warmup_windows", "--warmup")
+            return (f"cannot judge: the session ended while calibrating: {len(judged)} judged window(s) of the "
+                    f"{warmup} that calibrate the reference level (--warmup), so nothing was compared with the "
+                    "baseline; watch longer under traffic, or lower --warmup")
         unread = [w for w in self.windows if w.status == "unreadable"]
         if unread:
             names = ", ".join(self.missing) or "its verify-step counters"
@@ -142,7 +150,7 @@ def connect(opts: Options, contract=None) -> tuple[Any, dict]:
 
         baseline.check_offline(doc, opts.baseline, prompt_version=prompts.PROMPT_SET_VERSION,
                                prompt_sha256=prompts.prompt_set_sha256())
-    adapter = server_accept.connect(opts.server, timeout=min(30.0, opts.scrape_timeout * 3))
+    adapter = server_accept.connect(opts.server, timeout=opts.scrape_timeout)  # each identity request, as a scrape
     baseline.check_server(doc, opts.baseline, adapter.info)
     m = metrics.parse(metrics.scrape_text(opts.server, opts.scrape_timeout), f"{opts.server}/metrics")
     metrics.check_exports(adapter.info.kind, m, opts.server)

@@ -197,6 +197,18 @@ def start_token(contract: "Contract") -> Optional[int]:
     return 1 if contract.fixture else None
 
 
+def min_prompt_len(contract: "Contract") -> int:
+    """The shortest prompt a path draws: long enough to hold two positions the contract does not
+    exclude (``norm_bands.exclude_positions``; position 0 by default), so the fingerprint checks
+    (slot_identity, slot_order, row_fingerprint: one kept row) and the shift checks (feature_alignment:
+    two rows) judge every drawn example. A shorter one (newuser finding 9: a 1-token prompt) left them
+    all skipped ("every row is at an excluded position"), so a failing example had no diagnosis and no
+    fix. With the default ``[0]``: 3 tokens."""
+    excluded = set(contract.norm_bands.exclude_positions)
+    kept = [p for p in range(len(excluded) + 2) if p not in excluded][:2]
+    return kept[-1] + 1
+
+
 @dataclass
 class StoredData:
     """The state of a path that reads stored training data through a tool's own loader (the

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eagle3_conformance.environment.engines import HARNESS_RELEASES
-from eagle3_conformance.paths.base import Needs, Observation, Path, Skipped, start_token
+from eagle3_conformance.paths.base import Needs, Observation, Path, Skipped, min_prompt_len, start_token
 
 
 @dataclass
@@ -52,7 +52,8 @@ def observe(s: _State, draw) -> Observation:
     from eagle3_conformance.suite import strategies
 
     c = s.contract
-    batch = draw(strategies.prompt_batches(c.target.vocab_size, start_token=start_token(c), pool=s.pool), label="batch")
+    batch = draw(strategies.prompt_batches(c.target.vocab_size, start_token=start_token(c),
+                                           min_len=min_prompt_len(c), pool=s.pool), label="batch")
     prefixes, fillers, _accepted = draw(strategies.verify_layouts(c.target.vocab_size, pool=s.pool), label="verify")
     return Observation(captures=list(s.dflash.extend(batch)) + list(s.dflash.verify(prefixes, fillers)))
 

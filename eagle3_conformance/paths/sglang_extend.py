@@ -1,6 +1,6 @@
 """``sglang-extend``: SGLang's prefill, as its real EAGLE-3 draft class receives it.
 
-Hypothesis draws batches of prompts (batch 1..3, lengths 1..24; ``strategies.prompt_batches``);
+Hypothesis draws batches of prompts (batch 1..3, lengths 3..24: ``min_prompt_len``; ``strategies.prompt_batches``);
 SGLang's real target runs EXTEND with FULL capture on CPU and its real draft class receives the
 aux concat (:class:`eagle3_conformance.tools.sglang_cpu.SGLangCPUHarness`). Every request is checked
 against the reference on the same tokens; the installed SGLang release is reported once.
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eagle3_conformance.environment.engines import HARNESS_RELEASES
-from eagle3_conformance.paths.base import Needs, Observation, Path, start_token
+from eagle3_conformance.paths.base import Needs, Observation, Path, min_prompt_len, start_token
 
 
 @dataclass
@@ -40,7 +40,8 @@ def observe(s: _State, draw) -> Observation:
     from eagle3_conformance.suite import strategies
 
     c = s.contract
-    batch = draw(strategies.prompt_batches(c.target.vocab_size, start_token=start_token(c), pool=s.pool), label="batch")
+    batch = draw(strategies.prompt_batches(c.target.vocab_size, start_token=start_token(c),
+                                           min_len=min_prompt_len(c), pool=s.pool), label="batch")
     return Observation(captures=s.harness.extend(batch))
 
 

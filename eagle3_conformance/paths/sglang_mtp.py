@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eagle3_conformance.environment.engines import HARNESS_RELEASES
-from eagle3_conformance.paths.base import Needs, Observation, Path, start_token
+from eagle3_conformance.paths.base import Needs, Observation, Path, min_prompt_len, start_token
 
 
 @dataclass
@@ -41,7 +41,8 @@ def observe(s: _State, draw) -> Observation:
     from eagle3_conformance.tools.sglang_cpu.families import mtp_source_extend
 
     c = s.contract
-    batch = draw(strategies.prompt_batches(c.target.vocab_size, start_token=start_token(c), pool=s.pool), label="batch")
+    batch = draw(strategies.prompt_batches(c.target.vocab_size, start_token=start_token(c),
+                                           min_len=min_prompt_len(c), pool=s.pool), label="batch")
     return Observation(captures=mtp_source_extend(s.harness, batch))
 
 

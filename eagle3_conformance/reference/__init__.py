@@ -9,7 +9,8 @@
   tools (a lower layer, tests/layers.py).
 
 The re-exports are resolved on first use (PEP 562 ``__getattr__``), so importing
-``reference.greedy`` does not import ``reference.model`` (torch, the contract) with it.
+``reference.greedy`` does not import ``reference.model`` (torch, the contract) with it, and the names
+``reference.weights`` defines (:class:`ReferenceError` among them) import without torch.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ if TYPE_CHECKING:
 __all__ = ["DTYPES", "MissingBoundary", "Reference", "ReferenceError", "ReferenceModel", "default_cache_dir",
            "load_reference_model", "missing_weights", "rms", "weight_index"]
 
+_WEIGHTS = ("MissingBoundary", "ReferenceError", "missing_weights", "weight_index")
+"""The names defined in ``reference.weights`` (no torch), served from there."""
+
 
 def __getattr__(name: str) -> Any:
     """``eagle3_conformance.reference.<name>`` for the names of :data:`__all__`, from ``reference.model``.
@@ -40,6 +44,10 @@ def __getattr__(name: str) -> Any:
     Raises:
         AttributeError: any other name.
     """
+    if name in _WEIGHTS:  # torch-free: importable on a core-only install (the public ReferenceError)
+        from eagle3_conformance.reference import weights
+
+        return getattr(weights, name)
     if name in __all__:
         from eagle3_conformance.reference import model
 

@@ -75,26 +75,63 @@ batches of ``batch_size`` consecutive sampled indices; a batch belongs to the sh
 first index. So shards ``0/N .. N-1/N`` together produce exactly the findings of one unsharded run.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from eagle3_conformance.environment import torch_env
 
-torch_env.prepare()  # before torch is imported: the package's thread settings
+torch_env.prepare()  # before torch is imported: the package's thread settings (nothing without torch)
 
-from eagle3_conformance.scan.all_rows import merge_slot_stats  # noqa: E402,F401
-from eagle3_conformance.scan.driver import scan  # noqa: E402,F401
-from eagle3_conformance.scan.formats import (  # noqa: E402,F401
-                                             FORMATS,
-                                             READERS,
-                                             SPECULATORS,
-                                             VLLM_EXTRACTION,
-                                             VLLM_PATH,
-                                             dataset_identity,
-                                             detect_format,
-                                             extraction_files,
-)
-from eagle3_conformance.scan.options import BLOCK_ELEMS, DISK_PATH, LOADER_PATH, Part, ScanError, ScanOptions  # noqa: E402,F401
-from eagle3_conformance.scan.parts import peak_rss_mb, prefill_reference, scan_part  # noqa: E402,F401
-from eagle3_conformance.scan.prefetch import PREFETCH  # noqa: E402,F401
-from eagle3_conformance.scan.results import DISK_CHECKS, ScanResult, contract_digest  # noqa: E402,F401
-from eagle3_conformance.scan.rms import slot_rms  # noqa: E402,F401
-from eagle3_conformance.scan.shards import SHARDING, fingerprint_sample, loader_batches, parse_shard, shard_indices  # noqa: E402,F401
-from eagle3_conformance.scan.sources import open_source, shard_size  # noqa: E402,F401
+if TYPE_CHECKING:
+    from eagle3_conformance.scan.all_rows import merge_slot_stats  # noqa: F401
+    from eagle3_conformance.scan.driver import scan  # noqa: F401
+    from eagle3_conformance.scan.formats import (  # noqa: F401
+        FORMATS,
+        READERS,
+        SPECULATORS,
+        VLLM_EXTRACTION,
+        VLLM_PATH,
+        dataset_identity,
+        detect_format,
+        extraction_files,
+    )
+    from eagle3_conformance.scan.options import BLOCK_ELEMS, DISK_PATH, LOADER_PATH, Part, ScanError, ScanOptions  # noqa: F401
+    from eagle3_conformance.scan.parts import peak_rss_mb, prefill_reference, scan_part  # noqa: F401
+    from eagle3_conformance.scan.prefetch import PREFETCH  # noqa: F401
+    from eagle3_conformance.scan.results import DISK_CHECKS, ScanResult, contract_digest  # noqa: F401
+    from eagle3_conformance.scan.rms import slot_rms  # noqa: F401
+    from eagle3_conformance.scan.shards import SHARDING, fingerprint_sample, loader_batches, parse_shard, shard_indices  # noqa: F401
+    from eagle3_conformance.scan.sources import open_source, shard_size  # noqa: F401
+
+_WHERE: dict[str, str] = {
+    **dict.fromkeys(('merge_slot_stats',), "all_rows"),
+    **dict.fromkeys(('scan',), "driver"),
+    **dict.fromkeys(('FORMATS', 'READERS', 'SPECULATORS', 'VLLM_EXTRACTION', 'VLLM_PATH', 'dataset_identity', 'detect_format', 'extraction_files',), "formats"),
+    **dict.fromkeys(('BLOCK_ELEMS', 'DISK_PATH', 'LOADER_PATH', 'Part', 'ScanError', 'ScanOptions',), "options"),
+    **dict.fromkeys(('peak_rss_mb', 'prefill_reference', 'scan_part',), "parts"),
+    **dict.fromkeys(('PREFETCH',), "prefetch"),
+    **dict.fromkeys(('DISK_CHECKS', 'ScanResult', 'contract_digest',), "results"),
+    **dict.fromkeys(('slot_rms',), "rms"),
+    **dict.fromkeys(('SHARDING', 'fingerprint_sample', 'loader_batches', 'parse_shard', 'shard_indices',), "shards"),
+    **dict.fromkeys(('open_source', 'shard_size',), "sources"),
+}
+"""Re-exported name -> the module of this package defining it. Resolved on first use (PEP 562), so the
+names whose module needs no torch (:class:`ScanOptions`, :class:`ScanError`, :class:`ScanResult`,
+:func:`detect_format`, ...) import on a core-only install; ``scan``, ``parts``, ``all_rows``, ``rms`` and
+``sources`` need torch."""
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    """``eagle3_conformance.scan.<name>`` for the names of :data:`_WHERE`, from their module.
+
+    Raises:
+        AttributeError: any other name.
+    """
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

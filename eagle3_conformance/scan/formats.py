@@ -10,7 +10,8 @@ from typing import Optional
 from eagle3_conformance.core.errors import DataError
 from eagle3_conformance.scan.options import DISK_PATH, LOADER_PATH, ScanError
 from eagle3_conformance.tools.shared.arrow_dir import ARROW_MARKERS as _ARROW_MARKERS
-from eagle3_conformance.tools.vllm_hidden_states import PATH as _VLLM_READER_PATH
+from eagle3_conformance.tools.shared.vllm_files import PATH as _VLLM_READER_PATH
+from eagle3_conformance.tools.shared.vllm_files import SUFFIX, find_files
 
 VLLM_PATH = _VLLM_READER_PATH
 """Finding path of the sampled vLLM extraction files (:data:`eagle3_conformance.tools.vllm_hidden_states.PATH`)."""
@@ -59,7 +60,6 @@ def extraction_files(d: Path) -> tuple[Path, list[Path]]:
     files empty when neither holds one."""
     import glob as _glob
 
-    from eagle3_conformance.tools.vllm_hidden_states import SUFFIX, find_files
 
     for sub in (d, d / "hidden_states"):
         try:
@@ -90,7 +90,6 @@ def detect_format(data_dir: str | Path, requested: str = "auto") -> str:
     d = Path(data_dir)
     if _is_arrow_dir(d):
         return SPECULATORS
-    from eagle3_conformance.tools.vllm_hidden_states import SUFFIX
 
     try:
         entries = sorted(d.iterdir()) if d.is_dir() else []

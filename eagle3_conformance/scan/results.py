@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from eagle3_conformance.contract import Contract, contract_source
 from eagle3_conformance.core.findings import Finding
-from eagle3_conformance.scan.all_rows import merge_slot_stats
+from eagle3_conformance.report.slot_stats import merge_slot_stats
 from eagle3_conformance.scan.formats import READERS, SPECULATORS, VLLM_EXTRACTION, VLLM_PATH, dataset_identity
 from eagle3_conformance.scan.options import DISK_PATH, LOADER_PATH, ScanOptions
 from eagle3_conformance.scan.shards import SHARDING

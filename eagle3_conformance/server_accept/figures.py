@@ -8,7 +8,7 @@ pairs: the accept length's ``(committed, steps)``, position ``i``'s ``(c_i, step
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from eagle3_conformance.acceptance.decision import decide_paired
 from eagle3_conformance.acceptance.stats import TooFewPrompts, bootstrap_accept_length, merge_histograms
@@ -111,3 +111,38 @@ def detectable_drop(results: Sequence[PromptResult], tolerance: float) -> dict:
     except TooFewPrompts as e:
         raise UsageError(f"{e}; run more prompts (--prompts) or longer answers (--max-tokens)") from None
     return {"tolerance": d.tolerance, "detectable_drop": d.detectable_drop}
+
+
+def floor_pairs(results: Sequence[PromptResult]) -> list[tuple[int, int]]:
+    """Per prompt with a verify step, the floor's ``(numerator, steps)``: 1 + accepted drafts per verify step
+    (:func:`eagle3_conformance.acceptance.decision.floor_from_runs`: no prefill token), the numerator
+    ``steps + sum(accepted_per_pos)``; an SGLang answer without a correct-drafts histogram (its per-position
+    counts are zeros then) gives ``completion_tokens - 1`` (its accept length less the prefill token)."""
+    return [(r.committed - 1 if r.source == "meta_info" and r.histogram is None else r.steps + sum(r.accepted_per_pos),
+             r.steps) for r in results if r.steps]
+
+
+def counters_disagree(results: Sequence[PromptResult], k: int) -> Optional[str]:
+    """Why the server's two counts of the same tokens disagree, in words, or None when they agree.
+
+    The accept length (``committed / steps``) and the floor's 1 + accepted drafts per verify step
+    (:func:`floor_pairs`) count the same tokens but for the prefill token (SGLang's ``completion_tokens``
+    counts it: +1 per request) and an answer cut at ``max_tokens`` or a stop token (the last verify step's
+    accepted drafts beyond the cut are not returned: up to ``k`` per request fewer). A difference outside
+    that range means the counters contradict each other (a stub or a proxy that rewrites one of them,
+    newuser finding 15): the accept length judged and a floor from the drafts cannot both be right."""
+    with_steps = [r for r in results if r.steps]
+    steps = sum(r.steps for r in with_steps)
+    if not steps:
+        return None
+    committed = sum(r.committed for r in with_steps)
+    drafts = sum(n for n, _ in floor_pairs(with_steps))
+    prefill = sum(1 for r in with_steps if r.source == "meta_info")
+    low, high = prefill - k * len(with_steps), prefill
+    if low <= committed - drafts <= high:
+        return None
+    return (f"the server's counters disagree: its returned tokens give accept length {committed / steps:.3f} per "
+            f"verify step, its accepted drafts 1 + {(drafts - steps) / steps:.3f} = {drafts / steps:.3f}; over "
+            f"{len(with_steps)} prompts and {steps} verify steps the prefill token and answers cut short explain "
+            f"{low} to {high} tokens of difference, not {committed - drafts}. The accept length is what the gate "
+            "judged; no floor is taken from counters that contradict it")

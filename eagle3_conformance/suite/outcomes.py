@@ -103,6 +103,16 @@ def durations_line(seconds: dict[str, float]) -> str:
             + f"; total {sum(seconds.values()):.1f}")
 
 
+def nothing_meta(lines: list[str], seen: dict[str, tuple[str, Optional[str]]]) -> dict[str, Any]:
+    """What ``--conformance-json`` says of a session that checked nothing (``lines``: :func:`nothing_lines`,
+    not empty): the terminal's verdict, NOTHING CHECKED, and each item with the reason it skipped, so a CI
+    job reading the file sees the same verdict as the terminal, never a verdict of no findings."""
+    verdict = lines[0].removesuffix(" Why each skipped:")
+    skipped = [{"item": label, "reason": str(o).removeprefix("skipped: ")} for label, o in seen.values()
+               if o is not None and o.startswith("skipped: ")]
+    return {"verdict": verdict, "skipped": skipped}
+
+
 def invalid_lines(invalid: dict[str, Any]) -> list[str]:
     """The report's lines for the contracts that did not load: the verdict, then each problem
     (file:line:column: key: message), as ``eagle3-conformance validate`` prints them."""

@@ -61,7 +61,9 @@ def resolve_pair(c: Contract) -> LocalPair:
             raise PairUnavailable(f"fixture {c.fixture!r} {what} ({e})") from None
         return LocalPair(b.target_dir, b.draft_dir, b.data_dir, f"fixture {c.fixture}")
     src = contract_source(c)
-    base = src.parent if src else Path.cwd()
+    # absolute, so that messages and reports name the directory itself, never ``../../../root/.cache/...``
+    # relative to wherever the contract was named from (newuser finding 17)
+    base = (src.parent if src else Path.cwd()).absolute()
 
     def rel(p: Optional[str]) -> Optional[Path]:
         if not p:

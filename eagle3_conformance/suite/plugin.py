@@ -486,6 +486,11 @@ def _write_report(terminalreporter, config) -> None:
                              diagnoses=all_diagnoses)
             if invalid:  # as `validate`: a contract that does not load is bad input, whatever else ran
                 doc["meta"]["verdict"] = f"INPUT ERROR: {len(invalid)} contract(s) do not load: {', '.join(invalid)}"
+            elif nothing:  # the terminal's NOTHING CHECKED, not the verdict of no findings
+                from eagle3_conformance.suite.outcomes import nothing_meta
+
+                doc["meta"].update(nothing_meta(nothing, seen))
+                doc["contract"] = doc["contract"] or ",".join(dict.fromkeys(lb.split("::")[0] for lb, _ in seen.values()))
             write_document(out, doc)
         if html:
             from eagle3_conformance.htmlreport import render_suite

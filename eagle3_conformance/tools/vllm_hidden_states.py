@@ -24,12 +24,9 @@ finding; it never raises.
 
 from __future__ import annotations
 
-import glob
-import re
 from pathlib import Path
 from typing import Optional
 
-from eagle3_conformance.core.errors import DataError
 from eagle3_conformance.environment import torch_env
 from eagle3_conformance.environment.torch_env import torch_dtype
 
@@ -37,33 +34,9 @@ torch_env.prepare()
 import torch  # noqa: E402
 
 from eagle3_conformance.tools.shared.fp8_payload import SCALES_KEY  # noqa: E402  (hs-connectors' FP8 scales key)
-
-PATH = "training-vllm"  # "training*": judged as training data (dtype, positions), stored
-SUFFIX = ".safetensors"
-
-
-def _natural(p: Path) -> tuple:
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p)))
-
-
-def find_files(spec: str | Path) -> list[Path]:
-    """The ``*.safetensors`` files named by a directory (searched recursively), one file, or a glob.
-
-    Raises:
-        DataError: nothing matches.
-    """
-    p = Path(spec)
-    if p.is_dir():
-        files = [q for q in p.rglob(f"*{SUFFIX}") if q.is_file()]
-        if not files:
-            raise DataError(f"{p}: no *{SUFFIX} files in this directory")
-    elif p.is_file():
-        files = [p]
-    else:
-        files = [Path(q) for q in glob.glob(str(spec), recursive=True) if Path(q).is_file()]
-        if not files:
-            raise DataError(f"{spec}: no such file or directory, and no file matches it as a glob")
-    return sorted(files, key=_natural)
+from eagle3_conformance.tools.shared.vllm_files import PATH as PATH  # noqa: E402
+from eagle3_conformance.tools.shared.vllm_files import SUFFIX as SUFFIX  # noqa: E402
+from eagle3_conformance.tools.shared.vllm_files import find_files as find_files  # noqa: E402
 
 
 def read(path: Path) -> tuple[Optional[dict], Optional[str]]:
