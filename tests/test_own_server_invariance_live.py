@@ -1,0 +1,117 @@
+"""``check-invariance`` on the user's own server, for real (docs/own-server.md, "Your server against itself"):
+SGLang 0.5.23's real HTTP server (the CPU recipe, ``eagle3-conformance serve --``) started with ``serve-hooks``'
+``--forward-hooks`` value, the held-out prompts sent plain and under each request-level variation, the records
+read back and compared row by row.
+
+Two server starts (the soak tier, ``tox -e soak``: each start is 1.5-3 min on the shared 2-core machine):
+
+* the correct SmolLM2 pair: exit 0, every request-level variation compared and exercised (the records show a
+  batch, logprobs, a cache hit), chunked prefill and TP reported as fixed per server with the server's values;
+* the same pair with two of the invariance column's in-engine faults added to the ``--forward-hooks`` list
+  the way the in-process kill matrix adds them (:mod:`eagle3_conformance.faults.invariance_column`):
+  ``logprob-aux-stale`` (R102) and ``cache-hit-normed-state`` (R95), whose conditions never meet in one
+  request here: exit 1, each caught on its own variation naming the row and slot, the batch variation clean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from eagle3_conformance.cli import main
+from eagle3_conformance.environment.ports import free_port
+from tests.test_own_server_live import CONTRACT, LAUNCHERS, ROOT, _stop, _wait_ready
+
+pytestmark = [pytest.mark.slow, pytest.mark.soak]  # two real server starts: `tox -e soak`, not CI
+
+
+@contextlib.contextmanager
+def running_server(tmp: Path, target_dir: Path, draft_dir: Path, faults: tuple[str, ...] = ()):
+    """serve-hooks into ``tmp/records``, the server started with that value plus ``faults``' hook specs
+    (:func:`eagle3_conformance.tools.sglang_engine.fault_hooks.spec`); yields ``(url, records dir)``."""
+    from eagle3_conformance.tools.sglang_engine.fault_hooks import spec
+
+    out = tmp / "records"
+    hooks = subprocess.run([sys.executable, "-m", "eagle3_conformance.cli", "serve-hooks", str(CONTRACT), "--out",
+                            str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert hooks.returncode == 0, hooks.stderr
+    value = json.dumps(json.loads(hooks.stdout) + [spec(f) for f in faults])
+    port, log = free_port(), tmp / "server.log"
+    args = ["--model-path", str(target_dir), "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
+            str(draft_dir), "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+            "--speculative-num-draft-tokens", "4", "--dtype", "float32", "--host", "127.0.0.1", "--port", str(port),
+            "--mem-fraction-static", "0.3", "--max-total-tokens", "4096", "--forward-hooks", value]
+    import os
+
+    t0 = time.monotonic()
+    with open(log, "wb") as lf:
+        proc = subprocess.Popen([*LAUNCHERS["verb"], *args], stdout=lf, stderr=subprocess.STDOUT, cwd=ROOT,
+                                start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        _wait_ready(proc, port, log)
+        print(f"server ready in {time.monotonic() - t0:.0f} s", flush=True)
+        yield f"http://127.0.0.1:{port}", out
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft
+
+    return ensure_trained_draft(RECIPE)
+
+
+def _check(url: str, d: Path, tmp: Path, *extra: str) -> tuple[int, dict, float]:
+    out = tmp / "report.json"
+    t0 = time.monotonic()
+    rc = main(["check-invariance", str(CONTRACT), "--server", url, "--captures", str(d), "--json", str(out), *extra])
+    return rc, json.loads(out.read_text()), time.monotonic() - t0
+
+
+def _fails(doc: dict) -> list[dict]:
+    return [f for f in doc["findings"] if f["status"] == "fail"]
+
+
+def test_the_correct_pair_on_its_own_server_is_invariant(pair, tmp_path, capsys):
+    with running_server(tmp_path, pair.target_dir, pair.draft_dir) as (url, d):
+        rc, doc, secs = _check(url, d, tmp_path)
+        # the same directory again, a second run: its requests are told apart by their tag, never paired across runs
+        (tmp_path / "again").mkdir()
+        rc2, doc2, _ = _check(url, d, tmp_path / "again")
+    out = capsys.readouterr().out
+    print(out)
+    print(f"check-invariance: {secs:.1f} s; seconds per variation: {doc['meta']['seconds_per_variation']}")
+    assert rc == 0 and rc2 == 0, _fails(doc) + _fails(doc2)
+    inv = [f for f in doc["findings"] if f["check"] == "engine_invariance"]
+    for name in ("batch", "input-logprobs", "prefix-cache-repeat", "prefix-cache-shared"):
+        mine = [f for f in inv if f["where"].startswith(name + ":")]
+        assert mine and all(f["status"] == "pass" for f in mine), (name, mine)
+        assert any(f["slot"] == "variation" for f in mine), f"{name}: the records do not show it happened"
+    fixed = {f["where"].split(": ")[-1]: f for f in doc["findings"] if f["check"] == "engine_variations"}
+    assert fixed["chunked-prefill"]["status"] == "skip" and "chunked_prefill_size" in fixed["chunked-prefill"]["message"]
+    assert fixed["tp2"]["status"] == "skip" and "tp_size 1" in fixed["tp2"]["message"]
+    assert "not varied: chunked-prefill" in out
+
+
+def test_the_invariance_columns_faults_are_caught_on_a_real_server(pair, tmp_path, capsys):
+    with running_server(tmp_path, pair.target_dir, pair.draft_dir,
+                        faults=("logprob-aux-stale", "cache-hit-normed-state")) as (url, d):
+        rc, doc, secs = _check(url, d, tmp_path, "--variations", "batch,input-logprobs,prefix-cache-repeat")
+    print(capsys.readouterr().out)
+    print(f"check-invariance with 2 faults: {secs:.1f} s")
+    assert rc == 1
+    bad = _fails(doc)
+    by = {name: [f for f in bad if f["where"].startswith(name + ":")]
+          for name in ("batch", "input-logprobs", "prefix-cache-repeat")}
+    assert by["input-logprobs"] and by["prefix-cache-repeat"], bad
+    assert not by["batch"], by["batch"]  # each fault stays inside its condition
+    f = by["prefix-cache-repeat"][0]
+    assert f["check"] == "engine_invariance" and f["slot"].startswith("slot") and "row " in f["message"], f
+    assert any(x["slot"].startswith("slot") and "row " in x["message"] for x in by["input-logprobs"]), by
