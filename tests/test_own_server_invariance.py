@@ -59,6 +59,9 @@ class StandIn:
         self.n += 1
 
     def generate(self, body: dict) -> list:
+        chunk = self.info["chunked_prefill_size"]
+        if len(body["input_ids"]) == 1 and chunk < len(body["input_ids"][0]):
+            return self.chunked(body["input_ids"][0], body["rid"][0], chunk)
         ids, rids = body["input_ids"], body["rid"]
         logprob = bool(body.get("return_logprob"))
         toks, pos, locs, prefix_locs, shifted, rows = [], [], [], [], [], []
@@ -85,6 +88,25 @@ class StandIn:
                         extend_seq_lens=_t([len(x) for x in toks]), hidden=h, fc_input=h.clone(),
                         num_accept_tokens=None))
         return [{"output_ids": [7], "meta_info": {"id": r}} for r in rids]
+
+    def chunked(self, p: list, rid: str, chunk: int) -> list:
+        """One prompt prefilled in chunks of ``chunk`` tokens: each chunk a target EXTEND whose prefix is the earlier
+        chunks' KV slots; its draft EXTEND's last input id is the prompt's next token (``fault="chunk-end-guess"``:
+        the target's guess, 7, as SGLang before #26329 did: R84)."""
+        locs = list(range(self.loc, self.loc + len(p)))
+        self.loc += len(p)
+        for s in range(0, len(p), chunk):
+            e = min(s + chunk, len(p))
+            nxt = p[e] if e < len(p) and self.fault != "chunk-end-guess" else 7
+            self._save(dict(role="target", mode="EXTEND", input_ids=_t(p[s:e]), positions=_t(list(range(s, e))),
+                            req_pool_indices=_t([0]), seq_lens=_t([e]), extend_seq_lens=_t([e - s]),
+                            layers_to_capture=[2, 15, 27], out_cache_loc=_t(locs[s:e]), extend_prefix_lens=_t([s]),
+                            prefix_locs=_t(locs[:s]), rids=[rid], return_logprob=False))
+            h = torch.stack([_row(t, j) for t, j in zip(p[s:e], range(s, e))])
+            self._save(dict(role="draft", mode="EXTEND", input_ids=_t(p[s + 1:e] + [nxt]),
+                            positions=_t(list(range(s, e))), req_pool_indices=_t([0]), seq_lens=_t([e]),
+                            extend_seq_lens=_t([e - s]), hidden=h, fc_input=h.clone(), num_accept_tokens=None))
+        return [{"output_ids": [7], "meta_info": {"id": rid}}]
 
     def _handler(self):
         owner = self
@@ -225,3 +247,46 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, case, message):
     err = capsys.readouterr().err
     assert rc == 2 and message in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def _served2(tmp_path) -> Path:
+    d = _prepared(tmp_path / "second")
+    (d / "factory-4343-0.json").write_text(json.dumps({"pid": 4343, "sglang_version": "0.5.23"}))
+    _model(d)
+    return d
+
+
+@pytest.mark.parametrize("fault", ["", "chunk-end-guess"])
+def test_a_second_server_with_chunk_ends_inside_the_prompts_is_the_chunked_prefill_variation(tmp_path, capsys, fault):
+    d, d2 = _served(tmp_path), _served2(tmp_path)
+    with StandIn(d) as s, StandIn(d2, fault=fault, info={"chunked_prefill_size": 16}) as s2:
+        rc, doc = _run(s.url, d, tmp_path, "--variations", "batch", "--second-server", s2.url, "--second-captures",
+                       str(d2))
+    out = capsys.readouterr().out
+    assert "chunked-prefill: second server" in out and "chunked_prefill_size 16" in out
+    mine = [f for f in doc["findings"] if f["where"].startswith("chunked-prefill:")]
+    shown = [f for f in mine if f["slot"] == "variation"]
+    assert shown and shown[0]["status"] == "pass" and shown[0]["observed"]["chunks"] == 3, shown  # 3 chunks: 16, 32
+    if not fault:
+        assert rc == 0 and all(f["status"] == "pass" for f in mine), mine
+        return
+    assert rc == 1
+    bad = [x for x in mine if x["status"] == "fail"]
+    assert len(bad) == 2 and {x["slot"] for x in bad} == {"token"}, bad  # one per prompt, only the token
+    f = bad[0]
+    assert f["slot"] == "token" and f["message"].startswith("row 15: the draft's input token is 7 under this "
+                                                           "variation"), f["message"]
+    assert "the prompt's token at 16 is" in f["message"]
+
+
+@pytest.mark.parametrize("info2,message", [
+    ({}, "varies nothing of chunked prefill"),
+    ({"chunked_prefill_size": 16, "tp_size": 2}, "differs from --server in both"),
+])
+def test_a_second_server_must_differ_in_exactly_one_fixed_flag(tmp_path, capsys, info2, message):
+    d, d2 = _served(tmp_path), _served2(tmp_path)
+    with StandIn(d) as s, StandIn(d2, info=info2) as s2:
+        capsys.readouterr()
+        rc, _ = _run(s.url, d, tmp_path, "--second-server", s2.url, "--second-captures", str(d2))
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, err

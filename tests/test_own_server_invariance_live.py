@@ -3,10 +3,14 @@ SGLang 0.5.23's real HTTP server (the CPU recipe, ``eagle3-conformance serve --`
 ``--forward-hooks`` value, the held-out prompts sent plain and under each request-level variation, the records
 read back and compared row by row.
 
-Two server starts (the soak tier, ``tox -e soak``: each start is 1.5-3 min on the shared 2-core machine):
+Five server starts (the soak tier, ``tox -e soak``: each start is 1.5-3 min on the shared 2-core machine):
 
 * the correct SmolLM2 pair: exit 0, every request-level variation compared and exercised (the records show a
   batch, logprobs, a cache hit), chunked prefill and TP reported as fixed per server with the server's values;
+* a second server launched like the first but with ``--chunked-prefill-size 16`` (chunk ends at rows 15 and 31
+  of the 48-token prompts), given as ``--second-server``: its plain run is the ``chunked-prefill`` variation;
+  clean, then with the column's ``chunk-end-target-guess`` (R84: SGLang before #26329) in its hooks, caught
+  as the draft's input token at row 15;
 * the same pair with two of the invariance column's in-engine faults added to the ``--forward-hooks`` list
   the way the in-process kill matrix adds them (:mod:`eagle3_conformance.faults.invariance_column`):
   ``logprob-aux-stale`` (R102) and ``cache-hit-normed-state`` (R95), whose conditions never meet in one
@@ -32,9 +36,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.soak]  # two real server starts: `to
 
 
 @contextlib.contextmanager
-def running_server(tmp: Path, target_dir: Path, draft_dir: Path, faults: tuple[str, ...] = ()):
+def running_server(tmp: Path, target_dir: Path, draft_dir: Path, faults: tuple[str, ...] = (), extra=()):
     """serve-hooks into ``tmp/records``, the server started with that value plus ``faults``' hook specs
-    (:func:`eagle3_conformance.tools.sglang_engine.fault_hooks.spec`); yields ``(url, records dir)``."""
+    (:func:`eagle3_conformance.tools.sglang_engine.fault_hooks.spec`) and ``extra`` launch arguments; yields
+    ``(url, records dir)``."""
     from eagle3_conformance.tools.sglang_engine.fault_hooks import spec
 
     out = tmp / "records"
@@ -46,7 +51,7 @@ def running_server(tmp: Path, target_dir: Path, draft_dir: Path, faults: tuple[s
     args = ["--model-path", str(target_dir), "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
             str(draft_dir), "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
             "--speculative-num-draft-tokens", "4", "--dtype", "float32", "--host", "127.0.0.1", "--port", str(port),
-            "--mem-fraction-static", "0.3", "--max-total-tokens", "4096", "--forward-hooks", value]
+            "--mem-fraction-static", "0.3", "--max-total-tokens", "4096", "--forward-hooks", value, *extra]
     import os
 
     t0 = time.monotonic()
@@ -115,3 +120,28 @@ def test_the_invariance_columns_faults_are_caught_on_a_real_server(pair, tmp_pat
     f = by["prefix-cache-repeat"][0]
     assert f["check"] == "engine_invariance" and f["slot"].startswith("slot") and "row " in f["message"], f
     assert any(x["slot"].startswith("slot") and "row " in x["message"] for x in by["input-logprobs"]), by
+
+
+def test_a_second_server_with_chunked_prefill_is_compared_and_its_r84_fault_caught(pair, tmp_path, capsys):
+    chunked = ("--chunked-prefill-size", "16")
+    with contextlib.ExitStack() as st:
+        url, d = st.enter_context(running_server(tmp_path / "plain", pair.target_dir, pair.draft_dir))
+        url2, d2 = st.enter_context(running_server(tmp_path / "chunked", pair.target_dir, pair.draft_dir, extra=chunked))
+        rc, doc, secs = _check(url, d, tmp_path, "--variations", "batch", "--second-server", url2,
+                               "--second-captures", str(d2))
+        st.close()  # the clean chunked server down before the faulty one starts
+        (tmp_path / "fault").mkdir()
+        with running_server(tmp_path / "fault", pair.target_dir, pair.draft_dir, faults=("chunk-end-target-guess",),
+                            extra=chunked) as (url3, d3), \
+                running_server(tmp_path / "plain2", pair.target_dir, pair.draft_dir) as (url4, d4):
+            rc2, doc2, secs2 = _check(url4, d4, tmp_path / "fault", "--variations", "batch", "--second-server", url3,
+                                      "--second-captures", str(d3))
+    print(capsys.readouterr().out)
+    print(f"check-invariance with a second server: {secs:.1f} s clean, {secs2:.1f} s with chunk-end-target-guess; "
+          f"seconds per variation: {doc['meta']['seconds_per_variation']}")
+    mine = [f for f in doc["findings"] if f["where"].startswith("chunked-prefill:")]
+    assert rc == 0 and mine and all(f["status"] == "pass" for f in mine), _fails(doc)
+    assert any(f["slot"] == "variation" and f["observed"]["chunks"] == 3 for f in mine), mine  # chunk ends inside
+    assert rc2 == 1
+    bad = [f for f in _fails(doc2) if f["where"].startswith("chunked-prefill:")]
+    assert bad and bad[0]["slot"] == "token" and bad[0]["message"].startswith("row 15:"), bad

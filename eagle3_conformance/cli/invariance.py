@@ -34,6 +34,11 @@ def add_parser(sub) -> None:
     p.add_argument("--variations", default="all", metavar="LIST",
                    help=f"comma list of {', '.join(v.name for v in VARIATIONS)} (default: all; chunked-prefill "
                         "and tp2 are fixed per server and reported with the server's values)")
+    p.add_argument("--second-server", metavar="URL",
+                   help="a second server launched like --server but with a --chunked-prefill-size below the prompts' "
+                        "48 tokens, or another --tp-size: its plain run is compared as chunked-prefill / tp2")
+    p.add_argument("--second-captures", metavar="DIR", help="the serve-hooks --out directory the second server "
+                                                             "records into (with --second-server)")
     p.add_argument("--prompts", type=int, default=2, metavar="N", help="held-out prompts of 48 tokens (default 2)")
     p.add_argument("--max-new-tokens", type=int, default=8, metavar="N", help="tokens generated per request (8)")
     p.add_argument("--reference", metavar="MODEL_DIR",
@@ -55,6 +60,9 @@ def run(args) -> int:
     if args.prompts < 1 or args.max_new_tokens < 1:
         raise UsageError("--prompts and --max-new-tokens: 1 or more")
     names = variation_names(args.variations)
+    if bool(args.second_server) != bool(args.second_captures):
+        raise UsageError("--second-server and --second-captures: give both or neither")
+    second = (args.second_server, Path(args.second_captures)) if args.second_server else None
     d = Path(args.captures)
     if args.json:
         check_output(args.json, "--json", inputs=(args.contract,), input_dirs=(d,))
@@ -62,11 +70,16 @@ def run(args) -> int:
     if target is None:
         raise UsageError(f"{args.contract}: no target to make the held-out prompts with; pass --reference MODEL_DIR")
     findings, meta = check_server_invariance(c, args.server, d, held_out_prompts(target, args.prompts), names,
-                                             args.max_new_tokens)
+                                             args.max_new_tokens, second=second)
     title = f"{c.name}: your SGLang server against itself ({args.server}, records in {d})"
     extra = {"sglang": meta["sglang"], "seconds per variation": ", ".join(
-        f"{k} {v:.1f} s" for k, v in meta["seconds_per_variation"].items())}
+        f"{k} {v:.1f} s" for k, v in meta["seconds_per_variation"].items()),
+        "seconds": ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in meta["seconds"].items())}
     extra.update({f"not varied: {k}": v for k, v in meta["not_varied"].items()})
+    if meta["second_server"]:
+        sv = meta["second_server"]
+        extra[f"{sv['variation']}: second server"] = (f"{sv['server']} (chunked_prefill_size {sv['chunked_prefill_size']}, "
+                                                      f"tp_size {sv['tp_size']}), records in {sv['records']}")
     if args.quiet:
         print(report.quiet_verdict(findings))
     else:

@@ -16,8 +16,8 @@ paired by :func:`eagle3_conformance.tools.shared.variations.pair_captures` and j
 Fixed per server, not per request (:func:`fixed_per_server`, read from SGLang's ``/server_info``):
 ``chunked-prefill`` (``chunked_prefill_size``: chunk ends lie inside a prompt only when it is below the
 prompt's length, and then the plain run is chunked too) and ``tp2`` (``tp_size``). They are reported
-``not run here`` with the server's value; comparing two servers' records is not built
-(docs/own-server.md). A server with ``--disable-radix-cache`` cannot hit its prefix cache: both cache
+``not run here`` with the server's value, unless a second server launched like the first but for that one
+flag is given (:func:`run_second`): its plain run is then that variation, compared with the first server's. A server with ``--disable-radix-cache`` cannot hit its prefix cache: both cache
 variations are reported the same way.
 """
 
@@ -95,9 +95,9 @@ def fixed_per_server(info: dict[str, Any], prompt_tokens: int) -> dict[str, str]
     out = {"chunked-prefill": (
         f"fixed per server: chunked_prefill_size {chunk} {'<' if inside else '>='} the {prompt_tokens}-token "
         f"prompts, so {'every run here, the plain one too, is chunked' if inside else 'no chunk end lies inside them'}"
-        "; a chunked and an unchunked server are not compared (not built)"),
-        "tp2": (f"fixed per server: tp_size {info.get('tp_size', '?')} for every run here, the plain one too; "
-                "servers of two TP sizes are not compared (not built)")}
+        "; to vary it, give a second server launched with a smaller --chunked-prefill-size (--second-server)"),
+        "tp2": (f"fixed per server: tp_size {info.get('tp_size', '?')} for every run here, the plain one too; to vary "
+                "it, give a second server launched with another --tp-size (--second-server)")}
     if info.get("disable_radix_cache"):
         why = "the server runs with --disable-radix-cache: no prefix-cache hit is possible"
         out.update({"prefix-cache-repeat": why, "prefix-cache-shared": why})
@@ -197,17 +197,27 @@ def _ours(caps: list, tag: str) -> list:
     return out
 
 
-def observe(c: Contract, d: Path, tag: str, wanted: list, timings: dict[str, float], failed: dict[str, str],
-            unavailable: dict[str, str], version: str, settle_s: float = 1.0) -> VariationObservation:
-    """Read DIR back and pair this run's captures (``tag``) variation by variation with the plain run's.
+def _settle(d: Path, quiet_s: float, max_s: float = 5.0) -> None:
+    """Wait until no record has been added to ``d`` for ``quiet_s`` seconds (at most ``max_s``)."""
+    end, last = time.monotonic() + max_s, -1
+    while quiet_s > 0 and time.monotonic() < end:
+        n = sum(1 for _ in d.glob("*.pt"))
+        if n == last:
+            return
+        last = n
+        time.sleep(quiet_s)
+
+
+def read_back(c: Contract, d: Path, tag: str, version: str, settle_s: float = 0.3) -> tuple[list, list, int, list]:
+    """DIR's captures of this run's requests (``tag``, stripped from their ids): ``(extend, decode, processes that
+    recorded them, unattributed records)``.
 
     Raises:
         DataError: DIR cannot be judged (:func:`~eagle3_conformance.serving.captures.read_dir`'s refusals), or
             none of this run's requests is in its records (the server records elsewhere)."""
     from eagle3_conformance.serving.captures import attribute_all, read_dir
-    from eagle3_conformance.tools.shared.variations import VariationObservation, pair_captures, variation_cost
 
-    time.sleep(settle_s)  # the hooks write each record in its forward; the last draft forward may trail the reply
+    _settle(d, settle_s)  # the hooks write each record in its forward; the last draft forward may trail the reply
     elsewhere = (f"{d}: none of this run's requests (ids {tag}:...) is in the records{{}}: the server was not started "
                  "with this directory's --forward-hooks value (serve-hooks --out DIR), or it records elsewhere")
     if not any(d.glob("*.pt")):
@@ -222,15 +232,84 @@ def observe(c: Contract, d: Path, tag: str, wanted: list, timings: dict[str, flo
     sd.streams = streams
     extend, decode, unattributed, _modes, _rows = attribute_all(sd, {"engine": "sglang HTTP server (the user's own)",
                                                                      "sglang": version, "records": str(d)})
+    return _ours(extend, tag), _ours(decode, tag), ranks, unattributed
+
+
+def observe(c: Contract, d: Path, tag: str, wanted: list, timings: dict[str, float], failed: dict[str, str],
+            unavailable: dict[str, str], version: str, second: Optional[dict[str, Any]] = None) -> VariationObservation:
+    """Read DIR back and pair this run's captures (``tag``) variation by variation with the plain run's;
+    ``second``: the second server's run (:func:`run_second`: ``dir``, ``tag``, ``variation``, ``seconds``), whose
+    captures are that variation's.
+
+    Raises:
+        DataError: :func:`read_back`'s refusals, of either directory."""
+    from eagle3_conformance.tools.shared.variations import VariationObservation, pair_captures, variation_cost
+
+    extend, decode, ranks, unattributed = read_back(c, d, tag, version)
     ran = [v for v in wanted if v.name not in failed and v.name not in unavailable]
-    paired = pair_captures(_ours(extend, tag), _ours(decode, tag), ran, PATH,
-                           {v.name: {"tp_size": ranks} for v in ran})
+    shown = {v.name: {"tp_size": ranks} for v in ran}
+    if second is not None:
+        e2, d2, ranks2, u2 = read_back(c, second["dir"], second["tag"], version)
+        extend, decode, unattributed = extend + e2, decode + d2, unattributed + u2
+        shown[second["variation"]] = {"tp_size": ranks2}
+    paired = pair_captures(extend, decode, ran, PATH, shown)
     paired.notes += [f"record {r.get('_file', '?')} not attributed: {why}" for r, why in unattributed[:3]]
     cost = variation_cost("base", timings, wanted)
     for v in cost.values():
         v["engine_starts"] = 0  # the server was running: no start is this run's
+    if second is not None:
+        cost[second["variation"]] = {"engine_starts": 0, "seconds": round(second["seconds"], 2)}
     return VariationObservation(paired, cost, dict(failed), dict(unavailable), version=version,
                                 timings={"server": timings})
+
+
+def second_variation(first: dict[str, Any], second: dict[str, Any], prompt_tokens: int) -> str:
+    """The variation a second server's plain run is of the first's (``/server_info`` of each):
+    ``chunked-prefill`` (only the second has chunk ends inside the prompts) or ``tp2`` (only its TP size differs).
+
+    Raises:
+        UsageError: the servers differ in neither or in both, or the first is the chunked / the larger-TP one
+            (``--server`` is the plain run)."""
+    def chunked(i: dict) -> bool:
+        return isinstance(i.get("chunked_prefill_size"), int) and 0 < i["chunked_prefill_size"] < prompt_tokens
+
+    def show(i: dict) -> str:
+        return f"chunked_prefill_size {i.get('chunked_prefill_size')}, tp_size {i.get('tp_size', 1)}"
+
+    diff = (["chunked-prefill"] if chunked(first) != chunked(second) else []) + \
+        (["tp2"] if first.get("tp_size", 1) != second.get("tp_size", 1) else [])
+    if len(diff) != 1:
+        raise UsageError(f"--second-server: {'differs from --server in both' if diff else 'varies nothing of'} "
+                         f"chunked prefill (chunk ends inside the {prompt_tokens}-token prompts) and TP ({show(second)}; "
+                         f"--server: {show(first)}): one difference at a time")
+    if chunked(first) or first.get("tp_size", 1) > second.get("tp_size", 1):
+        raise UsageError(f"--server ({show(first)}) is the plain run: give the chunked / larger-TP server as "
+                         f"--second-server ({show(second)}), the other as --server")
+    return diff[0]
+
+
+def run_second(c: Contract, base: str, d: Path, first_info: dict[str, Any], prompts: list[list[int]],
+               max_new_tokens: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """The second server's plain run, as the variation it is (:func:`second_variation`): each prompt alone, its
+    radix cache flushed before each. Returns ``{"server", "dir", "tag", "variation", "seconds", "info"}``.
+
+    Raises:
+        UsageError / DataError: as :func:`check_prepared`, :func:`server_info`, :func:`second_variation`; the
+            second server failing the run."""
+    from eagle3_conformance.tools.shared.variations import phase, prompt_set
+
+    check_prepared(d, c)
+    info = server_info(base)
+    name = second_variation(first_info, info, min(len(p) for p in prompts))
+    ps = prompt_set(prompts)
+    tag = f"e3c-{uuid.uuid4().hex[:8]}"
+    t0 = time.perf_counter()
+    try:
+        post_phase(base, phase(name, ps, ps.keys("p"), alone=True, flush_each=True), max_new_tokens, tag)
+    except RuntimeError as e:
+        raise DataError(f"{base}/generate: the second server's run failed ({e})") from None
+    log(f"{name} (second server): {time.perf_counter() - t0:.1f} s")
+    return {"server": base, "dir": d, "tag": tag, "variation": name, "seconds": time.perf_counter() - t0, "info": info}
 
 
 def plan(c: Contract, names: list[str], info: dict[str, Any], prompts: list[list[int]]) -> tuple[list, list[dict], dict]:
@@ -271,9 +350,13 @@ def check_prepared(d: Path, c: Contract) -> None:
 
 
 def check_server_invariance(c: Contract, base: str, d: Path, prompts: list[list[int]], names: list[str],
-                            max_new_tokens: int = 8, log: Callable[[str], None] = lambda s: None
-                            ) -> tuple[list[Finding], dict[str, Any]]:
+                            max_new_tokens: int = 8, log: Callable[[str], None] = lambda s: None,
+                            second: Optional[tuple[str, Path]] = None) -> tuple[list[Finding], dict[str, Any]]:
     """Run the plain run and each variation of ``names`` on the server at ``base``, read DIR ``d`` back, judge.
+
+    ``second``: ``(URL, DIR)`` of a second server launched like the first but for one fixed flag (a
+    ``chunked_prefill_size`` below the prompts' length, or another ``tp_size``): its plain run is that variation
+    (:func:`run_second`).
 
     Returns ``(findings, meta)``: the findings of ``engine_invariance`` per (plain, variant) capture pair and of
     ``engine_variations`` (what ran, its seconds, what was not varied and why); ``meta``: the server, its
@@ -286,29 +369,48 @@ def check_server_invariance(c: Contract, base: str, d: Path, prompts: list[list[
     from eagle3_conformance.paths.base import Observation
     from eagle3_conformance.suite.assess import assess
     from eagle3_conformance.tools.sglang_engine.variations import OFFERED
-    from eagle3_conformance.tools.shared.variations import WARM, variations_fact
+    from eagle3_conformance.tools.shared.variations import WARM, variations, variations_fact
 
     check_prepared(d, c)  # before any traffic: a directory the server does not record into is refused first
     info = server_info(base)
     version = str(info.get("version", "?"))
     wanted, phases, unavailable = plan(c, names, info, prompts)
     tag = f"e3c-{uuid.uuid4().hex[:8]}"
+    other = run_second(c, second[0], Path(second[1]), info, prompts, max_new_tokens, log) if second else None
+    if other is not None:
+        if other["variation"] not in names:
+            names = names + [other["variation"]]
+            wanted = variations(names)
+        unavailable.pop(other["variation"], None)
     timings, failed = run_phases(base, phases, max_new_tokens, tag, log)
     if WARM in failed:  # the cache variations' warm-up broke: both are reported failed with its reason
         failed.update({n: failed.pop(WARM) for n in ("prefix-cache-repeat", "prefix-cache-shared") if n in names})
-    vobs = observe(c, d, tag, wanted, timings, failed, unavailable, version)
+    t0 = time.perf_counter()
+    vobs = observe(c, d, tag, wanted, timings, failed, unavailable, version, other)
+    read_s = time.perf_counter() - t0
     fact = variations_fact(vobs, names, OFFERED, f"SGLang server {base} ({version})")
+    fact["not_asked"] = {n: "not in --variations" for n in OFFERED if n not in names}
 
     def no_reference():
         raise AssertionError("the invariance checks need no reference model")
 
+    t0 = time.perf_counter()
     findings = assess(c, Observation(variants=vobs.paired.pairs, facts={"engine_variations": fact}), no_reference,
                       PATH)
     meta = {"server": base, "sglang": version, "records": str(d), "run_tag": tag,
             "seconds_per_variation": {k: v["seconds"] for k, v in vobs.cost.items()},
-            "not_varied": unavailable, "failed": failed, "pairs": len(vobs.paired.pairs),
-            "counts": vobs.paired.counts}
+            "not_varied": unavailable, "second_server": _second_meta(other), "failed": failed,
+            "pairs": len(vobs.paired.pairs), "counts": vobs.paired.counts,
+            "seconds": {"requests": round(timings["wall_s"], 2), "read_back": round(read_s, 2),
+                        "judge": round(time.perf_counter() - t0, 2)}}
     return findings, meta
+
+
+def _second_meta(other: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    if other is None:
+        return None
+    return {"server": other["server"], "records": str(other["dir"]), "variation": other["variation"],
+            "chunked_prefill_size": other["info"].get("chunked_prefill_size"), "tp_size": other["info"].get("tp_size")}
 
 
 def variation_names(value: str) -> list[str]:
