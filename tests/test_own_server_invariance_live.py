@@ -103,6 +103,27 @@ def test_the_correct_pair_on_its_own_server_is_invariant(pair, tmp_path, capsys)
     assert fixed["chunked-prefill"]["status"] == "skip" and "chunked_prefill_size" in fixed["chunked-prefill"]["message"]
     assert fixed["tp2"]["status"] == "skip" and "tp_size 1" in fixed["tp2"]["message"]
     assert "not varied: chunked-prefill" in out
+    _stand_in_writes_what_the_real_hooks_write(d)
+
+
+def _stand_in_writes_what_the_real_hooks_write(d: Path) -> None:
+    """The fast tier's stand-in server (tests/test_own_server_invariance.py ``StandIn``) against the thing it
+    replaces: every field it writes in a target / draft EXTEND record is one the real server's hooks wrote."""
+    import torch
+
+    from tests.test_own_server_invariance import StandIn
+
+    real = {}
+    for f in sorted(d.glob("*.pt")):
+        rec = torch.load(f, weights_only=True)
+        if rec.get("mode") == "EXTEND":
+            real.setdefault(rec["role"], set(rec))
+    fake_dir = d.parent / "stand-in"
+    fake_dir.mkdir()
+    with StandIn(fake_dir) as s:
+        s.generate({"input_ids": [[1, 2, 3, 4]], "rid": ["x:plain/p0"]})
+    fake = {r["role"]: set(r) for r in (torch.load(f, weights_only=True) for f in sorted(fake_dir.glob("*.pt")))}
+    assert fake["target"] <= real["target"] and fake["draft"] <= real["draft"], (fake, real)
 
 
 def test_the_invariance_columns_faults_are_caught_on_a_real_server(pair, tmp_path, capsys):

@@ -138,7 +138,8 @@ def _json(p: Path) -> Record:
     return doc
 
 
-def _check_manifest(d: Path, c: Contract) -> Record:
+def check_manifest(d: Path, c: Contract) -> Record:
+    """DIR's manifest, written by serve-hooks for ``c`` (DataError: none, another contract or tool version)."""
     from eagle3_conformance import __version__
     from eagle3_conformance.environment.validated import contract_hash
 
@@ -234,7 +235,7 @@ def read_dir(d: Path, c: Contract, engine_reference: bool = False, pid: Optional
                          f"({d.parent}, if this is one of its records)")
     if not d.is_dir():
         raise UsageError(f"{d}: no such capture directory")
-    doc = _check_manifest(d, c)
+    doc = check_manifest(d, c)
     if engine_reference:
         _need_boundaries(d, doc)
     factories = [_json(p) for p in sorted(d.glob("factory-*.json"))]

@@ -338,12 +338,12 @@ def check_prepared(d: Path, c: Contract) -> None:
     Raises:
         UsageError: ``d`` is a file or no directory. DataError: no manifest, another contract or tool version,
             no ``factory-*.json`` (no server was started with this directory's ``--forward-hooks`` value)."""
-    from eagle3_conformance.serving.captures import _check_manifest
+    from eagle3_conformance.serving.captures import check_manifest
 
     if not d.is_dir():
         raise UsageError(f"{d}: {'a file, not' if d.is_file() else 'no such'} capture directory: give the "
                          "directory serve-hooks' --out wrote")
-    _check_manifest(d, c)
+    check_manifest(d, c)
     if not any(d.glob("factory-*.json")):
         raise DataError(f"{d}: no server called this directory's hook factory (no factory-*.json): start the server "
                         "with the --forward-hooks value `eagle3-conformance serve-hooks --out` printed for it")
