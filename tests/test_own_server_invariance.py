@@ -234,13 +234,17 @@ def test_what_is_fixed_per_server_is_reported_with_the_servers_values(tmp_path, 
     ("records-elsewhere", "none of this run's requests"),
     ("plain-500", "the plain run failed (HTTP 500"),
     ("bad-variation", "--variations 'batch,chunked': unknown variation(s) ['chunked']"),
+    ("another-release", "SGLang 0.5.24; these hooks know SGLang 0.5.23"),
+    ("nothing-to-vary", "--variations chunked-prefill,tp2: none can be varied on the server at http://127.0.0.1:"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, case, message):
     d = tmp_path / "nope" if case == "no-dir" else _prepared(tmp_path) if case == "no-factory" else _served(tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    extra = ["--variations", "batch,chunked"] if case == "bad-variation" else []
-    with StandIn(d, fault=case, records=elsewhere if case == "records-elsewhere" else None) as s:
+    extra = {"bad-variation": ["--variations", "batch,chunked"],
+             "nothing-to-vary": ["--variations", "chunked-prefill,tp2"]}.get(case, [])
+    with StandIn(d, fault=case, records=elsewhere if case == "records-elsewhere" else None,
+                 info={"version": "0.5.24"} if case == "another-release" else None) as s:
         url = f"http://127.0.0.1:{free_port()}" if case == "server-down" else s.url
         capsys.readouterr()
         rc, _ = _run(url, d, tmp_path, *extra)

@@ -367,6 +367,7 @@ def check_server_invariance(c: Contract, base: str, d: Path, prompts: list[list[
         DataError: DIR was not prepared by ``serve-hooks`` for this contract, the server never called its
             hook factory, the plain run failed, or the records hold none of this run's requests."""
     from eagle3_conformance.paths.base import Observation
+    from eagle3_conformance.serving.captures import expected_sglang
     from eagle3_conformance.suite.assess import assess
     from eagle3_conformance.tools.sglang_engine.variations import OFFERED
     from eagle3_conformance.tools.shared.variations import WARM, variations, variations_fact
@@ -374,6 +375,9 @@ def check_server_invariance(c: Contract, base: str, d: Path, prompts: list[list[
     check_prepared(d, c)  # before any traffic: a directory the server does not record into is refused first
     info = server_info(base)
     version = str(info.get("version", "?"))
+    if version != expected_sglang():  # refused before any request, as check-captures refuses its records
+        raise DataError(f"--server {base}: SGLang {version}; these hooks know SGLang {expected_sglang()} (module "
+                        "names, ForwardBatch fields): not judged")
     wanted, phases, unavailable = plan(c, names, info, prompts)
     tag = f"e3c-{uuid.uuid4().hex[:8]}"
     other = run_second(c, second[0], Path(second[1]), info, prompts, max_new_tokens, log) if second else None
@@ -382,6 +386,9 @@ def check_server_invariance(c: Contract, base: str, d: Path, prompts: list[list[
             names = names + [other["variation"]]
             wanted = variations(names)
         unavailable.pop(other["variation"], None)
+    if all(v.name in unavailable for v in wanted):
+        raise UsageError(f"--variations {','.join(names)}: none can be varied on the server at {base}: "
+                         + "; ".join(f"{k}: {v}" for k, v in unavailable.items()))
     timings, failed = run_phases(base, phases, max_new_tokens, tag, log)
     if WARM in failed:  # the cache variations' warm-up broke: both are reported failed with its reason
         failed.update({n: failed.pop(WARM) for n in ("prefix-cache-repeat", "prefix-cache-shared") if n in names})
