@@ -144,7 +144,10 @@ def post_phase(base: str, ph: dict, max_new_tokens: int, tag: str, timeout: floa
         status, text = _call(base, "/generate", body, timeout=timeout)
         if status != 200:
             raise RuntimeError(f"HTTP {status}: {' '.join(text.split())[:200]}")
-        doc = json.loads(text)
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            raise RuntimeError(f"HTTP 200 with a body that is not JSON: {' '.join(text.split())[:120]!r}") from None
         out += doc if isinstance(doc, list) else [doc]
     return out
 
