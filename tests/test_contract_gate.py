@@ -90,11 +90,13 @@ def _verbs(c: Path, tmp: Path, spelling: str) -> dict[str, list[str]]:
         "monitor": ["monitor", *k, "--server", "http://127.0.0.1:9", "--baseline", str(tmp / "b.json")],
         "merge-reports": ["merge-reports", *k, str(tmp / "merged.json"), str(tmp / "part0.json"),
                           str(tmp / "part1.json")],
+        "check-invariance": ["check-invariance", *k, "--server", "http://127.0.0.1:9",  # never contacted
+                             "--captures", str(tmp / "caps")],
     }
 
 
 VERBS = ("serve-hooks", "check-captures", "check-data", "check-offline", "accept", "calibrate", "translate",
-         "merge-reports", "monitor")
+         "merge-reports", "monitor", "check-invariance")
 
 
 @pytest.mark.parametrize("spelling", ["positional", "--contract"])

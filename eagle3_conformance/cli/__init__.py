@@ -32,6 +32,7 @@ from eagle3_conformance.cli import (
     check_offline,
     faults,
     init,
+    invariance,
     merge_reports,
     monitor,
     render,
@@ -48,7 +49,8 @@ from eagle3_conformance.core.errors import InputError
 from eagle3_conformance.core.exit_codes import ExitCode
 
 VERBS = (validate, check_data, schema, init, calibrate, translate, faults, merge_reports, check_offline, upgrade_check,
-         accept_estimate, accept, monitor, serve, serve_hooks, captures, render, upgrade_contract)
+         accept_estimate, accept, monitor, serve, serve_hooks, captures, invariance, render,
+         upgrade_contract)
 """The verb modules, in the order ``conformance --help`` lists them."""
 
 

@@ -138,7 +138,8 @@ def _json(p: Path) -> Record:
     return doc
 
 
-def _check_manifest(d: Path, c: Contract) -> Record:
+def check_manifest(d: Path, c: Contract) -> Record:
+    """DIR's manifest, written by serve-hooks for ``c`` (DataError: none, another contract or tool version)."""
     from eagle3_conformance import __version__
     from eagle3_conformance.environment.validated import contract_hash
 
@@ -234,7 +235,7 @@ def read_dir(d: Path, c: Contract, engine_reference: bool = False, pid: Optional
                          f"({d.parent}, if this is one of its records)")
     if not d.is_dir():
         raise UsageError(f"{d}: no such capture directory")
-    doc = _check_manifest(d, c)
+    doc = check_manifest(d, c)
     if engine_reference:
         _need_boundaries(d, doc)
     factories = [_json(p) for p in sorted(d.glob("factory-*.json"))]
@@ -294,10 +295,10 @@ def select(extend: list[Capture], decode: list[Capture], max_captures: int) -> l
     return [caps[int(i * step)] for i in range(max_captures)]
 
 
-def _attribute_all(sd: ServerDir, prov: dict[str, Any]) -> tuple[list[Capture], list[Capture], list[tuple[Record, str]],
-                                                                  dict[str, int], list[RowTokens]]:
-    """Every stream of ``sd`` through :func:`~eagle3_conformance.tools.sglang_engine.captures.attribute`:
-    (extend, decode, unattributed, modes, row_tokens)."""
+def attribute_all(sd: ServerDir, prov: dict[str, Any]) -> tuple[list[Capture], list[Capture], list[tuple[Record, str]],
+                                                                 dict[str, int], list[RowTokens]]:
+    """Every stream of ``sd`` (check-invariance passes one) through
+    :func:`~eagle3_conformance.tools.sglang_engine.captures.attribute`: (extend, decode, unattributed, modes, row_tokens)."""
     from eagle3_conformance.tools.sglang_engine.captures import attribute
 
     extend: list[Capture] = []
@@ -374,7 +375,7 @@ def judge(c: Contract, sd: ServerDir, reference: Union[Callable[[], Any], str], 
 
     version = sd.factories[0].get("sglang_version")
     prov = {"engine": "sglang HTTP server (the user's own)", "sglang": version, "records": str(sd.path)}
-    extend, decode, unattributed, modes, row_tokens = _attribute_all(sd, prov)
+    extend, decode, unattributed, modes, row_tokens = attribute_all(sd, prov)
     findings = [_record_finding(n, why, "fail", "sample_available", "a complete record") for n, why in sd.broken]
     findings += [_record_finding(r.get("_file", "?"), why, "skip", "attributed", "rows attributed to a request")
                  for r, why in unattributed]
