@@ -10,7 +10,9 @@ suite's 100 s first). Each runs torch on one thread (``CONFORMANCE_TORCH_THREADS
 cores lane 2 runs beside lane 1 instead of after it. They share only the caches of the real pair, which
 both read: this script builds them first (``build_fixture("smollm2-135m")``: the target converted from its
 pinned wheel, its data; a marker check once built, about 1 s), so a first run converts once, not once per
-lane. ``CONFORMANCE_MAIN_JOB_LANES=1`` runs the three one after the other.
+lane. ``CONFORMANCE_MAIN_JOB_LANES=1`` runs the three one after the other; ``CONFORMANCE_MAIN_JOB_PROFILE=1``
+also prints the CPU seconds of each kind of process (the suite's pytest, each engine process, the kill
+matrices: scripts/process_cpu.py).
 
 Lane 1's output is shown as it comes; lane 2's is kept and shown whole once each of its commands ends
 (after lane 1's), so the two never interleave. Each command's seconds and CPU seconds are printed at the
@@ -87,10 +89,11 @@ def shared_caches() -> None:
     build_fixture("smollm2-135m")
 
 
-def run(toxworkdir: Path, suite_args: list[str], lanes: int = 2) -> int:
+def run(toxworkdir: Path, suite_args: list[str], lanes: int = 2, profile: bool = False) -> int:
     lane1, lane2 = commands(toxworkdir, suite_args)
     t0 = time.perf_counter()
     shared_caches()
+    sampler = _sampler(profile)
     results: dict = {}
     second = threading.Thread(target=_lane, args=(lane2, results), daemon=True)
     if lanes > 1:
@@ -115,7 +118,21 @@ def run(toxworkdir: Path, suite_args: list[str], lanes: int = 2) -> int:
                                      for n, s, c, u in times)
           + f"; wall {time.perf_counter() - t0:.0f} s ({lanes} lane{'s' if lanes > 1 else ''}), CPU "
           + f"{sum(t[3] for t in times):.0f} s on {os.cpu_count()} cores", flush=True)
+    if sampler is not None:
+        sampler.stop()
+        print("main job: " + sampler.report(), flush=True)
     return code
+
+
+def _sampler(profile: bool):
+    """With ``profile``: a started :class:`process_cpu.TreeSampler` of this process's descendants (the CPU
+    of each kind of process: the suite's pytest, each engine process, the kill matrices; scripts/process_cpu.py)."""
+    if not profile:
+        return None
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from process_cpu import TreeSampler
+
+    return TreeSampler().start()
 
 
 def main(argv: list[str]) -> int:
@@ -123,7 +140,7 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
     lanes = 1 if os.environ.get("CONFORMANCE_MAIN_JOB_LANES") == "1" else 2
-    return run(Path(argv[0]), argv[1:], lanes)
+    return run(Path(argv[0]), argv[1:], lanes, os.environ.get("CONFORMANCE_MAIN_JOB_PROFILE") == "1")
 
 
 if __name__ == "__main__":

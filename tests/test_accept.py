@@ -406,3 +406,30 @@ def test_the_floor_is_derived_from_the_saved_faults_table():
     assert load_contract(SMOL).gates.min_accept_length == round((low + high) / 2, 2)
     assert table["setup"]["draft"] == "fixtures/drafts/smollm2-135m-eagle3"
     assert table["setup"]["weights_bytes"] == (REPO / table["setup"]["draft"] / "model.safetensors").stat().st_size
+
+
+def test_held_out_prompts_load_the_tokenizer_once_per_process_and_again_when_it_changes(tmp_path, monkeypatch):
+    """eval_prompts (the engine paths ask at warm and at prepare): the same ids each time, a list of their own,
+    one tokenizer load; a tokenizer file rewritten since is loaded again (issue 42 item 4)."""
+    import os
+    import shutil
+
+    from eagle3_conformance.testbed import fixtures_real, trained_draft
+    from eagle3_conformance.testbed.trained_draft import ensure_trained_draft, eval_prompts
+
+    target = tmp_path / "target"
+    shutil.copytree(ensure_trained_draft().target_dir, target, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    loads: list = []
+    real = fixtures_real.load_tokenizer
+    monkeypatch.setattr(fixtures_real, "load_tokenizer", lambda d: loads.append(d) or real(d))
+    monkeypatch.setattr(trained_draft, "_EVAL", {})
+    first = eval_prompts(target, 2, 48)
+    again = eval_prompts(target, 2, 48)
+    assert first == again and len(first) == 2 and all(len(p) == 48 for p in first) and len(loads) == 1
+    again[0].append(-1)
+    assert eval_prompts(target, 2, 48) == first and len(loads) == 1  # the cache hands out copies
+    assert eval_prompts(target, 3, 48)[:2] == first and len(loads) == 2  # other arguments: their own answer
+    tok = target / "tokenizer.json"
+    tok.write_text(tok.read_text())  # rewritten: a new modification time
+    os.utime(tok, ns=(tok.stat().st_atime_ns, tok.stat().st_mtime_ns + 10**9))
+    assert eval_prompts(target, 2, 48) == first and len(loads) == 3

@@ -242,3 +242,66 @@ def test_the_kill_matrix_s_seconds_per_column_sum_its_scenarios():
         "harness builds": 9.0, "total": 20.0}}
     assert column_seconds(m) == {"sglang-extend": 4.0, "training": 3.0}
     assert list(column_seconds(m)) == ["sglang-extend", "training"]  # the slowest first
+
+
+def test_a_cancelled_job_kills_every_engine_running_at_once():
+    """run_variations starts its engine runs together, each handing its process to ``started`` from its own
+    thread: cancel kills every one of them, not only the last one handed."""
+    import threading
+
+    seen: list = []
+
+    def two_engines_at_once(*, workdir, started):
+        def one():
+            proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+            seen.append(proc.pid)
+            started(proc)
+            proc.wait()
+        threads = [threading.Thread(target=one) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return "both ran"
+
+    job = ahead.Job(two_engines_at_once)
+    deadline = time.monotonic() + 30
+    while len(seen) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    job.discard()
+    assert len(seen) == 2 and all(_gone(p) for p in seen) and time.monotonic() - t0 < 30
+    assert job.result() == "both ran"
+
+
+def test_run_variations_starts_its_engine_runs_together_and_takes_them_in_order(monkeypatch, tmp_path):
+    """The base run and the chunked run start at once (each waits for the other to have started: run one
+    after the other they would never meet); a failed chunked run is still noted as unavailable, a failed
+    base run is still raised."""
+    import threading
+
+    from eagle3_conformance import tools
+    from eagle3_conformance.tools.sglang_engine import EngineStartError, launch, variations
+
+    both = threading.Barrier(2, timeout=20)
+    started: list = []
+
+    def fake_run_engine(target_dir, draft_dir, prompts, *, workdir, extra, fail=(), **kw):
+        run = workdir.name
+        started.append(run)
+        both.wait()  # BrokenBarrierError (a test failure) if the other run does not start meanwhile
+        if run in fail:
+            raise EngineStartError(f"{run} refused", "")
+        (workdir / "records").mkdir(parents=True)
+        return launch.EngineRun([], {"wall_s": 1.0}, workdir / "records", "0.5.23")
+
+    monkeypatch.setattr(tools.sglang_engine, "run_engine", lambda *a, **kw: fake_run_engine(*a, fail=("chunked",), **kw))
+    vobs = variations.run_variations("t", "d", [[1] * 48, [2] * 48], names=["batch", "chunked-prefill"],
+                                     workdir=tmp_path / "a")
+    assert sorted(started) == ["base", "chunked"] and "chunked-prefill" in vobs.unavailable
+    assert "base" in vobs.timings
+    both.reset()
+    monkeypatch.setattr(tools.sglang_engine, "run_engine", lambda *a, **kw: fake_run_engine(*a, fail=("base",), **kw))
+    with pytest.raises(EngineStartError, match="base refused"):
+        variations.run_variations("t", "d", [[1] * 48, [2] * 48], names=["batch", "chunked-prefill"],
+                                  workdir=tmp_path / "b")

@@ -99,3 +99,37 @@ def test_one_lane_runs_them_one_after_the_other(job, tmp_path, monkeypatch, capf
     assert job.run(tmp_path, [], lanes=1) == 0
     assert log.read_text().splitlines() == ["suite", "specforge", "faults"]
     assert "(1 lane)" in capfd.readouterr().out
+
+
+def _process_cpu():
+    spec = importlib.util.spec_from_file_location("process_cpu", REPO / "scripts" / "process_cpu.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_each_kind_of_process_s_cpu_is_counted_under_its_kind():
+    """scripts/process_cpu.py (CONFORMANCE_MAIN_JOB_PROFILE=1): a grandchild that burns about 1 s of CPU under a
+    renamed command line is counted under its kind; an idle child adds (about) nothing."""
+    import subprocess
+
+    pc = _process_cpu()
+    assert pc.kind("sglang::scheduler") == "engine scheduler"
+    assert pc.kind("python -m pytest -m conformance --contract s.yaml --conformance-paths specforge s.yaml") \
+        == "specforge contract's pytest"
+    assert pc.kind("python -m pytest -m conformance contracts") == "suite's pytest"
+    assert pc.kind("python -B -c from multiprocessing.resource_tracker import main;main(6)") == "engine resource tracker"
+    if not pc.PROC.is_dir():
+        pytest.skip("no /proc here")
+    burn = ("import subprocess, sys, time; subprocess.run([sys.executable, '-c', 'import time; t = time.process_time()\\n"
+            "while time.process_time() - t < 1.0: pass\\ntime.sleep(1)', 'sglang::' + 'detokenizer'])")
+    sampler = pc.TreeSampler(interval=0.1).start()
+    proc = subprocess.Popen([sys.executable, "-c", burn])
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)", "sglang::scheduler"])
+    proc.wait()
+    idle.wait()
+    sampler.stop()
+    kinds = dict(pc.by_kind(sampler.seen.values()))
+    assert kinds["engine detokenizer"][0] >= 0.8 and kinds["engine detokenizer"][1] == 1
+    assert kinds["engine scheduler"][0] < 0.5
+    assert "engine detokenizer 1 s (1)" in sampler.report()

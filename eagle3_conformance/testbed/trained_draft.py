@@ -159,15 +159,28 @@ def _digest(recipe: dict[str, Any], corpus_sha: str, spec: dict[str, Any]) -> st
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+_EVAL: dict[str, list[list[int]]] = {}
+""":func:`eval_prompts`'s answers in this process, by its arguments (the engine paths ask at warm and again at
+prepare; each answer loaded the tokenizer, about 1-2 s of CPU; issue 42 item 4)."""
+
+
 def eval_prompts(target_dir: Path, n: int, prompt_tokens: int, recipe: dict[str, Any] = RECIPE) -> list[list[int]]:
     """The first ``n`` held-out corpus items, tokenized with the target's tokenizer and cut to
-    their first ``prompt_tokens`` tokens: the acceptance loop's prompts (never trained on)."""
+    their first ``prompt_tokens`` tokens: the acceptance loop's prompts (never trained on). Cached per
+    process by the arguments and the tokenizer files' size and modification time (a new list each call)."""
+    import json
+
     from eagle3_conformance.testbed.corpus import tokenize
     from eagle3_conformance.testbed.fixtures_real import load_tokenizer
 
-    tok = load_tokenizer(target_dir)
-    _, held = split_items(recipe)
-    return [list(tokenize(it, tok, max_tokens=prompt_tokens).input_ids) for it in held[:n]]
+    d = Path(target_dir).resolve()
+    files = [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in sorted(d.glob("tokenizer*")) if f.is_file()]
+    key = json.dumps([str(d), files, n, prompt_tokens, recipe], sort_keys=True, default=str)
+    if key not in _EVAL:
+        tok = load_tokenizer(target_dir)
+        _, held = split_items(recipe)
+        _EVAL[key] = [list(tokenize(it, tok, max_tokens=prompt_tokens).input_ids) for it in held[:n]]
+    return [list(p) for p in _EVAL[key]]
 
 
 def ensure_trained_draft(recipe: dict[str, Any] = RECIPE, log=None) -> TrainedDraft:

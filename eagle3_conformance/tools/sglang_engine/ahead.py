@@ -1,9 +1,9 @@
 """A run started ahead of its turn: :class:`Job` runs a function that starts engine processes
-(:func:`.launch.run_engine`, or :func:`.variations.run_variations`, several engine runs one after the other)
+(:func:`.launch.run_engine`, or :func:`.variations.run_variations`, several engine runs started together)
 in a background thread, so the engines' start and generation (their own processes) overlap the work that
 runs before the result is needed. The run is the same call with the same arguments; only when it starts
 changes. The caller takes the result (or the run's error) with :meth:`Job.result`, or cancels the job, which
-kills the engine's whole process group (every later one too, as it starts): a job never outlives its process.
+kills every engine's whole process group (every later one too, as it starts): a job never outlives its process.
 :class:`EngineJob` is the job of one :func:`.launch.run_engine` call."""
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ T = TypeVar("T")
 
 class Job(Generic[T]):
     """``fn(*args, workdir=<a new temp dir>, started=<callback>, **kw)`` running in a background thread.
-    ``fn`` hands every engine process it starts to ``started`` (as :func:`.launch.run_engine` does), so
-    :meth:`cancel` can kill it.
+    ``fn`` hands every engine process it starts to ``started`` (as :func:`.launch.run_engine` does; several
+    may run at once, from ``fn``'s own threads), so :meth:`cancel` can kill each.
 
     Attributes:
         workdir: the run's folder (spec, log, records); the caller removes it (:meth:`discard`).
@@ -33,7 +33,7 @@ class Job(Generic[T]):
 
     def __init__(self, fn: Callable[..., T], *args: Any, **kw: Any) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="sglang-engine-"))
-        self._proc: Optional[subprocess.Popen] = None
+        self._procs: list[subprocess.Popen] = []
         self._cancelled = False
         self._lock = threading.Lock()
         self._run: Optional[T] = None
@@ -45,7 +45,7 @@ class Job(Generic[T]):
 
     def _started(self, proc: subprocess.Popen) -> None:
         with self._lock:
-            self._proc = proc
+            self._procs.append(proc)
             cancelled = self._cancelled
         if cancelled:
             kill_group(proc)
@@ -69,13 +69,14 @@ class Job(Generic[T]):
         return self._run
 
     def cancel(self) -> None:
-        """Kill the engine's process group if it still runs (and any ``fn`` starts later, as it starts),
+        """Kill each engine's process group that still runs (and any ``fn`` starts later, as it starts),
         and wait for the thread (never raises)."""
         with self._lock:
             self._cancelled = True
-            proc = self._proc
-        if proc is not None and proc.poll() is None:
-            kill_group(proc)
+            procs = list(self._procs)
+        for proc in procs:
+            if proc.poll() is None:
+                kill_group(proc)
         self._thread.join(timeout=60)
 
     def discard(self) -> None:

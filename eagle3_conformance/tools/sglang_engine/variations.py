@@ -14,6 +14,10 @@ factory so prefix-cache hits and later prefill chunks are attributed, :mod:`.ser
   prompt), P alone;
 * ``tp2``: ``tp_size`` 2 (on CPU: gloo, each rank on its own core, :func:`.launch.cpu_bind`), P alone.
 
+The engine runs start at once, each in its own processes (they share nothing: each has its own spec,
+records and radix cache), and their results are taken in the order above; the chunked run no longer
+waits for the base run's end (issue 42 item 4: on the 2-core machine it was the main job's tail).
+
 A variation whose engine run fails is reported, never dropped: ``failed`` when generation broke under
 it (the plain run did not), ``unavailable`` when SGLang refused to start with it or the machine lacks
 what it needs (TP 2 on one core).
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
@@ -96,45 +101,27 @@ def run_variations(target_dir, draft_dir, prompts: list[list[int]], *, names: Op
         EngineStartError / EngineRunError: the base run (the plain run's) failed.
         ValueError: an unknown variation, or records that cannot be attributed.
     """
-    from eagle3_conformance.tools.sglang_engine import EngineRunError, EngineStartError, fault_hooks, run_engine
-    from eagle3_conformance.tools.sglang_engine.captures import attribute, load_records
+    from eagle3_conformance.tools.sglang_engine import fault_hooks, run_engine
 
     wanted = variations(names)
     ps = prompt_set(prompts)
     hooks = [fault_hooks.spec(f) for f in faults]
     obs = VariationObservation(Paired())
-    extend, decode = [], []
+    extend: list[Any] = []
+    decode: list[Any] = []
     shown: dict[str, dict[str, Any]] = {}
-    for run in ["base"] + sorted({v.run for v in wanted} - {"base"}):
-        t0 = time.perf_counter()
-        try:
-            er = run_engine(target_dir, draft_dir, ps.p, device=device, dtype=dtype, max_new_tokens=max_new_tokens,
-                            workdir=workdir / run, record_kv=True, extra_hooks=hooks, started=started,
-                            extra={"phases": phases(run, ps, wanted), **RUN_EXTRA[run]})
-        except (EngineStartError, EngineRunError, ValueError) as e:
-            if run == "base":
-                raise
-            why = getattr(e, "reason", str(e))
-            into = obs.failed if isinstance(e, EngineRunError) else obs.unavailable
-            into.update({v.name: why for v in wanted if v.run == run})
-            log(f"{run}: {why} ({time.perf_counter() - t0:.0f} s)")
-            continue
-        assert er.records_dir is not None  # observed: run_engine's default
-        stream, ranks = first_stream(load_records(er.records_dir))
-        att = attribute(stream, {"engine": "sglang.Engine", "sglang": er.sglang_version, "device": device,
-                                 "engine_run": run})
-        shown.update({v.name: {"tp_size": ranks} for v in wanted if v.run == run})
-        if att.unattributed:
-            rec, why = att.unattributed[0]
-            raise ValueError(f"{run} run, record {rec.get('_file', '?')}: {why}")
-        extend += att.extend
-        decode += att.decode
-        obs.meta.update({o["rid"]: o["meta_info"] for o in er.outputs if "rid" in o})
-        obs.timings[run] = er.timings
-        obs.version = er.sglang_version
-        obs.cost.update(_cost(run, er.timings, wanted))
-        shutil.rmtree(workdir / run / "records", ignore_errors=True)
-        log(f"{run}: {len(att.extend)} extend / {len(att.decode)} verify captures ({er.timings.get('wall_s', 0):.0f} s)")
+    runs = ["base"] + sorted({v.run for v in wanted} - {"base"})
+    t0 = time.perf_counter()
+
+    def one(run: str):
+        return run_engine(target_dir, draft_dir, ps.p, device=device, dtype=dtype, max_new_tokens=max_new_tokens,
+                          workdir=workdir / run, record_kv=True, extra_hooks=hooks, started=started,
+                          extra={"phases": phases(run, ps, wanted), **RUN_EXTRA[run]})
+
+    with ThreadPoolExecutor(max_workers=len(runs), thread_name_prefix="sglang-variation") as pool:
+        futures = {run: pool.submit(one, run) for run in runs}  # the engine runs at once (module docstring)
+        for run in runs:
+            _take(run, futures[run], wanted, device, workdir, obs, (extend, decode, shown), log, t0)
     ran = [v for v in wanted if v.name not in obs.failed and v.name not in obs.unavailable]
     obs.paired = pair_captures(extend, decode, ran, path, shown)
     for _plain, variant in obs.paired.pairs:
@@ -142,3 +129,40 @@ def run_variations(target_dir, draft_dir, prompts: list[list[int]], *, names: Op
         if r in obs.meta and "cached_tokens" in obs.meta[r]:
             variant.provenance["cached_tokens"] = obs.meta[r]["cached_tokens"]
     return obs
+
+
+def _take(run: str, future, wanted: list[Variation], device: str, workdir: Path, obs: VariationObservation,
+          into_lists: tuple[list, list, dict], log, t0: float) -> None:
+    """One engine run's result (``future``: its :func:`.launch.run_engine` call) into ``obs`` and the
+    (extend, decode, shown) of :func:`run_variations`: a variation's failed run is noted, the base run's
+    failure raised."""
+    from eagle3_conformance.tools.sglang_engine import EngineRunError, EngineStartError
+    from eagle3_conformance.tools.sglang_engine.captures import attribute, load_records
+
+    extend, decode, shown = into_lists
+    try:
+        er = future.result()
+    except (EngineStartError, EngineRunError, ValueError) as e:
+        if run == "base":
+            raise
+        why = getattr(e, "reason", str(e))
+        into = obs.failed if isinstance(e, EngineRunError) else obs.unavailable
+        into.update({v.name: why for v in wanted if v.run == run})
+        log(f"{run}: {why} ({time.perf_counter() - t0:.0f} s)")
+        return
+    assert er.records_dir is not None  # observed: run_engine's default
+    stream, ranks = first_stream(load_records(er.records_dir))
+    att = attribute(stream, {"engine": "sglang.Engine", "sglang": er.sglang_version, "device": device,
+                             "engine_run": run})
+    shown.update({v.name: {"tp_size": ranks} for v in wanted if v.run == run})
+    if att.unattributed:
+        rec, why = att.unattributed[0]
+        raise ValueError(f"{run} run, record {rec.get('_file', '?')}: {why}")
+    extend += att.extend
+    decode += att.decode
+    obs.meta.update({o["rid"]: o["meta_info"] for o in er.outputs if "rid" in o})
+    obs.timings[run] = er.timings
+    obs.version = er.sglang_version
+    obs.cost.update(_cost(run, er.timings, wanted))
+    shutil.rmtree(workdir / run / "records", ignore_errors=True)
+    log(f"{run}: {len(att.extend)} extend / {len(att.decode)} verify captures ({er.timings.get('wall_s', 0):.0f} s)")
