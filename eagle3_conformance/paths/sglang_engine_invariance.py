@@ -105,7 +105,7 @@ _AHEAD: dict[str, Any] = {}
 
 
 def warm(c, pair):
-    """Start :func:`prepare`'s engine runs now, in the background (together, as ``prepare`` runs them: the
+    """Start :func:`prepare`'s engine runs now, in the background (one after the other, as ``prepare`` runs them: the
     base run's start and phases and the chunked run's, about 60-100 s on the shared 2-core machine, overlap
     the paths before this one). Returns the job's ``discard`` (kills the engine if it still
     runs), or None when there is nothing to start. The runs, their arguments and what is judged are

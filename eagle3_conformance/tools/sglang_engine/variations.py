@@ -14,9 +14,12 @@ factory so prefix-cache hits and later prefill chunks are attributed, :mod:`.ser
   prompt), P alone;
 * ``tp2``: ``tp_size`` 2 (on CPU: gloo, each rank on its own core, :func:`.launch.cpu_bind`), P alone.
 
-The engine runs start at once, each in its own processes (they share nothing: each has its own spec,
-records and radix cache), and their results are taken in the order above; the chunked run no longer
-waits for the base run's end (issue 42 item 4: on the 2-core machine it was the main job's tail).
+The engine runs go one after the other, in the order above. They were started at once for a while (issue
+42 item 4: the chunked run was the main job's tail on 2 cores), and SGLang's memory profiling then refused
+to start them: each ``sglang.Engine`` measures the memory available before and after loading its weights,
+and another engine loading beside it counts as its own weights ("Loaded weights leave no GPU memory for the
+KV cache under --mem-fraction-static=0.3", seen on the 2-core machine, 2026-12-05), so the runs never load
+at once.
 
 A variation whose engine run fails is reported, never dropped: ``failed`` when generation broke under
 it (the plain run did not), ``unavailable`` when SGLang refused to start with it or the machine lacks
@@ -118,8 +121,8 @@ def run_variations(target_dir, draft_dir, prompts: list[list[int]], *, names: Op
                           workdir=workdir / run, record_kv=True, extra_hooks=hooks, started=started,
                           extra={"phases": phases(run, ps, wanted), **RUN_EXTRA[run]})
 
-    with ThreadPoolExecutor(max_workers=len(runs), thread_name_prefix="sglang-variation") as pool:
-        futures = {run: pool.submit(one, run) for run in runs}  # the engine runs at once (module docstring)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sglang-variation") as pool:
+        futures = {run: pool.submit(one, run) for run in runs}  # one at a time (module docstring)
         for run in runs:
             _take(run, futures[run], wanted, device, workdir, obs, (extend, decode, shown), log, t0)
     ran = [v for v in wanted if v.name not in obs.failed and v.name not in obs.unavailable]
