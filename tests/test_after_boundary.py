@@ -102,6 +102,23 @@ def test_the_contracts_vocab_section_is_checked_against_the_checkpoint(trained):
     assert f.status == "fail" and "not the contract's vocab.draft_size 8192" in f.message
 
 
+def test_the_contracts_draft_vocab_size_is_checked_against_the_served_draft(trained):
+    # the fault a fresh user met: the contract said 8192, the served draft's config.json 4096, and the check
+    # said "consistent with the contract" (it compared only a vocab: section the contract has not)
+    c = C.model_copy(update={"draft": C.draft.model_copy(update={"draft_vocab_size": 8192})})
+    f = check_draft_vocab(c, read_draft_vocab(trained))[0]
+    assert f.status == "fail", f.message
+    assert "draft_vocab_size 4096" in f.message and f"{trained}" in f.message, f.message
+    assert "draft.draft_vocab_size 8192" in f.message and "contract" in f.message, f.message
+
+
+def test_the_shipped_contract_states_the_shipped_drafts_vocabulary(trained):
+    served = json.loads((ROOT / "fixtures" / "drafts" / "smollm2-135m-eagle3" / "config.json").read_text())
+    assert C.draft.draft_vocab_size == served["draft_vocab_size"]
+    f = check_draft_vocab(C, read_draft_vocab(trained))[0]
+    assert f.status == "pass" and "the contract's draft.draft_vocab_size" in f.message, f.message
+
+
 def test_a_directory_without_weights_is_not_judged(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"draft_vocab_size": 10}))
     f = check_draft_vocab(C, read_draft_vocab(tmp_path))[0]

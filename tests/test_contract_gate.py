@@ -42,12 +42,11 @@ def _two_id_lists(d: Path) -> Path:
 
 @pytest.fixture
 def refused(tmp_path) -> Path:
-    """contracts/smollm2-135m.yaml with ``draft.path`` at the trained draft (its draft_vocab_size, 4096)
+    """contracts/smollm2-135m.yaml with ``draft.path`` at the trained draft (its draft_vocab_size 4096, the contract's)
     whose config holds two id lists that differ."""
     _two_id_lists(tmp_path / "draft")
     text = CONTRACT.read_text()
     text = text.replace("  name: fixtures/smollm2-135m/draft\n", "  name: fixtures/smollm2-135m/draft\n  path: draft\n")
-    text = text.replace("draft_vocab_size: 8192", "draft_vocab_size: 4096")
     c = tmp_path / "pair.yaml"
     c.write_text(text)
     return c

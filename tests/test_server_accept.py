@@ -344,6 +344,20 @@ def test_the_contract_floor_fails_a_server_that_accepts_too_little(capsys, serve
     assert rc == 1 and "accept_length" in out and "(floor 1.22)" in " ".join(out.split()), out + err
 
 
+def test_a_passing_run_prints_its_floor_and_v_lists_what_the_hint_promises(capsys, serve):
+    """A fresh user read ``passed: ... (-v lists them)`` and ``accept -v`` was refused; the floor was in --json
+    only. The text report names the floor it applied, and -v / --verbose lists the folded findings."""
+    f = serve()
+    rc, out, err = accept(capsys, "--server", f.url, "--contract", CONTRACT, "--prompts", "5")
+    flat = " ".join(out.split())
+    assert rc == 0 and "(-v lists them)" in flat and "accept length gate: mean accept length" in flat, out + err
+    assert "(floor 1.22): passed" in flat, out
+    for flag in ("-v", "--verbose"):
+        rc, out, err = accept(capsys, "--server", f.url, "--contract", CONTRACT, "--prompts", "5", flag)
+        assert rc == 0 and "PASSED AND SKIPPED" in out and "-v lists them" not in out, out + err
+        assert "accept_length" in out and "draft_acceptance" in out, out
+
+
 def test_markdown_and_json_are_written(capsys, serve, tmp_path):
     f = serve(hist_of=_by_domain(_varied))
     md, js = tmp_path / "s.md", tmp_path / "s.json"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from eagle3_conformance.checks.registry import FACT, MAPPING, TOKENIZER, check
-from eagle3_conformance.contract import Contract
+from eagle3_conformance.contract import Contract, contract_source
 from eagle3_conformance.core.findings import Finding
 
 if TYPE_CHECKING:
@@ -161,8 +161,9 @@ def check_draft_vocab(c: Contract, facts: dict, path: str = "sglang-engine") -> 
     takes draft id i for target id i), and i + d2t[i] (SGLang's reading, ``llama_eagle3.py:350-352``) is
     strictly increasing inside the target's vocabulary and equal to ``t2d.nonzero()`` where t2d is stored
     (:func:`mapping_problems`); ``lm_head`` has ``draft_vocab_size`` rows (absent: SGLang leaves the draft's
-    head at its initial values); the config's ``vocab_size`` is the target's; and the contract's ``vocab``
-    section (sizes, convention, ``mapping_sha256``) where it declares one.
+    head at its initial values); the config's ``vocab_size`` is the target's; the draft's vocabulary size
+    (``draft_vocab_size``, absent: the target's ``vocab_size``) is the contract's ``draft.draft_vocab_size``;
+    and the contract's ``vocab`` section (sizes, convention, ``mapping_sha256``) where it declares one.
 
     Args:
         facts: :func:`~eagle3_conformance.draft_config.checkpoint.read_draft_vocab`'s dict, or ``{"skip": why}``.
@@ -184,6 +185,12 @@ def check_draft_vocab(c: Contract, facts: dict, path: str = "sglang-engine") -> 
     elif not tied and head is not None and head[0] != rows:
         problems.append(f"lm_head has {head[0]} rows; the config's draft_vocab_size says {rows}")
     v = c.vocab
+    size = n if n is not None else V  # no draft_vocab_size in config.json: the draft shares the target's vocabulary
+    if size != c.draft.draft_vocab_size:
+        src = contract_source(c)
+        problems.append(f"the served draft's config.json says draft_vocab_size {size}"
+                        f"{'' if n is not None else ' (absent: the target vocab_size)'} ({where}); the contract's "
+                        f"draft.draft_vocab_size {c.draft.draft_vocab_size} ({src or 'the contract'})")
     if n is not None and n < V:
         if d2t is None:
             problems.append(f"the draft vocabulary is reduced ({n} of {V} ids) but the checkpoint has no d2t: SGLang "
@@ -198,8 +205,9 @@ def check_draft_vocab(c: Contract, facts: dict, path: str = "sglang-engine") -> 
         if v.d2t_present and d2t is None:
             problems.append("the contract's vocab says d2t is present; the checkpoint has none")
     reduced = f"{n} of {V} target ids" if n is not None and n < V else "the target's whole vocabulary"
+    stated = "the contract's draft.draft_vocab_size" + (" and vocab section" if v is not None else "")
     ok = not problems
     return [Finding("draft_vocab", "pass" if ok else "fail", path, "vocab", "d2t/t2d and lm_head as SGLang loads them",
                     "ok" if ok else "; ".join(problems), where,
-                    (f"draft vocabulary ({reduced}): d2t/t2d and lm_head consistent with the target and the contract"
-                     if ok else f"draft vocabulary ({reduced}): " + "; ".join(problems)), "K10")]
+                    (f"draft vocabulary ({reduced}): d2t/t2d and lm_head consistent with the target's vocab_size "
+                     f"and {stated}" if ok else f"draft vocabulary ({reduced}): " + "; ".join(problems)), "K10")]

@@ -1,5 +1,5 @@
 """``eagle3-conformance accept --server URL --contract C [--record OUT | --baseline IN] [--json OUT]
-[--markdown OUT]``: acceptance of a running speculative-decoding server (SGLang or vLLM), per request
+[--markdown OUT] [-v]``: acceptance of a running speculative-decoding server (SGLang or vLLM), per request
 and per draft position, on the shipped held-out prompt set (:mod:`eagle3_conformance.server_accept`).
 
 Exit 0: the contract's ``gates.min_accept_length`` is met and, with ``--baseline``, no figure
@@ -52,6 +52,7 @@ def add_parser(sub) -> None:
     p.add_argument("--run-timeout", type=float, default=1800.0, metavar="S", help="seconds for the whole run (1800)")
     p.add_argument("--json", metavar="OUT", help="write the report, figures and per-prompt counters as JSON")
     p.add_argument("--markdown", metavar="OUT", help="write the report as Markdown (CI job summaries)")
+    p.add_argument("-v", "--verbose", action="store_true", help="list passing and skipped checks too")
     add_html_option(p)
     p.set_defaults(func=run)
 
@@ -134,8 +135,13 @@ def _report(args, c, o) -> None:
     info, res, fig, rows, findings, changes, plist = o.info, o.res, o.fig, o.rows, o.findings, o.changes, o.prompts
     title = f"{c.name}: {info.kind} {info.version} at {info.url}"
     extra = render.extra_lines(info, res, fig, changes)
+    done = {"pass": "passed", "fail": "failed", "skip": "not judged"}
+    for f in findings:  # the floor applied, in the text too (not only in --json)
+        if f.check == "accept_length":
+            extra["accept length gate"] = f"{f.message}: {done.get(f.status, f.status)}"
     print(render.figures_text(fig, rows))
-    print(report.render_text(findings, [], title=title, extra=extra, width=report.WIDTH, unchecked_reason=UNCHECKED))
+    print(report.render_text(findings, [], title=title, extra=extra, width=report.WIDTH, unchecked_reason=UNCHECKED,
+                             verbose=bool(getattr(args, "verbose", False))))
     from eagle3_conformance.server_accept.figures import counters_disagree
 
     if disagree := counters_disagree(res.results, info.k):
