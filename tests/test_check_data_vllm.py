@@ -475,8 +475,7 @@ def test_check_data_and_check_offline_say_what_their_finding_counts_count(good_d
     n_off = len(json.loads((tmp_path / "o.json").read_text())["findings"])
     by = Counter(f["path"] for f in doc["findings"])
     assert by[VLLM_PATH] == n_off and len(doc["findings"]) > n_off  # the two counts differ, by design
-    assert (f"counted: {by[DISK_PATH]} findings of the all-rows pass over every stored sample ({DISK_PATH}), "
-            f"{n_off} of the fingerprint sample read as its trainer reads it (check-offline gives these alone"
+    assert (f"counted: {by[DISK_PATH]} all-rows pass + {n_off} per file, as check-offline counts + "
             in data_out), data_out
     assert f"counted: {n_off} findings, each file read as its trainer reads it (check-data on the same files adds" \
         in offline_out, offline_out

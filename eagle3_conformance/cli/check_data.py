@@ -127,9 +127,7 @@ def _counted(findings) -> str:
 
     by = Counter(f.path for f in findings)
     disk, sampled = by.pop(DISK_PATH, 0), by.pop(LOADER_PATH, 0) + by.pop(VLLM_PATH, 0)
-    return (f"{disk} findings of the all-rows pass over every stored sample ({DISK_PATH}), {sampled} of the "
-            f"fingerprint sample read as its trainer reads it (check-offline gives these alone, for every file it "
-            f"reads), {sum(by.values())} of the dataset as a whole")
+    return f"{disk} all-rows pass + {sampled} per file, as check-offline counts + {sum(by.values())} dataset-wide"
 
 
 def _print(args, c, res, diagnoses) -> None:
