@@ -35,7 +35,8 @@ def _row(tok: int, pos: int) -> torch.Tensor:
 
 class StandIn:
     """The stand-in server (module docstring). ``fault``: ``"logprob-rows"`` (a forward that returns logprobs
-    hands the draft perturbed rows), ``"logprob-500"`` (such a request answers HTTP 500), ``"plain-500"``
+    hands the draft perturbed rows), ``"prefix-rows"`` (so does a prefix-cache hit), ``"bfloat16"`` (the draft's
+    rows are bfloat16: a server launched with ``--dtype bfloat16``), ``"logprob-500"`` (such a request answers HTTP 500), ``"plain-500"``
     (every request does); ``info``: ``/server_info``'s fields; ``records``: where it records (default DIR)."""
 
     def __init__(self, d: Path, fault: str = "", info: "dict | None" = None, records: "Path | None" = None):
@@ -74,15 +75,15 @@ class StandIn:
             self.cache.append((list(p), list(prefix_locs[-hit:] if hit else []) + mine))
             toks.append(p[hit:]), pos.append(list(range(hit, len(p)))), locs.append(mine)
             shifted.append(p[hit + 1:] + [7])
-            rows += [_row(t, j) * (1.5 if logprob and self.fault == "logprob-rows" else 1.0)
-                     for t, j in zip(p[hit:], range(hit, len(p)))]
+            bad = (logprob and self.fault == "logprob-rows") or (hit and self.fault == "prefix-rows")
+            rows += [_row(t, j) * (1.5 if bad else 1.0) for t, j in zip(p[hit:], range(hit, len(p)))]
         n = len(ids)
         self._save(dict(role="target", mode="EXTEND", input_ids=_t(sum(toks, [])), positions=_t(sum(pos, [])),
                         req_pool_indices=_t(list(range(n))), seq_lens=_t([len(p) for p in ids]),
                         extend_seq_lens=_t([len(x) for x in toks]), layers_to_capture=[2, 15, 27],
                         out_cache_loc=_t(sum(locs, [])), extend_prefix_lens=_t([q[0] for q in pos]),
                         prefix_locs=_t(prefix_locs), rids=list(rids), return_logprob=logprob))
-        h = torch.stack(rows)
+        h = torch.stack(rows).to(torch.bfloat16 if self.fault == "bfloat16" else torch.float32)
         self._save(dict(role="draft", mode="EXTEND", input_ids=_t(sum(shifted, [])), positions=_t(sum(pos, [])),
                         req_pool_indices=_t(list(range(n))), seq_lens=_t([len(p) for p in ids]),
                         extend_seq_lens=_t([len(x) for x in toks]), hidden=h, fc_input=h.clone(),
@@ -190,6 +191,36 @@ def test_a_variation_that_changes_the_drafts_rows_fails_naming_variation_row_and
     f = next(x for x in failed["input-logprobs"] if x["slot"] == "slot 0")
     assert f["message"].startswith("row 0, slot 0: relative difference 0.5 to the plain run") and \
         "norm ratio 1.5" in f["message"], f["message"]
+
+
+def test_every_variation_with_a_failed_finding_is_summarised_as_failed_and_named_in_the_text(tmp_path, capsys):
+    d = _served(tmp_path)
+    with StandIn(d, fault="prefix-rows") as s:
+        rc, doc = _run(s.url, d, tmp_path)
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert set(_by_variation(doc, "fail")) == {"prefix-cache-repeat", "prefix-cache-shared"}
+    summary = {f["where"].split(": ")[-1]: f for f in doc["findings"] if f["check"] == "engine_variations"}
+    for name in ("prefix-cache-repeat", "prefix-cache-shared"):
+        assert summary[name]["status"] == "fail" and "engine_invariance finding(s) failed" in \
+            summary[name]["message"], summary[name]
+        assert name in out, out
+    assert summary["batch"]["status"] == summary["input-logprobs"]["status"] == "pass"
+
+
+def test_a_server_serving_another_dtype_than_the_contract_fails_dtype_as_check_captures_does(tmp_path, capsys):
+    d = _served(tmp_path)
+    with StandIn(d, fault="bfloat16") as s:
+        rc, doc = _run(s.url, d, tmp_path)
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    bad = [f for f in doc["findings"] if f["check"] == "dtype" and f["status"] == "fail"]
+    assert bad and {(f["expected"], f["observed"]) for f in bad} == {("float32", "bfloat16")}
+    assert "serving-dtype" in json.dumps(doc.get("diagnoses", doc)), doc.keys()
+    assert "VIOLATIONS" in out and "CONFORMS" not in out and "serving-dtype" in out, out[-2000:]
+    # the rows are judged at the noise of the dtype served (0.2 relative difference), not float32's 0.0447
+    slots = [f for f in doc["findings"] if f["check"] == "engine_invariance" and f["slot"] == "slot 0"]
+    assert slots and all(f["expected"] == "relative difference <= 0.2" for f in slots), slots[0]
 
 
 def test_a_second_run_into_the_same_directory_pairs_only_its_own_requests(tmp_path, capsys):

@@ -54,6 +54,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from eagle3_conformance import report
+    from eagle3_conformance.diagnose import diagnose
     from eagle3_conformance.serving.invariance import check_server_invariance, held_out_prompts, variation_names
 
     c = load_contract(args.contract)
@@ -80,12 +81,15 @@ def run(args) -> int:
         sv = meta["second_server"]
         extra[f"{sv['variation']}: second server"] = (f"{sv['server']} (chunked_prefill_size {sv['chunked_prefill_size']}, "
                                                       f"tp_size {sv['tp_size']}), records in {sv['records']}")
+    diagnoses = diagnose(c, findings)  # as check-captures: a served dtype other than the contract's is named
     if args.quiet:
         print(report.quiet_verdict(findings))
+        for dg in diagnoses:
+            print(f"  {dg.label}: {dg.title}")
     else:
-        print(report.render_text(findings, [], title=title, extra=extra, verbose=bool(args.verbose)))
+        print(report.render_text(findings, diagnoses, title=title, extra=extra, verbose=bool(args.verbose)))
     if args.json:
-        report.write_document(args.json, report.report_doc(args.contract, findings, meta))
+        report.write_document(args.json, report.report_doc(args.contract, findings, meta, diagnoses=diagnoses))
     why = report.input_error(findings)
     if why:
         error(f"{d}: {why}")

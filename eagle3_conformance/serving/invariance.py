@@ -369,6 +369,7 @@ def check_server_invariance(c: Contract, base: str, d: Path, prompts: list[list[
         UsageError: the server cannot be reached / is not SGLang; DIR is not a directory.
         DataError: DIR was not prepared by ``serve-hooks`` for this contract, the server never called its
             hook factory, the plain run failed, or the records hold none of this run's requests."""
+    from eagle3_conformance.checks.invariance import with_invariance_failures
     from eagle3_conformance.paths.base import Observation
     from eagle3_conformance.serving.captures import expected_sglang
     from eagle3_conformance.suite.assess import assess
@@ -405,8 +406,9 @@ def check_server_invariance(c: Contract, base: str, d: Path, prompts: list[list[
         raise AssertionError("the invariance checks need no reference model")
 
     t0 = time.perf_counter()
-    findings = assess(c, Observation(variants=vobs.paired.pairs, facts={"engine_variations": fact}), no_reference,
-                      PATH)
+    findings = dtype_findings(c, vobs.paired.pairs)
+    findings += with_invariance_failures(assess(c, Observation(variants=vobs.paired.pairs,
+                                                               facts={"engine_variations": fact}), no_reference, PATH))
     meta = {"server": base, "sglang": version, "records": str(d), "run_tag": tag,
             "seconds_per_variation": {k: v["seconds"] for k, v in vobs.cost.items()},
             "not_varied": unavailable, "second_server": _second_meta(other), "failed": failed,
@@ -414,6 +416,16 @@ def check_server_invariance(c: Contract, base: str, d: Path, prompts: list[list[
             "seconds": {"requests": round(timings["wall_s"], 2), "read_back": round(read_s, 2),
                         "judge": round(time.perf_counter() - t0, 2)}}
     return findings, meta
+
+
+def dtype_findings(c: Contract, pairs: list) -> list[Finding]:
+    """``dtype`` / ``id_dtype`` of the plain run's captures, judged by the check ``check-captures`` judges them
+    with (:func:`eagle3_conformance.checks.shape.check_dtype`): a server launched with another ``--dtype`` than
+    ``precision.serving`` fails here as it fails there (the ``serving-dtype`` diagnosis)."""
+    from eagle3_conformance.checks.shape import check_dtype
+
+    plains = list({id(p): p for p, _ in pairs}.values())
+    return [f for p in plains for f in check_dtype(c, p)]
 
 
 def _second_meta(other: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
