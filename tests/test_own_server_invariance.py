@@ -284,6 +284,24 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, case, message):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
 
 
+def test_a_reference_whose_tokenizer_does_not_fit_the_contract_is_refused_before_any_request(tmp_path, capsys):
+    """A --reference of another model than the contract's target (here: the contract says a 10000-token
+    vocabulary, the SmolLM2 tokenizer has 49152) would send ids the server does not have: refused first."""
+    from eagle3_conformance.testbed.trained_draft import ensure_trained_draft
+
+    small = tmp_path / "small-vocab.yaml"
+    small.write_text(CONTRACT.read_text().replace("vocab_size: 49152", "vocab_size: 10000", 1))
+    target = ensure_trained_draft().target_dir
+    d = _served(tmp_path)
+    with StandIn(d) as s:
+        capsys.readouterr()
+        rc = main(["check-invariance", str(small), "--server", s.url, "--captures", str(d), "--reference", str(target)])
+    err = capsys.readouterr().err
+    assert rc == 2 and not s.seen, err
+    assert f"{target}: its tokenizer's vocabulary (49152 tokens" in err and "target.vocab_size 10000" in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
 def _served2(tmp_path) -> Path:
     d = _prepared(tmp_path / "second")
     (d / "factory-4343-0.json").write_text(json.dumps({"pid": 4343, "sglang_version": "0.5.23"}))

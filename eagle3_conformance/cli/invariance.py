@@ -55,7 +55,8 @@ def run(args) -> int:
 
     from eagle3_conformance import report
     from eagle3_conformance.diagnose import diagnose
-    from eagle3_conformance.serving.invariance import check_server_invariance, held_out_prompts, variation_names
+    from eagle3_conformance.serving.invariance import (check_server_invariance, check_tokenizer_fits, held_out_prompts,
+                                                       variation_names)
 
     c = load_contract(args.contract)
     if args.prompts < 1 or args.max_new_tokens < 1:
@@ -70,8 +71,9 @@ def run(args) -> int:
     target = resolve_reference(c, args)
     if target is None:
         raise UsageError(f"{args.contract}: no target to make the held-out prompts with; pass --reference MODEL_DIR")
-    findings, meta = check_server_invariance(c, args.server, d, held_out_prompts(target, args.prompts), names,
-                                             args.max_new_tokens, second=second)
+    prompts = held_out_prompts(target, args.prompts)
+    check_tokenizer_fits(c, target, prompts)  # before any request: out-of-range ids crash the server
+    findings, meta = check_server_invariance(c, args.server, d, prompts, names, args.max_new_tokens, second=second)
     title = f"{c.name}: your SGLang server against itself ({args.server}, records in {d})"
     extra = {"sglang": meta["sglang"], "seconds per variation": ", ".join(
         f"{k} {v:.1f} s" for k, v in meta["seconds_per_variation"].items()),

@@ -466,3 +466,24 @@ def held_out_prompts(target_dir: Path, n: int) -> list[list[int]]:
     except (OSError, ValueError) as e:
         raise DataError(f"{target_dir}: no tokenizer for the held-out prompts ({' '.join(str(e).split())[:160]})") \
             from None
+
+
+def check_tokenizer_fits(c: Contract, target_dir: Path, prompts: list[list[int]]) -> None:
+    """The tokenizer that made the prompts fits the contract's target: its vocabulary (``len(tokenizer)``,
+    added tokens included) is at most ``target.vocab_size``, and so is every prompt id. Checked before any
+    request: ids at or past the server's vocabulary crash its embedding lookup.
+
+    Raises:
+        UsageError: one line naming the tokenizer directory and both sizes."""
+    from eagle3_conformance.testbed.fixtures_real import load_tokenizer
+
+    v = c.target.vocab_size
+    try:
+        n = len(load_tokenizer(target_dir))
+    except (OSError, ValueError):
+        n = 0  # held_out_prompts loaded it already; the ids below still decide
+    top = max((t for p in prompts for t in p), default=-1)
+    if n > v or top >= v:
+        raise UsageError(f"{target_dir}: its tokenizer's vocabulary ({n} tokens{f', ids up to {top}' if top >= v else ''})"
+                         f" does not fit the contract's target.vocab_size {v}: the prompts would send ids the server "
+                         "does not have; give --reference the contract's target")
