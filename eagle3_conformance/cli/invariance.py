@@ -55,8 +55,12 @@ def run(args) -> int:
 
     from eagle3_conformance import report
     from eagle3_conformance.diagnose import diagnose
-    from eagle3_conformance.serving.invariance import (check_server_invariance, check_tokenizer_fits, held_out_prompts,
-                                                       variation_names)
+    from eagle3_conformance.serving.invariance import (
+        check_server_invariance,
+        check_tokenizer_fits,
+        held_out_prompts,
+        variation_names,
+    )
 
     c = load_contract(args.contract)
     if args.prompts < 1 or args.max_new_tokens < 1:
