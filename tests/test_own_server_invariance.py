@@ -37,7 +37,7 @@ class StandIn:
     """The stand-in server (module docstring). ``fault``: ``"logprob-rows"`` (a forward that returns logprobs
     hands the draft perturbed rows), ``"prefix-rows"`` (so does a prefix-cache hit), ``"bfloat16"`` (the draft's
     rows are bfloat16: a server launched with ``--dtype bfloat16``), ``"logprob-500"`` (such a request answers HTTP 500), ``"plain-500"``
-    (every request does); ``info``: ``/server_info``'s fields; ``records``: where it records (default DIR)."""
+    (every request does), ``"dies"`` (after 3 ``/generate`` calls it closes each connection unanswered); ``info``: ``/server_info``'s fields; ``records``: where it records (default DIR)."""
 
     def __init__(self, d: Path, fault: str = "", info: "dict | None" = None, records: "Path | None" = None):
         self.d, self.fault, self.records = d, fault, records or d
@@ -135,6 +135,9 @@ class StandIn:
                     owner.cache.clear()
                     return self._reply(200, "Cache flushed.")
                 owner.seen.append(body)
+                if owner.fault == "dies" and len(owner.seen) > 3:  # the server process is gone: no reply
+                    self.close_connection = True
+                    return
                 if owner.fault == "plain-500" or (owner.fault == "logprob-500" and body.get("return_logprob")):
                     return self._reply(500, {"error": {"message": "IndexError: list index out of range"}})
                 self._reply(200, owner.generate(body))
@@ -264,6 +267,7 @@ def test_what_is_fixed_per_server_is_reported_with_the_servers_values(tmp_path, 
     ("not-sglang", "not an SGLang server"),
     ("records-elsewhere", "none of this run's requests"),
     ("plain-500", "the plain run failed (HTTP 500"),
+    ("dies", "the server went away during phase plain after 3 requests (Remote end closed connection"),
     ("bad-variation", "--variations 'batch,chunked': unknown variation(s) ['chunked']"),
     ("another-release", "SGLang 0.5.24; these hooks know SGLang 0.5.23"),
     ("nothing-to-vary", "--variations chunked-prefill,tp2: none can be varied on the server at http://127.0.0.1:"),

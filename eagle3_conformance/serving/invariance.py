@@ -121,11 +121,13 @@ def flush(base: str, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
-def post_phase(base: str, ph: dict, max_new_tokens: int, tag: str, timeout: float = 300.0) -> list[dict]:
+def post_phase(base: str, ph: dict, max_new_tokens: int, tag: str, timeout: float = 300.0,
+               sent: Optional[list[int]] = None) -> list[dict]:
     """One phase (:func:`eagle3_conformance.tools.shared.variations.phase`) through ``/generate``, as the
     engine's driver runs it (``driver.run_phase``): the prompts as ``input_ids``, greedy, ``ignore_eos``, the
     request ids ``<tag>:<rid>``, each prompt alone or all in one call, the cache flushed as asked, and the
-    phase's request options. Returns SGLang's outputs.
+    phase's request options. Returns SGLang's outputs. ``sent``: ``[n]``, ``n`` counts the ``/generate`` calls
+    answered.
 
     Raises:
         RuntimeError: the server answered an error (its message): generation broke under this phase.
@@ -142,6 +144,8 @@ def post_phase(base: str, ph: dict, max_new_tokens: int, tag: str, timeout: floa
         body = {"input_ids": [prompts[i] for i in g], "rid": [rids[i] for i in g], "sampling_params": sp,
                 **(ph.get("options") or {})}
         status, text = _call(base, "/generate", body, timeout=timeout)
+        if sent is not None:
+            sent[0] += 1
         if status != 200:
             raise RuntimeError(f"HTTP {status}: {' '.join(text.split())[:200]}")
         try:
@@ -159,16 +163,22 @@ def run_phases(base: str, phases: list[dict], max_new_tokens: int, tag: str,
     reported, the rest still run).
 
     Raises:
-        DataError: the plain run broke (nothing to compare with)."""
+        DataError: the plain run broke (nothing to compare with).
+        UsageError: the server went away during a phase (one line: the phase, the requests it had answered)."""
     timings: dict[str, float] = {}
     failed: dict[str, str] = {}
+    sent = [0]
     t0 = time.perf_counter()
     for ph in phases:
         if ph["name"] in failed:
             continue
         t = time.perf_counter()
         try:
-            post_phase(base, ph, max_new_tokens, tag)
+            post_phase(base, ph, max_new_tokens, tag, sent=sent)
+        except UsageError as e:  # reachable at /server_info before the run: it went away since
+            why = str(e).split("cannot reach the server", 1)[-1].strip(" ()") or str(e)
+            raise UsageError(f"--server {base}: the server went away during phase {ph['name']} after {sent[0]} "
+                             f"requests ({why}); see its log") from None
         except RuntimeError as e:
             if ph["name"] == "plain":
                 raise DataError(f"{base}/generate: the plain run failed ({e})") from None
