@@ -262,6 +262,7 @@ def test_what_is_fixed_per_server_is_reported_with_the_servers_values(tmp_path, 
 
 @pytest.mark.parametrize("case,message", [
     ("no-dir", "no such capture directory"),
+    ("a-file", "a file, not a capture directory"),
     ("no-factory", "no server called this directory's hook factory"),
     ("server-down", "cannot reach the server"),
     ("not-sglang", "not an SGLang server"),
@@ -274,6 +275,9 @@ def test_what_is_fixed_per_server_is_reported_with_the_servers_values(tmp_path, 
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, case, message):
     d = tmp_path / "nope" if case == "no-dir" else _prepared(tmp_path) if case == "no-factory" else _served(tmp_path)
+    if case == "a-file":
+        d = tmp_path / "caps.pt"
+        d.write_bytes(b"")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     extra = {"bad-variation": ["--variations", "batch,chunked"],

@@ -354,7 +354,7 @@ def check_prepared(d: Path, c: Contract) -> None:
     from eagle3_conformance.serving.captures import check_manifest
 
     if not d.is_dir():
-        raise UsageError(f"{d}: {'a file, not' if d.is_file() else 'no such'} capture directory: give the "
+        raise UsageError(f"{d}: {'a file, not a' if d.is_file() else 'no such'} capture directory: give the "
                          "directory serve-hooks' --out wrote")
     check_manifest(d, c)
     if not any(d.glob("factory-*.json")):
