@@ -82,6 +82,10 @@ def run(args) -> int:
     extra = {"sglang": meta["sglang"], "seconds per variation": ", ".join(
         f"{k} {v:.1f} s" for k, v in meta["seconds_per_variation"].items()),
         "seconds": ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in meta["seconds"].items())}
+    failing = [f"{f.where.split(': ')[-1]} ({f.message.split(': ', 1)[-1].split(';')[0]})" for f in findings
+               if f.check == "engine_variations" and f.status == "fail"]
+    if failing:  # the failing checks above show each check's first failure: every failing variation is named here
+        extra["failing variations"] = "; ".join(failing)
     extra.update({f"not varied: {k}": v for k, v in meta["not_varied"].items()})
     if meta["second_server"]:
         sv = meta["second_server"]
