@@ -35,8 +35,9 @@ def _row(tok: int, pos: int) -> torch.Tensor:
 
 class StandIn:
     """The stand-in server (module docstring). ``fault``: ``"logprob-rows"`` (a forward that returns logprobs
-    hands the draft perturbed rows), ``"logprob-500"`` (such a request answers HTTP 500), ``"plain-500"``
-    (every request does); ``info``: ``/server_info``'s fields; ``records``: where it records (default DIR)."""
+    hands the draft perturbed rows), ``"prefix-rows"`` (so does a prefix-cache hit), ``"bfloat16"`` (the draft's
+    rows are bfloat16: a server launched with ``--dtype bfloat16``), ``"logprob-500"`` (such a request answers HTTP 500), ``"plain-500"``
+    (every request does), ``"dies"`` (after 3 ``/generate`` calls it closes each connection unanswered); ``info``: ``/server_info``'s fields; ``records``: where it records (default DIR)."""
 
     def __init__(self, d: Path, fault: str = "", info: "dict | None" = None, records: "Path | None" = None):
         self.d, self.fault, self.records = d, fault, records or d
@@ -74,15 +75,15 @@ class StandIn:
             self.cache.append((list(p), list(prefix_locs[-hit:] if hit else []) + mine))
             toks.append(p[hit:]), pos.append(list(range(hit, len(p)))), locs.append(mine)
             shifted.append(p[hit + 1:] + [7])
-            rows += [_row(t, j) * (1.5 if logprob and self.fault == "logprob-rows" else 1.0)
-                     for t, j in zip(p[hit:], range(hit, len(p)))]
+            bad = (logprob and self.fault == "logprob-rows") or (hit and self.fault == "prefix-rows")
+            rows += [_row(t, j) * (1.5 if bad else 1.0) for t, j in zip(p[hit:], range(hit, len(p)))]
         n = len(ids)
         self._save(dict(role="target", mode="EXTEND", input_ids=_t(sum(toks, [])), positions=_t(sum(pos, [])),
                         req_pool_indices=_t(list(range(n))), seq_lens=_t([len(p) for p in ids]),
                         extend_seq_lens=_t([len(x) for x in toks]), layers_to_capture=[2, 15, 27],
                         out_cache_loc=_t(sum(locs, [])), extend_prefix_lens=_t([q[0] for q in pos]),
                         prefix_locs=_t(prefix_locs), rids=list(rids), return_logprob=logprob))
-        h = torch.stack(rows)
+        h = torch.stack(rows).to(torch.bfloat16 if self.fault == "bfloat16" else torch.float32)
         self._save(dict(role="draft", mode="EXTEND", input_ids=_t(sum(shifted, [])), positions=_t(sum(pos, [])),
                         req_pool_indices=_t(list(range(n))), seq_lens=_t([len(p) for p in ids]),
                         extend_seq_lens=_t([len(x) for x in toks]), hidden=h, fc_input=h.clone(),
@@ -134,6 +135,9 @@ class StandIn:
                     owner.cache.clear()
                     return self._reply(200, "Cache flushed.")
                 owner.seen.append(body)
+                if owner.fault == "dies" and len(owner.seen) > 3:  # the server process is gone: no reply
+                    self.close_connection = True
+                    return
                 if owner.fault == "plain-500" or (owner.fault == "logprob-500" and body.get("return_logprob")):
                     return self._reply(500, {"error": {"message": "IndexError: list index out of range"}})
                 self._reply(200, owner.generate(body))
@@ -192,6 +196,38 @@ def test_a_variation_that_changes_the_drafts_rows_fails_naming_variation_row_and
         "norm ratio 1.5" in f["message"], f["message"]
 
 
+def test_every_variation_with_a_failed_finding_is_summarised_as_failed_and_named_in_the_text(tmp_path, capsys):
+    d = _served(tmp_path)
+    with StandIn(d, fault="prefix-rows") as s:
+        rc, doc = _run(s.url, d, tmp_path)
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert set(_by_variation(doc, "fail")) == {"prefix-cache-repeat", "prefix-cache-shared"}
+    summary = {f["where"].split(": ")[-1]: f for f in doc["findings"] if f["check"] == "engine_variations"}
+    for name in ("prefix-cache-repeat", "prefix-cache-shared"):
+        assert summary[name]["status"] == "fail" and "engine_invariance finding(s) failed" in \
+            summary[name]["message"], summary[name]
+    line = " ".join(out.split("\nfailing variations:")[1].split("\nnot varied:")[0].split())  # the text names each
+    assert "prefix-cache-repeat (6 engine_invariance finding(s) failed)" in line and \
+        "prefix-cache-shared (6 engine_invariance finding(s) failed)" in line and "batch" not in line, line
+    assert summary["batch"]["status"] == summary["input-logprobs"]["status"] == "pass"
+
+
+def test_a_server_serving_another_dtype_than_the_contract_fails_dtype_as_check_captures_does(tmp_path, capsys):
+    d = _served(tmp_path)
+    with StandIn(d, fault="bfloat16") as s:
+        rc, doc = _run(s.url, d, tmp_path)
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    bad = [f for f in doc["findings"] if f["check"] == "dtype" and f["status"] == "fail"]
+    assert bad and {(f["expected"], f["observed"]) for f in bad} == {("float32", "bfloat16")}
+    assert "serving-dtype" in json.dumps(doc.get("diagnoses", doc)), doc.keys()
+    assert "VIOLATIONS" in out and "CONFORMS" not in out and "serving-dtype" in out, out[-2000:]
+    # the rows are judged at the noise of the dtype served (0.2 relative difference), not float32's 0.0447
+    slots = [f for f in doc["findings"] if f["check"] == "engine_invariance" and f["slot"] == "slot 0"]
+    assert slots and all(f["expected"] == "relative difference <= 0.2" for f in slots), slots[0]
+
+
 def test_a_second_run_into_the_same_directory_pairs_only_its_own_requests(tmp_path, capsys):
     d = _served(tmp_path)
     with StandIn(d) as s:
@@ -228,17 +264,22 @@ def test_what_is_fixed_per_server_is_reported_with_the_servers_values(tmp_path, 
 
 @pytest.mark.parametrize("case,message", [
     ("no-dir", "no such capture directory"),
+    ("a-file", "a file, not a capture directory"),
     ("no-factory", "no server called this directory's hook factory"),
     ("server-down", "cannot reach the server"),
     ("not-sglang", "not an SGLang server"),
     ("records-elsewhere", "none of this run's requests"),
     ("plain-500", "the plain run failed (HTTP 500"),
+    ("dies", "the server went away during phase plain after 3 requests (Remote end closed connection"),
     ("bad-variation", "--variations 'batch,chunked': unknown variation(s) ['chunked']"),
     ("another-release", "SGLang 0.5.24; these hooks know SGLang 0.5.23"),
     ("nothing-to-vary", "--variations chunked-prefill,tp2: none can be varied on the server at http://127.0.0.1:"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, case, message):
     d = tmp_path / "nope" if case == "no-dir" else _prepared(tmp_path) if case == "no-factory" else _served(tmp_path)
+    if case == "a-file":
+        d = tmp_path / "caps.pt"
+        d.write_bytes(b"")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     extra = {"bad-variation": ["--variations", "batch,chunked"],
@@ -250,6 +291,24 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, case, message):
         rc, _ = _run(url, d, tmp_path, *extra)
     err = capsys.readouterr().err
     assert rc == 2 and message in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_a_reference_whose_tokenizer_does_not_fit_the_contract_is_refused_before_any_request(tmp_path, capsys):
+    """A --reference of another model than the contract's target (here: the contract says a 10000-token
+    vocabulary, the SmolLM2 tokenizer has 49152) would send ids the server does not have: refused first."""
+    from eagle3_conformance.testbed.trained_draft import ensure_trained_draft
+
+    small = tmp_path / "small-vocab.yaml"
+    small.write_text(CONTRACT.read_text().replace("vocab_size: 49152", "vocab_size: 10000", 1))
+    target = ensure_trained_draft().target_dir
+    d = _served(tmp_path)
+    with StandIn(d) as s:
+        capsys.readouterr()
+        rc = main(["check-invariance", str(small), "--server", s.url, "--captures", str(d), "--reference", str(target)])
+    err = capsys.readouterr().err
+    assert rc == 2 and not s.seen, err
+    assert f"{target}: its tokenizer's vocabulary (49152 tokens" in err and "target.vocab_size 10000" in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
 
 

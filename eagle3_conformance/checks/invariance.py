@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Optional
 
-from eagle3_conformance.checks.common import GATE_CROSS_PATH, slot_label
+from eagle3_conformance.checks.common import GATE_CROSS_PATH, dtype_name, slot_label
 from eagle3_conformance.checks.registry import FACT, VARIANT, check
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.core import gates
@@ -46,9 +46,20 @@ VARIATION_KEY = "variation"
 FIRST_ROW_KEY = "first_row"
 
 
-def max_relative_difference(c: Contract) -> float:
-    """The row gate: ``sqrt(2 (1 - cross_path_min_cosine))`` of the serving precision (module docstring)."""
-    return math.sqrt(2.0 * (1.0 - gates.cross_path_min_cosine(c, False, False)))
+def cross_path_floor(c: Contract, served: Optional[str] = None) -> float:
+    """The cosine floor two captures of one boundary are held to: ``gates.cross_path_min_cosine`` where the
+    contract sets it, else the default of the lower of ``precision.serving`` and ``served`` (the dtype the
+    captures were actually served in, e.g. a server launched with ``--dtype bfloat16`` against a float32
+    contract: its noise is bfloat16's, and ``dtype`` fails on it separately)."""
+    floor = gates.cross_path_min_cosine(c, False, False)
+    if c.gates.cross_path_min_cosine is not None or served not in gates.CROSS_PATH_MIN_COSINE:
+        return floor
+    return min(floor, gates.CROSS_PATH_MIN_COSINE[str(served)])
+
+
+def max_relative_difference(c: Contract, served: Optional[str] = None) -> float:
+    """The row gate: ``sqrt(2 (1 - floor))`` of :func:`cross_path_floor` (module docstring)."""
+    return math.sqrt(2.0 * (1.0 - cross_path_floor(c, served)))
 
 
 def _f(status: Status, variant: Capture, slot: Optional[str], expected, observed, message: str,
@@ -97,8 +108,8 @@ def _ids(what: str, plain: Capture, variant: Capture, a: list[int], b: list[int]
 
 def _slots(c: Contract, plain: Capture, variant: Capture, a: list[int], b: list[int]) -> list[Finding]:
     d = c.draft.target_hidden_size
-    tol = max_relative_difference(c)
-    floor = gates.cross_path_min_cosine(c, False, False)
+    served = dtype_name(variant.feature)  # the noise of what was served, not of what the contract declares
+    tol, floor = max_relative_difference(c, served), cross_path_floor(c, served)
     out = []
     xs, ys = plain.feature[a].float().split(d, -1), variant.feature[b].float().split(d, -1)
     for i, (x, y) in enumerate(zip(xs, ys)):
@@ -121,7 +132,7 @@ def _slots(c: Contract, plain: Capture, variant: Capture, a: list[int], b: list[
         out.append(_f("fail", variant, slot_label(i), f"relative difference <= {tol:.4g}", obs,
                       f"row {int(plain.rows[a[j]])}, {slot_label(i)}: relative difference {float(rel[j]):.3g} to the "
                       f"plain run > {tol:.4g} (cosine {cos:.5f}, norm ratio {ratio:.4g}; {len(bad)} of {len(a)} "
-                      f"shared rows differ; the noise of {GATE_CROSS_PATH} = {floor})", GATE_CROSS_PATH))
+                      f"shared rows differ; the noise of {GATE_CROSS_PATH} = {floor}, served {served})", GATE_CROSS_PATH))
     return out
 
 
@@ -206,4 +217,25 @@ def check_engine_variations(c: Contract, fig: dict, path: str = "engine") -> lis
                                f"{name}: {n.get('extend')} prompts and {n.get('verify', 0)} verify steps compared "
                                f"({n.get('verify_unpaired', 0)} verify steps reached other tokens); "
                                f"{cost.get('engine_starts', 0)} engine start(s), {cost.get('seconds', 0):.0f} s"))
+    return out
+
+
+def with_invariance_failures(findings: list[Finding]) -> list[Finding]:
+    """``findings`` with each ``engine_variations`` pass turned to fail where an ``engine_invariance`` finding
+    of that variation failed (its ``where`` starts ``<variation>: ``): the per-variation summary then says fail
+    for every variation that failed, and names how many findings did."""
+    import dataclasses
+
+    bad: dict[str, int] = {}
+    for f in findings:
+        if f.check == CHECK and f.status == "fail":
+            name = str(f.where).split(": ")[0]
+            bad[name] = bad.get(name, 0) + 1
+    out = []
+    for f in findings:
+        name = str(f.where).split(": ")[-1]
+        if f.check == "engine_variations" and f.status == "pass" and name in bad:
+            f = dataclasses.replace(f, status="fail", message=f"{name}: {bad[name]} {CHECK} finding(s) failed; "
+                                                             + f.message.split(": ", 1)[-1])
+        out.append(f)
     return out

@@ -54,7 +54,13 @@ def run(args) -> int:
     from pathlib import Path
 
     from eagle3_conformance import report
-    from eagle3_conformance.serving.invariance import check_server_invariance, held_out_prompts, variation_names
+    from eagle3_conformance.diagnose import diagnose
+    from eagle3_conformance.serving.invariance import (
+        check_server_invariance,
+        check_tokenizer_fits,
+        held_out_prompts,
+        variation_names,
+    )
 
     c = load_contract(args.contract)
     if args.prompts < 1 or args.max_new_tokens < 1:
@@ -69,23 +75,31 @@ def run(args) -> int:
     target = resolve_reference(c, args)
     if target is None:
         raise UsageError(f"{args.contract}: no target to make the held-out prompts with; pass --reference MODEL_DIR")
-    findings, meta = check_server_invariance(c, args.server, d, held_out_prompts(target, args.prompts), names,
-                                             args.max_new_tokens, second=second)
+    prompts = held_out_prompts(target, args.prompts)
+    check_tokenizer_fits(c, target, prompts)  # before any request: out-of-range ids crash the server
+    findings, meta = check_server_invariance(c, args.server, d, prompts, names, args.max_new_tokens, second=second)
     title = f"{c.name}: your SGLang server against itself ({args.server}, records in {d})"
     extra = {"sglang": meta["sglang"], "seconds per variation": ", ".join(
         f"{k} {v:.1f} s" for k, v in meta["seconds_per_variation"].items()),
         "seconds": ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in meta["seconds"].items())}
+    failing = [f"{f.where.split(': ')[-1]} ({f.message.split(': ', 1)[-1].split(';')[0]})" for f in findings
+               if f.check == "engine_variations" and f.status == "fail"]
+    if failing:  # the failing checks above show each check's first failure: every failing variation is named here
+        extra["failing variations"] = "; ".join(failing)
     extra.update({f"not varied: {k}": v for k, v in meta["not_varied"].items()})
     if meta["second_server"]:
         sv = meta["second_server"]
         extra[f"{sv['variation']}: second server"] = (f"{sv['server']} (chunked_prefill_size {sv['chunked_prefill_size']}, "
                                                       f"tp_size {sv['tp_size']}), records in {sv['records']}")
+    diagnoses = diagnose(c, findings)  # as check-captures: a served dtype other than the contract's is named
     if args.quiet:
         print(report.quiet_verdict(findings))
+        for dg in diagnoses:
+            print(f"  {dg.label}: {dg.title}")
     else:
-        print(report.render_text(findings, [], title=title, extra=extra, verbose=bool(args.verbose)))
+        print(report.render_text(findings, diagnoses, title=title, extra=extra, verbose=bool(args.verbose)))
     if args.json:
-        report.write_document(args.json, report.report_doc(args.contract, findings, meta))
+        report.write_document(args.json, report.report_doc(args.contract, findings, meta, diagnoses=diagnoses))
     why = report.input_error(findings)
     if why:
         error(f"{d}: {why}")

@@ -121,11 +121,13 @@ def flush(base: str, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
-def post_phase(base: str, ph: dict, max_new_tokens: int, tag: str, timeout: float = 300.0) -> list[dict]:
+def post_phase(base: str, ph: dict, max_new_tokens: int, tag: str, timeout: float = 300.0,
+               sent: Optional[list[int]] = None) -> list[dict]:
     """One phase (:func:`eagle3_conformance.tools.shared.variations.phase`) through ``/generate``, as the
     engine's driver runs it (``driver.run_phase``): the prompts as ``input_ids``, greedy, ``ignore_eos``, the
     request ids ``<tag>:<rid>``, each prompt alone or all in one call, the cache flushed as asked, and the
-    phase's request options. Returns SGLang's outputs.
+    phase's request options. Returns SGLang's outputs. ``sent``: ``[n]``, ``n`` counts the ``/generate`` calls
+    answered.
 
     Raises:
         RuntimeError: the server answered an error (its message): generation broke under this phase.
@@ -142,6 +144,8 @@ def post_phase(base: str, ph: dict, max_new_tokens: int, tag: str, timeout: floa
         body = {"input_ids": [prompts[i] for i in g], "rid": [rids[i] for i in g], "sampling_params": sp,
                 **(ph.get("options") or {})}
         status, text = _call(base, "/generate", body, timeout=timeout)
+        if sent is not None:
+            sent[0] += 1
         if status != 200:
             raise RuntimeError(f"HTTP {status}: {' '.join(text.split())[:200]}")
         try:
@@ -159,16 +163,22 @@ def run_phases(base: str, phases: list[dict], max_new_tokens: int, tag: str,
     reported, the rest still run).
 
     Raises:
-        DataError: the plain run broke (nothing to compare with)."""
+        DataError: the plain run broke (nothing to compare with).
+        UsageError: the server went away during a phase (one line: the phase, the requests it had answered)."""
     timings: dict[str, float] = {}
     failed: dict[str, str] = {}
+    sent = [0]
     t0 = time.perf_counter()
     for ph in phases:
         if ph["name"] in failed:
             continue
         t = time.perf_counter()
         try:
-            post_phase(base, ph, max_new_tokens, tag)
+            post_phase(base, ph, max_new_tokens, tag, sent=sent)
+        except UsageError as e:  # reachable at /server_info before the run: it went away since
+            why = str(e).split("cannot reach the server", 1)[-1].strip(" ()") or str(e)
+            raise UsageError(f"--server {base}: the server went away during phase {ph['name']} after {sent[0]} "
+                             f"requests ({why}); see its log") from None
         except RuntimeError as e:
             if ph["name"] == "plain":
                 raise DataError(f"{base}/generate: the plain run failed ({e})") from None
@@ -344,7 +354,7 @@ def check_prepared(d: Path, c: Contract) -> None:
     from eagle3_conformance.serving.captures import check_manifest
 
     if not d.is_dir():
-        raise UsageError(f"{d}: {'a file, not' if d.is_file() else 'no such'} capture directory: give the "
+        raise UsageError(f"{d}: {'a file, not a' if d.is_file() else 'no such'} capture directory: give the "
                          "directory serve-hooks' --out wrote")
     check_manifest(d, c)
     if not any(d.glob("factory-*.json")):
@@ -369,6 +379,7 @@ def check_server_invariance(c: Contract, base: str, d: Path, prompts: list[list[
         UsageError: the server cannot be reached / is not SGLang; DIR is not a directory.
         DataError: DIR was not prepared by ``serve-hooks`` for this contract, the server never called its
             hook factory, the plain run failed, or the records hold none of this run's requests."""
+    from eagle3_conformance.checks.invariance import with_invariance_failures
     from eagle3_conformance.paths.base import Observation
     from eagle3_conformance.serving.captures import expected_sglang
     from eagle3_conformance.suite.assess import assess
@@ -405,8 +416,9 @@ def check_server_invariance(c: Contract, base: str, d: Path, prompts: list[list[
         raise AssertionError("the invariance checks need no reference model")
 
     t0 = time.perf_counter()
-    findings = assess(c, Observation(variants=vobs.paired.pairs, facts={"engine_variations": fact}), no_reference,
-                      PATH)
+    findings = dtype_findings(c, vobs.paired.pairs)
+    findings += with_invariance_failures(assess(c, Observation(variants=vobs.paired.pairs,
+                                                               facts={"engine_variations": fact}), no_reference, PATH))
     meta = {"server": base, "sglang": version, "records": str(d), "run_tag": tag,
             "seconds_per_variation": {k: v["seconds"] for k, v in vobs.cost.items()},
             "not_varied": unavailable, "second_server": _second_meta(other), "failed": failed,
@@ -414,6 +426,16 @@ def check_server_invariance(c: Contract, base: str, d: Path, prompts: list[list[
             "seconds": {"requests": round(timings["wall_s"], 2), "read_back": round(read_s, 2),
                         "judge": round(time.perf_counter() - t0, 2)}}
     return findings, meta
+
+
+def dtype_findings(c: Contract, pairs: list) -> list[Finding]:
+    """``dtype`` / ``id_dtype`` of the plain run's captures, judged by the check ``check-captures`` judges them
+    with (:func:`eagle3_conformance.checks.shape.check_dtype`): a server launched with another ``--dtype`` than
+    ``precision.serving`` fails here as it fails there (the ``serving-dtype`` diagnosis)."""
+    from eagle3_conformance.checks.shape import check_dtype
+
+    plains = list({id(p): p for p, _ in pairs}.values())
+    return [f for p in plains for f in check_dtype(c, p)]
 
 
 def _second_meta(other: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
@@ -454,3 +476,24 @@ def held_out_prompts(target_dir: Path, n: int) -> list[list[int]]:
     except (OSError, ValueError) as e:
         raise DataError(f"{target_dir}: no tokenizer for the held-out prompts ({' '.join(str(e).split())[:160]})") \
             from None
+
+
+def check_tokenizer_fits(c: Contract, target_dir: Path, prompts: list[list[int]]) -> None:
+    """The tokenizer that made the prompts fits the contract's target: its vocabulary (``len(tokenizer)``,
+    added tokens included) is at most ``target.vocab_size``, and so is every prompt id. Checked before any
+    request: ids at or past the server's vocabulary crash its embedding lookup.
+
+    Raises:
+        UsageError: one line naming the tokenizer directory and both sizes."""
+    from eagle3_conformance.testbed.fixtures_real import load_tokenizer
+
+    v = c.target.vocab_size
+    try:
+        n = len(load_tokenizer(target_dir))
+    except (OSError, ValueError):
+        n = 0  # held_out_prompts loaded it already; the ids below still decide
+    top = max((t for p in prompts for t in p), default=-1)
+    if n > v or top >= v:
+        raise UsageError(f"{target_dir}: its tokenizer's vocabulary ({n} tokens{f', ids up to {top}' if top >= v else ''})"
+                         f" does not fit the contract's target.vocab_size {v}: the prompts would send ids the server "
+                         "does not have; give --reference the contract's target")
