@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,12 @@ def _run(args, tmp_path, capsys):
     out = tmp_path / "r.json"
     rc = main(["check-offline", *map(str, args), "--quiet", "--json", str(out)])
     cap = capsys.readouterr()
-    assert "Traceback" not in cap.err
+    # check-offline starts no server: a socketserver request thread's error block left by another test's
+    # stand-in server (printed to this process's stderr while this test captures it: seen once in a clean
+    # clone's serial run, 2026-12-06) is not this tool's traceback
+    own_err = re.sub(r"-{40}\nException occurred during processing of request from .*?\n-{40}\n", "", cap.err,
+                     flags=re.S)
+    assert "Traceback" not in own_err, own_err
     return rc, (json.loads(out.read_text())["findings"] if out.exists() else []), cap.err
 
 
