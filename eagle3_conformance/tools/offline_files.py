@@ -38,13 +38,13 @@ rows at ``t + alignment.feature``.
 
 from __future__ import annotations
 
-import glob
 import re
 from pathlib import Path
 from typing import Any, Optional
 
 from eagle3_conformance.core.errors import DataError
 from eagle3_conformance.environment import torch_env
+from eagle3_conformance.tools.shared import file_spec
 
 torch_env.prepare()
 import torch  # noqa: E402
@@ -58,31 +58,17 @@ class OfflineFilesError(DataError):
     """The ``--files`` argument names no readable offline file at all."""
 
 
-def _natural(p: Path) -> tuple:
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p)))
-
-
 def find_files(spec: str | Path) -> list[Path]:
     """The ``.pt`` / ``.ckpt`` files named by a directory (searched recursively) or a glob.
 
     Raises:
         OfflineFilesError: nothing matches.
     """
-    p = Path(spec)
-    if p.is_dir():
-        # SpecForge's vocab_mapping/vocab_mapping.pt is no sample (prepare_hidden_states.py writes it beside them);
-        # tools.specforge_layout lists it as skipped
-        files = [q for q in p.rglob("*") if q.suffix in SUFFIXES and q.is_file()
-                 and "vocab_mapping" not in q.relative_to(p).parts[:-1]]
-        if not files:
-            raise OfflineFilesError(f"{p}: no *.pt or *.ckpt files in this directory")
-    elif p.is_file():
-        files = [p]
-    else:
-        files = [Path(q) for q in glob.glob(str(spec), recursive=True) if Path(q).is_file()]
-        if not files:
-            raise OfflineFilesError(f"{spec}: no such file or directory, and no file matches it as a glob")
-    return sorted(files, key=_natural)
+    # SpecForge's vocab_mapping/vocab_mapping.pt is no sample (prepare_hidden_states.py writes it beside them);
+    # tools.specforge_layout lists it as skipped
+    return file_spec.find_files(spec, lambda p: [q for q in p.rglob("*") if q.suffix in SUFFIXES and q.is_file()
+                                                 and "vocab_mapping" not in q.relative_to(p).parts[:-1]],
+                                "no *.pt or *.ckpt files in this directory", OfflineFilesError)
 
 
 def safe_load(path: Path) -> tuple[Optional[Any], Optional[str]]:

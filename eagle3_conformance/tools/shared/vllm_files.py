@@ -7,21 +7,15 @@ detection imports on a core-only install (newuser finding 7).
 
 from __future__ import annotations
 
-import glob
-import re
 from pathlib import Path
 
-from eagle3_conformance.core.errors import DataError
+from eagle3_conformance.tools.shared import file_spec
 
 PATH = "training-vllm"  # "training*": judged as training data (dtype, positions), stored
 """Finding path of the files read by :mod:`eagle3_conformance.tools.vllm_hidden_states`."""
 
 SUFFIX = ".safetensors"
 """What vLLM's example connector names each request's file: ``{req_id}.safetensors``."""
-
-
-def _natural(p: Path) -> tuple[object, ...]:
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p)))
 
 
 def find_files(spec: str | Path) -> list[Path]:
@@ -31,15 +25,5 @@ def find_files(spec: str | Path) -> list[Path]:
     Raises:
         DataError: nothing matches.
     """
-    p = Path(spec)
-    if p.is_dir():
-        files = [q for q in p.rglob(f"*{SUFFIX}") if q.is_file()]
-        if not files:
-            raise DataError(f"{p}: no *{SUFFIX} files in this directory")
-    elif p.is_file():
-        files = [p]
-    else:
-        files = [Path(q) for q in glob.glob(str(spec), recursive=True) if Path(q).is_file()]
-        if not files:
-            raise DataError(f"{spec}: no such file or directory, and no file matches it as a glob")
-    return sorted(files, key=_natural)
+    return file_spec.find_files(spec, lambda p: [q for q in p.rglob(f"*{SUFFIX}") if q.is_file()],
+                                f"no *{SUFFIX} files in this directory")
