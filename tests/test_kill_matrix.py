@@ -444,3 +444,26 @@ def test_faults_that_ran_nothing_does_not_pass(capsys):
     assert "0 caught, 2 not applicable, 0 missed, 12 not run;" in out  # K3, K9 n/a; K7 has R66's vLLM operator
     line = next(ln for ln in out.splitlines() if ln.startswith("nothing ran"))
     assert "vllm is not installed" in line.lower(), out
+
+
+def test_writers_mixed_applies_only_where_both_writers_samples_are_fingerprinted(tmp_path):
+    """R90's operator needs a fingerprinted row in an even and an odd sample: a 2-token sample has none (position
+    0 excluded, then the one-token shift), so on [[1, 3, 3], [1, 3]] the mix is unobservable and the operator
+    does not apply (a draw of that data was reported as a miss); on [[1, 3, 3], [1, 4, 5]] it is caught."""
+    op = next(o for o in TRAIN_OPS if o.name == "writers-mixed")
+    spec = ScenarioSpec("t4-32-96-0", layers=4, target_hidden=32, draft_hidden=32, boundaries=(2, 4), vocab=96,
+                        draft_vocab=64, seed=0)
+    ex = Example([[0, 1]], [], [], [], [])
+    short = build_scenario(spec, tmp_path / "short", samples=[[1, 3, 3], [1, 3]])
+    assert op.paths["training"].fn(short, short.contract(), ex) is None
+    # what makes it unobservable: the 2-token sample's slots are never identified (skip), whatever it holds
+    base = run_path(short, short.contract(), ex, "training", None)
+    second = [f for f in base if f.check == "slot_identity" and f.where.startswith("sample 1 ")]
+    assert second and all(f.status == "skip" for f in second), [(f.status, f.message) for f in second]
+    assert any(f.status == "pass" for f in base if f.check == "slot_identity" and f.where.startswith("sample 0 "))
+    ok = build_scenario(spec, tmp_path / "ok", samples=[[1, 3, 3], [1, 4, 5]])
+    c = ok.contract()
+    knobs = op.paths["training"].fn(ok, c, ex)
+    assert knobs is not None
+    v = judge(op.checks, run_path(ok, c, ex, "training", None), run_path(ok, c, ex, "training", None, knobs))
+    assert v.status == "caught", v.detail
