@@ -264,3 +264,25 @@ def test_tp_size_is_read_off_the_ranks_that_wrote_records():
     assert ranks == 2 and [r["x"] for r in one] == [2, 3]
     assert first_stream(recs[1:]) == (recs[1:], 1)
     assert not V.BY_NAME["tp2"].shows({"tp_size": 1}) and V.BY_NAME["tp2"].shows({"tp_size": 2})
+
+
+def test_every_entry_point_summarises_a_variation_with_failed_pairs_as_failed(tiny_contract, pair):
+    """One verdict: the suite's invariance paths and check-invariance both go through ``assess``, which turns the
+    ``engine_variations`` pass of a variation whose pairs failed into a fail (check-invariance alone did, once)."""
+    from eagle3_conformance.paths.base import Observation
+    from eagle3_conformance.suite.assess import assess
+
+    plain, variant = pair
+    variant.feature[3, :D] *= 2.0
+    fig = {"engine": "sglang.Engine 0.5.23", "asked": ["chunked-prefill", "batch"],
+           "cost": {"chunked-prefill": {"engine_starts": 1, "seconds": 2.0}, "batch": {"engine_starts": 0, "seconds": 1.0}},
+           "counts": {"chunked-prefill": {"extend": 1}, "batch": {"extend": 1}}}
+
+    def no_reference():
+        raise AssertionError("no reference needed")
+
+    out = assess(tiny_contract, Observation(variants=[(plain, variant)], facts={"engine_variations": fig}),
+                 no_reference, "sglang-engine-invariance")
+    by = {f.where.split(": ")[-1]: f for f in out if f.check == "engine_variations"}
+    assert by["chunked-prefill"].status == "fail" and "engine_invariance finding(s) failed" in by["chunked-prefill"].message
+    assert by["batch"].status == "pass"

@@ -379,7 +379,6 @@ def check_server_invariance(c: Contract, base: str, d: Path, prompts: list[list[
         UsageError: the server cannot be reached / is not SGLang; DIR is not a directory.
         DataError: DIR was not prepared by ``serve-hooks`` for this contract, the server never called its
             hook factory, the plain run failed, or the records hold none of this run's requests."""
-    from eagle3_conformance.checks.invariance import with_invariance_failures
     from eagle3_conformance.paths.base import Observation
     from eagle3_conformance.serving.captures import expected_sglang
     from eagle3_conformance.suite.assess import assess
@@ -417,8 +416,7 @@ def check_server_invariance(c: Contract, base: str, d: Path, prompts: list[list[
 
     t0 = time.perf_counter()
     findings = dtype_findings(c, vobs.paired.pairs)
-    findings += with_invariance_failures(assess(c, Observation(variants=vobs.paired.pairs,
-                                                               facts={"engine_variations": fact}), no_reference, PATH))
+    findings += assess(c, Observation(variants=vobs.paired.pairs, facts={"engine_variations": fact}), no_reference, PATH)
     meta = {"server": base, "sglang": version, "records": str(d), "run_tag": tag,
             "seconds_per_variation": {k: v["seconds"] for k, v in vobs.cost.items()},
             "not_varied": unavailable, "second_server": _second_meta(other), "failed": failed,

@@ -125,6 +125,10 @@ def assess(c: Contract, obs, reference: Callable[[], Any], path: Optional[str] =
                 out += fn(c, value, path=path)  # the finding names the path that measured it
             else:
                 out += fn(c, value)
+    if getattr(obs, "variants", ()) and "engine_variations" in (obs.facts or {}):
+        from eagle3_conformance.checks.invariance import with_invariance_failures
+
+        out = with_invariance_failures(out)  # a variation with failed pairs is not summarised as served fine
     return out
 
 
