@@ -22,7 +22,15 @@ BODY_CHARS = 300
 
 class ServerError(DataError):
     """The server could not be reached, answered an error, dropped the connection, or answered
-    something that is not what its API documents (exit 2 on the command line)."""
+    something that is not what its API documents (exit 2 on the command line).
+
+    Attributes:
+        status: the HTTP status of an error answer (>= 400); None when no answer came.
+        words: the server's words in that answer (its error message, or the start of the body)."""
+
+    def __init__(self, message: str, status: Optional[int] = None, words: str = "") -> None:
+        super().__init__(message)
+        self.status, self.words = status, words
 
 
 class Unreachable(ServerError):
@@ -63,7 +71,8 @@ def request(method: str, url: str, body: Optional[dict] = None, *, timeout: floa
         with urllib.request.urlopen(req, timeout=timeout) as r:
             raw = r.read()
     except urllib.error.HTTPError as e:
-        raise ServerError(f"{who}{method} {url} answered HTTP {e.code}: {_words(e.read() or b'') or e.reason}") from None
+        words = _words(e.read() or b"") or str(e.reason)
+        raise ServerError(f"{who}{method} {url} answered HTTP {e.code}: {words}", e.code, words) from None
     except (socket.timeout, TimeoutError):
         raise Unreachable(f"{who}{method} {url}: no answer within {timeout:g} s") from None
     except urllib.error.URLError as e:

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -51,21 +49,22 @@ def _url(base: str, route: str) -> str:
 
 
 def _call(base: str, route: str, body: Optional[dict] = None, timeout: float = 300.0) -> tuple[int, str]:
-    """``(HTTP status, body text)`` of one request (POST with ``body``, else GET).
+    """``(HTTP status, the server's words)`` of one request (POST with ``body``, else GET), through the
+    project's HTTP client (:func:`eagle3_conformance.server_accept.http.request`): an error answer is returned,
+    not raised, since a variation the server breaks under is reported, not fatal.
 
     Raises:
-        UsageError: the server cannot be reached (one line naming the URL and why)."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(_url(base, route), data=data, headers={"Content-Type": "application/json"},
-                                 method="POST" if data is not None else "GET")
+        UsageError: the server cannot be reached or dropped the connection (one line naming the URL and why)."""
+    from eagle3_conformance.server_accept.http import ServerError, request
+
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return int(r.status), r.read().decode(errors="replace")
-    except urllib.error.HTTPError as e:
-        return int(e.code), e.read().decode(errors="replace")
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        why = getattr(e, "reason", e)
-        raise UsageError(f"--server {base}: cannot reach the server ({why})") from None
+        return 200, request("POST" if body is not None else "GET", _url(base, route), body, timeout=timeout,
+                            parse=False)
+    except ServerError as e:
+        if e.status is not None:
+            return e.status, e.words
+        why = str(e).split(f"{_url(base, route)}: ", 1)[-1]  # the client's words after the URL
+        raise UsageError(f"--server {base}: cannot reach the server: {why}") from None
 
 
 def server_info(base: str, timeout: float = 30.0) -> dict[str, Any]:
@@ -176,9 +175,9 @@ def run_phases(base: str, phases: list[dict], max_new_tokens: int, tag: str,
         try:
             post_phase(base, ph, max_new_tokens, tag, sent=sent)
         except UsageError as e:  # reachable at /server_info before the run: it went away since
-            why = str(e).split("cannot reach the server", 1)[-1].strip(" ()") or str(e)
+            why = str(e).split("cannot reach the server: ", 1)[-1]
             raise UsageError(f"--server {base}: the server went away during phase {ph['name']} after {sent[0]} "
-                             f"requests ({why}); see its log") from None
+                             f"requests: {why}; see its log") from None
         except RuntimeError as e:
             if ph["name"] == "plain":
                 raise DataError(f"{base}/generate: the plain run failed ({e})") from None
