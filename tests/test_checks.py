@@ -7,6 +7,7 @@ injected into copies of them, never into the files.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +15,8 @@ from conftest import contract_with
 
 from eagle3_conformance import checks
 from eagle3_conformance.core.notation import Boundary
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _status(findings, check, slot=None):
@@ -327,3 +330,60 @@ def test_massive_row_of_a_one_row_capture_is_judged_against_the_band(tiny_contra
     low[0, :64] = 0.1  # RMS 0.1, below the band: a real band failure
     f = next(f for f in checks.check_norm_bands(c, replace(one, feature=low)) if f.slot == "slot 0")
     assert f.status == "fail"
+
+
+def _direct_profile(slot, rows, ref, keep):
+    """The cosine profile as computed before it was memoized (identity.py at b7aa74e): the oracle of the memo."""
+    x = torch.nn.functional.normalize(slot.float()[keep], dim=-1, eps=1e-8)
+    return (ref.unit[:, rows[keep]] * x[None]).sum(-1).mean(-1)
+
+
+def test_a_memoized_profile_is_the_direct_one_and_a_changed_slot_is_computed_again(tiny_contract, cap, ref):
+    from eagle3_conformance.checks.identity import similarity_profile
+
+    keep = checks.keep_rows(tiny_contract, cap.rows)
+    slot = cap.slots(tiny_contract.draft.target_hidden_size)[1]
+    want = _direct_profile(slot, cap.rows, ref, keep)
+    for _ in range(2):  # computed, then read back: bit for bit the direct profile, a tensor of its own
+        got = similarity_profile(slot, cap.rows, ref, keep)
+        assert torch.equal(got, want)
+        got.zero_()
+    changed = slot.clone()
+    changed[0] = -changed[0]  # another slot with the same shape: its own profile
+    assert torch.equal(similarity_profile(changed, cap.rows, ref, keep), _direct_profile(changed, cap.rows, ref, keep))
+    fewer = keep.clone()
+    fewer[int(keep.nonzero()[0])] = False
+    assert torch.equal(similarity_profile(slot, cap.rows, ref, fewer), _direct_profile(slot, cap.rows, ref, fewer))
+    assert not torch.equal(_direct_profile(slot, cap.rows, ref, fewer), want)
+
+
+def test_memoized_profiles_change_no_finding_on_the_real_pair(monkeypatch):
+    """On the real pair (SmolLM2-135M: its stored bf16 data, its float32 reference), every check's findings
+    with the memoized profiles equal the findings with the direct profile (a fresh reference each time), and
+    the clean data's faults still fail: a slot swapped with its neighbour boundary (slot_identity, slot_order)."""
+    from eagle3_conformance.checks import identity
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.reference import load_reference_model
+    from eagle3_conformance.testbed.fixtures import build_fixture
+    from eagle3_conformance.tools.speculators_loader import TrainingLoader
+
+    smol = build_fixture("smollm2-135m")
+    c = load_contract(REPO / "contracts" / "smollm2-135m.yaml")
+    loader = TrainingLoader(smol.data_dir, c.draft.target_hidden_size, c.num_slots, torch.bfloat16)
+    idx = [i for i in range(len(loader)) if 8 <= len(loader.dataset_row(i)["input_ids"]) <= 160][:4]
+    assert len(idx) == 4
+    model = load_reference_model(smol.target_dir, c.target)
+    d = c.draft.target_hidden_size
+    for cap in loader.batch(idx):
+        ref = model.capture(cap.token_ids)
+        swapped = replace(cap, feature=torch.cat([cap.feature[:, d:2 * d], cap.feature[:, :d], cap.feature[:, 2 * d:]], -1))
+        for one in (cap, swapped):
+            fresh = replace(ref)  # a Reference without the memo
+            new = checks.run_checks(c, one, fresh)
+            assert checks.run_checks(c, one, fresh) == new  # read back from the memo
+            with monkeypatch.context() as m:
+                m.setattr(identity, "similarity_profile", _direct_profile)
+                old = checks.run_checks(c, one, replace(ref))
+            assert new == old
+        assert _status(new, "slot_identity") >= {"fail"} and _status(new, "slot_order") == {"fail"}
+        assert _status(checks.run_checks(c, cap, replace(ref)), "slot_order") == {"pass"}

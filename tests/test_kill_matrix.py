@@ -220,12 +220,25 @@ def test_kill_sglang(op, pair):
 # --------------------------------------------------------------------------------- the matrix
 
 
-def test_matrix_report_has_no_miss(tmp_path, capsys):
+def test_matrix_report_has_no_miss(tmp_path, capsys, monkeypatch):
     """``eagle3-conformance faults`` prints kinds x paths and exits 0: every cell caught or n/a, and no
-    baseline failure."""
+    baseline failure. The SGLang CPU harness is built once per scenario and build variant (both SGLang paths
+    of a scenario run on it), not once per path."""
     pytest.importorskip("sglang")
     from eagle3_conformance.cli import main
+    from eagle3_conformance.faults.inject_sglang import HarnessPool
 
+    asked, built = [], []
+    real_get = HarnessPool.get
+
+    def get(self, scn, variant=None):
+        asked.append((str(scn.target_dir), json.dumps(variant or {}, sort_keys=True)))
+        n = self.builds
+        h = real_get(self, scn, variant)
+        built.extend(asked[-1:] * (self.builds - n))
+        return h
+
+    monkeypatch.setattr(HarnessPool, "get", get)
     out = tmp_path / "matrix.json"
     rc = main(["faults", "--json", str(out)])
     printed = capsys.readouterr().out
@@ -242,6 +255,7 @@ def test_matrix_report_has_no_miss(tmp_path, capsys):
     from test_identity import _load, kill_matrix_grid
 
     assert kill_matrix_grid(doc) == _load("kill_matrix.json")
+    assert sorted(built) == sorted(set(asked)) and len(built) < len(asked), built
 
 
 @pytest.mark.slow

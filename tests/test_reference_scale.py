@@ -253,3 +253,62 @@ def test_the_suite_s_reference_reads_the_disk_cache_unless_told_not_to(tiny, tmp
     assert list((tmp_path / "root" / "reference").rglob("*.safetensors"))
     monkeypatch.setenv("CONFORMANCE_REFERENCE_CACHE", "0")
     assert suite_reference_model(tiny.target_dir, "rmsnorm").cache_dir is None
+
+
+def test_the_greedy_oracle_s_disk_cache_gives_the_fresh_decode_and_misses_on_a_changed_key(tiny, tmp_path,
+                                                                                           monkeypatch):
+    """The engine paths' losslessness oracle (reference.greedy.target_greedy) is read back from its disk cache
+    exactly as computed fresh; a changed prompt, length, dtype, weight file (its mtime), torch or transformers
+    version or oracle source misses and decodes again; ``CONFORMANCE_REFERENCE_CACHE=0`` writes nothing; a
+    damaged entry is decoded again, never trusted."""
+    import os
+
+    import transformers
+
+    import eagle3_conformance.reference.greedy as greedy
+
+    monkeypatch.setenv("CONFORMANCE_MODEL_CACHE", str(tmp_path / "root"))
+    target = tmp_path / "target"
+    shutil.copytree(tiny.target_dir, target)
+    prompts = [_ids(6, 256, seed=5).tolist(), _ids(9, 256, seed=6).tolist()]
+    decodes = []
+    real = greedy.compute_greedy
+    monkeypatch.setattr(greedy, "compute_greedy", lambda *a: decodes.append(a) or real(*a))
+    fresh = real(target, prompts, 7, "float32")
+
+    def again(p=prompts, n=7, dtype="float32"):
+        before = len(decodes)
+        got = greedy.target_greedy(target, p, n, dtype)
+        return got, len(decodes) - before
+
+    assert again() == (fresh, 1)  # a miss: computed and stored
+    files = list((tmp_path / "root" / "greedy").rglob("*.json"))
+    assert len(files) == 1
+    assert again() == (fresh, 0)  # a hit: the same ids, no decode
+    assert again(p=[prompts[0], prompts[1][:-1]])[1] == 1
+    assert again(n=6) == ([o[:6] for o in fresh], 1)
+    assert again(dtype="bfloat16")[1] == 1
+    weights = next(target.glob("*.safetensors"))
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    assert again() == (fresh, 1)
+    assert again() == (fresh, 0)
+    monkeypatch.setattr(torch, "__version__", "0.0.0-other")
+    assert again()[1] == 1
+    monkeypatch.setattr(transformers, "__version__", "0.0.0-other")
+    assert again()[1] == 1
+    source = tmp_path / "greedy.py"
+    source.write_text(Path(greedy.__file__).read_text() + "\n# changed\n")
+    monkeypatch.setattr(greedy, "__file__", str(source))
+    assert again()[1] == 1
+    entry = greedy.cache_file(target, prompts, 7, "float32")
+    entry.write_text(entry.read_text()[:-5])  # truncated
+    assert again() == (fresh, 1)
+    doc = json.loads(entry.read_text())
+    entry.write_text(json.dumps({**doc, "out": [[0] * 7, [0] * 7]}))  # foreign ids under the name: still read
+    assert again() == ([[0] * 7, [0] * 7], 0)  # (the key, not the content, is what is trusted)
+    entry.write_text(json.dumps({**doc, "max_new_tokens": 8}))  # another request under the name
+    assert again() == (fresh, 1)
+    monkeypatch.setenv("CONFORMANCE_REFERENCE_CACHE", "0")
+    shutil.rmtree(tmp_path / "root" / "greedy")
+    assert again() == (fresh, 1) and again()[1] == 1
+    assert not (tmp_path / "root" / "greedy").exists()

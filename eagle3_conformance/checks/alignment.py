@@ -36,8 +36,8 @@ def _best_offset(slot: torch.Tensor, rows: torch.Tensor, ref_b: torch.Tensor, ke
             ok &= torch.nn.functional.cosine_similarity(st[i], st[j], dim=-1) < max_cos
     if not bool(ok.any()):
         return None, {}
-    scores = {o: float(torch.nn.functional.cosine_similarity(slot.float()[ok], st[i][ok], dim=-1).mean())
-              for i, o in enumerate(offsets)}
+    x = slot.float()[ok]
+    scores = {o: float(torch.nn.functional.cosine_similarity(x, st[i][ok], dim=-1).mean()) for i, o in enumerate(offsets)}
     return max(scores, key=scores.__getitem__), scores
 
 

@@ -19,6 +19,11 @@ from eagle3_conformance.environment.fixture_specs import REPO_ROOT, FixtureError
 CACHE_ENV = "CONFORMANCE_MODEL_CACHE"
 """The environment variable that names the cache root."""
 
+REFERENCE_CACHE_ENV = "CONFORMANCE_REFERENCE_CACHE"
+"""``0``: the reference's disk caches are off (the suite's boundaries,
+:func:`eagle3_conformance.reference.suite_model.suite_reference_model`, and the target's greedy decode,
+:func:`eagle3_conformance.reference.greedy.target_greedy`)."""
+
 
 def model_cache_root() -> Path:
     """Where converted models live (created on first use by

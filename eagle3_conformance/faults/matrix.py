@@ -20,10 +20,10 @@ from typing import Any, Callable, Optional, Sequence
 from eagle3_conformance import paths as registered_paths
 from eagle3_conformance.contract import Contract
 from eagle3_conformance.core.findings import Finding
-from eagle3_conformance.faults.example import EngineRefuses, Example, NoOp, default_example
+from eagle3_conformance.faults.example import EngineRefuses, Example, Knobs, NoOp, default_example
 from eagle3_conformance.faults.inject_sglang import HarnessPool
 from eagle3_conformance.faults.operators import KINDS, OPERATORS, NotApplicable, Operator
-from eagle3_conformance.faults.runs import INJECTORS, path_contract, run_path
+from eagle3_conformance.faults.runs import INJECTORS, POOLED, path_contract, run_path
 from eagle3_conformance.faults.scenario import Scenario, ScenarioSpec, build_scenario
 
 PATHS = tuple(name for name in registered_paths.names() if name in INJECTORS)
@@ -177,39 +177,70 @@ def _plan(sglang: bool, results: dict[tuple[str, str], Verdict], columns: Sequen
     return work
 
 
-def _run_group(sname: str, path: str, ops: list[Operator], world: tuple, pool: HarnessPool,
-               results: dict[tuple[str, str], Verdict], false_pos: list[dict], log: Callable[[str], None]) -> None:
-    """The baseline of (scenario, path) once, then every operator's mutated run judged against it."""
-    scn, c, ex = world
-    c = path_contract(scn, c, path)
-    base = run_path(scn, c, ex, path, pool)
-    false_pos += [{"scenario": sname, **f.to_json()} for f in base if f.status == "fail"]
-    # knobs that need no rebuild first, then each rebuild variant once
-    knobbed = [(op, op.apply_on(path).fn(scn, c, ex)) for op in ops]
-    knobbed.sort(key=lambda t: (bool(t[1] and t[1].variant),
-                                json.dumps((t[1].variant if t[1] else None) or {}, sort_keys=True)))
-    for op, k in knobbed:
-        if k is None:
-            results[(op.name, path)] = Verdict("noop", detail="no-op on the matrix example")
-            continue
-        own = op.apply_on(path).baseline
-        b = base
-        if own is not None:  # the operator's own unmutated input (e.g. correct FP8 data), judged like the shared one
-            b = run_path(scn, c, ex, path, pool, own(scn, c, ex))
-            false_pos += [{"scenario": sname, "operator_baseline": op.name, **f.to_json()}
-                          for f in b if f.status == "fail"]
-        try:
-            mut = run_path(scn, c, ex, path, pool, k)
-        except NoOp as e:
-            results[(op.name, path)] = Verdict("noop", detail=str(e))
-            continue
-        except EngineRefuses as e:
-            results[(op.name, path)] = Verdict("n/a", detail=f"the engine refuses it loudly: {e}")
-            log(f"{op.kind:>4} {op.name:<30} {path:<14} {sname:<6} n/a (engine refuses: {e})")
-            continue
-        v = judge(op.checks, b, mut)
-        results[(op.name, path)] = v
-        log(f"{op.kind:>4} {op.name:<30} {path:<14} {sname:<6} {v.status} {v.check or ''}")
+def _run_group(sname: str, group: list[tuple[str, list[Operator]]], world: tuple, pool: HarnessPool,
+               results: dict[tuple[str, str], Verdict], false_pos: list[dict], log: Callable[[str], None],
+               timings: dict[str, float]) -> None:
+    """The baseline of (scenario, path) once per path of ``group``, then every operator's mutated run judged
+    against its path's baseline. The runs of all the group's paths (one scenario's SGLang CPU paths: one
+    harness pool) are ordered by the harness they need: the knobs that need no rebuild first, then each
+    rebuild variant once for every path (a harness is built once per scenario and variant, not per path)."""
+    scn, c0, ex = world
+    runs = []
+    for path, ops in group:
+        t0 = time.perf_counter()
+        c = path_contract(scn, c0, path)
+        base = run_path(scn, c, ex, path, pool)
+        false_pos += [{"scenario": sname, **f.to_json()} for f in base if f.status == "fail"]
+        runs += [(path, c, base, op, op.apply_on(path).fn(scn, c, ex)) for op in ops]
+        timings[f"{sname} {path}"] = timings.get(f"{sname} {path}", 0.0) + time.perf_counter() - t0
+    runs.sort(key=lambda t: (bool(t[4] and t[4].variant), json.dumps((t[4].variant if t[4] else None) or {},
+                                                                        sort_keys=True)))
+    for path, c, base, op, k in runs:
+        t0 = time.perf_counter()
+        _run_op(sname, path, c, base, op, k, world, pool, results, false_pos, log)
+        timings[f"{sname} {path}"] += time.perf_counter() - t0
+
+
+def _run_op(sname: str, path: str, c: Contract, base: list[Finding], op: Operator, k: Optional[Knobs], world: tuple,
+            pool: HarnessPool, results: dict[tuple[str, str], Verdict], false_pos: list[dict],
+            log: Callable[[str], None]) -> None:
+    """One operator's mutated run on ``path`` (knobs ``k``; None: a no-op there), judged against ``base``."""
+    scn, _, ex = world
+    if k is None:
+        results[(op.name, path)] = Verdict("noop", detail="no-op on the matrix example")
+        return
+    own = op.apply_on(path).baseline
+    b = base
+    if own is not None:  # the operator's own unmutated input (e.g. correct FP8 data), judged like the shared one
+        b = run_path(scn, c, ex, path, pool, own(scn, c, ex))
+        false_pos += [{"scenario": sname, "operator_baseline": op.name, **f.to_json()}
+                      for f in b if f.status == "fail"]
+    try:
+        mut = run_path(scn, c, ex, path, pool, k)
+    except NoOp as e:
+        results[(op.name, path)] = Verdict("noop", detail=str(e))
+        return
+    except EngineRefuses as e:
+        results[(op.name, path)] = Verdict("n/a", detail=f"the engine refuses it loudly: {e}")
+        log(f"{op.kind:>4} {op.name:<30} {path:<14} {sname:<6} n/a (engine refuses: {e})")
+        return
+    v = judge(op.checks, b, mut)
+    results[(op.name, path)] = v
+    log(f"{op.kind:>4} {op.name:<30} {path:<14} {sname:<6} {v.status} {v.check or ''}")
+
+
+def _groups(work: dict[tuple[str, str], list[Operator]]) -> list[tuple[str, list[tuple[str, list[Operator]]]]]:
+    """``work`` in run order (the paths that need no engine first, then by scenario and path), one group per
+    (scenario, path), except that one scenario's paths on the SGLang harness pool (:data:`POOLED`) are one group."""
+    order = sorted(work.items(), key=lambda kv: (bool(registered_paths.get(kv[0][1]).needs.modules), kv[0]))
+    out: list[tuple[str, list[tuple[str, list[Operator]]]]] = []
+    for (sname, path), ops in order:
+        prev = out[-1] if out else None
+        if prev is not None and prev[0] == sname and path in POOLED and prev[1][-1][0] in POOLED:
+            prev[1].append((path, ops))
+        else:
+            out.append((sname, [(path, ops)]))
+    return out
 
 
 def _cell_status(statuses: list[str]) -> str:
@@ -266,11 +297,8 @@ def run_matrix(workdir: Optional[Path] = None, sglang: Optional[bool] = None,
     try:
         worlds = _build_scenarios(workdir, sglang, timings, pair)
         work = _plan(sglang, results, columns, tuple(worlds))
-        for (sname, path), ops in sorted(work.items(), key=lambda kv: (bool(registered_paths.get(kv[0][1]).needs.modules),
-                                                                        kv[0])):
-            t0 = time.perf_counter()
-            _run_group(sname, path, ops, worlds[sname], pool, results, false_pos, log)
-            timings[f"{sname} {path}"] = time.perf_counter() - t0
+        for sname, group in _groups(work):
+            _run_group(sname, group, worlds[sname], pool, results, false_pos, log, timings)
     finally:
         pool.close()
         if own:

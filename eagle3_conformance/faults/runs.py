@@ -45,6 +45,10 @@ INJECTORS: dict[str, Injector] = {
 }
 """Path name -> ``(scenario, contract, example, harness pool, knobs) -> findings``."""
 
+POOLED = frozenset({"sglang-extend", "sglang-decode"})
+"""The paths whose injector runs on the :class:`~eagle3_conformance.faults.inject_sglang.HarnessPool` (one
+SGLang CPU harness alive at a time, rebuilt when the scenario or the build variant changes)."""
+
 
 CONTRACTS: dict[str, Callable[[Scenario, Contract], Contract]] = {
     "specforge": specforge_contract,

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 
+from eagle3_conformance.environment.cache import REFERENCE_CACHE_ENV as CACHE_ENV
 from eagle3_conformance.reference.model import ReferenceModel, default_cache_dir, load_reference_model
-
-CACHE_ENV = "CONFORMANCE_REFERENCE_CACHE"
 
 
 def suite_reference_model(target_dir, target) -> ReferenceModel:
