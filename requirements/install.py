@@ -13,8 +13,10 @@ Usage: python requirements/install.py ENV_DIR
 """
 
 import hashlib
+import resource
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
@@ -32,16 +34,37 @@ def install(env: Path, locks: tuple[Path, ...], requirements: Path, after=None) 
         startup_hook(env)  # an environment built before the hook existed gets it too
         return
     py = env / "bin" / "python"
-    if not py.exists():
-        venv.EnvBuilder(with_pip=True, clear=True).create(env)
+    with _timed(f"venv {env}"):
+        if not py.exists():
+            venv.EnvBuilder(with_pip=True, clear=True).create(env)
     pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     for args in (["torch==2.13.0"], ["--no-deps", "-r", str(requirements)],
                  ["--no-deps", "--no-build-isolation", "-e", str(ROOT)]):
-        subprocess.run(pip + args, check=True)
+        with _timed("pip install " + " ".join(args)):
+            subprocess.run(pip + args, check=True)
     if after is not None:
         after(py)
     startup_hook(env)
     marker.write_text(digest + "\n")
+
+
+class _timed:
+    """Print ``install: WHAT S s (CPU C s)`` once the block ends: its wall seconds and the CPU seconds
+    (user + system) of the processes it waited for (``RUSAGE_CHILDREN``) and of this one."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def _cpu(self) -> float:
+        c, s = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
+        return c.ru_utime + c.ru_stime + s.ru_utime + s.ru_stime
+
+    def __enter__(self) -> None:
+        self.t0, self.c0 = time.perf_counter(), self._cpu()
+
+    def __exit__(self, *exc) -> None:
+        print(f"install: {self.what} {time.perf_counter() - self.t0:.0f} s (CPU {self._cpu() - self.c0:.0f} s)",
+              flush=True)
 
 
 def startup_hook(env: Path) -> None:

@@ -91,8 +91,10 @@ def shared_caches() -> None:
 
 def run(toxworkdir: Path, suite_args: list[str], lanes: int = 2, profile: bool = False) -> int:
     lane1, lane2 = commands(toxworkdir, suite_args)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     shared_caches()
+    print(f"main job: the real pair's caches (target converted, its data) {time.perf_counter() - t0:.0f} s "
+          f"(CPU {time.process_time() - c0:.0f} s)", flush=True)
     sampler = _sampler(profile)
     results: dict = {}
     second = threading.Thread(target=_lane, args=(lane2, results), daemon=True)
