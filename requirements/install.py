@@ -2,7 +2,8 @@
 
 sglang 0.5.23 and speculators 0.9.0 declare CUDA-only dependencies, so nothing is resolved by
 pip: torch 2.13.0 (the CPU build) first, then every package of cpu-lock.txt with --no-deps, then
-this project (editable) with --no-deps, then the start-up hook that lets any process of the environment
+this project (editable) with --no-deps (none of them byte-compiled by pip: a module is compiled at its first
+import), then the start-up hook that lets any process of the environment
 import torchvision, SGLang and transformers without the project's torch shim (:func:`startup_hook`). The
 environment lives at ``.tox/cpu-lock`` so that
 ``tox`` and ``tox -e conformance`` use one install (tox recreates an environment directory that
@@ -37,7 +38,10 @@ def install(env: Path, locks: tuple[Path, ...], requirements: Path, after=None) 
     with _timed(f"venv {env}"):
         if not py.exists():
             venv.EnvBuilder(with_pip=True, clear=True).create(env)
-    pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    # --no-compile: pip would byte-compile all ~24,000 .py files it installs (torch, SGLang, transformers, ...),
+    # about 50 s of CPU on one core at install; the ~7,000 that a main job imports are compiled at their first
+    # import instead, once (about 20 s of CPU, spread over the lanes): docs/timings.md, "The first run"
+    pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"]
     for args in (["torch==2.13.0"], ["--no-deps", "-r", str(requirements)],
                  ["--no-deps", "--no-build-isolation", "-e", str(ROOT)]):
         with _timed("pip install " + " ".join(args)):
