@@ -39,8 +39,9 @@ def install(env: Path, locks: tuple[Path, ...], requirements: Path, after=None) 
         if not py.exists():
             venv.EnvBuilder(with_pip=True, clear=True).create(env)
     # --no-compile: pip would byte-compile all ~24,000 .py files it installs (torch, SGLang, transformers, ...),
-    # about 50 s of CPU on one core at install; the ~7,000 that a main job imports are compiled at their first
-    # import instead, once (about 20 s of CPU, spread over the lanes): docs/timings.md, "The first run"
+    # about 50 s of CPU on one core before anything runs; the ~7,000 that a main job imports are compiled at
+    # their first import instead, once (about 35 s of CPU in the first main job, spread over its processes):
+    # docs/timings.md, "The first run on a fresh machine"
     pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"]
     for args in (["torch==2.13.0"], ["--no-deps", "-r", str(requirements)],
                  ["--no-deps", "--no-build-isolation", "-e", str(ROOT)]):
