@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,8 @@ def test_lane_2_runs_beside_lane_1_and_its_output_follows_whole(job, tmp_path, m
     assert out.index("output of suite") < out.index("[lane 2]") < out.index("output of specforge") \
         < out.index("output of faults")
     assert "main job: suite" in out and "specforge contract" in out and "kill matrices" in out
-    assert out.count(" s (CPU ") == 3 and "CPU " in out.rsplit("; wall", 1)[1]
+    assert out.rsplit("main job: suite", 1)[1].count(" s (CPU ") == 3 and "CPU " in out.rsplit("; wall", 1)[1]
+    assert "main job: the real pair's caches (smollm2-135m, smollm2-135m-bf16 beside it) " in out
 
 
 def test_each_command_s_cpu_seconds_are_its_own(job):
@@ -133,3 +135,50 @@ def test_each_kind_of_process_s_cpu_is_counted_under_its_kind():
     assert kinds["engine detokenizer"][0] >= 0.8 and kinds["engine detokenizer"][1] == 1
     assert kinds["engine scheduler"][0] < 0.5
     assert "engine detokenizer 1 s (1)" in sampler.report()
+
+
+def _unpatched(monkeypatch):
+    spec = importlib.util.spec_from_file_location("main_job_caches", REPO / "scripts" / "main_job.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    built: list[str] = []
+    import eagle3_conformance.testbed.fixtures as fixtures
+
+    monkeypatch.setattr(fixtures, "build_fixture", built.append)
+    return mod, built
+
+
+def test_shared_caches_builds_the_bf16_pair_beside(monkeypatch, tmp_path, capsys):
+    """The first run: smollm2-135m here and smollm2-135m-bf16 in a second process at the same time (the second
+    process here writes its start time; this one checks it started before its own build returned)."""
+    mod, built = _unpatched(monkeypatch)
+    mark = tmp_path / "bf16"
+    monkeypatch.setattr(mod, "_BF16", f"import pathlib, time; pathlib.Path({str(mark)!r}).write_text(str(time.time()))")
+    import eagle3_conformance.testbed.fixtures as fixtures
+
+    def build(name):
+        built.append(name)
+        deadline = time.time() + 30
+        while not mark.exists() and time.time() < deadline:  # the bf16 build runs while this one does
+            time.sleep(0.05)
+        assert mark.exists()
+
+    monkeypatch.setattr(fixtures, "build_fixture", build)
+    mod.shared_caches()
+    assert built == ["smollm2-135m"]
+    assert capsys.readouterr().out == ""
+
+
+def test_a_failed_bf16_build_is_one_line_and_left_to_the_suite(monkeypatch, tmp_path, capsys):
+    """The fault a user causes: a model cache inside the checkout (CONFORMANCE_MODEL_CACHE); the real bf16
+    build refuses it (FixtureError) and the main job says so in one line, no traceback, and goes on."""
+    mod, built = _unpatched(monkeypatch)
+    monkeypatch.setenv("CONFORMANCE_MODEL_CACHE", str(REPO / "fixtures" / "_build" / "model-cache-in-repo"))
+    monkeypatch.setenv("CONFORMANCE_FIXTURE_CACHE", str(tmp_path / "fixtures"))
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    mod.shared_caches()
+    out = capsys.readouterr().out
+    assert built == ["smollm2-135m"]
+    assert out.startswith("main job: building smollm2-135m-bf16 ahead failed (exit 1): model cache "), out
+    assert "is inside the repository" in out and out.endswith("; the suite builds it again\n"), out
+    assert "Traceback" not in out and out.count("\n") == 1

@@ -366,9 +366,11 @@ def test_smollm2_bf16_data_comes_from_a_bf16_forward(smol_bf16):
 
 
 @pytest.mark.slow
-def test_data_build_is_deterministic(tmp_path, smol):
+def test_data_build_is_deterministic(tmp_path, smol, monkeypatch):
     from eagle3_conformance.testbed.fixtures_real import write_data
 
+    # both builds run the forward: no reference disk cache (a float32 build writes one, the next would read it)
+    monkeypatch.setattr("eagle3_conformance.reference.suite_model.suite_cache_dir", lambda: None)
     spec = json.loads(json.dumps(smol.spec))
     spec["data"]["num_samples"] = 6
     spec["data"]["include"] = ["short-hello"]
@@ -512,3 +514,30 @@ def test_faulty_real_layouts_fail_naming_the_slot(fault, capture_dtype, smol, tm
     named = [f for f in fs if f["status"] == "fail" and f["check"] in ("slot_identity", "verifier_identity")
              and (f["slot"] or "").startswith(label.split()[0]) and f["observed"] == holds]
     assert named, [f for f in fs if f["status"] == "fail"][:4]
+
+
+@pytest.mark.parametrize("capture, files", [("float32", 2), ("bfloat16", 0)])
+def test_float32_data_fills_the_suite_s_reference_cache(tmp_path, smol, monkeypatch, capture, files):
+    """The first run does the float32 forward once: the data build writes each sample's boundaries to the suite's
+    reference disk cache, and the suite's reference reads them back (no forward). The fault: a bf16 capture
+    (a cast model) cached under the float32 reference's key; it must write nothing there."""
+    from eagle3_conformance.reference import ReferenceModel
+    from eagle3_conformance.reference.suite_model import suite_cache_dir
+    from eagle3_conformance.testbed.fixtures_real import write_data
+
+    monkeypatch.setenv("CONFORMANCE_MODEL_CACHE", str(tmp_path / "cache"))  # the reference cache under it
+    spec = json.loads(json.dumps(smol.spec))
+    spec["data"].update(num_samples=2, include=["short-hello"], capture_dtype=capture)
+    write_data(spec, smol.target_dir, tmp_path / "data")
+    cache = suite_cache_dir()
+    assert cache == (tmp_path / "cache" / "reference").resolve()
+    assert len(list(cache.glob("*/*.safetensors"))) == files
+    from safetensors.torch import load_file
+
+    ids = load_file(str(tmp_path / "data" / "hidden_states" / "hs_0.safetensors"))["token_ids"]
+    ref = ReferenceModel(smol.target_dir, cache_dir=cache)
+    got = ref.capture(ids)
+    assert (ref.disk_hits, ref.forwards) == ((1, 0) if files else (0, 1))
+    if files:  # what was read back is the forward itself
+        fresh = ReferenceModel(smol.target_dir).capture(ids)
+        assert torch.equal(got.stack, fresh.stack)

@@ -15,5 +15,11 @@ def suite_reference_model(target_dir, target) -> ReferenceModel:
     torch and transformers versions and the reference's code, and the token ids; the derandomized suite asks
     for the same tokens each run, so a warm run reads them back instead of running the target again);
     ``CONFORMANCE_REFERENCE_CACHE=0``: memory only."""
-    cache = None if os.environ.get(CACHE_ENV, "1") == "0" else default_cache_dir()
-    return load_reference_model(target_dir, target, cache_dir=cache)
+    return load_reference_model(target_dir, target, cache_dir=suite_cache_dir())
+
+
+def suite_cache_dir():
+    """The suite's reference disk cache: :func:`eagle3_conformance.reference.default_cache_dir`, or None
+    (memory only) under ``CONFORMANCE_REFERENCE_CACHE=0``. The real fixtures' float32 data generation
+    writes there too (:func:`eagle3_conformance.testbed.fixtures_real.write_data`)."""
+    return None if os.environ.get(CACHE_ENV, "1") == "0" else default_cache_dir()

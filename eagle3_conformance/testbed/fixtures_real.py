@@ -142,7 +142,10 @@ def write_data(spec: dict[str, Any], target_dir: Path, out: Path) -> list[dict[s
     """Run the target over the selected corpus items and write the speculators 0.9.0 dataset.
 
     The forward runs in ``data.capture_dtype`` (a private copy of the model; the reference used by
-    the checks stays float32). Returns one ``{"item", "kind", "tokens", "truncated",
+    the checks stays float32). A float32 capture is that reference's forward itself, so the boundaries it
+    computes land in the suite's reference disk cache
+    (:func:`eagle3_conformance.reference.suite_model.suite_cache_dir`) and the suite's first run reads them
+    back instead of running the target again. Returns one ``{"item", "kind", "tokens", "truncated",
     "loss_tokens"}`` record per sample, in sample order.
     """
     from eagle3_conformance.environment import torch_env
@@ -151,6 +154,7 @@ def write_data(spec: dict[str, Any], target_dir: Path, out: Path) -> list[dict[s
     import torch
 
     from eagle3_conformance.reference import ReferenceModel
+    from eagle3_conformance.reference.suite_model import suite_cache_dir
     from eagle3_conformance.testbed.corpus import CorpusError
     from eagle3_conformance.testbed.datagen import write_speculators_dataset
 
@@ -160,8 +164,11 @@ def write_data(spec: dict[str, Any], target_dir: Path, out: Path) -> list[dict[s
         toks = corpus_samples(spec, tok)
     except CorpusError as e:
         raise FixtureError(f"corpus: {e}") from None
-    ref = ReferenceModel(target_dir)
     cap = d.get("capture_dtype", "float32")
+    # float32: the suite's own reference forward (same weights, dtype, final norm, tokens), so its boundaries go
+    # into the suite's disk cache and the suite's first run reads them back; a cast copy is never cached (the
+    # cache's key says float32)
+    ref = ReferenceModel(target_dir, cache_dir=suite_cache_dir() if cap == "float32" else None)
     if cap != "float32":
         ref.model.to(getattr(torch, cap))
         emulate_half_gemm(ref.model)
