@@ -99,6 +99,9 @@ def test_engine_start_timeout_reaps_the_group(tmp_path):
     with pytest.raises(EngineStartError, match="did not finish within 2 s") as e:
         run_engine(tmp_path / "t", tmp_path / "d", [[1, 2, 3]], workdir=tmp_path / "w", start_timeout=2)
     assert _group_gone(e.value.pgid)
+    # the run's TMPDIR (where SGLang leaves its ipc:// socket files) is removed with the group
+    tmp = json.loads((tmp_path / "w" / "spec.json").read_text())["tmpdir"]
+    assert Path(tmp).name.startswith("sgl-t-") and not Path(tmp).exists()
 
 
 @pytest.mark.slow
@@ -115,6 +118,7 @@ def test_engine_refuses_a_missing_draft_with_sglangs_reason(tmp_path):
         run_engine(t.target_dir, empty, [[1, 2, 3]], workdir=tmp_path / "w", start_timeout=400)
     assert "Traceback" in e.value.log_tail or "Error" in e.value.log_tail
     assert _group_gone(e.value.pgid)
+    assert not Path(json.loads((tmp_path / "w" / "spec.json").read_text())["tmpdir"]).exists()  # its ipc sockets too
 
 
 @pytest.mark.slow

@@ -7,13 +7,18 @@ and, through the environment and ``site/sitecustomize.py``, for every process SG
 * ``EAGLE3_CONFORMANCE_SGLANG_ENGINE=1`` (sitecustomize runs the torchvision shim);
 * on CPU only: ``SGLANG_USE_CPU_ENGINE=1`` (SGLang's CPU engine, ``sglang/srt/utils/common.py:221-224``),
   ``TORCHDYNAMO_DISABLE=1`` (``spec_utils.py:437`` is ``torch.compile``d: ~18 s of inductor per
-  process on CPU), ``EAGLE3_CONFORMANCE_SGLANG_STANDINS=1`` (guards, ``sgl_kernel`` stand-in, patches).
+  process on CPU), ``EAGLE3_CONFORMANCE_SGLANG_STANDINS=1`` (guards, ``sgl_kernel`` stand-in, patches);
+* ``TMPDIR`` = a fresh short directory of the run (:func:`run_engine`), removed after it: SGLang names its ZMQ
+  ``ipc://`` sockets with ``tempfile.NamedTemporaryFile(delete=False)`` and never removes them (an engine whose
+  process group is killed cannot), so each run left 3 or more socket files in ``/tmp`` before (2,700 in a
+  week of this machine's runs, 2026-12-06); short because a socket path has at most 107 bytes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -149,13 +154,15 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
                 generate_timeout=generate_timeout, result=str(work / "result.json"),
                 forward_hooks=((server_specs if record_kv else hook_specs)(records, reference) if records else [])
                 + list(extra_hooks or []) or None, **(extra or {}))
+    env = child_env(device, int(spec.get("tp_size", 1)))
+    env["TMPDIR"] = spec["tmpdir"] = tempfile.mkdtemp(prefix="sgl-t-", dir="/tmp" if Path("/tmp").is_dir() else None)
     (work / "spec.json").write_text(json.dumps(spec))
     log = work / "engine.log"
     t0 = time.perf_counter()
     with open(log, "wb") as lf:
         proc = subprocess.Popen([sys.executable, "-m", "eagle3_conformance.tools.sglang_engine.driver",
                                  str(work / "spec.json")], stdout=lf, stderr=subprocess.STDOUT, cwd=str(work),
-                                env=child_env(device, int(spec.get("tp_size", 1))), start_new_session=True)
+                                env=env, start_new_session=True)
         if started is not None:
             started(proc)
         try:
@@ -164,6 +171,7 @@ def run_engine(target_dir, draft_dir, prompts: list[list[int]], *, device: str =
             code = None
         finally:
             kill_group(proc)
+            shutil.rmtree(spec["tmpdir"], ignore_errors=True)  # SGLang's ipc:// socket files (module docstring)
     wall = time.perf_counter() - t0
     res = json.loads((work / "result.json").read_text()) if (work / "result.json").is_file() else {}
     tail = log_tail(log)
