@@ -41,6 +41,7 @@ from eagle3_conformance.paths.base import Needs, Observation, Path, Skipped, eng
 __all__ = ["PATH", "run_dtype", "reference_config", "reference_builder", "judged_decode"]
 
 PROMPT_TOKENS = 48
+PATH_NAME = "sglang-engine"
 
 
 @dataclass
@@ -76,7 +77,7 @@ class _Run:
 
     def kwargs(self) -> dict:
         return {"dtype": self.dtype, "max_new_tokens": self.max_new_tokens, "device": self.device,
-                "reference": self.reference, "extra": self.extra}
+                "reference": self.reference, "extra": self.extra, "share": PATH_NAME}
 
 
 def _planned(c, pair) -> "_Run | Skipped":
@@ -236,7 +237,7 @@ def reference_fact(c, eref, dropped_captures: int) -> dict:
 
 
 PATH = Path(
-    name="sglang-engine",
+    name=PATH_NAME,
     summary="the real sglang.Engine (EAGLE3, topk 1; CPU: config B stand-ins) observed through its forward_hooks: "
             "draft extend and draft extend after verify rows, SGLang's accept counters, lossless greedy",
     needs=Needs(modules=("sglang", "speculators")),

@@ -63,7 +63,7 @@ class _Plan:
 
     def kwargs(self) -> dict:
         return {"names": list(self.names), "path": NAME, "max_new_tokens": self.max_new_tokens,
-                "device": self.device, "dtype": self.dtype}
+                "device": self.device, "dtype": self.dtype, "share": True}
 
 
 def _planned(c, pair) -> "_Plan | Skipped":

@@ -48,7 +48,7 @@ class Job(Generic[T]):
             self._procs.append(proc)
             cancelled = self._cancelled
         if cancelled:
-            kill_group(proc)
+            _stop(proc)
 
     def _main(self, fn, args, kw) -> None:
         try:
@@ -76,7 +76,7 @@ class Job(Generic[T]):
             procs = list(self._procs)
         for proc in procs:
             if proc.poll() is None:
-                kill_group(proc)
+                _stop(proc)
         self._thread.join(timeout=60)
 
     def discard(self) -> None:
@@ -92,6 +92,16 @@ class EngineJob(Job[EngineRun]):
 
     def __init__(self, target_dir, draft_dir, prompts: list[list[int]], **kw: Any) -> None:
         super().__init__(_run_engine, target_dir, draft_dir, prompts, **kw)
+
+
+def _stop(proc) -> None:
+    """Kill an engine's process group; a shared engine's member (:class:`.shared.Handle`) withdraws instead
+    (the engine is killed when no member is left)."""
+    cancel = getattr(proc, "cancel", None)
+    if cancel is not None:
+        cancel()
+    else:
+        kill_group(proc)
 
 
 def _run_engine(*args: Any, **kw: Any) -> EngineRun:
