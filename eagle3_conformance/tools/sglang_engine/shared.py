@@ -144,9 +144,17 @@ class _Shared:
             shutil.rmtree(self.workdir, ignore_errors=True)
             return
         self.seal()
-        parts = split_records(run.records_dir, self.members) if run.records_dir is not None else {}
+        failed: Optional[Exception] = None
+        try:
+            parts = split_records(run.records_dir, self.members) if run.records_dir is not None else {}
+        except Exception as e:  # noqa: BLE001 - every member's error: no member's records can be trusted
+            parts, failed = {}, e
         for m in self.members:
+            if m.done.is_set():  # withdrawn
+                continue
             try:
+                if failed is not None:
+                    raise failed
                 m.run = member_run(run, m, self.members, parts.get(m.name, []))
             except Exception as e:  # noqa: BLE001 - handed to the member
                 m.error = e
@@ -188,10 +196,17 @@ class _Shared:
             pass  # the run is over (its folder removed): no driver waits for them
 
     def cancel(self, member: _Member) -> None:
+        """``member`` withdraws: its wait ends now (an :class:`EngineRunError`); the engine is killed when
+        no member is left."""
+        from eagle3_conformance.tools.sglang_engine.launch import EngineRunError
+
         with _LOCK:
             member.cancelled = True
             last = all(m.cancelled for m in self.members)
             proc = self.proc
+        if not member.done.is_set():
+            member.error = EngineRunError(f"{member.name}: withdrew from the shared engine run", "")
+            member.done.set()
         if last and proc is not None and proc.poll() is None:
             kill_group(proc)
 
@@ -275,7 +290,7 @@ def split_records(records_dir: Path, members: list[_Member]) -> dict[str, list[P
         if None in owners or len(owners) > 1:
             raise ValueError(f"record {rel}: request ids {rec.get('rids')} belong to no single member of the shared "
                              f"engine run ({', '.join(m.name for m in members)})")
-        who = owners.pop() if owners else last.get(pid) or members[0].name
+        who = str(owners.pop() if owners else last.get(pid) or members[0].name)
         last[pid] = who
         out[who].append(rel)
     return out
