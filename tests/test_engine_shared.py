@@ -246,3 +246,59 @@ def test_a_phase_says_its_own_new_tokens():
     run_phase(Engine(), spec, _phase("a", max_new_tokens=32))
     run_phase(Engine(), spec, _phase("b"))
     assert seen == [32, 8]
+
+
+@pytest.mark.slow
+def test_the_sglang_engine_batch_sees_the_same_with_and_without_sharing(tmp_path):
+    """The real SmolLM2 pair (two engine starts, one after the other; about 60 s of CPU on the 2-core machine):
+    the sglang-engine path's batch on an engine of its own (run_engine's plain batch, as before sharing) and as
+    one phase of an engine shared with the invariance base run (batch + input-logprobs phases after it) hand the
+    draft the same tensors, give the same SGLang counters and greedy outputs, and the path's findings are the
+    same, check by check; the shared run was shared (one start), and the invariance member's pairs still pass."""
+    from eagle3_conformance.contract import load_contract
+    from eagle3_conformance.paths import sglang_engine as path_mod
+    from eagle3_conformance.paths.sglang_engine_invariance import NAME, observation
+    from eagle3_conformance.suite.assess import assess, reference_loader
+    from eagle3_conformance.testbed.trained_draft import RECIPE, ensure_trained_draft, eval_prompts
+    from eagle3_conformance.tools.sglang_engine import observe_engine
+    from eagle3_conformance.tools.sglang_engine.variations import run_variations
+
+    root = Path(__file__).resolve().parent.parent
+    c = load_contract(root / "contracts" / "smollm2-135m.yaml")
+    t = ensure_trained_draft(RECIPE)
+    prompts = eval_prompts(t.target_dir, 4, 48)
+
+    def findings(obs):
+        o = path_mod.first(path_mod._State(c, obs, draft_dir=t.draft_dir))
+        return [(f.check, f.status, f.where, f.slot, str(f.observed)) for f in
+                assess(c, o, reference_loader(c, t.target_dir), path=path_mod.PATH_NAME)]
+
+    alone = observe_engine(t.target_dir, t.draft_dir, prompts, max_new_tokens=32, workdir=tmp_path / "alone")
+    got: dict = {}
+    inv = threading.Thread(target=lambda: got.update(inv=run_variations(
+        t.target_dir, t.draft_dir, prompts[:2], names=["batch", "input-logprobs"], path=NAME, workdir=tmp_path / "inv",
+        share=True)))
+    inv.start()
+    both = observe_engine(t.target_dir, t.draft_dir, prompts, max_new_tokens=32, workdir=tmp_path / "shared",
+                          share=path_mod.PATH_NAME)
+    inv.join(600)
+    assert both.run.spec["shared_with"] == [NAME]  # one engine start served both
+    assert [o["output_ids"] for o in both.run.outputs] == [o["output_ids"] for o in alone.run.outputs]
+    assert both.acceptance == alone.acceptance and both.lossless == alone.lossless
+    for a, b in ((alone.extend, both.extend), (alone.decode, both.decode)):
+        assert len(a) == len(b) > 0
+        for x, y in zip(a, b):
+            assert (x.where, x.provenance.get("accepted")) == (y.where, y.provenance.get("accepted"))
+            assert torch.equal(x.token_ids, y.token_ids) and torch.equal(x.rows, y.rows)
+            assert torch.equal(x.feature, y.feature)
+    assert findings(both) == findings(alone)
+    vobs = got["inv"]
+    assert vobs.failed == {} and set(vobs.timings) == {"base"}
+
+    def no_reference():
+        raise AssertionError("the invariance checks need no reference model")
+
+    found = assess(c, observation(vobs, ["batch", "input-logprobs"]), no_reference, path=NAME)
+    assert [f for f in found if f.status == "fail"] == []
+    assert {f.where.split(":")[0] for f in found if f.check == "engine_invariance" and f.status == "pass"} == {
+        "batch", "input-logprobs"}

@@ -10,7 +10,9 @@ docs/REFERENCE.md section 4.1) or CUDA, one code path; observed through SGLang's
 - :mod:`.hooks`: the ``forward_hooks`` factory recording what enters the draft;
 - :mod:`.captures`: records -> Captures, SGLang's acceptance counters;
 - :func:`observe_engine`: one observed run with the reference greedy decode, for the path;
-  :func:`start_engine` starts that run ahead (:mod:`.ahead`), so it overlaps what runs before it.
+  :func:`start_engine` starts that run ahead (:mod:`.ahead`), so it overlaps what runs before it;
+- :mod:`.shared`: one engine start for several callers' phases of the same engine configuration
+  (``observe_engine(..., share=NAME)``, ``variations.run_variations(..., share=True)``).
 
 """
 

@@ -25,7 +25,8 @@ T = TypeVar("T")
 class Job(Generic[T]):
     """``fn(*args, workdir=<a new temp dir>, started=<callback>, **kw)`` running in a background thread.
     ``fn`` hands every engine process it starts to ``started`` (as :func:`.launch.run_engine` does; several
-    may run at once, from ``fn``'s own threads), so :meth:`cancel` can kill each.
+    may run at once, from ``fn``'s own threads), so :meth:`cancel` can kill each (a shared engine's
+    :class:`.shared.Handle` withdraws instead: the engine is killed when no member is left).
 
     Attributes:
         workdir: the run's folder (spec, log, records); the caller removes it (:meth:`discard`).
