@@ -9,7 +9,6 @@ writes them); the real engine's runs are compared with and without sharing in th
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -21,14 +20,7 @@ import torch
 
 from eagle3_conformance.tools.sglang_engine import shared
 from eagle3_conformance.tools.sglang_engine.launch import EngineRun, EngineRunError
-
-
-def _gone(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+from tests.test_engine_ahead import _gone
 
 
 class FakeEngine:

@@ -1,7 +1,10 @@
 """``sglang-engine``: the real ``sglang.Engine`` (EAGLE3, topk 1), observed through SGLang's own
 ``forward_hooks`` (:mod:`eagle3_conformance.tools.sglang_engine`).
 
-One engine start per contract and one batch of held-out corpus prompts
+One engine start per contract (shared with any other caller of the same engine configuration that asks
+before the engine is up, :mod:`eagle3_conformance.tools.sglang_engine.shared`: in the main job,
+``sglang-engine-invariance``'s base run; this path gets back its own batch alone) and one batch of held-out
+corpus prompts
 (``CONFORMANCE_ENGINE_PROMPTS``, default 4, of 48 tokens, ``CONFORMANCE_ENGINE_TOKENS`` new tokens,
 default 32; 3 draft steps, 4 draft tokens). What reaches the draft is judged by every capture check:
 the draft extend after prefill (rows of the prompt) and the draft extends after verify that accepted
