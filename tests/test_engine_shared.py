@@ -294,3 +294,25 @@ def test_the_sglang_engine_batch_sees_the_same_with_and_without_sharing(tmp_path
     assert [f for f in found if f.status == "fail"] == []
     assert {f.where.split(":")[0] for f in found if f.check == "engine_invariance" and f.status == "pass"} == {
         "batch", "input-logprobs"}
+
+
+def test_the_side_by_side_script_alternates_checkouts_and_refuses_a_missing_one(tmp_path, monkeypatch, capsys):
+    """scripts/engine_paths_cpu.py (the figures of docs/timings.md's shared engine start): A, B, A, B with
+    --rounds 2; the first failing run's status; a checkout without the contract is bad input (2)."""
+    import importlib.util
+
+    repo = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("engine_paths_cpu", repo / "scripts" / "engine_paths_cpu.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        (d / "contracts").mkdir(parents=True)
+        (d / mod.CONTRACT).write_text("")
+    seen: list = []
+    monkeypatch.setattr(mod, "run", lambda c: (seen.append(c.name), (3 if c.name == "b" else 0, f"ran {c.name}"))[1])
+    assert mod.main([str(a), str(b), "--rounds", "2"]) == 3
+    assert seen == ["a", "b", "a", "b"] and capsys.readouterr().out.split() == ["ran", "a", "ran", "b"] * 2
+    assert mod.main([str(tmp_path / "none")]) == 2
+    assert "no such file" in capsys.readouterr().err
