@@ -312,7 +312,10 @@ def member_run(run: EngineRun, member: _Member, members: list[_Member], files: l
     if run.records_dir is not None:
         for rel in files:
             (records / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(run.records_dir / rel, records / rel)
+            try:  # the shared folder is removed after: a second name for the file, no copy
+                os.link(run.records_dir / rel, records / rel)
+            except OSError:
+                shutil.copy2(run.records_dir / rel, records / rel)
         records.mkdir(parents=True, exist_ok=True)
     spec = {**run.spec, "phases": member.phases, "shared_with": [m.name for m in members if m is not member]}
     return replace(run, outputs=own, timings=timings, records_dir=records if run.records_dir is not None else None,
