@@ -35,12 +35,14 @@ class FakeEngine:
         self.pgids: list[int] = []
 
     def __call__(self, target_dir, draft_dir, prompts, *, workdir, extra, started=None, **kw):
-        call = {"target_dir": target_dir, "extra": extra, **kw}
+        call = {"target_dir": target_dir, "extra": extra, "workdir": Path(workdir), **kw}
         self.calls.append(call)
         proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
         self.pgids.append(proc.pid)
         started(proc)
-        time.sleep(self.start_s)
+        end = time.monotonic() + self.start_s
+        while time.monotonic() < end and proc.poll() is None:  # starting (killed: over at once)
+            time.sleep(0.02)
         Path(extra["ready_file"]).write_text("1")
         while not Path(extra["phases_file"]).exists():
             if proc.poll() is not None:
@@ -123,6 +125,7 @@ def test_callers_of_one_configuration_share_one_start_and_get_only_their_own(eng
     assert eng.spec["shared_with"] == ["inv"] and inv.spec["shared_with"] == ["engine"]
     assert eng.timings["wall_s"] == 10.0 - 4.0 and inv.timings["wall_s"] == 10.0 - 2.0  # less the others' phases
     assert "phase plain_s" not in eng.timings and inv.timings["generate_s"] == 4.0
+    assert not call["workdir"].exists()  # the shared folder is gone once the members have their runs
 
 
 @pytest.mark.parametrize("other", [{"reference": {"boundaries": ["B_1"]}}, {"extra_hooks": [{"name": "fault"}]},

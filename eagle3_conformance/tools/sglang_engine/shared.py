@@ -138,10 +138,10 @@ class _Shared:
                                     "phases_file": str(self.workdir / PHASES)})
         except BaseException as e:  # noqa: BLE001 - every member's error (module docstring)
             self.seal()
+            shutil.rmtree(self.workdir, ignore_errors=True)
             for m in self.members:
                 m.error = e
                 m.done.set()
-            shutil.rmtree(self.workdir, ignore_errors=True)
             return
         self.seal()
         failed: Optional[Exception] = None
@@ -150,7 +150,7 @@ class _Shared:
         except Exception as e:  # noqa: BLE001 - every member's error: no member's records can be trusted
             parts, failed = {}, e
         for m in self.members:
-            if m.done.is_set():  # withdrawn
+            if m.cancelled:  # withdrawn: its folder is its job's to remove
                 continue
             try:
                 if failed is not None:
@@ -158,8 +158,11 @@ class _Shared:
                 m.run = member_run(run, m, self.members, parts.get(m.name, []))
             except Exception as e:  # noqa: BLE001 - handed to the member
                 m.error = e
-            m.done.set()
+        # removed before any member is told: a member's process may end as soon as it has its run (this is a
+        # daemon thread), and the members' records are their own links
         shutil.rmtree(self.workdir, ignore_errors=True)
+        for m in self.members:
+            m.done.set()
 
     def _started(self, proc) -> None:
         with _LOCK:
