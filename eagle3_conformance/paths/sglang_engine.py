@@ -1,7 +1,10 @@
 """``sglang-engine``: the real ``sglang.Engine`` (EAGLE3, topk 1), observed through SGLang's own
 ``forward_hooks`` (:mod:`eagle3_conformance.tools.sglang_engine`).
 
-One engine start per contract and one batch of held-out corpus prompts
+One engine start per contract (shared with any other caller of the same engine configuration that asks
+before the engine is up, :mod:`eagle3_conformance.tools.sglang_engine.shared`: in the main job,
+``sglang-engine-invariance``'s base run; this path gets back its own batch alone) and one batch of held-out
+corpus prompts
 (``CONFORMANCE_ENGINE_PROMPTS``, default 4, of 48 tokens, ``CONFORMANCE_ENGINE_TOKENS`` new tokens,
 default 32; 3 draft steps, 4 draft tokens). What reaches the draft is judged by every capture check:
 the draft extend after prefill (rows of the prompt) and the draft extends after verify that accepted
@@ -41,6 +44,7 @@ from eagle3_conformance.paths.base import Needs, Observation, Path, Skipped, eng
 __all__ = ["PATH", "run_dtype", "reference_config", "reference_builder", "judged_decode"]
 
 PROMPT_TOKENS = 48
+PATH_NAME = "sglang-engine"
 
 
 @dataclass
@@ -76,7 +80,7 @@ class _Run:
 
     def kwargs(self) -> dict:
         return {"dtype": self.dtype, "max_new_tokens": self.max_new_tokens, "device": self.device,
-                "reference": self.reference, "extra": self.extra}
+                "reference": self.reference, "extra": self.extra, "share": PATH_NAME}
 
 
 def _planned(c, pair) -> "_Run | Skipped":
@@ -236,7 +240,7 @@ def reference_fact(c, eref, dropped_captures: int) -> dict:
 
 
 PATH = Path(
-    name="sglang-engine",
+    name=PATH_NAME,
     summary="the real sglang.Engine (EAGLE3, topk 1; CPU: config B stand-ins) observed through its forward_hooks: "
             "draft extend and draft extend after verify rows, SGLang's accept counters, lossless greedy",
     needs=Needs(modules=("sglang", "speculators")),

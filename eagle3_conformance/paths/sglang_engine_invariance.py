@@ -4,7 +4,8 @@ The same held-out prompts (``CONFORMANCE_INVARIANCE_PROMPTS``, default 2, of 48 
 ``CONFORMANCE_INVARIANCE_TOKENS`` new tokens, default 8) run plain (each alone, an empty radix cache,
 no chunking, no logprobs, TP 1) and under each variation SGLang offers
 (:mod:`eagle3_conformance.tools.sglang_engine.variations`): ``batch``, ``input-logprobs``,
-``prefix-cache-repeat``, ``prefix-cache-shared`` (one engine start with the plain run),
+``prefix-cache-repeat``, ``prefix-cache-shared`` (one engine start with the plain run, shared with any other
+caller of the same engine configuration, :mod:`eagle3_conformance.tools.sglang_engine.shared`),
 ``chunked-prefill`` (its own start: chunk ends at 16 and 32 inside each prompt) and ``tp2`` (its own
 start; only when asked: ``CONFORMANCE_ENGINE_VARIATIONS=all`` or a comma list; ``none`` skips the path).
 Every draft input row of every variation, extend and verify, is compared with the plain run's by
@@ -63,7 +64,7 @@ class _Plan:
 
     def kwargs(self) -> dict:
         return {"names": list(self.names), "path": NAME, "max_new_tokens": self.max_new_tokens,
-                "device": self.device, "dtype": self.dtype}
+                "device": self.device, "dtype": self.dtype, "share": True}
 
 
 def _planned(c, pair) -> "_Plan | Skipped":

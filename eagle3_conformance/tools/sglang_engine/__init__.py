@@ -10,7 +10,9 @@ docs/REFERENCE.md section 4.1) or CUDA, one code path; observed through SGLang's
 - :mod:`.hooks`: the ``forward_hooks`` factory recording what enters the draft;
 - :mod:`.captures`: records -> Captures, SGLang's acceptance counters;
 - :func:`observe_engine`: one observed run with the reference greedy decode, for the path;
-  :func:`start_engine` starts that run ahead (:mod:`.ahead`), so it overlaps what runs before it.
+  :func:`start_engine` starts that run ahead (:mod:`.ahead`), so it overlaps what runs before it;
+- :mod:`.shared`: one engine start for several callers' phases of the same engine configuration
+  (``observe_engine(..., share=NAME)``, ``variations.run_variations(..., share=True)``).
 
 """
 
@@ -64,7 +66,9 @@ def observe_engine(target_dir, draft_dir, prompts: list[list[int]], *, dtype: st
     judge nothing, e.g. :func:`eagle3_conformance.reference.engine.build_engine_reference`) turns them
     into ``engine_reference``. ``lossless=False``: no transformers greedy decode (a target that does not
     fit twice). ``job``: the same run started ahead by :func:`start_engine` with the same arguments (its
-    result is taken instead of starting the engine here; its folder is removed after).
+    result is taken instead of starting the engine here; its folder is removed after). ``share=NAME``: the
+    batch is one phase of an engine run shared with other callers of the same configuration
+    (:func:`.shared.run_batch`; the captures, counters and losslessness are this batch's alone).
 
     Raises:
         EngineStartError / EngineRunError: see :func:`run_engine`.
@@ -92,10 +96,14 @@ def start_engine(target_dir, draft_dir, prompts: list[list[int]], *, dtype: str 
     """The engine run :func:`observe_engine` makes with these arguments, started now in the background
     (:class:`.ahead.EngineJob`); hand it to :func:`observe_engine` as ``job=`` with the same arguments.
     ``reference_builder`` and ``lossless`` are :func:`observe_engine`'s alone (ignored here)."""
-    from eagle3_conformance.tools.sglang_engine.ahead import EngineJob
+    from eagle3_conformance.tools.sglang_engine.ahead import EngineJob, Job
+    from eagle3_conformance.tools.sglang_engine.shared import run_batch
 
     kw = _run_kwargs(dict(kw))
     kw.pop("workdir", None)
+    if kw.get("share"):
+        return Job(run_batch, target_dir, draft_dir, prompts, device=device, dtype=dtype,  # type: ignore[return-value]
+                   max_new_tokens=max_new_tokens, **kw)
     return EngineJob(target_dir, draft_dir, prompts, device=device, dtype=dtype, max_new_tokens=max_new_tokens, **kw)
 
 
@@ -105,6 +113,8 @@ def _run_kwargs(kw: dict) -> dict:
     ref_cfg = kw.pop("reference", None)
     kw.pop("reference_builder", None)
     kw.pop("lossless", None)
+    if not kw.get("share"):
+        kw.pop("share", None)
     if ref_cfg:
         kw["reference"] = {k: ref_cfg[k] for k in ("boundaries", "max_rows", "max_bytes", "prefix") if k in ref_cfg}
     return kw
@@ -123,8 +133,10 @@ def _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw, 
         run = job.result()
         kw["workdir"] = job.workdir
     else:
-        run = run_engine(target_dir, draft_dir, prompts, device=device, dtype=dtype, max_new_tokens=max_new_tokens,
-                         **kw)
+        from eagle3_conformance.tools.sglang_engine.shared import run_batch
+
+        run = (run_batch if kw.get("share") else run_engine)(target_dir, draft_dir, prompts, device=device,
+                                                              dtype=dtype, max_new_tokens=max_new_tokens, **kw)
     outs = [o["output_ids"] for o in run.outputs]
     prov = {"engine": "sglang.Engine", "sglang": run.sglang_version, "device": device,
             "attention": "torch_native (config B)" if device == "cpu" else "default",
@@ -150,6 +162,7 @@ def _observe(target_dir, draft_dir, prompts, dtype, max_new_tokens, device, kw, 
         lossless = {"skip": f"{dtype}: not a losslessness oracle (near-tie flips); float32 only"}
     extra = runtime_facts(run, draft_dir, device)
     if device == "cuda":
+        kw.pop("share", None)
         gkw = dict(kw, workdir=Path(kw["workdir"]) / "graphed") if kw.get("workdir") else kw
         graphed = run_engine(target_dir, draft_dir, prompts, device=device, dtype=dtype,
                              max_new_tokens=max_new_tokens, observe=False, cuda_graph=True, **gkw)

@@ -25,7 +25,8 @@ T = TypeVar("T")
 class Job(Generic[T]):
     """``fn(*args, workdir=<a new temp dir>, started=<callback>, **kw)`` running in a background thread.
     ``fn`` hands every engine process it starts to ``started`` (as :func:`.launch.run_engine` does; several
-    may run at once, from ``fn``'s own threads), so :meth:`cancel` can kill each.
+    may run at once, from ``fn``'s own threads), so :meth:`cancel` can kill each (a shared engine's
+    :class:`.shared.Handle` withdraws instead: the engine is killed when no member is left).
 
     Attributes:
         workdir: the run's folder (spec, log, records); the caller removes it (:meth:`discard`).
@@ -48,7 +49,7 @@ class Job(Generic[T]):
             self._procs.append(proc)
             cancelled = self._cancelled
         if cancelled:
-            kill_group(proc)
+            _stop(proc)
 
     def _main(self, fn, args, kw) -> None:
         try:
@@ -76,7 +77,7 @@ class Job(Generic[T]):
             procs = list(self._procs)
         for proc in procs:
             if proc.poll() is None:
-                kill_group(proc)
+                _stop(proc)
         self._thread.join(timeout=60)
 
     def discard(self) -> None:
@@ -92,6 +93,16 @@ class EngineJob(Job[EngineRun]):
 
     def __init__(self, target_dir, draft_dir, prompts: list[list[int]], **kw: Any) -> None:
         super().__init__(_run_engine, target_dir, draft_dir, prompts, **kw)
+
+
+def _stop(proc) -> None:
+    """Kill an engine's process group; a shared engine's member (:class:`.shared.Handle`) withdraws instead
+    (the engine is killed when no member is left)."""
+    cancel = getattr(proc, "cancel", None)
+    if cancel is not None:
+        cancel()
+    else:
+        kill_group(proc)
 
 
 def _run_engine(*args: Any, **kw: Any) -> EngineRun:

@@ -3,8 +3,9 @@
 Started by :func:`.launch.run_engine` in its own process group. Starts the real ``sglang.Engine``
 (EAGLE3, topk 1; ``spec["engine_extra"]``: more ``sglang.Engine`` arguments, e.g.
 ``chunked_prefill_size``), generates greedily for the spec's prompts in one batch (or runs the
-spec's ``phases``, :func:`run_phase`), shuts the engine down and writes ``spec["result"]`` (JSON). Phases have their own timeouts (SIGALRM): a phase that runs over
-raises, the engine is shut down, and the exit status says which phase failed:
+spec's ``phases``, :func:`run_phase`, or those handed over once the engine is up, :func:`late_phases`),
+shuts the engine down and writes ``spec["result"]`` (JSON). Phases have their own timeouts (SIGALRM): a
+phase that runs over raises, the engine is shut down, and the exit status says which phase failed:
 
 * 0: done; 2: bad input (the engine refused to start: ``error`` in the result names why);
 * 3: generation failed; 4: a timeout.
@@ -66,9 +67,10 @@ def run_phase(engine, spec: dict, phase: dict) -> list[dict]:
     """One phase of generate calls: ``phase["prompts"]`` with ``phase["rids"]`` (SGLang's request ids,
     which the hooks record), all in one batch or each ``alone`` (one call per prompt), the radix cache
     flushed before the phase (``flush``) or before each call (``flush_each``), and the request options
-    of :data:`PHASE_OPTIONS` in ``phase["options"]``. Returns one output per prompt, in order, with its
-    ``rid`` and ``phase``."""
-    sp = {"temperature": 0.0, "max_new_tokens": spec["max_new_tokens"], "ignore_eos": spec.get("ignore_eos", True)}
+    of :data:`PHASE_OPTIONS` in ``phase["options"]``, ``phase["max_new_tokens"]`` new tokens (default: the
+    spec's). Returns one output per prompt, in order, with its ``rid`` and ``phase``."""
+    sp = {"temperature": 0.0, "max_new_tokens": int(phase.get("max_new_tokens", spec["max_new_tokens"])),
+          "ignore_eos": spec.get("ignore_eos", True)}
     opts = {k: v for k, v in (phase.get("options") or {}).items() if k in PHASE_OPTIONS}
     prompts, rids = phase["prompts"], phase["rids"]
     groups = [[i] for i in range(len(prompts))] if phase.get("alone") else [list(range(len(prompts)))]
@@ -102,7 +104,21 @@ def flush(engine, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
+def late_phases(spec: dict, poll_s: float = 0.05) -> list[dict]:
+    """The phases of a run whose phases are handed over once the engine is up (``spec["phases_file"]``,
+    :mod:`.shared`): write ``spec["ready_file"]``, then wait for the phases file (JSON list; written whole,
+    by rename). Bounded by the generation alarm of :func:`run`."""
+    with open(spec["ready_file"], "w") as f:
+        f.write(str(os.getpid()))
+    while not os.path.exists(spec["phases_file"]):
+        time.sleep(poll_s)
+    with open(spec["phases_file"]) as f:
+        return json.load(f)
+
+
 def _generate(engine, spec: dict, timings: dict) -> list[dict]:
+    if spec.get("phases_file"):
+        spec = {**spec, "phases": late_phases(spec)}
     if spec.get("phases"):
         out = []
         for ph in spec["phases"]:

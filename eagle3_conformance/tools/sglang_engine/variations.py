@@ -92,19 +92,22 @@ def first_stream(records: list[dict]) -> tuple[list[dict], int]:
 def run_variations(target_dir, draft_dir, prompts: list[list[int]], *, names: Optional[list[str]] = None,
                    path: str = "sglang-engine", max_new_tokens: int = 8, device: str = "cpu",
                    dtype: str = "float32", workdir: Path, faults: tuple[str, ...] = (),
-                   log=lambda s: None, started=None) -> VariationObservation:
+                   log=lambda s: None, started=None, share: bool = False) -> VariationObservation:
     """Run the plain run and each variation of ``names`` (all: None), pair the captures.
 
     Args:
         faults: in-engine faults (:mod:`.fault_hooks`) added to every engine run (the kill matrix).
         started: handed to each :func:`.launch.run_engine` call (:class:`.ahead.Job` keeps each engine's
             process to cancel the runs started ahead).
+        share: the base run's phases run on an engine shared with other callers of the same configuration
+            (:func:`.shared.run_shared`, member ``path``); the other runs have their own engine arguments.
 
     Raises:
         EngineStartError / EngineRunError: the base run (the plain run's) failed.
         ValueError: an unknown variation, or records that cannot be attributed.
     """
     from eagle3_conformance.tools.sglang_engine import fault_hooks, run_engine
+    from eagle3_conformance.tools.sglang_engine.shared import run_shared
 
     wanted = variations(names)
     ps = prompt_set(prompts)
@@ -117,6 +120,10 @@ def run_variations(target_dir, draft_dir, prompts: list[list[int]], *, names: Op
     t0 = time.perf_counter()
 
     def one(run: str):
+        if share and run == "base":
+            return run_shared(target_dir, draft_dir, phases(run, ps, wanted), name=path, workdir=workdir / run,
+                              max_new_tokens=max_new_tokens, started=started, device=device, dtype=dtype,
+                              extra=RUN_EXTRA[run], extra_hooks=hooks)
         return run_engine(target_dir, draft_dir, ps.p, device=device, dtype=dtype, max_new_tokens=max_new_tokens,
                           workdir=workdir / run, record_kv=True, extra_hooks=hooks, started=started,
                           extra={"phases": phases(run, ps, wanted), **RUN_EXTRA[run]})
