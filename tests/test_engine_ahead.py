@@ -312,3 +312,43 @@ def test_run_variations_runs_its_engines_one_at_a_time_and_takes_them_in_order(m
     with pytest.raises(EngineStartError, match="base refused"):
         variations.run_variations("t", "d", [[1] * 48, [2] * 48], names=["batch", "chunked-prefill"],
                                   workdir=tmp_path / "b")
+
+
+def test_the_plugin_runs_the_paths_started_ahead_after_the_others(pytester, monkeypatch):
+    """The items of a path that starts its run ahead (here: the training path given a warm) run after every other
+    item, each group in its collection order, so the suite works on the other paths while the engines run
+    (issue 42 item 4); the unit: session.started_ahead_last."""
+    import shutil
+    from pathlib import Path as FsPath
+
+    import eagle3_conformance.paths as reg
+    from eagle3_conformance.suite.session import started_ahead_last
+
+    class Item:
+        def __init__(self, path):
+            self.conformance_path = path
+
+    items = [Item(p) for p in ("sglang-engine", "training", "sglang-engine-invariance", "cross-path", "server")]
+    assert [i.conformance_path for i in started_ahead_last(items)] == [
+        "training", "cross-path", "server", "sglang-engine", "sglang-engine-invariance"]
+    monkeypatch.setitem(reg.REGISTRY, "training", reg.REGISTRY["training"])
+    monkeypatch.setitem(reg.REGISTRY, "sglang-extend", reg.REGISTRY["sglang-extend"])
+    repo = FsPath(__file__).resolve().parent.parent
+    shutil.copy(repo / "contracts" / "tiny-llama.yaml", pytester.path / "c.yaml")
+    log = pytester.path / "log.txt"
+    pytester.makeconftest(f"""
+import eagle3_conformance.paths as reg
+from dataclasses import replace
+
+def pytest_configure(config):
+    reg.REGISTRY["training"] = replace(reg.REGISTRY["training"], warm=lambda c, pair: None,
+                                       prepare=lambda c, pair: reg.Skipped("prepared"))
+    reg.REGISTRY["sglang-extend"] = replace(reg.REGISTRY["sglang-extend"], prepare=lambda c, pair: reg.Skipped("prepared"))
+
+def pytest_runtest_setup(item):
+    open({str(log)!r}, "a").write(item.name + "\\n")
+""")
+    r = pytester.runpytest_inprocess("-m", "conformance", "-p", "no:randomly", "--contract", "c.yaml",
+                                     "--conformance-paths", "training,sglang-extend", "-q")
+    assert r.ret == pytest.ExitCode.NO_TESTS_COLLECTED, r.stdout.str()
+    assert log.read_text().splitlines() == ["sglang-extend", "training"]

@@ -182,3 +182,19 @@ def test_a_failed_bf16_build_is_one_line_and_left_to_the_suite(monkeypatch, tmp_
     assert out.startswith("main job: building smollm2-135m-bf16 ahead failed (exit 1): model cache "), out
     assert "is inside the repository" in out and out.endswith("; the suite builds it again\n"), out
     assert "Traceback" not in out and out.count("\n") == 1
+
+
+def test_lane_2_runs_niced_so_the_suite_s_lane_gets_the_cores_first(job, tmp_path):
+    """Lane 2 (SpecForge contract, kill matrices) ends before the suite's lane: its commands run at niceness
+    ``LANE2_NICE`` (their children inherit it), the suite's at the default."""
+    import os
+
+    probe = [sys.executable, "-c", "import os, time; time.sleep(0.5); print(os.nice(0))"]
+    results: dict = {}
+    job._run_kept(probe, results)
+    code, _, out, _ = results[id(probe)]
+    assert job.LANE2_NICE > 0 and code == 0
+    assert int(out.split()[-1]) == job.LANE2_NICE or os.nice(0) >= job.LANE2_NICE  # (already as nice: left)
+    with open(tmp_path / "out", "w") as f:
+        assert job.call(probe, stdout=f)[0] == 0
+    assert int((tmp_path / "out").read_text()) == os.nice(0)

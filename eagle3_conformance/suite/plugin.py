@@ -86,10 +86,8 @@ _SECONDS = pytest.StashKey[dict]()  # path -> seconds its items took (setup + ca
 _INVALID = pytest.StashKey[dict]()
 """contract file -> the ContractError that stopped it (its ``contract`` item fails; the report says INPUT ERROR)."""
 
-ENGINE_WARNINGS = (
-    ("ignore", UserWarning, "sglang"), ("ignore", DeprecationWarning, "sglang"),
-    ("ignore", DeprecationWarning, "torch.jit"), ("ignore", Warning, "requests"),
-)
+ENGINE_WARNINGS = (("ignore", UserWarning, "sglang"), ("ignore", DeprecationWarning, "sglang"),
+                   ("ignore", DeprecationWarning, "torch.jit"), ("ignore", Warning, "requests"))
 """Import-time noise of the engines on a CPU machine (their own modules only): (action, category,
 module) filters applied around the suite's items, never to the session."""
 
@@ -373,14 +371,15 @@ class ServerAcceptItem(PathItem):
 
 
 def pytest_collection_finish(session):
-    """The chosen items' paths start what they start ahead (session.warm_items); not with --collect-only."""
+    """The chosen items' paths start what they start ahead (session.warm_items) and run last; not with --collect-only."""
     if session.config.option.collectonly or not session.config.stash.get(_ASKED, False):
         return
     session.config.stash[_OUTCOMES] = {i.nodeid: (i.reportinfo()[2], None) for i in session.items
                                        if isinstance(i, (PathItem, ContractErrorItem))}
-    from eagle3_conformance.suite.session import warm_items
-    items = [(i.conformance_path, i._judged_contract()) for i in session.items if isinstance(i, PathItem)]
-    for discard in warm_items(items):  # the real engine's run; stopped at the end if not taken
+    from eagle3_conformance.suite.session import started_ahead_last, warm_items
+    session.items[:] = started_ahead_last(session.items)
+    for discard in warm_items([(i.conformance_path, i._judged_contract()) for i in session.items
+                               if isinstance(i, PathItem)]):  # the real engine's run; stopped at the end if not taken
         session.config.add_cleanup(discard)
 
 
