@@ -65,7 +65,8 @@ def test_lane_2_runs_beside_lane_1_and_its_output_follows_whole(job, tmp_path, m
         < out.index("output of faults")
     assert "main job: suite" in out and "specforge contract" in out and "kill matrices" in out
     assert out.rsplit("main job: suite", 1)[1].count(" s (CPU ") == 3 and "CPU " in out.rsplit("; wall", 1)[1]
-    assert "main job: the real pair's caches (smollm2-135m, smollm2-135m-bf16 beside it) " in out
+    assert "main job: the real pair's caches (smollm2-135m, smollm2-135m-bf16 beside it): " in out
+    assert "main job: the real pair's caches 0 s (CPU " in out and "(the caches 0 s, then 2 lanes)" in out
 
 
 def test_each_command_s_cpu_seconds_are_its_own(job):
@@ -100,7 +101,7 @@ def test_one_lane_runs_them_one_after_the_other(job, tmp_path, monkeypatch, capf
     monkeypatch.setattr(job, "commands", lambda wd, args: ([cmd("suite")], [cmd("specforge"), cmd("faults")]))
     assert job.run(tmp_path, [], lanes=1) == 0
     assert log.read_text().splitlines() == ["suite", "specforge", "faults"]
-    assert "(1 lane)" in capfd.readouterr().out
+    assert "then 1 lane)" in capfd.readouterr().out
 
 
 def _process_cpu():

@@ -97,10 +97,16 @@ def is_conformance(name: str, /, **kwargs: str | int | bool | None) -> bool:
 
 
 def durations_line(seconds: dict[str, float]) -> str:
-    """``seconds per path: a 12.3, b 4.0, ...; total 16.3`` (the slowest first)."""
+    """``seconds per path: a 12.3, b 4.0, ...; total 16.3`` (the slowest first); a path that starts its run ahead
+    (:data:`~eagle3_conformance.paths.base.Path.warm`: the real engines, run in the background from collection on)
+    is marked ``*``: its seconds are the wait for that run only, not the run."""
+    from eagle3_conformance import paths as registered
+
+    ahead = {p for p in seconds if p in registered.names() and registered.get(p).warm is not None}
     ordered = sorted(seconds.items(), key=lambda kv: -kv[1])
-    return ("seconds per path: " + ", ".join(f"{p} {s:.1f}" for p, s in ordered)
-            + f"; total {sum(seconds.values()):.1f}")
+    return ("seconds per path: " + ", ".join(f"{p} {s:.1f}{'*' if p in ahead else ''}" for p, s in ordered)
+            + f"; total {sum(seconds.values()):.1f}"
+            + ("; * started ahead, in the background: the wait for its run only" if ahead else ""))
 
 
 def nothing_meta(lines: list[str], seen: dict[str, tuple[str, Optional[str]]]) -> dict[str, Any]:
