@@ -7,7 +7,9 @@ and tests/test_docs_generated.py fails when the parser changed and the page was 
 
 Per verb, in the order ``eagle3-conformance --help`` lists them: its one-line help, its description,
 its usage (at a fixed width of 100 columns, so the output does not depend on the terminal), and a table
-of its arguments (flags, metavar, default, help with argparse's ``%(default)s`` expanded). Exit 0.
+of its arguments (flags, metavar, default, help with argparse's ``%(default)s`` expanded). Then the
+pytest plugin's options (``pytest -m conformance ...``), read from the plugin's own ``pytest_addoption``,
+so ``pytest --help``'s "EAGLE-3 draft-boundary conformance" group and this page say the same. Exit 0.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def _invocation(action: argparse.Action) -> str:
     names = ", ".join(f"`{o}`" for o in action.option_strings)
     if action.nargs == 0:
         return names
-    metavar = action.metavar or action.dest.upper()
+    metavar = action.metavar or ("{" + ",".join(map(str, action.choices)) + "}" if action.choices else action.dest.upper())
     if isinstance(metavar, tuple):
         metavar = " ".join(metavar)
     return f"{names} `{metavar}`"
@@ -90,8 +92,39 @@ def render(parser: argparse.ArgumentParser) -> str:
     return "\n".join(out)
 
 
+class _PluginOptions:
+    """What the plugin's ``pytest_addoption`` is handed in place of pytest's ``Parser``: its ``getgroup``
+    returns this object, whose ``addoption(*names, **attrs)`` hands them to argparse's ``add_argument``, as
+    pytest does (its ``addoption`` takes "the same attributes as the argparse library's add_argument()")."""
+
+    def __init__(self) -> None:
+        self.parser = argparse.ArgumentParser(prog="pytest -m conformance", add_help=False)
+
+    def getgroup(self, name: str, description: str = "") -> "_PluginOptions":
+        return self
+
+    def addoption(self, *names: str, **attrs) -> None:
+        self.parser.add_argument(*names, **attrs)
+
+
+def plugin_parser() -> argparse.ArgumentParser:
+    """The pytest plugin's options (``eagle3_conformance.suite.plugin.pytest_addoption``) as an argparse parser."""
+    from eagle3_conformance.suite import plugin
+
+    options = _PluginOptions()
+    plugin.pytest_addoption(options)
+    return options.parser
+
+
+def render_plugin(parser: argparse.ArgumentParser) -> str:
+    return "\n".join(["", "## The pytest plugin", "",
+                      "`pytest -m conformance` (the plugin is registered by the package's `pytest11` entry point; "
+                      "`pytest --help` lists the same options in its group \"EAGLE-3 draft-boundary conformance\"):",
+                      "", *_arguments(parser)])
+
+
 def main() -> int:
-    sys.stdout.write(render(build_parser()) + "\n")
+    sys.stdout.write(render(build_parser()) + "\n" + render_plugin(plugin_parser()) + "\n")
     return 0
 
 

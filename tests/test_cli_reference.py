@@ -47,3 +47,38 @@ def test_an_option_added_to_the_parser_appears_in_the_reference():
     assert "| `--strictness` `STRICTNESS` | `7` | how strict, default 7 |" in after
     assert "\n## frobnicate\n\na verb nobody documented\n" in after
     assert "| `--widget` `W` |  | (required) the widget |" in after
+
+
+def test_the_page_has_every_option_pytest_lists_for_the_plugin():
+    """The plugin's options (``pytest -m conformance ...``) are on the page, each as ``pytest --help`` prints
+    it in the plugin's group: pytest's own help, read in a subprocess, is the other side."""
+    import re
+    import subprocess
+
+    page = (REPO / "docs" / "cli.md").read_text()
+    section = page[page.index("\n## The pytest plugin\n"):]
+    done = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:randomly"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    group = done.stdout.split("EAGLE-3 draft-boundary conformance:", 1)[1].split("\n\n", 1)[0]
+    flags = re.findall(r"^\s+(--[a-z][a-z-]+)", group, flags=re.M)
+    assert "--conformance-durations" in flags and "--contract" in flags, group
+    for flag in flags:
+        assert f"`{flag}`" in section, flag
+
+
+def test_an_option_added_to_the_plugin_appears_in_the_reference(monkeypatch):
+    """The fault: an option added to the plugin's ``pytest_addoption`` and not to the docs."""
+    from eagle3_conformance.suite import plugin
+
+    before = cli_reference.render_plugin(cli_reference.plugin_parser())
+    real = plugin.pytest_addoption
+
+    def more(parser):
+        real(parser)
+        parser.getgroup("conformance").addoption("--conformance-widget", metavar="W", help="a new knob")
+
+    monkeypatch.setattr(plugin, "pytest_addoption", more)
+    after = cli_reference.render_plugin(cli_reference.plugin_parser())
+    assert "--conformance-widget" not in before
+    assert "| `--conformance-widget` `W` |  | a new knob |" in after
