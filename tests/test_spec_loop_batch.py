@@ -49,33 +49,17 @@ def test_probe_allows_a_gemm_whose_rows_are_computed_one_by_one(monkeypatch):
     assert not row_blocks.rows_invariant([lin], 4, 1)  # one prompt: nothing to batch
 
 
-# ---------------------------------------------------------------------------------- slow: real pair
+# ---------------------------------------------------------------------------------- slow: the trained pair (the fixture loop, tests/conftest.py)
 
 
-@pytest.fixture(scope="module")
-def pair():
-    pytest.importorskip("sglang")
-    pytest.importorskip("speculators")
-    import torch
-
-    from eagle3_conformance.faults.acceptance import checkpoint_d2t
-    from eagle3_conformance.testbed.trained_draft import ensure_trained_draft, eval_prompts
-    from eagle3_conformance.tools.sglang_cpu import SGLangCPUHarness
-
-    td = ensure_trained_draft()
-    h = SGLangCPUHarness(td.target_dir, td.draft_dir, dtype=torch.float32)
-    yield dict(h=h, prompts=eval_prompts(td.target_dir, 3, 48), d2t=checkpoint_d2t(td.draft_dir))
-    h.close()
-
-
-def _run(pair, monkeypatch, *, batched: bool, fault=None):
-    """The loop on the three prompts (12 new tokens, k = 3) with ``fault`` injected; ``batched=False``
+def _run(loop, monkeypatch, *, batched: bool, fault=None, knobs=None):
+    """The loop on the two prompts (12 new tokens, k = 3) with ``fault`` injected; ``batched=False``
     forces one prompt at a time. Returns (every run's numbers, the verify batch sizes seen)."""
     from eagle3_conformance.faults.acceptance import apply, restore
     from eagle3_conformance.tools.sglang_cpu import row_blocks
     from eagle3_conformance.tools.sglang_cpu.spec_loop import LoopKnobs, speculative_decode
 
-    h = pair["h"]
+    h = loop["h"]
     if not batched:
         monkeypatch.setattr(row_blocks, "rows_invariant", lambda *a: False)
     sizes: list[int] = []
@@ -87,27 +71,27 @@ def _run(pair, monkeypatch, *, batched: bool, fault=None):
 
     monkeypatch.setattr(h, "_verify_batch", spy)
     try:
-        knobs = apply(h, fault, pair["d2t"]) if fault is not None else LoopKnobs()
-        res = speculative_decode(h, pair["prompts"], num_draft_tokens=3, max_new_tokens=12, knobs=knobs)
+        knobs = apply(h, fault, loop["d2t"]) if fault is not None else knobs or LoopKnobs()
+        res = speculative_decode(h, loop["prompts"], num_draft_tokens=3, max_new_tokens=12, knobs=knobs)
     finally:
-        restore(h, pair["d2t"])
+        restore(h, loop["d2t"])
         monkeypatch.undo()
     return [(r.output, r.accept_lengths, r.proposed, r.accepted, r.fc_calls, r.error) for r in res.runs], sizes
 
 
-def _batching(pair) -> None:
+def _batching(loop) -> None:
     from eagle3_conformance.tools.sglang_cpu.row_blocks import rows_invariant
 
-    if not rows_invariant([pair["h"].target, pair["h"].draft], 4, 3):
+    if not rows_invariant([loop["h"].target, loop["h"].draft], 4, len(loop["prompts"])):
         pytest.skip("this torch build's GEMM rows depend on the row count: the loop runs one prompt at a time here")
 
 
 @pytest.mark.slow
-def test_batched_loop_gives_each_prompt_its_numbers_by_itself(pair, monkeypatch):
-    _batching(pair)
-    batched, sizes = _run(pair, monkeypatch, batched=True)
-    alone, alone_sizes = _run(pair, monkeypatch, batched=False)
-    assert max(sizes) == 3 and set(alone_sizes) == {1}
+def test_batched_loop_gives_each_prompt_its_numbers_by_itself(loop, monkeypatch):
+    _batching(loop)
+    batched, sizes = _run(loop, monkeypatch, batched=True)
+    alone, alone_sizes = _run(loop, monkeypatch, batched=False)
+    assert max(sizes) == len(loop["prompts"]) and set(alone_sizes) == {1}
     assert batched == alone
     assert not any(r[-1] for r in batched) and all(len(r[0]) == 12 for r in batched)
 
@@ -115,39 +99,42 @@ def test_batched_loop_gives_each_prompt_its_numbers_by_itself(pair, monkeypatch)
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["positions-not-advanced", "draft-states-fed-back", "slots-swapped",
                                   "final-norm-output-as-aux@decode"])
-def test_batched_loop_applies_a_fault_knob_per_prompt(pair, monkeypatch, name):
+def test_batched_loop_applies_a_fault_knob_per_prompt(loop, monkeypatch, name):
     from eagle3_conformance.faults.acceptance import FAULTS
 
-    _batching(pair)
+    _batching(loop)
     fault = next(f for f in FAULTS if f.name == name)
-    batched, sizes = _run(pair, monkeypatch, batched=True, fault=fault)
-    alone, _ = _run(pair, monkeypatch, batched=False, fault=fault)
-    assert max(sizes) == 3 and batched == alone
+    batched, sizes = _run(loop, monkeypatch, batched=True, fault=fault)
+    alone, _ = _run(loop, monkeypatch, batched=False, fault=fault)
+    assert max(sizes) == len(loop["prompts"]) and batched == alone
 
 
 @pytest.mark.slow
-def test_the_comparison_fails_when_a_knob_sees_the_whole_batch(pair, monkeypatch):
-    """The fault the per-prompt knob exists for: positions-not-advanced applied to the batch (every
-    prompt's draft rows get the first prompt's position) changes the numbers of the other prompts."""
-    from eagle3_conformance.faults.acceptance import FAULTS
+def test_the_comparison_fails_when_a_knob_sees_the_whole_batch(loop, monkeypatch):
+    """The fault the per-prompt knob exists for: a connector that sizes its buffer for one request's k+1
+    verify rows (the identity on one request, zeros on more) handed the whole batch changes the numbers."""
+    import torch
+
     from eagle3_conformance.tools.sglang_cpu import spec_loop
+    from eagle3_conformance.tools.sglang_cpu.spec_loop import LoopKnobs
 
-    _batching(pair)
-    fault = next(f for f in FAULTS if f.name == "positions-not-advanced")
-    alone, _ = _run(pair, monkeypatch, batched=False, fault=fault)
+    _batching(loop)
+    one_request = LoopKnobs(decode_hidden=lambda x: x if x.shape[0] == 4 else torch.zeros_like(x))
+    correct, _ = _run(loop, monkeypatch, batched=False)
+    alone, _ = _run(loop, monkeypatch, batched=True, knobs=one_request)
     monkeypatch.setattr(spec_loop, "_per_request", lambda fn, x, sizes: fn(x))
-    whole, _ = _run(pair, monkeypatch, batched=True, fault=fault)
-    assert whole[0] == alone[0] and whole != alone
+    whole, _ = _run(loop, monkeypatch, batched=True, knobs=one_request)
+    assert alone == correct and whole != alone
 
 
 @pytest.mark.slow
-def test_a_draft_that_raises_in_a_batch_reruns_each_prompt_alone(pair, monkeypatch):
+def test_a_draft_that_raises_in_a_batch_reruns_each_prompt_alone(loop, monkeypatch):
     """last-slot-unreachable: two slots reach a three-slot fc and the draft raises; each run records
     the error it records one prompt at a time."""
     from eagle3_conformance.faults.acceptance import FAULTS
 
-    _batching(pair)
+    _batching(loop)
     fault = next(f for f in FAULTS if f.name == "last-slot-unreachable")
-    batched, sizes = _run(pair, monkeypatch, batched=True, fault=fault)
-    alone, _ = _run(pair, monkeypatch, batched=False, fault=fault)
+    batched, sizes = _run(loop, monkeypatch, batched=True, fault=fault)
+    alone, _ = _run(loop, monkeypatch, batched=False, fault=fault)
     assert batched == alone and all(r[-1] for r in alone)
