@@ -4,9 +4,9 @@
 active prompts in one batch (``r = k + 1`` rows per prompt, as SGLang's worker batches its requests)
 instead of one prompt at a time, which streams the target's weights once per step instead of once per
 prompt. Its numbers must not change: on float32 a GEMM row's bits can depend on how many rows the call
-has, because the BLAS picks its kernel by shape (measured with torch 2.13's MKL 2024.2 on the project's
-AVX-512 host: 1 row and 2-3 rows take other kernels than 4 or more, whose rows agree whatever their count;
-``benchmarks/bench_accept_cpu.py``). The rest of a forward is per row (norms, rotary embedding,
+has, because the BLAS picks its kernel by shape (on the project's AVX-512 host, torch 2.13 with MKL
+2024.2, a 1-row and a 2-3-row call give other bits than a call of 4 rows or more, whose rows agree whatever
+their count: what this probe finds there for the verify's 4 rows). The rest of a forward is per row (norms, rotary embedding,
 activations, argmax) or per request (the stand-in attention), so the loop batches only where
 :func:`rows_invariant` finds every GEMM shape of the two models giving the same bits to ``r``-row blocks
 and to ``b * r`` rows, ``b = 2..B``, and the per-row mean of the norms doing the same; elsewhere it runs
