@@ -96,6 +96,27 @@ def good_caps(tiny_loader):
     return tiny_loader.batch(idx)
 
 
+@pytest.fixture(scope="module")
+def loop():
+    """The SmolLM2-135M target and its shipped trained draft in one SGLang CPU harness (closed after the
+    module), the reference model, 2 held-out prompts of 48 tokens and the checkpoint's d2t
+    (tests/test_accept.py, tests/test_spec_loop_batch.py)."""
+    pytest.importorskip("sglang")
+    pytest.importorskip("speculators")
+    import torch
+
+    from eagle3_conformance.faults.acceptance import checkpoint_d2t
+    from eagle3_conformance.reference import load_reference_model
+    from eagle3_conformance.testbed.trained_draft import ensure_trained_draft, eval_prompts
+    from eagle3_conformance.tools.sglang_cpu import SGLangCPUHarness
+
+    td = ensure_trained_draft()
+    h = SGLangCPUHarness(td.target_dir, td.draft_dir, dtype=torch.float32)
+    yield dict(td=td, h=h, ref=load_reference_model(td.target_dir), prompts=eval_prompts(td.target_dir, 2, 48),
+               d2t=checkpoint_d2t(td.draft_dir))
+    h.close()
+
+
 def tree_digest(root) -> str:
     """sha256 over every file under ``root`` (relative names and bytes): inputs must be unchanged."""
     import hashlib

@@ -66,22 +66,7 @@ def test_a_floor_with_uncalibrated_bands_is_allowed_for_every_pair():
 # ---------------------------------------------------------------------------------- slow: real
 
 
-@pytest.fixture(scope="module")
-def loop():
-    pytest.importorskip("sglang")
-    pytest.importorskip("speculators")
-    import torch
-
-    from eagle3_conformance.faults.acceptance import checkpoint_d2t
-    from eagle3_conformance.reference import load_reference_model
-    from eagle3_conformance.testbed.trained_draft import ensure_trained_draft, eval_prompts
-    from eagle3_conformance.tools.sglang_cpu import SGLangCPUHarness
-
-    td = ensure_trained_draft()
-    h = SGLangCPUHarness(td.target_dir, td.draft_dir, dtype=torch.float32)
-    yield dict(td=td, h=h, ref=load_reference_model(td.target_dir), prompts=eval_prompts(td.target_dir, 2, 48),
-               d2t=checkpoint_d2t(td.draft_dir))
-    h.close()
+# the fixture `loop` (the trained pair's harness, 2 held-out prompts) is in tests/conftest.py
 
 
 @pytest.mark.slow

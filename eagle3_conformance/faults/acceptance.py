@@ -159,7 +159,7 @@ machine need not reproduce). The table still measures them; the kill-matrix chec
 
 NOT_MEASURED: dict[str, str] = {
     "token-sharded-rows": "K8: the loop runs one request on one rank",
-    "rows-permuted-across-requests": "K13: the loop runs one request at a time",
+    "rows-permuted-across-requests": "K13: the loop never mixes requests' rows (a batched forward gives each request the bits of a run by itself)",
     "hidden-sizes-crossed": "K6: the real pair has equal widths (576), fc is sized the same either way",
     "chat-template-differs": "K11: prompts are token ids from the corpus; no template is applied in the loop",
     "dtype-cast": "K12: a bfloat16 target on this CPU runs about 8x slower than float32 (no AVX512-BF16); "

@@ -25,7 +25,12 @@ data flow between them follows ``srt/speculative/eagle_worker_v2.py`` (REFERENCE
 
 Stand-ins (beyond the harness's attention): the draft's multi-step decode rows run as one-token
 EXTEND batches with ``prefix_lens`` = the cached length (same values as SGLang's DECODE batch: one
-query row attending to the cache; CUDA graphs are not modelled); one request at a time.
+query row attending to the cache; CUDA graphs are not modelled). Batching: each prompt's extend and
+draft steps run by themselves; its target verify and draft extend after verify run in one batch with
+the other prompts still generating (SGLang batches its requests the same way; here it streams the
+target's weights once per step instead of once per prompt, the loop's main CPU cost), only where
+:func:`.row_blocks.rows_invariant` finds that a batch gives every row the bits a one-prompt forward
+gives it, so the numbers are those of one prompt at a time (else the prompts run one at a time).
 
 Fault knobs (:class:`LoopKnobs`) change what the draft is handed, where a fault lives after the
 engine; faults in the engine's own wiring (capture ids, ``d2t``) are set on the harness with
@@ -62,6 +67,9 @@ class LoopKnobs:
         draft_states_on_decode: K9: the draft extend after verify is handed the draft's own
             output states of those rows (run once correctly first) instead of the target's.
         draft_positions: ``fn(positions [rows] int64) -> positions`` for every draft forward.
+
+    Each function is called once per prompt and forward with that prompt's rows (also in a batched
+    forward), in prompt order.
     """
 
     extend_hidden: Optional[Callable[[Tensor], Tensor]] = None
@@ -148,39 +156,74 @@ class SpecResult:
 
 def speculative_decode(h, prompts: list[list[int]], *, num_draft_tokens: int = 3, max_new_tokens: int = 32,
                        knobs: LoopKnobs = LoopKnobs()) -> SpecResult:
-    """Run the greedy speculative loop on every prompt (one at a time) with harness ``h``.
+    """Run the greedy speculative loop on every prompt with harness ``h``.
 
     Args:
         h: a live :class:`~eagle3_conformance.tools.sglang_cpu.harness.SGLangCPUHarness` whose draft has
             weights (``h.draft_weights == "checkpoint"``) for the numbers to mean anything.
-        prompts: token id lists, each of length >= 2.
+        prompts: token id lists, each of length >= 2 (else ValueError, before any forward).
         num_draft_tokens: k >= 1 draft tokens per verify step (verify runs k+1 rows).
         max_new_tokens: tokens generated per prompt.
         knobs: fault injection (:class:`LoopKnobs`); default: none.
 
-    A forward that raises ends that prompt's run with ``error`` set (an engine crash is a result
-    of the fault, reported as such); the other prompts still run.
+    The prompts' target verifies and draft extends after verify run in one batch per step where
+    :func:`.row_blocks.rows_invariant` finds this torch build giving each row the bits a one-prompt forward
+    gives it (the results are then those of one prompt at a time, which is how they run elsewhere). A
+    forward that raises ends that prompt's run with ``error`` set (an engine crash is a result of the
+    fault, reported as such); the other prompts still run: after a batched forward raised, every prompt
+    runs again one at a time, so each run records its own error.
     """
+    from eagle3_conformance.tools.sglang_cpu.row_blocks import rows_invariant
+
     h._check_open()
     t0 = time.perf_counter()
-    runs = []
     for p in prompts:
         if len(p) < 2:
             raise ValueError(f"prompt of {len(p)} tokens: the loop needs >= 2")
-        run = SpecRun(prompt=list(p))
+    runs: Optional[list[SpecRun]] = None
+    if len(prompts) > 1 and rows_invariant([h.target, h.draft], num_draft_tokens + 1, len(prompts)):
+        runs = [SpecRun(prompt=list(p)) for p in prompts]
         try:
-            _one(h, run, num_draft_tokens, max_new_tokens, knobs)
-        except Exception as e:  # noqa: BLE001 - the engine failing under a fault is the result
-            run.error = f"{type(e).__name__}: {e}"
+            _clear(h)
+            _lockstep(h, runs, num_draft_tokens, max_new_tokens, knobs)
+        except Exception:  # noqa: BLE001 - rerun one at a time below, where each run records its own error
+            runs = None
         finally:
             _clear(h)
-        runs.append(run)
+    if runs is None:
+        runs = [_alone(h, p, num_draft_tokens, max_new_tokens, knobs) for p in prompts]
     return SpecResult(runs, num_draft_tokens, time.perf_counter() - t0)
+
+
+def _alone(h, prompt: list[int], k: int, max_new: int, knobs: LoopKnobs) -> SpecRun:
+    """One prompt through the loop by itself; a forward that raises sets ``error``."""
+    run = SpecRun(prompt=list(prompt))
+    try:
+        _clear(h)
+        _lockstep(h, [run], k, max_new, knobs)
+    except Exception as e:  # noqa: BLE001 - the engine failing under a fault is the result
+        run.error = f"{type(e).__name__}: {e}"
+    finally:
+        _clear(h)
+    return run
 
 
 # ----------------------------------------------------------------------------------- internals
 
-_KEY = ("spec", 0)
+_KEY = ("spec", 0)  # the cache key of the first (or only) prompt of a batch
+
+
+@dataclass
+class _Req:
+    """One prompt's place in the loop: its run, its cache key, and what seeds its next step."""
+
+    run: SpecRun
+    key: tuple
+    bonus: int
+    d_logits: Tensor  # the draft's logits row that gives the first draft token
+    d_state: Tensor  # [1, d]: the draft state that seeds the draft steps
+    committed: int  # rows in the target's and the draft's caches
+    drafts: list[int] = field(default_factory=list)
 
 
 def _clear(h) -> None:
@@ -189,11 +232,16 @@ def _clear(h) -> None:
         attn.latent.clear()
 
 
-def _truncate(attn, keep: int) -> None:
-    """Keep the first ``keep`` cached rows of the request (SGLang frees the rejected slots)."""
+def _truncate(attn, key, keep: int) -> None:
+    """Keep the first ``keep`` cached rows of request ``key`` (SGLang frees the rejected slots)."""
     for ck, (k, v) in list(attn.cache.items()):
-        if ck[1] == _KEY:
+        if ck[1] == key:
             attn.cache[ck] = (k[:keep], v[:keep])
+
+
+def _per_request(fn: Callable[[Tensor], Tensor], x: Tensor, sizes: list[int]) -> Tensor:
+    """A knob applied to each request's rows of ``x`` (a knob sees one request, as in a forward of one)."""
+    return fn(x) if len(sizes) == 1 else torch.cat([fn(part) for part in x.split(sizes)])
 
 
 def _to_target(h, draft_ids: Tensor) -> Tensor:
@@ -203,90 +251,133 @@ def _to_target(h, draft_ids: Tensor) -> Tensor:
     return draft_ids if hot is None else hot[draft_ids]
 
 
-def _draft(h, fb, n: int, knobs: LoopKnobs, run: SpecRun, *, store: bool, attend: bool):
+def _draft(h, fb, segments, knobs: LoopKnobs, runs: list[SpecRun], *, store: bool, attend: bool):
     if knobs.draft_positions is not None:
-        fb.positions = knobs.draft_positions(fb.positions)
+        fb.positions = _per_request(knobs.draft_positions, fb.positions, [n for _, n in segments])
     h._fc_calls = 0
-    out = h._run(h.draft, h.draft_attn, fb, [(_KEY, n)], store=store, attend_cache=attend)
-    run.fc_calls += h._fc_calls
+    out = h._run(h.draft, h.draft_attn, fb, segments, store=store, attend_cache=attend)
+    for run in runs:  # fc runs once per forward, whatever the batch: each request's forward ran it
+        run.fc_calls += h._fc_calls
     return out
 
 
-def _one(h, run: SpecRun, k: int, max_new: int, knobs: LoopKnobs) -> None:
+def _lockstep(h, runs: list[SpecRun], k: int, max_new: int, knobs: LoopKnobs) -> None:
+    """The loop on ``runs`` (prompts in ``run.prompt``) together: each prompt's extend and draft steps by
+    itself, then one target verify and one draft extend after verify over the prompts still generating."""
+    reqs = [_prefill(h, run, ("spec", i), knobs) for i, run in enumerate(runs)]
+    active = [r for r in reqs if len(r.run.output) < max_new]
+    while active:
+        # 3. the draft proposes k tokens per prompt (one-row forwards, one prompt at a time)
+        saved = dict(h.draft_attn.cache)
+        for r in active:
+            _propose(h, r, k, knobs)
+        h.draft_attn.cache.clear()
+        h.draft_attn.cache.update(saved)
+        vh, predict, accepts = _verify(h, active, k, knobs)
+        _extend_after_verify(h, active, vh, predict, accepts, k, knobs)
+        active = [r for r in active if len(r.run.output) < max_new]
+    for run in runs:
+        del run.output[max_new:]
+
+
+def _prefill(h, run: SpecRun, key, knobs: LoopKnobs) -> _Req:
+    """Steps 1 and 2 for one prompt: the target extend, caching K/V, then the draft extend after prefill."""
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
     from sglang.srt.speculative.eagle_info import EagleDraftExtendInput
 
-    EXT, FULL, LAST = ForwardMode.EXTEND, CaptureHiddenMode.FULL, CaptureHiddenMode.LAST
-    prompt = run.prompt
-    T = len(prompt)
-    _clear(h)
+    prompt, T = run.prompt, len(run.prompt)
     # 1. target extend (EXTEND, FULL), caching K/V
-    fb = h._extend_batch([prompt], [0], EXT, FULL)
-    out = h._target_forward(fb, [(_KEY, T)], store=True, aux=not knobs.final_on_extend)
+    fb = h._extend_batch([prompt], [0], ForwardMode.EXTEND, CaptureHiddenMode.FULL)
+    out = h._target_forward(fb, [(key, T)], store=True, aux=not knobs.final_on_extend)
     hidden = out.hidden_states
     bonus = int(out.next_token_logits[-1].argmax())
     run.output.append(bonus)
     if knobs.extend_hidden is not None:
         hidden = knobs.extend_hidden(hidden)
     # 2. draft extend after prefill (EXTEND, LAST): ids shifted by one, bonus last
-    dfb = h._extend_batch([prompt[1:] + [bonus]], [0], EXT, LAST,
+    dfb = h._extend_batch([prompt[1:] + [bonus]], [0], ForwardMode.EXTEND, CaptureHiddenMode.LAST,
                           spec_info=EagleDraftExtendInput(hidden_states=hidden, num_tokens_per_req=1,
                                                           num_tokens_for_logprob_per_req=1))
-    dout = _draft(h, dfb, T, knobs, run, store=True, attend=False)
-    d_logits, d_state = dout.next_token_logits[-1], dout.hidden_states[-1:]
-    committed = T  # rows in the target's and the draft's caches
-    while len(run.output) < max_new:
-        # 3. the draft proposes k tokens
-        saved = dict(h.draft_attn.cache)
-        drafts = [int(_to_target(h, d_logits.argmax()))]
-        for j in range(1, k):
-            sfb = h._extend_batch([[drafts[-1]]], [committed - 1 + j], EXT, LAST,
-                                  spec_info=EagleDraftExtendInput(hidden_states=d_state, num_tokens_per_req=1,
-                                                                  num_tokens_for_logprob_per_req=1))
-            sout = _draft(h, sfb, 1, knobs, run, store=True, attend=True)
-            drafts.append(int(_to_target(h, sout.next_token_logits[-1].argmax())))
-            d_state = sout.hidden_states[-1:]
-        h.draft_attn.cache.clear()
-        h.draft_attn.cache.update(saved)
-        # 4. target verify (TARGET_VERIFY, FULL) over [bonus, d_1..d_k]
-        prefix = prompt + run.output[:-1]
-        assert len(prefix) == committed
-        vfb = h._verify_batch([prefix], [[bonus] + drafts])
-        vout = h._target_forward(vfb, [(_KEY, k + 1)], store=True, attend_cache=True,
-                                 aux=not knobs.final_on_decode)
-        predict = vout.next_token_logits.argmax(-1).to(torch.int64)
-        a = greedy_accepted(predict.tolist(), [bonus] + drafts, k + 1)
+    dout = _draft(h, dfb, [(key, T)], knobs, [run], store=True, attend=False)
+    return _Req(run, key, bonus, dout.next_token_logits[-1], dout.hidden_states[-1:], T)
+
+
+def _propose(h, r: _Req, k: int, knobs: LoopKnobs) -> None:
+    """Step 3 for one prompt: ``k`` draft tokens into ``r.drafts`` (the step rows stay in the draft's
+    cache; the caller drops them, as SGLang frees them)."""
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+    from sglang.srt.speculative.eagle_info import EagleDraftExtendInput
+
+    drafts = [int(_to_target(h, r.d_logits.argmax()))]
+    d_state = r.d_state
+    for j in range(1, k):
+        sfb = h._extend_batch([[drafts[-1]]], [r.committed - 1 + j], ForwardMode.EXTEND, CaptureHiddenMode.LAST,
+                              spec_info=EagleDraftExtendInput(hidden_states=d_state, num_tokens_per_req=1,
+                                                              num_tokens_for_logprob_per_req=1))
+        sout = _draft(h, sfb, [(r.key, 1)], knobs, [r.run], store=True, attend=True)
+        drafts.append(int(_to_target(h, sout.next_token_logits[-1].argmax())))
+        d_state = sout.hidden_states[-1:]
+    r.drafts = drafts
+
+
+def _verify(h, active: list[_Req], k: int, knobs: LoopKnobs) -> tuple[Tensor, Tensor, list[int]]:
+    """Step 4: target verify (TARGET_VERIFY, FULL) over each prompt's ``[bonus, d_1..d_k]``; commits the
+    accepted tokens and the new bonus to each run. Returns the verify rows' hidden states ``[B*(k+1), W]``,
+    ``predict`` ``[B*(k+1)]`` and the accept lengths."""
+    n = k + 1
+    prefixes = [r.run.prompt + r.run.output[:-1] for r in active]
+    assert [len(p) for p in prefixes] == [r.committed for r in active]
+    vfb = h._verify_batch(prefixes, [[r.bonus] + r.drafts for r in active])
+    vout = h._target_forward(vfb, [(r.key, n) for r in active], store=True, attend_cache=True,
+                             aux=not knobs.final_on_decode)
+    predict = vout.next_token_logits.argmax(-1).to(torch.int64)
+    accepts = []
+    for i, r in enumerate(active):
+        mine = predict[i * n:(i + 1) * n]
+        a = greedy_accepted(mine.tolist(), [r.bonus] + r.drafts, n)
+        run = r.run
         run.accept_lengths.append(a)
         run.proposed += k
         run.accepted += a - 1
-        run.output.extend(drafts[: a - 1])
-        bonus = int(predict[a - 1])
-        run.output.append(bonus)
-        _truncate(h.target_attn, committed + a)
-        # 5. draft extend after verify (DRAFT_EXTEND_V2, FULL): all k+1 rows, ids = predict
-        vh = vout.hidden_states
-        if knobs.decode_hidden is not None:
-            vh = knobs.decode_hidden(vh)
+        run.output.extend(r.drafts[: a - 1])
+        r.bonus = int(mine[a - 1])
+        run.output.append(r.bonus)
+        _truncate(h.target_attn, r.key, r.committed + a)
+        accepts.append(a)
+    return vout.hidden_states, predict, accepts
 
-        def extend_after_verify(hs, store=True, a=a, predict=predict, committed=committed):
-            spec = EagleDraftExtendInput(hidden_states=hs, num_correct_drafts=torch.tensor([a - 1]),
-                                         num_accept_tokens=torch.tensor([a]), num_tokens_per_req=k + 1,
-                                         num_tokens_for_logprob_per_req=k + 1)
-            efb = h._extend_batch([predict.tolist()], [committed], ForwardMode.DRAFT_EXTEND_V2, FULL,
-                                  spec_info=spec)
-            return _draft(h, efb, k + 1, knobs, run, store=store, attend=True)
 
-        if knobs.draft_states_on_decode:
-            saved = dict(h.draft_attn.cache)
-            own = extend_after_verify(vh).hidden_states
-            h.draft_attn.cache.clear()
-            h.draft_attn.cache.update(saved)
-            vh = own
-        eout = extend_after_verify(vh)
-        _truncate(h.draft_attn, committed + a)
-        logits = eout.next_token_logits
-        states = eout.hidden_states
-        d_logits = logits[a - 1] if logits.shape[0] == k + 1 else logits[-1]
-        d_state = states[a - 1:a] if states.shape[0] == k + 1 else states[-1:]
-        committed += a
-    del run.output[max_new:]
+def _extend_after_verify(h, active: list[_Req], vh: Tensor, predict: Tensor, accepts: list[int], k: int,
+                         knobs: LoopKnobs) -> None:
+    """Step 5: draft extend after verify (DRAFT_EXTEND_V2, FULL): all k+1 rows per prompt, ids = ``predict``;
+    row ``a-1`` of each prompt (``select_index``) seeds its next draft step; the draft keeps ``a`` rows."""
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+    from sglang.srt.speculative.eagle_info import EagleDraftExtendInput
+
+    n, bs = k + 1, len(active)
+    if knobs.decode_hidden is not None:
+        vh = _per_request(knobs.decode_hidden, vh, [n] * bs)
+
+    def extend(hs):
+        spec = EagleDraftExtendInput(hidden_states=hs, num_correct_drafts=torch.tensor([a - 1 for a in accepts]),
+                                     num_accept_tokens=torch.tensor(accepts), num_tokens_per_req=n,
+                                     num_tokens_for_logprob_per_req=n)
+        efb = h._extend_batch([predict[i * n:(i + 1) * n].tolist() for i in range(bs)],
+                              [r.committed for r in active], ForwardMode.DRAFT_EXTEND_V2,
+                              CaptureHiddenMode.FULL, spec_info=spec)
+        return _draft(h, efb, [(r.key, n) for r in active], knobs, [r.run for r in active], store=True, attend=True)
+
+    if knobs.draft_states_on_decode:
+        saved = dict(h.draft_attn.cache)
+        vh = extend(vh).hidden_states
+        h.draft_attn.cache.clear()
+        h.draft_attn.cache.update(saved)
+    eout = extend(vh)
+    logits, states = eout.next_token_logits, eout.hidden_states
+    for i, (r, a) in enumerate(zip(active, accepts)):
+        _truncate(h.draft_attn, r.key, r.committed + a)
+        # all rows (no select_index: our EagleDraftExtendInput sets none), else the last row of each prompt
+        li = i * n + a - 1 if logits.shape[0] == bs * n else (i + 1) * logits.shape[0] // bs - 1
+        si = i * n + a - 1 if states.shape[0] == bs * n else (i + 1) * states.shape[0] // bs - 1
+        r.d_logits, r.d_state = logits[li], states[si:si + 1]
+        r.committed += a
