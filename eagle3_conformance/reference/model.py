@@ -394,14 +394,23 @@ class ReferenceModel:
     def greedy_next(self, token_ids: list[int]) -> int:
         """The target's greedy next token after ``token_ids`` (argmax of the last row's logits).
 
+        Memoized per token sequence in this object, like :meth:`capture` (the model is immutable once
+        loaded): the kill matrix's scenarios on one target ask for the same continuations
+        (``greedy_forwards`` counts the forwards this object ran for it).
+
         Raises:
             ReferenceError: the model is layer-streamed (no ``lm_head`` is loaded).
         """
         if getattr(self, "stream_layers", False):
             raise ReferenceError("greedy_next needs the lm_head: load the reference without stream_layers")
-        dev = getattr(self, "device", torch.device("cpu"))
-        ids = torch.as_tensor(token_ids, dtype=torch.long).reshape(1, -1).to(dev)
-        return int(self.model(input_ids=ids, use_cache=False).logits[0, -1].argmax())
+        key = tuple(int(t) for t in token_ids)
+        memo: dict[tuple[int, ...], int] = self.__dict__.setdefault("_greedy", {})
+        if key not in memo:
+            dev = getattr(self, "device", torch.device("cpu"))
+            ids = torch.as_tensor(key, dtype=torch.long).reshape(1, -1).to(dev)
+            memo[key] = int(self.model(input_ids=ids, use_cache=False).logits[0, -1].argmax())
+            self.greedy_forwards = getattr(self, "greedy_forwards", 0) + 1
+        return memo[key]
 
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
         """``embed_tokens(token_ids)`` as float32 [T, d] on CPU."""
