@@ -57,3 +57,27 @@ def test_the_real_pair_reads_its_boundaries_from_the_suites_disk_cache(tmp_path,
     monkeypatch.setenv("CONFORMANCE_REFERENCE_CACHE", "0")
     off = build_real_scenario("smollm2-135m", "smollm2-135m-base", False, tmp_path / "b", for_sglang=False)
     assert off.ref.cache_dir is None and off.ref is not scn.ref
+
+
+def test_greedy_continuations_are_cached_on_disk_beside_the_boundaries(tmp_path):
+    """A reference with a ``cache_dir`` stores each greedy continuation; a fresh reference of the same model
+    reads it back without a forward, a different token sequence (or a file stored for other ids) is computed."""
+    import json
+
+    from eagle3_conformance.reference import ReferenceModel
+
+    scn = build_scenario(MATRIX_SCENARIOS["base"], tmp_path / "s", for_sglang=True)
+    seq = list(scn.samples[0])
+    first = ReferenceModel(scn.target_dir, cache_dir=tmp_path / "cache")
+    want = first.greedy_next(seq)
+    assert first.greedy_forwards == 1 and want == scn.ref.greedy_next(seq)
+    stored = list((tmp_path / "cache").rglob("greedy-*.json"))
+    assert len(stored) == 1 and json.loads(stored[0].read_text()) == {"token_ids": seq, "next": want}
+    again = ReferenceModel(scn.target_dir, cache_dir=tmp_path / "cache")
+    assert again.greedy_next(seq) == want and getattr(again, "greedy_forwards", 0) == 0
+    assert again.__dict__.get("_model") is None  # read back: the model was never loaded
+    again.greedy_next(seq + [5])
+    assert again.greedy_forwards == 1  # another input misses
+    stored[0].write_text(json.dumps({"token_ids": seq + [9], "next": 3}))  # stored for other ids: not trusted
+    third = ReferenceModel(scn.target_dir, cache_dir=tmp_path / "cache")
+    assert third.greedy_next(seq) == want and third.greedy_forwards == 1
