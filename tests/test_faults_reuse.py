@@ -37,6 +37,13 @@ def test_scenarios_on_one_target_share_its_reference_and_greedy_forwards(tmp_pat
     assert ref.greedy_next(seq[:-1] + [201]) is not None and ref.greedy_forwards == greedy + 2
     other = build_scenario(MATRIX_SCENARIOS["wide"], tmp_path / "wide")  # another target: its own reference
     assert other.ref is not ref
+    from eagle3_conformance.faults.scenario import ScenarioSpec, build_scenario_target, scenario_reference
+
+    swapped = scenario_reference(build_scenario_target(ScenarioSpec("x", 8, 64, 64, (3, 5, 6), seed=99)))
+    n = getattr(swapped, "greedy_forwards", 0)
+    swapped.greedy_next(seq)
+    swapped.model = ref.model  # another model in the same object: its continuations are not the old ones
+    assert swapped.greedy_next(seq) == got and swapped.greedy_forwards == n + 2
 
 
 @pytest.mark.slow

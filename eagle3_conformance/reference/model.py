@@ -200,6 +200,7 @@ class ReferenceModel:
     @model.setter
     def model(self, m: torch.nn.Module) -> None:  # eagle3_conformance.faults.scenario wraps an in-memory model
         self._model = m
+        self.__dict__.pop("_greedy", None)  # continuations of another model
 
     def _load_full(self) -> torch.nn.Module:
         from transformers import AutoModelForCausalLM
