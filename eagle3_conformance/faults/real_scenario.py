@@ -56,7 +56,8 @@ def corpus_windows(pool: Sequence[Sequence[int]], n: int = NUM_SAMPLES, lo: int 
 
 
 def build_real_scenario(fixture: str, name: str, final: bool, workdir: Path, *, for_sglang: bool) -> Scenario:
-    """A matrix scenario on ``fixture``'s real target: reference = the float32 target, samples =
+    """A matrix scenario on ``fixture``'s real target: reference = the float32 target (its boundaries
+    cached on disk where the suite's are, :func:`eagle3_conformance.reference.suite_model.suite_cache_dir`), samples =
     corpus windows, loss masks and the d2t/t2d mapping as for synthetic scenarios (speculators'
     own ``build_vocab_mappings_from_distribution``), draft config with SGLang ids for the aux
     boundaries (``final``: B_L last).
@@ -66,6 +67,7 @@ def build_real_scenario(fixture: str, name: str, final: bool, workdir: Path, *, 
     """
     from eagle3_conformance.faults.tokens import vocab_mapping
     from eagle3_conformance.reference import load_reference_model
+    from eagle3_conformance.reference.suite_model import suite_cache_dir
     from eagle3_conformance.testbed.corpus import prompt_pool
     from eagle3_conformance.testbed.fixture_base import FixtureError, fixture_spec
     from eagle3_conformance.testbed.fixtures import loss_mask_for
@@ -93,7 +95,10 @@ def build_real_scenario(fixture: str, name: str, final: bool, workdir: Path, *, 
     d2t, t2d = vocab_mapping(samples, masks, s.draft_vocab, s.vocab)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    scn = Scenario(s, load_reference_model(target_dir), workdir, samples, masks, d2t, t2d,
+    # the suite's reference disk cache (keyed by the model's files, dtype, versions, the reference's code and
+    # the token ids; CONFORMANCE_REFERENCE_CACHE=0: memory only): a warm matrix reads the boundaries back
+    ref = load_reference_model(target_dir, cache_dir=suite_cache_dir())
+    scn = Scenario(s, ref, workdir, samples, masks, d2t, t2d,
                    draft_config(s, sglang_ids(boundaries)))
     if for_sglang:
         scn.target_dir = target_dir  # read only: the harness loads it, nothing writes there

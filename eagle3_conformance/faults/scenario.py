@@ -95,6 +95,18 @@ def build_scenario_target(s: ScenarioSpec):
     return _TARGETS[key]
 
 
+_REFS: dict[int, Any] = {}
+
+
+def scenario_reference(model):
+    """The in-memory reference of a scenario target, one per target object (cached): scenarios on one
+    target (``base`` and ``final``) share its forwards (:meth:`~eagle3_conformance.reference.ReferenceModel.capture`
+    and ``greedy_next`` are cached per token sequence in the reference)."""
+    ref = _REFS.get(id(model))
+    if ref is None or ref.model is not model:
+        ref = _REFS[id(model)] = _InMemoryReference(model)
+    return ref
+
 
 @dataclass
 class Scenario:
@@ -167,7 +179,7 @@ def build_scenario(s: ScenarioSpec, workdir: Path, *, for_sglang: bool = False,
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     model = build_scenario_target(s)
-    ref = _InMemoryReference(model)
+    ref = scenario_reference(model)
     tspec = target_spec(s)
     if samples is None:
         samples = sample_token_ids(tspec, s.num_samples, s.min_len, s.max_len, s.seed + 5)

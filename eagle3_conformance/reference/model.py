@@ -29,7 +29,9 @@ Where and how (:class:`ReferenceModel` arguments, ``check-data --device/--dtype/
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import tempfile
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -198,6 +200,7 @@ class ReferenceModel:
     @model.setter
     def model(self, m: torch.nn.Module) -> None:  # eagle3_conformance.faults.scenario wraps an in-memory model
         self._model = m
+        self.__dict__.pop("_greedy", None)  # continuations of another model
 
     def _load_full(self) -> torch.nn.Module:
         from transformers import AutoModelForCausalLM
@@ -281,8 +284,6 @@ class ReferenceModel:
 
     @staticmethod
     def _write_cached(path: Path, ref: Reference) -> None:
-        import tempfile
-
         from safetensors.torch import save_file
 
         try:
@@ -394,14 +395,32 @@ class ReferenceModel:
     def greedy_next(self, token_ids: list[int]) -> int:
         """The target's greedy next token after ``token_ids`` (argmax of the last row's logits).
 
+        Cached per token sequence like :meth:`capture`: in this object (the model is immutable once loaded;
+        the kill matrix's scenarios on one target ask for the same continuations) and, with a ``cache_dir``,
+        on disk beside the boundaries (``greedy-<token ids' sha256>.json`` under the same model key: the
+        model's files, dtype, device type, versions and this source). ``greedy_forwards`` counts the
+        forwards this object ran for it.
+
         Raises:
             ReferenceError: the model is layer-streamed (no ``lm_head`` is loaded).
         """
         if getattr(self, "stream_layers", False):
             raise ReferenceError("greedy_next needs the lm_head: load the reference without stream_layers")
-        dev = getattr(self, "device", torch.device("cpu"))
-        ids = torch.as_tensor(token_ids, dtype=torch.long).reshape(1, -1).to(dev)
-        return int(self.model(input_ids=ids, use_cache=False).logits[0, -1].argmax())
+        key = tuple(int(t) for t in token_ids)
+        memo: dict[tuple[int, ...], int] = self.__dict__.setdefault("_greedy", {})
+        if key in memo:
+            return memo[key]
+        ids = torch.as_tensor(key, dtype=torch.long).reshape(-1)
+        path = self._cache_file(ids)
+        got = _read_greedy(path, key) if path is not None else None
+        if got is None:
+            dev = getattr(self, "device", torch.device("cpu"))
+            got = int(self.model(input_ids=ids[None].to(dev), use_cache=False).logits[0, -1].argmax())
+            self.greedy_forwards = getattr(self, "greedy_forwards", 0) + 1
+            if path is not None:
+                _write_greedy(path, key, got)
+        memo[key] = got
+        return got
 
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
         """``embed_tokens(token_ids)`` as float32 [T, d] on CPU."""
@@ -411,6 +430,27 @@ class ReferenceModel:
 
 
 _MODELS: dict[tuple[Any, ...], ReferenceModel] = {}
+
+
+def _read_greedy(path: Path, key: tuple[int, ...]) -> Optional[int]:
+    """The greedy token after ``key`` stored beside the boundaries' file ``path`` of the same token ids, or
+    None (absent, unreadable, or stored for other ids)."""
+    try:
+        doc = json.loads(path.with_name(f"greedy-{path.stem}.json").read_text())
+        return int(doc["next"]) if doc.get("token_ids") == list(key) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_greedy(path: Path, key: tuple[int, ...], token: int) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"token_ids": list(key), "next": int(token)}, f)
+        os.replace(tmp, path.with_name(f"greedy-{path.stem}.json"))  # atomic: never a partial file
+    except OSError:
+        pass  # a read-only cache only costs recomputation
 
 
 def load_reference_model(model_dir: str | Path, target: Any = "rmsnorm", *, device: str = "cpu",
