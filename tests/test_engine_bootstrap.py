@@ -78,3 +78,23 @@ def test_the_recorders_factory_marks_the_engine_built(tmp_path, monkeypatch):
     monkeypatch.setattr(bootstrap, "engine_built", lambda: seen.append(1))
     hooks.draft_input_recorder({"out_dir": str(tmp_path)})
     assert seen == [1]
+
+
+def test_an_engine_process_starts_with_rare_collections_and_gets_the_defaults_back_once_built(monkeypatch):
+    """From the start-up hook to :func:`engine_built` the collector runs at ``START_THRESHOLDS`` (the imports'
+    objects all live); once the engine is built, the thresholds the process had are back."""
+    from eagle3_conformance.environment import torch_env
+
+    before = gc.get_threshold()
+    monkeypatch.setattr(torch_env, "prepare", lambda: None)
+    monkeypatch.setenv(bootstrap.ENGINE_ENV, "1")
+    monkeypatch.delenv(bootstrap.STANDINS_ENV, raising=False)
+    try:
+        bootstrap.process_start()
+        assert gc.get_threshold() == bootstrap.START_THRESHOLDS != before
+        bootstrap.engine_built()
+        assert gc.get_threshold() == before
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+        bootstrap._thresholds.clear()
