@@ -143,6 +143,9 @@ def run(spec: dict) -> tuple[int, dict]:
         res["sglang_version"] = sglang.__version__
         engine = sglang.Engine(**engine_kwargs(spec))
         signal.alarm(0)
+        from eagle3_conformance.tools.sglang_engine import bootstrap
+
+        bootstrap.engine_built()  # the imports are done: gc.freeze() (bootstrap.py)
     except PhaseTimeout as e:
         return 4, {**res, "error": str(e), "phase": "start"}
     except BaseException as e:  # noqa: BLE001 - reported to the parent as bad input

@@ -258,9 +258,14 @@ def _list(t):
 
 
 def draft_input_recorder(config: dict):
-    """``forward_hooks`` factory: returns the hook (see the module docstring)."""
+    """``forward_hooks`` factory: returns the hook (see the module docstring). SGLang calls it once the model
+    runner is built, so in the engine tool's own processes it also freezes what the start built
+    (:func:`.bootstrap.engine_built`)."""
     import torch
 
+    from eagle3_conformance.tools.sglang_engine.bootstrap import engine_built
+
+    engine_built()
     out = Path(config["out_dir"])
     out.mkdir(parents=True, exist_ok=True)
     pending: dict[str, Any] = {}

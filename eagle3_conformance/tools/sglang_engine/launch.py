@@ -5,6 +5,7 @@ and, through the environment and ``site/sitecustomize.py``, for every process SG
 
 * ``PYTHONPATH`` = this package's ``site/`` dir, then the project root, then the caller's;
 * ``EAGLE3_CONFORMANCE_SGLANG_ENGINE=1`` (sitecustomize runs the torchvision shim);
+  ``EAGLE3_CONFORMANCE_SGLANG_GUARDED`` removed (the driver runs the guards, :mod:`.bootstrap`);
 * on CPU only: ``SGLANG_USE_CPU_ENGINE=1`` (SGLang's CPU engine, ``sglang/srt/utils/common.py:221-224``),
   ``TORCHDYNAMO_DISABLE=1`` (``spec_utils.py:437`` is ``torch.compile``d: ~18 s of inductor per
   process on CPU), ``EAGLE3_CONFORMANCE_SGLANG_STANDINS=1`` (guards, ``sgl_kernel`` stand-in, patches);
@@ -100,6 +101,7 @@ def child_env(device: str, tp_size: int = 1) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), str(PROJECT_ROOT)] + (
         [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["EAGLE3_CONFORMANCE_SGLANG_ENGINE"] = "1"
+    env.pop("EAGLE3_CONFORMANCE_SGLANG_GUARDED", None)  # the driver runs the guards itself (bootstrap.py)
     env.setdefault("OMP_NUM_THREADS", "1")
     if device == "cpu":
         env.update(SGLANG_USE_CPU_ENGINE="1", TORCHDYNAMO_DISABLE="1", EAGLE3_CONFORMANCE_SGLANG_STANDINS="1")
