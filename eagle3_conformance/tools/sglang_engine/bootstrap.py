@@ -70,9 +70,9 @@ def install_standins() -> None:
 
 
 def engine_built() -> None:
-    """In the engine tool's own processes only (``EAGLE3_CONFORMANCE_SGLANG_ENGINE=1``, :mod:`.launch`: the engine paths
-    and the servers ``eagle3-conformance serve`` starts; never a
-    user's server): ``gc.freeze()``, then the thresholds :func:`process_start` found (module docstring). What
+    """In the engine tool's own processes only (``EAGLE3_CONFORMANCE_SGLANG_ENGINE=1``, :mod:`.launch`: the
+    engine paths and the servers ``eagle3-conformance serve`` starts; never a server you launch yourself):
+    ``gc.freeze()``, then the thresholds :func:`process_start` found (module docstring). What
     is frozen is never collected: the objects built so far (modules, the model) live as long as the process."""
     if os.environ.get(ENGINE_ENV) == "1":
         gc.freeze()
