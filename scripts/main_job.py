@@ -5,7 +5,7 @@
 - lane 2: the real pair's SpecForge contract on the specforge path (``conformance-report-specforge.html``),
   then the kill matrices on the synthetic scenarios and the real pair (``kill-matrix.html``).
 
-These are the commands tox ran one after the other before (issue 42: 141 s warm on the 2-core VM then; 90-94 s
+These are the commands tox ran one after the other before (issue 42: 141 s warm on the 2-core VM then; 78-80 s
 warm now, docs/timings.md). Lane 2 runs at niceness :data:`LANE2_NICE`: it needs about a third of the CPU seconds
 of the suite's lane (the suite and the engine runs it starts ahead, whose paths the suite runs last), so the
 suite's lane gets the cores first and, warm, both lanes end together. Each runs torch on one thread (``CONFORMANCE_TORCH_THREADS``, default 1), so on two
