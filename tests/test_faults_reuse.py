@@ -88,3 +88,31 @@ def test_greedy_continuations_are_cached_on_disk_beside_the_boundaries(tmp_path)
     stored[0].write_text(json.dumps({"token_ids": seq + [9], "next": 3}))  # stored for other ids: not trusted
     third = ReferenceModel(scn.target_dir, cache_dir=tmp_path / "cache")
     assert third.greedy_next(seq) == want and third.greedy_forwards == 1
+
+
+def test_cache_entries_are_written_whole_and_a_read_only_cache_is_left_as_it_is(tmp_path):
+    """``environment.cache.write_json_atomically`` (the greedy caches' writer): the file appears whole, with
+    no temporary file left beside it; a folder that cannot be written raises nothing and gains nothing."""
+    import json
+    import os
+
+    from eagle3_conformance.environment.cache import write_json_atomically
+
+    target = tmp_path / "sub" / "greedy-x.json"
+    write_json_atomically(target, {"token_ids": [1, 2], "next": 3})
+    assert json.loads(target.read_text()) == {"token_ids": [1, 2], "next": 3}
+    assert sorted(p.name for p in target.parent.iterdir()) == ["greedy-x.json"]
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    os.chmod(locked, 0o500)
+    try:
+        if os.access(locked, os.W_OK):  # root ignores the mode: a file in its place makes the folder unmakeable
+            blocker = tmp_path / "blocker"
+            blocker.write_text("")
+            dest = blocker / "greedy-y.json"
+        else:
+            dest = locked / "greedy-y.json"
+        write_json_atomically(dest, {"next": 1})
+        assert not dest.exists()
+    finally:
+        os.chmod(locked, 0o700)

@@ -11,7 +11,9 @@ self-test wall"). Standard library only.
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 from pathlib import Path
 
 from eagle3_conformance.environment.fixture_specs import REPO_ROOT, FixtureError
@@ -44,3 +46,17 @@ def model_cache_root() -> Path:
         raise FixtureError(f"model cache {root} is inside the repository {repo}; converted weights are never "
                            f"kept in the repo (set {CACHE_ENV} to a folder outside it)")
     return root
+
+
+def write_json_atomically(path: Path, doc: object) -> None:
+    """Write ``doc`` as JSON to ``path`` (its folder created) through a temporary file beside it and
+    ``os.replace``, so a concurrent reader never sees a partial file. For cache entries: an ``OSError``
+    (a read-only or full cache) is swallowed, since a missing entry only costs recomputation."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass

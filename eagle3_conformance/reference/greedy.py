@@ -18,6 +18,8 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from eagle3_conformance.environment.cache import write_json_atomically
+
 GREEDY_DIR = "greedy"
 """The cache's folder under the model cache root (beside ``reference``, the boundaries' cache)."""
 
@@ -32,7 +34,8 @@ def target_greedy(target_dir, prompts: list[list[int]], max_new_tokens: int, dty
     if got is None:
         got = compute_greedy(target_dir, prompts, max_new_tokens, dtype)
         if path is not None:
-            _write(path, {"prompts": prompts, "max_new_tokens": int(max_new_tokens), "dtype": dtype, "out": got})
+            doc = {"prompts": prompts, "max_new_tokens": int(max_new_tokens), "dtype": dtype, "out": got}
+            write_json_atomically(path, doc)  # a read-only cache only costs recomputation
     return got
 
 
@@ -96,14 +99,3 @@ def _read(path: Path, prompts: list[list[int]], max_new_tokens: int, dtype: str)
         return None
 
 
-def _write(path: Path, doc: dict) -> None:
-    import tempfile
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f)
-        os.replace(tmp, path)  # atomic: a concurrent run never reads a partial file
-    except OSError:
-        pass  # a read-only cache only costs recomputation

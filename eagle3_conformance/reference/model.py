@@ -40,6 +40,7 @@ from typing import Any, Optional
 from eagle3_conformance.contract.validation import target_mismatches
 from eagle3_conformance.core.notation import Boundary, all_boundaries, boundary_row
 from eagle3_conformance.environment import torch_env
+from eagle3_conformance.environment.cache import write_json_atomically
 from eagle3_conformance.environment.torch_env import DTYPE_NAMES, torch_dtype
 from eagle3_conformance.reference.weights import MissingBoundary as MissingBoundary
 from eagle3_conformance.reference.weights import ReferenceError as ReferenceError
@@ -411,14 +412,15 @@ class ReferenceModel:
         if key in memo:
             return memo[key]
         ids = torch.as_tensor(key, dtype=torch.long).reshape(-1)
-        path = self._cache_file(ids)
+        boundaries = self._cache_file(ids)
+        path = None if boundaries is None else boundaries.with_name(f"greedy-{boundaries.stem}.json")
         got = _read_greedy(path, key) if path is not None else None
         if got is None:
             dev = getattr(self, "device", torch.device("cpu"))
             got = int(self.model(input_ids=ids[None].to(dev), use_cache=False).logits[0, -1].argmax())
             self.greedy_forwards = getattr(self, "greedy_forwards", 0) + 1
             if path is not None:
-                _write_greedy(path, key, got)
+                write_json_atomically(path, {"token_ids": list(key), "next": got})  # read-only: recomputed next time
         memo[key] = got
         return got
 
@@ -433,24 +435,15 @@ _MODELS: dict[tuple[Any, ...], ReferenceModel] = {}
 
 
 def _read_greedy(path: Path, key: tuple[int, ...]) -> Optional[int]:
-    """The greedy token after ``key`` stored beside the boundaries' file ``path`` of the same token ids, or
+    """The greedy token after ``key`` stored in ``path`` (beside the boundaries' file of the same token ids), or
     None (absent, unreadable, or stored for other ids)."""
     try:
-        doc = json.loads(path.with_name(f"greedy-{path.stem}.json").read_text())
+        doc = json.loads(path.read_text())
         return int(doc["next"]) if doc.get("token_ids") == list(key) else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def _write_greedy(path: Path, key: tuple[int, ...], token: int) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"token_ids": list(key), "next": int(token)}, f)
-        os.replace(tmp, path.with_name(f"greedy-{path.stem}.json"))  # atomic: never a partial file
-    except OSError:
-        pass  # a read-only cache only costs recomputation
 
 
 def load_reference_model(model_dir: str | Path, target: Any = "rmsnorm", *, device: str = "cpu",
