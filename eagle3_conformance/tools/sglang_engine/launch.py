@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from eagle3_conformance.environment.procgroup import kill_group, last_error, log_tail
+from eagle3_conformance.tools.sglang_engine.bootstrap import ENGINE_ENV, GUARDED_ENV, STANDINS_ENV
 
 SITE_DIR = Path(__file__).resolve().parent / "site"
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
@@ -100,15 +101,15 @@ def child_env(device: str, tp_size: int = 1) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), str(PROJECT_ROOT)] + (
         [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env["EAGLE3_CONFORMANCE_SGLANG_ENGINE"] = "1"
-    env.pop("EAGLE3_CONFORMANCE_SGLANG_GUARDED", None)  # the driver runs the guards itself (bootstrap.py)
+    env[ENGINE_ENV] = "1"
+    env.pop(GUARDED_ENV, None)  # the driver runs the guards itself (bootstrap.py)
     env.setdefault("OMP_NUM_THREADS", "1")
     if device == "cpu":
-        env.update(SGLANG_USE_CPU_ENGINE="1", TORCHDYNAMO_DISABLE="1", EAGLE3_CONFORMANCE_SGLANG_STANDINS="1")
+        env.update({"SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1", STANDINS_ENV: "1"})
         if tp_size > 1 and not env.get("SGLANG_CPU_OMP_THREADS_BIND"):
             env["SGLANG_CPU_OMP_THREADS_BIND"] = cpu_bind(tp_size)
     else:
-        for k in ("SGLANG_USE_CPU_ENGINE", "EAGLE3_CONFORMANCE_SGLANG_STANDINS"):
+        for k in ("SGLANG_USE_CPU_ENGINE", STANDINS_ENV):
             env.pop(k, None)
     return env
 
